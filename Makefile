@@ -1,0 +1,41 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   - local Kafka broker, demo data, the ingestion job end to end, a summary
+#   make test   - the whole test suite (unit + integration with real Kafka, Spark, Delta)
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test lint bench lock clean
+
+$(STAMP): requirements.txt constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+# Python packages into .venv, JVM jars (Kafka broker, Spark connector, Delta) into .cache
+setup: $(STAMP)
+	$(PY) -m include.jvm_deps
+
+demo: setup
+	$(PY) -m include.demo
+
+test: setup
+	$(PY) -m ruff check .
+	$(PY) -m pytest
+
+bench: setup
+	$(PY) -m include.benchmark $(BENCH_ARGS)
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+lock:
+	$(PYTHON) -m venv /tmp/kde-lock-venv
+	/tmp/kde-lock-venv/bin/pip install --quiet -r requirements.txt --constraint /dev/null
+	/tmp/kde-lock-venv/bin/pip freeze > constraints.txt
+
+clean:
+	rm -rf $(VENV) var .cache/build

@@ -1,0 +1,211 @@
+"""Offset ranges, position maps and the bronze commit record: the offset contract.
+
+Pure Python, no I/O: the Spark job writes these records, the Airflow side reads
+them, and both import this one module (it ships to the cluster with
+``--py-files``).
+
+Terms, as Kafka uses them:
+
+- ``next_offset``: the offset of the next record to read from a partition
+  (Kafka's "position"; a consumer group's committed offset means the same).
+- ``OffsetRange(from_offset, until_offset)``: the half-open interval
+  ``[from, until)`` one batch consumed from one partition. ``rows`` may be
+  smaller than ``until - from``: transaction markers, aborted records and
+  compaction leave holes, and a range may hold only holes (``rows == 0``).
+- a *position map* ``{topic: {partition: next_offset}}`` is where the table
+  stands after a commit.
+
+Every bronze commit carries a :class:`BronzeCommit` as Delta ``userMetadata``,
+written in the same atomic commit as its rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+#: Marks our commit metadata, and its version, among other writers' commits.
+COMMIT_FORMAT = "kafka-delta-elt/bronze-commit"
+COMMIT_FORMAT_VERSION = 1
+
+TopicPartition = tuple[str, int]
+PositionMap = dict[str, dict[int, int]]
+
+
+class OffsetError(ValueError):
+    """An offset invariant does not hold; the message names topic, partition and numbers."""
+
+
+class CommitMetadataError(OffsetError):
+    """A commit's userMetadata claims to be ours but cannot be read."""
+
+
+@dataclass(frozen=True, order=True)
+class OffsetRange:
+    """Records ``[from_offset, until_offset)`` of one topic-partition; ``rows`` were present."""
+
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+    rows: int
+
+    def __post_init__(self) -> None:
+        where = f"{self.topic}-{self.partition}"
+        if self.from_offset < 0 or self.until_offset < self.from_offset:
+            raise OffsetError(
+                f"{where}: range [{self.from_offset}, {self.until_offset}) is not a valid "
+                "offset range (expected 0 <= from <= until)"
+            )
+        if not 0 <= self.rows <= self.until_offset - self.from_offset:
+            raise OffsetError(
+                f"{where}: {self.rows} rows cannot come from range "
+                f"[{self.from_offset}, {self.until_offset}) of "
+                f"{self.until_offset - self.from_offset} offsets"
+            )
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+    @property
+    def holes(self) -> int:
+        """Offsets in the range with no record (markers, aborted, compacted)."""
+        return self.until_offset - self.from_offset - self.rows
+
+    def to_json(self) -> dict:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "from": self.from_offset,
+            "until": self.until_offset,
+            "rows": self.rows,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> OffsetRange:
+        return cls(data["topic"], int(data["partition"]), int(data["from"]), int(data["until"]),
+                   int(data["rows"]))  # fmt: skip
+
+
+def positions_from_json(data: Mapping[str, Mapping[str, int]]) -> PositionMap:
+    """``{"t": {"0": 5}}`` (JSON keys are strings) -> ``{"t": {0: 5}}``."""
+    return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in data.items()}
+
+
+def positions_to_json(positions: Mapping[str, Mapping[int, int]]) -> dict[str, dict[str, int]]:
+    """The inverse of :func:`positions_from_json`, in the shape Spark's Kafka source takes."""
+    return {
+        topic: {str(p): int(o) for p, o in sorted(parts.items())}
+        for topic, parts in sorted(positions.items())
+    }
+
+
+def flatten(positions: Mapping[str, Mapping[int, int]]) -> dict[TopicPartition, int]:
+    """Position map -> ``{(topic, partition): next_offset}``."""
+    return {(t, p): o for t, parts in positions.items() for p, o in parts.items()}
+
+
+def advance(positions: Mapping[str, Mapping[int, int]], ranges: Iterable[OffsetRange]) -> PositionMap:
+    """The position map after ``ranges``, checking that each range starts where the map stands.
+
+    A partition absent from ``positions`` is new to the table and may start
+    anywhere; a present one must continue exactly at its next offset.
+    """
+    result: PositionMap = {t: dict(parts) for t, parts in positions.items()}
+    for r in sorted(ranges):
+        current = result.get(r.topic, {}).get(r.partition)
+        if current is not None and r.from_offset != current:
+            kind = "gap" if r.from_offset > current else "overlap"
+            raise OffsetError(
+                f"{r.topic}-{r.partition}: range [{r.from_offset}, {r.until_offset}) does not "
+                f"continue at the table's next offset {current} ({kind} of "
+                f"{abs(r.from_offset - current)} offsets)"
+            )
+        result.setdefault(r.topic, {})[r.partition] = r.until_offset
+    return result
+
+
+@dataclass(frozen=True)
+class BronzeCommit:
+    """What one bronze commit wrote: its ranges and the table's position after it."""
+
+    pipeline: str
+    run_id: str
+    run_type: str
+    epoch: int
+    batch_id: int
+    ranges: tuple[OffsetRange, ...]
+    next_offsets: PositionMap
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return sum(r.rows for r in self.ranges)
+
+    def to_user_metadata(self) -> str:
+        """Serialise for Delta's ``userMetadata`` commit option (compact, stable key order)."""
+        return json.dumps(
+            {
+                "format": COMMIT_FORMAT,
+                "version": COMMIT_FORMAT_VERSION,
+                "pipeline": self.pipeline,
+                "run_id": self.run_id,
+                "run_type": self.run_type,
+                "epoch": self.epoch,
+                "batch_id": self.batch_id,
+                "ranges": [r.to_json() for r in sorted(self.ranges)],
+                "next_offsets": positions_to_json(self.next_offsets),
+                "extra": self.extra,
+            },
+            separators=(",", ":"),
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_user_metadata(cls, text: str | None, *, version: int | None = None) -> BronzeCommit | None:
+        """Parse a commit's ``userMetadata``; ``None`` when the commit is not one of ours.
+
+        Other writers' commits (OPTIMIZE, VACUUM, a manual MERGE) carry no
+        metadata or someone else's: they are skipped, not mistaken for progress.
+        A commit that claims our format but is malformed raises
+        :class:`CommitMetadataError` naming the Delta ``version``.
+        """
+        if not text:
+            return None
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or data.get("format") != COMMIT_FORMAT:
+            return None
+        where = f"Delta commit version {version}" if version is not None else "commit metadata"
+        if data.get("version") != COMMIT_FORMAT_VERSION:
+            raise CommitMetadataError(
+                f"{where}: bronze commit format version {data.get('version')!r} is not supported "
+                f"(expected {COMMIT_FORMAT_VERSION})"
+            )
+        try:
+            return cls(
+                pipeline=str(data["pipeline"]),
+                run_id=str(data["run_id"]),
+                run_type=str(data["run_type"]),
+                epoch=int(data["epoch"]),
+                batch_id=int(data["batch_id"]),
+                ranges=tuple(OffsetRange.from_json(r) for r in data["ranges"]),
+                next_offsets=positions_from_json(data["next_offsets"]),
+                extra=dict(data.get("extra") or {}),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CommitMetadataError(f"{where}: malformed bronze commit metadata: {exc!r}") from exc
+
+
+def txn_app_id(pipeline: str, epoch: int) -> str:
+    """Delta ``txnAppId`` for one checkpoint epoch of a pipeline's ingestion.
+
+    A new checkpoint restarts Spark's batch ids at 0; Delta silently skips a
+    write whose ``txnVersion`` is not above the one recorded for its app id,
+    so each checkpoint gets its own app id.
+    """
+    return f"kafka-delta-elt:{pipeline}:bronze:epoch-{epoch}"

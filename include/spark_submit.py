@@ -1,0 +1,100 @@
+"""How the Spark jobs are launched: the spark-submit command, the ``--py-files``
+archive, and a local session for tests and notebooks.
+
+The same command runs against ``local[N]``, a transient standalone cluster or
+any existing master; only ``--master`` changes.
+"""
+
+from __future__ import annotations
+
+import sys
+import zipfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from include import jvm_deps, settings
+
+#: Modules the jobs import, shipped to the cluster in one zip.
+_SHIPPED = ("spark_jobs", "include/__init__.py", "include/offsets.py", "include/spark_checkpoint.py")
+
+#: Settings every job session gets: Delta's SQL extension, and small defaults
+#: sized for incremental batches (not whole-table rewrites).
+BASE_CONF: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.shuffle.partitions": "4",
+    # Delta replays its log with this many tasks; the default (50) costs
+    # seconds per commit on a small table.
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def package_py_files(target_dir: Path | None = None) -> Path:
+    """Zip the job code for ``--py-files``; rebuilt only when a source file changed."""
+    target_dir = target_dir or (settings.CACHE_DIR / "build")
+    target_dir.mkdir(parents=True, exist_ok=True)
+    root = settings.PROJECT_ROOT
+    files: list[Path] = []
+    for entry in _SHIPPED:
+        path = root / entry
+        files.extend(sorted(path.rglob("*.py")) if path.is_dir() else [path])
+    zip_path = target_dir / "kde_jobs.zip"
+    newest = max(f.stat().st_mtime for f in files)
+    if zip_path.exists() and zip_path.stat().st_mtime >= newest:
+        return zip_path
+    tmp = zip_path.with_suffix(".tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for f in files:
+            zf.write(f, f.relative_to(root).as_posix())
+    tmp.replace(zip_path)
+    return zip_path
+
+
+def spark_submit_binary() -> str:
+    """pyspark's own ``spark-submit`` from the environment this code runs in."""
+    return str(Path(sys.executable).parent / "spark-submit")
+
+
+def submit_command(
+    application: str,
+    application_args: Sequence[str],
+    *,
+    master: str,
+    conf: Mapping[str, str] | None = None,
+    driver_memory: str = "1g",
+) -> list[str]:
+    """The full spark-submit command for one job of this project."""
+    merged = {
+        **BASE_CONF,
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        **(conf or {}),
+    }
+    cmd = [
+        spark_submit_binary(),
+        "--master", master,
+        "--driver-memory", driver_memory,
+        "--jars", ",".join(str(j) for j in jvm_deps.spark_jars()),
+        "--py-files", str(package_py_files()),
+    ]  # fmt: skip
+    for key, value in merged.items():
+        cmd += ["--conf", f"{key}={value}"]
+    return [*cmd, str(settings.PROJECT_ROOT / application), *application_args]
+
+
+def local_session(app_name: str, *, warehouse: Path, cores: int = 2, driver_memory: str = "2g"):
+    """An in-process ``local[cores]`` SparkSession with the project's jars and settings."""
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName(app_name)
+        .config("spark.jars", ",".join(str(j) for j in jvm_deps.spark_jars()))
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.warehouse.dir", str(warehouse))
+    )
+    for key, value in BASE_CONF.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

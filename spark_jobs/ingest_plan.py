@@ -1,0 +1,311 @@
+"""Pure decisions of the ingestion job: its configuration, which checkpoint to
+resume, and the offset ranges one micro-batch wrote. No Spark, no I/O, so each
+rule has a unit test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from include.offsets import (
+    BronzeCommit,
+    OffsetError,
+    OffsetRange,
+    PositionMap,
+    flatten,
+    positions_to_json,
+)
+from include.spark_checkpoint import CheckpointState
+
+RUN_TYPES = ("scheduled", "manual", "backfill", "rebuild_checkpoint")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class JobConfigError(ValueError):
+    """A job argument is missing or of the wrong type; the message names the argument."""
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    """Everything one ingestion run needs (see ``spark_jobs/kafka_to_bronze.py --help``)."""
+
+    pipeline: str
+    bootstrap_servers: str
+    bronze_path: str
+    checkpoint_root: str
+    topics: tuple[str, ...] = ()
+    topic_pattern: str | None = None
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+    run_id: str = "manual"
+    run_type: str = "manual"
+    summary_path: str | None = None
+    admin_timeout_s: float = 30.0
+    kafka_options: dict[str, str] = field(default_factory=dict)
+
+    def source_options(self) -> dict[str, str]:
+        """Options for ``readStream.format("kafka")`` (without the starting offsets)."""
+        opts = {f"kafka.{k}": v for k, v in self.kafka_options.items()}
+        opts.update({
+            "kafka.bootstrap.servers": self.bootstrap_servers,
+            # Aborted records of transactional producers must never reach bronze.
+            "kafka.isolation.level": "read_committed",
+            "includeHeaders": "true",
+            # Retention outrunning the pipeline must stop the run, not shrink it.
+            "failOnDataLoss": "true",
+        })  # fmt: skip
+        if self.topic_pattern:
+            opts["subscribePattern"] = self.topic_pattern
+        else:
+            opts["subscribe"] = ",".join(self.topics)
+        if self.max_offsets_per_trigger:
+            opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
+        return opts
+
+
+def _positive_int(name: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{name}: expected a positive integer, got {text!r}"
+            ) from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{name}: expected a positive integer, got {value}")
+        return value
+
+    return parse
+
+
+def _positive_float(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: expected seconds (a number), got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{name}: expected a positive number, got {value}")
+        return value
+
+    return parse
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise JobConfigError(message)
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    """The job's command line (also what the orchestrator renders)."""
+    p = _Parser(prog="kafka_to_bronze", description="Drain new Kafka records into a Delta bronze table.")
+    p.add_argument("--pipeline", required=True, help="pipeline name; part of the Delta txnAppId")
+    p.add_argument("--bootstrap-servers", required=True)
+    p.add_argument("--topics", default="", help="comma-separated topic names")
+    p.add_argument("--topic-pattern", default=None, help="Java regex of topic names (instead of --topics)")
+    p.add_argument("--bronze-path", required=True)
+    p.add_argument("--checkpoint-root", required=True, help="folder holding one checkpoint per epoch")
+    p.add_argument("--starting-offsets", default="earliest", choices=["earliest", "latest"],
+                   help="where partitions start on the pipeline's first run")  # fmt: skip
+    p.add_argument("--max-offsets-per-trigger", type=_positive_int("--max-offsets-per-trigger"))
+    p.add_argument("--run-id", default="manual")
+    p.add_argument("--run-type", default="manual", choices=RUN_TYPES)
+    p.add_argument("--summary-path", default=None, help="write the run summary JSON here")
+    p.add_argument("--admin-timeout-s", type=_positive_float("--admin-timeout-s"), default=30.0)
+    p.add_argument("--kafka-options-file", default=None,
+                   help="JSON object of extra Kafka client settings (e.g. security); not logged")  # fmt: skip
+    return p
+
+
+def parse_config(argv: list[str]) -> IngestConfig:
+    """Parse and validate the job's arguments; raises :class:`JobConfigError` naming the argument."""
+    args = build_arg_parser().parse_args(argv)
+    topics = tuple(t.strip() for t in args.topics.split(",") if t.strip())
+    if bool(topics) == bool(args.topic_pattern):
+        raise JobConfigError("give exactly one of --topics (a list) or --topic-pattern (a regex)")
+    if not _NAME.match(args.pipeline):
+        raise JobConfigError(
+            f"--pipeline: expected letters, digits, '.', '_' or '-', got {args.pipeline!r}"
+        )
+    if args.topic_pattern:
+        try:
+            re.compile(args.topic_pattern)
+        except re.error as exc:
+            raise JobConfigError(f"--topic-pattern: not a valid regex ({exc}): {args.topic_pattern!r}") from None
+    kafka_options: dict[str, str] = {}
+    if args.kafka_options_file:
+        path = Path(args.kafka_options_file)
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise JobConfigError(f"--kafka-options-file {path}: cannot read a JSON object: {exc}") from None
+        if not isinstance(data, dict):
+            raise JobConfigError(f"--kafka-options-file {path}: expected a JSON object of settings")
+        kafka_options = {str(k): str(v) for k, v in data.items()}
+    return IngestConfig(
+        pipeline=args.pipeline,
+        bootstrap_servers=args.bootstrap_servers,
+        bronze_path=args.bronze_path,
+        checkpoint_root=args.checkpoint_root,
+        topics=topics,
+        topic_pattern=args.topic_pattern,
+        starting_offsets=args.starting_offsets,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        run_id=args.run_id,
+        run_type=args.run_type,
+        summary_path=args.summary_path,
+        admin_timeout_s=args.admin_timeout_s,
+        kafka_options=kafka_options,
+    )
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """Which checkpoint this run uses and, for a new one, where it starts."""
+
+    epoch: int
+    starting_offsets: str
+    rebuilt_reason: str | None = None
+    previous_epoch: int | None = None
+
+
+def _same_positions(a: PositionMap | None, b: PositionMap) -> bool:
+    return a is not None and flatten(a) == flatten(b)
+
+
+def checkpoint_matches_table(state: CheckpointState, table: BronzeCommit | None) -> str | None:
+    """``None`` if resuming ``state`` continues exactly where the table stands, else why not."""
+    if table is None:
+        if state.last_committed_batch is None:
+            return None
+        return (
+            f"checkpoint {state.path} has committed batch {state.last_committed_batch} "
+            "but the bronze table records no progress"
+        )
+    positions = table.next_offsets
+    if _same_positions(state.position, positions):
+        return None
+    # Killed after the Delta commit of a batch, before Spark's own commit: the
+    # replay of that batch is recognised by its txn version and skipped.
+    if state.pending_batch == table.batch_id and _same_positions(state.pending, positions):
+        return None
+    mismatched = []
+    mine = flatten(state.position or {})
+    for tp, offset in sorted(flatten(positions).items()):
+        if mine.get(tp) != offset:
+            mismatched.append(f"{tp[0]}-{tp[1]} table {offset} vs checkpoint {mine.get(tp)}")
+    for tp in sorted(set(mine) - set(flatten(positions))):
+        mismatched.append(f"{tp[0]}-{tp[1]} table none vs checkpoint {mine[tp]}")
+    return f"checkpoint {state.path} does not match the table: " + "; ".join(mismatched[:10])
+
+
+def plan_checkpoint(
+    *,
+    table: BronzeCommit | None,
+    checkpoints: Mapping[int, CheckpointState | None],
+    partitions: Mapping[str, list[int]],
+    starting_offsets: str,
+) -> CheckpointPlan:
+    """Decide the epoch and starting offsets of this run.
+
+    ``table`` is the latest bronze commit (the source of truth), ``checkpoints``
+    the state of each ``epoch=N`` folder, ``partitions`` what Kafka has now.
+    The newest checkpoint is resumed when it continues exactly where the table
+    stands; otherwise a new epoch starts at the table's next offsets (partitions
+    the table has not seen start at their earliest offset).
+    """
+    latest = max(checkpoints) if checkpoints else None
+    reason: str | None
+    if latest is None:
+        reason = None if table is None else "no checkpoint found"
+    else:
+        state = checkpoints[latest]
+        if state is None:
+            reason = f"checkpoint of epoch {latest} was never started or is empty"
+        elif table is not None and table.epoch > latest:
+            reason = f"checkpoint of epoch {table.epoch} that wrote the table's last commit is gone"
+        else:
+            reason = checkpoint_matches_table(state, table)
+            if reason is None:
+                return CheckpointPlan(epoch=latest, starting_offsets=starting_offsets)
+    new_epoch = max([0, *checkpoints, *([table.epoch] if table else [])]) + 1
+    if table is None:
+        return CheckpointPlan(new_epoch, starting_offsets, reason, latest)
+    return CheckpointPlan(
+        epoch=new_epoch,
+        starting_offsets=json.dumps(resume_offsets(table.next_offsets, partitions)),
+        rebuilt_reason=reason,
+        previous_epoch=latest,
+    )
+
+
+def resume_offsets(positions: PositionMap, partitions: Mapping[str, list[int]]) -> dict:
+    """Spark ``startingOffsets`` JSON for every partition Kafka has now.
+
+    Spark requires each current partition to be listed; partitions the table
+    has not seen start at earliest (-2). A partition the table has read that
+    Kafka no longer has is an error: its records cannot be accounted for.
+    """
+    gone = [
+        f"{t}-{p}"
+        for t, parts in positions.items()
+        if t in partitions
+        for p in parts
+        if p not in partitions[t]
+    ]
+    if gone:
+        raise OffsetError(
+            f"partitions {', '.join(sorted(gone))} are recorded in the bronze table but no longer "
+            "exist in Kafka; a topic was recreated or shrunk (run the preflight check)"
+        )
+    result: PositionMap = {}
+    for topic, parts in partitions.items():
+        known = positions.get(topic, {})
+        result[topic] = {p: known.get(p, -2) for p in parts}
+    return positions_to_json(result)
+
+
+def batch_ranges(
+    *,
+    start: PositionMap | None,
+    end: PositionMap,
+    stats: Mapping[tuple[str, int], tuple[int, int, int]],
+    batch_id: int,
+) -> list[OffsetRange]:
+    """The offset ranges batch ``batch_id`` consumed.
+
+    ``start``/``end`` are Spark's offsets before and after the batch (from the
+    checkpoint's offset log); ``stats`` maps each topic-partition to
+    ``(rows, min offset, max offset)`` of the records actually read. A range
+    may hold fewer rows than offsets (holes), never records outside it.
+    """
+    begin = flatten(start or {})
+    ranges = []
+    for tp, until in sorted(flatten(end).items()):
+        rows, low, high = stats.get(tp, (0, None, None))
+        frm = begin.get(tp)
+        if frm is None:
+            # A partition that appeared during the run: Spark read it from its
+            # earliest offset, which the offset log does not record.
+            frm = low if rows else until
+        if rows and (low < frm or high >= until):
+            raise OffsetError(
+                f"{tp[0]}-{tp[1]}: batch {batch_id} read offsets {low}..{high}, outside its "
+                f"range [{frm}, {until})"
+            )
+        if until < frm:
+            raise OffsetError(
+                f"{tp[0]}-{tp[1]}: batch {batch_id} ends at {until}, before its start {frm} "
+                "(offsets went backwards: was the topic recreated?)"
+            )
+        if until > frm:
+            ranges.append(OffsetRange(tp[0], tp[1], frm, until, rows))
+    extra = set(stats) - set(flatten(end))
+    if extra:
+        raise OffsetError(f"batch {batch_id} read partitions missing from its end offsets: {sorted(extra)}")
+    return ranges

@@ -1,0 +1,441 @@
+"""Ingestion job: drain what is new in Kafka into a Delta bronze table, exactly once.
+
+Submitted as (the orchestrator renders this; see ``include/spark_submit.py``)::
+
+    spark-submit --master spark://127.0.0.1:7077 \\
+        --jars <spark-sql-kafka, delta jars> --py-files kde_jobs.zip \\
+        spark_jobs/kafka_to_bronze.py --pipeline orders \\
+        --bootstrap-servers 127.0.0.1:9092 --topics orders \\
+        --bronze-path lakehouse/orders/bronze --checkpoint-root lakehouse/orders/_checkpoints/bronze \\
+        --max-offsets-per-trigger 100000 --run-id <airflow run id> --summary-path summary.json
+
+One run: check the topics exist (bounded time) -> read the table's last bronze
+commit (the source of truth for offsets) -> resume the checkpoint if it
+continues exactly there, else start a new epoch at the table's offsets ->
+``readStream`` kafka with ``Trigger.AvailableNow`` -> per micro-batch one Delta
+commit holding the rows, the batch's exact offset ranges (``userMetadata``)
+and ``txnAppId``/``txnVersion`` -> write the run summary.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from include import spark_checkpoint
+from include.offsets import (
+    BronzeCommit,
+    OffsetError,
+    OffsetRange,
+    PositionMap,
+    advance,
+    flatten,
+    positions_to_json,
+    txn_app_id,
+)
+from spark_jobs.ingest_plan import (
+    CheckpointPlan,
+    IngestConfig,
+    JobConfigError,
+    batch_ranges,
+    parse_config,
+    plan_checkpoint,
+)
+
+log = logging.getLogger("kafka_to_bronze")
+
+#: Set to ``kill-after-bronze-commit:<batch id>`` to SIGKILL the job's whole
+#: process group right after that batch's Delta commit, before Spark commits
+#: the batch to its checkpoint: the crash window exactly-once must survive.
+FAILPOINT_ENV = "KDE_FAILPOINT"
+
+
+class KafkaSourceError(RuntimeError):
+    """Kafka cannot serve the configured topics (unreachable broker, missing topic)."""
+
+
+class IngestionError(RuntimeError):
+    """The streaming query failed; the message carries Spark's cause."""
+
+
+@dataclass
+class BatchRecord:
+    """What one micro-batch did, for the run summary."""
+
+    batch_id: int
+    rows: int
+    ranges: list[OffsetRange]
+    delta_version: int | None
+    skipped_replay: bool
+    duration_s: float
+
+
+@dataclass
+class RunSummary:
+    """The machine-readable result of one run, for the orchestrator."""
+
+    pipeline: str
+    run_id: str
+    run_type: str
+    epoch: int
+    checkpoint_rebuilt: dict | None
+    start_offsets: PositionMap
+    next_offsets: PositionMap
+    batches: list[BatchRecord] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    @property
+    def rows(self) -> int:
+        return sum(b.rows for b in self.batches if not b.skipped_replay)
+
+    def to_json(self) -> dict:
+        per_partition: dict[str, dict[str, dict]] = {}
+        for b in self.batches:
+            if b.skipped_replay:
+                continue
+            for r in b.ranges:
+                entry = per_partition.setdefault(r.topic, {}).setdefault(
+                    str(r.partition), {"from": r.from_offset, "until": r.until_offset, "rows": 0}
+                )
+                entry["from"] = min(entry["from"], r.from_offset)
+                entry["until"] = max(entry["until"], r.until_offset)
+                entry["rows"] += r.rows
+        versions = [b.delta_version for b in self.batches if b.delta_version is not None]
+        return {
+            "pipeline": self.pipeline,
+            "run_id": self.run_id,
+            "run_type": self.run_type,
+            "epoch": self.epoch,
+            "checkpoint_rebuilt": self.checkpoint_rebuilt,
+            "rows": self.rows,
+            "batches": [
+                {
+                    "batch_id": b.batch_id,
+                    "rows": b.rows,
+                    "ranges": [r.to_json() for r in b.ranges],
+                    "delta_version": b.delta_version,
+                    "skipped_replay": b.skipped_replay,
+                    "duration_s": round(b.duration_s, 3),
+                }
+                for b in self.batches
+            ],
+            "partitions": per_partition,
+            "start_offsets": positions_to_json(self.start_offsets),
+            "next_offsets": positions_to_json(self.next_offsets),
+            "bronze_version": max(versions) if versions else None,
+            "duration_s": round(self.duration_s, 3),
+        }
+
+
+# --------------------------------------------------------------------------- Kafka
+
+
+def describe_source(spark, cfg: IngestConfig) -> dict[str, list[int]]:
+    """``{topic: [partitions]}`` of the configured topics, asked with Kafka's Java admin client.
+
+    Uses the same client settings as the Spark source (security included) and
+    fails within ``admin_timeout_s`` with the broker address when Kafka does
+    not answer, or names the topics that do not exist.
+    """
+    import re
+
+    from py4j.protocol import Py4JJavaError
+
+    jvm = spark.sparkContext._jvm
+    props = jvm.java.util.Properties()
+    for key, value in cfg.kafka_options.items():
+        props.put(key, value)
+    timeout_ms = int(cfg.admin_timeout_s * 1000)
+    props.put("bootstrap.servers", cfg.bootstrap_servers)
+    props.put("request.timeout.ms", str(timeout_ms))
+    props.put("default.api.timeout.ms", str(timeout_ms))
+    admin = jvm.org.apache.kafka.clients.admin.Admin.create(props)
+    unit = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
+    try:
+        names = set(admin.listTopics().names().get(timeout_ms, unit))
+        if cfg.topic_pattern:
+            wanted = sorted(n for n in names if re.fullmatch(cfg.topic_pattern, n))
+            if not wanted:
+                raise KafkaSourceError(
+                    f"no topic on {cfg.bootstrap_servers} matches --topic-pattern "
+                    f"{cfg.topic_pattern!r} (topics there: {sorted(names)[:20]})"
+                )
+        else:
+            missing = [t for t in cfg.topics if t not in names]
+            if missing:
+                raise KafkaSourceError(
+                    f"topic(s) {', '.join(missing)} do not exist on {cfg.bootstrap_servers}; "
+                    "create them or fix the pipeline's topics"
+                )
+            wanted = list(cfg.topics)
+        described = admin.describeTopics(wanted).allTopicNames().get(timeout_ms, unit)
+        return {t: sorted(p.partition() for p in described.get(t).partitions()) for t in wanted}
+    except Py4JJavaError as exc:
+        cause = exc.java_exception
+        while cause.getCause() is not None:
+            cause = cause.getCause()
+        raise KafkaSourceError(
+            f"Kafka at {cfg.bootstrap_servers} did not answer within {cfg.admin_timeout_s:g}s "
+            f"({cause.getClass().getSimpleName()}: {cause.getMessage()})"
+        ) from None
+    finally:
+        admin.close(jvm.java.time.Duration.ofSeconds(2))
+
+
+# --------------------------------------------------------------------------- Delta
+
+
+def latest_bronze_commit(spark, path: str) -> tuple[BronzeCommit | None, int | None]:
+    """The newest commit of the table that carries our offsets, and the table's version.
+
+    Reads only the last commits (growing the window only while the newest
+    ones are other writers', e.g. OPTIMIZE), never data files.
+    """
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return None, None
+    table = DeltaTable.forPath(spark, path)
+    limit = 20
+    while True:
+        rows = table.history(limit).select("version", "userMetadata").collect()
+        for row in rows:  # newest first
+            commit = BronzeCommit.from_user_metadata(row["userMetadata"], version=row["version"])
+            if commit is not None:
+                return commit, rows[0]["version"]
+        if len(rows) < limit:
+            return None, (rows[0]["version"] if rows else None)
+        limit *= 10
+
+
+BRONZE_COLUMNS = (
+    "topic", "partition", "offset", "timestamp", "timestampType", "key", "value", "headers",
+)  # fmt: skip
+
+
+def _failpoint(batch_id: int) -> None:
+    if os.environ.get(FAILPOINT_ENV) == f"kill-after-bronze-commit:{batch_id}":
+        log.warning("failpoint: killing the job after the Delta commit of batch %s", batch_id)
+        sys.stdout.flush()
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+class BronzeBatchWriter:
+    """``foreachBatch`` sink: one idempotent Delta commit per micro-batch, with its offsets."""
+
+    def __init__(self, spark, cfg: IngestConfig, plan: CheckpointPlan, checkpoint: Path,
+                 table: BronzeCommit | None, summary: RunSummary) -> None:  # fmt: skip
+        self.spark = spark
+        self.cfg = cfg
+        self.plan = plan
+        self.checkpoint = checkpoint
+        self.last_commit = table
+        self.positions: PositionMap = dict(table.next_offsets) if table else {}
+        self.app_id = txn_app_id(cfg.pipeline, plan.epoch)
+        self.summary = summary
+
+    def _already_committed(self, batch_id: int) -> bool:
+        last = self.last_commit
+        return last is not None and last.epoch == self.plan.epoch and batch_id <= last.batch_id
+
+    def __call__(self, df, batch_id: int) -> None:
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        started = time.monotonic()
+        if self._already_committed(batch_id):
+            # The run before was killed after this batch's Delta commit and
+            # before Spark's checkpoint commit: Spark replays it, Delta holds it.
+            log.warning("batch %s of epoch %s is already in the table; skipping its replay",
+                        batch_id, self.plan.epoch)  # fmt: skip
+            self.summary.batches.append(
+                BatchRecord(batch_id, 0, [], None, True, time.monotonic() - started)
+            )
+            return
+        end = spark_checkpoint.batch_offsets(self.checkpoint, batch_id)
+        if end is None:
+            raise OffsetError(f"{self.checkpoint}: no offsets/{batch_id} for the running batch")
+        start = (
+            spark_checkpoint.batch_offsets(self.checkpoint, batch_id - 1)
+            if batch_id > 0
+            else spark_checkpoint.initial_offsets(self.checkpoint)
+        )
+        table_pos = flatten(self.positions)
+        for tp, offset in flatten(start or {}).items():
+            if tp in table_pos and table_pos[tp] != offset:
+                raise OffsetError(
+                    f"{tp[0]}-{tp[1]}: batch {batch_id} of epoch {self.plan.epoch} starts at "
+                    f"{offset} but the bronze table stands at {table_pos[tp]}; refusing to write "
+                    "(rebuild the checkpoint from the table)"
+                )
+
+        run_id, epoch = self.cfg.run_id, self.plan.epoch
+        rows = df.select(
+            *BRONZE_COLUMNS,
+            F.lit(run_id).alias("run_id"),
+            F.lit(batch_id).cast("long").alias("batch_id"),
+            F.lit(epoch).alias("epoch"),
+            F.current_timestamp().alias("ingested_at"),
+        ).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            stats = {
+                (r["topic"], r["partition"]): (r["rows"], r["low"], r["high"])
+                for r in rows.groupBy("topic", "partition")
+                .agg(F.count("*").alias("rows"), F.min("offset").alias("low"),
+                     F.max("offset").alias("high"))  # fmt: skip
+                .collect()
+            }
+            ranges = batch_ranges(start=start, end=end, stats=stats, batch_id=batch_id)
+            next_positions = advance(self.positions, ranges)
+            for topic, parts in end.items():  # partitions with no new offsets keep their place
+                for p, o in parts.items():
+                    next_positions.setdefault(topic, {}).setdefault(p, o)
+            extra = {}
+            if batch_id == 0 and self.plan.rebuilt_reason:
+                extra["checkpoint_rebuilt"] = {
+                    "reason": self.plan.rebuilt_reason,
+                    "previous_epoch": self.plan.previous_epoch,
+                }
+            commit = BronzeCommit(
+                pipeline=self.cfg.pipeline,
+                run_id=run_id,
+                run_type=self.cfg.run_type,
+                epoch=epoch,
+                batch_id=batch_id,
+                ranges=tuple(ranges),
+                next_offsets=next_positions,
+                extra=extra,
+            )
+            (
+                rows.write.format("delta")
+                .mode("append")
+                .option("txnAppId", self.app_id)
+                .option("txnVersion", batch_id)
+                .option("userMetadata", commit.to_user_metadata())
+                .save(self.cfg.bronze_path)
+            )
+        finally:
+            rows.unpersist()
+        version = self._committed_version(batch_id)
+        _failpoint(batch_id)
+        self.positions = next_positions
+        self.last_commit = commit
+        n = sum(r.rows for r in ranges)
+        self.summary.batches.append(
+            BatchRecord(batch_id, n, ranges, version, False, time.monotonic() - started)
+        )
+        log.info("batch %s: %s rows in %s ranges -> bronze version %s", batch_id, n, len(ranges), version)
+
+    def _committed_version(self, batch_id: int) -> int:
+        from delta.tables import DeltaTable
+
+        row = DeltaTable.forPath(self.spark, self.cfg.bronze_path).history(1).collect()[0]
+        commit = BronzeCommit.from_user_metadata(row["userMetadata"], version=row["version"])
+        if commit is None or (commit.epoch, commit.batch_id) != (self.plan.epoch, batch_id):
+            raise OffsetError(
+                f"{self.cfg.bronze_path}: after writing batch {batch_id} of epoch {self.plan.epoch}, "
+                f"the newest commit (version {row['version']}) is not that batch; "
+                "another writer is using the table"
+            )
+        return int(row["version"])
+
+
+# --------------------------------------------------------------------------- run
+
+
+def run(spark, cfg: IngestConfig) -> RunSummary:
+    """One ingestion run on an existing session; returns (and writes) its summary."""
+    started = time.monotonic()
+    partitions = describe_source(spark, cfg)
+    table, _ = latest_bronze_commit(spark, cfg.bronze_path)
+    root = Path(cfg.checkpoint_root)
+    checkpoints = {e: spark_checkpoint.read_state(p) for e, p in spark_checkpoint.epoch_dirs(root).items()}
+    plan = plan_checkpoint(
+        table=table, checkpoints=checkpoints, partitions=partitions,
+        starting_offsets=cfg.starting_offsets,
+    )  # fmt: skip
+    checkpoint = spark_checkpoint.epoch_dir(root, plan.epoch)
+    rebuilt = None
+    if plan.rebuilt_reason:
+        rebuilt = {"reason": plan.rebuilt_reason, "previous_epoch": plan.previous_epoch}
+        log.warning("starting checkpoint epoch %s at the table's offsets: %s", plan.epoch, plan.rebuilt_reason)
+    start_positions = dict(table.next_offsets) if table else {}
+    summary = RunSummary(cfg.pipeline, cfg.run_id, cfg.run_type, plan.epoch, rebuilt,
+                         start_positions, start_positions)  # fmt: skip
+    writer = BronzeBatchWriter(spark, cfg, plan, checkpoint, table, summary)
+
+    reader = spark.readStream.format("kafka").options(**cfg.source_options())
+    reader = reader.option("startingOffsets", plan.starting_offsets)
+    query = (
+        reader.load()
+        .writeStream.queryName(f"kafka_to_bronze:{cfg.pipeline}:{uuid.uuid4().hex[:8]}")
+        .foreachBatch(writer)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination()
+    except Exception as exc:  # StreamingQueryException carries the batch's cause
+        raise IngestionError(f"ingestion of pipeline {cfg.pipeline!r} failed: {_root_message(exc)}") from exc
+    summary.next_offsets = writer.positions
+    summary.duration_s = time.monotonic() - started
+    if cfg.summary_path:
+        Path(cfg.summary_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(cfg.summary_path).write_text(json.dumps(summary.to_json(), indent=2))
+    return summary
+
+
+def _root_message(exc: BaseException) -> str:
+    text = str(exc)
+    # Spark wraps a Python foreachBatch error in a long JVM trace; keep our own message.
+    for marker in ("OffsetError: ", "KafkaSourceError: ", "CommitMetadataError: "):
+        if marker in text:
+            return marker + text.split(marker, 1)[1].split("\n", 1)[0]
+    return text.split("\n", 1)[0][:2000]
+
+
+def build_session(app_name: str):
+    """The job's SparkSession; master, jars and resources come from spark-submit."""
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.appName(app_name)
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .getOrCreate()
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: args -> session -> run -> summary line; exit 2 on bad arguments."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = parse_config(sys.argv[1:] if argv is None else argv)
+    except JobConfigError as exc:
+        print(f"kafka_to_bronze: bad argument: {exc}", file=sys.stderr)
+        return 2
+    spark = build_session(f"kafka_to_bronze:{cfg.pipeline}")
+    try:
+        summary = run(spark, cfg)
+    except (KafkaSourceError, IngestionError, OffsetError) as exc:
+        print(f"kafka_to_bronze: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+    print(
+        f"kafka_to_bronze: pipeline={cfg.pipeline} epoch={summary.epoch} rows={summary.rows} "
+        f"batches={len(summary.batches)} duration={summary.duration_s:.1f}s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Shared fixtures: one real Kafka broker and one SparkSession per test session.
+
+Integration tests get a unique topic and unique table/checkpoint folders each,
+so sharing the broker and the session is safe.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from include import settings
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory) -> Iterator:
+    """A real single-node KRaft broker from the Apache Kafka jars, on a free port."""
+    from include import local_kafka
+
+    broker = local_kafka.start(tmp_path_factory.mktemp("kafka"))
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def bootstrap(kafka_broker) -> str:
+    """The broker's bootstrap address, e.g. ``127.0.0.1:40123``."""
+    return kafka_broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """One local SparkSession with the Kafka connector and Delta, shared by all tests.
+
+    Small settings keep a 2-core machine responsive: two shuffle partitions,
+    two snapshot partitions for Delta's log replay, no UI.
+    """
+    from include.spark_submit import local_session
+
+    session = local_session("kde-tests", warehouse=tmp_path_factory.mktemp("warehouse"))
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def unique_name(request) -> str:
+    """A name no other test uses: topic, pipeline and folder names derive from it."""
+    base = request.node.name.split("[")[0].replace("test_", "")[:30].replace("_", "-")
+    return f"{base}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def make_topic(bootstrap) -> Callable[..., str]:
+    """Create a fresh topic on the session broker; returns its name."""
+    from tests.kafka_helpers import create_topic
+
+    def make(name: str, partitions: int = 3, **config: str) -> str:
+        create_topic(bootstrap, name, partitions, **config)
+        return name
+
+    return make
+
+
+@pytest.fixture
+def lake(tmp_path) -> Path:
+    """Per-test lakehouse root: bronze table and checkpoints live under it."""
+    return tmp_path / "lake"
+
+
+def pytest_configure(config) -> None:
+    os.environ.setdefault("KDE_CACHE_DIR", str(settings.CACHE_DIR))

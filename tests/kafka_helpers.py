@@ -1,0 +1,83 @@
+"""Test helpers that talk to the real broker with confluent-kafka (no Spark)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, **config: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    fut = admin.create_topics([NewTopic(name, partitions, 1, config=config)])[name]
+    fut.result(timeout=30)
+
+
+def add_partitions(bootstrap: str, name: str, total: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_partitions([NewPartitions(name, total)])[name].result(timeout=30)
+
+
+def produce(bootstrap: str, topic: str, records: Iterable[tuple[int, bytes | None, bytes | None]],
+            headers: list[tuple[str, bytes]] | None = None) -> int:
+    """Produce ``(partition, key, value)`` records synchronously; returns how many."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    n = 0
+    for partition, key, value in records:
+        producer.produce(topic, key=key, value=value, partition=partition, headers=headers)
+        n += 1
+        if n % 10000 == 0:
+            producer.flush()
+    remaining = producer.flush(30)
+    if remaining:
+        raise KafkaException(f"{remaining} records not delivered to {topic}")
+    return n
+
+
+def produce_numbered(bootstrap: str, topic: str, partitions: int, count: int, start: int = 0) -> int:
+    """``count`` records ``key=i, value=event-i`` spread round-robin over the partitions."""
+    return produce(
+        bootstrap,
+        topic,
+        ((i % partitions, str(i).encode(), f"event-{i}".encode()) for i in range(start, start + count)),
+    )
+
+
+def read_all(bootstrap: str, topic: str) -> set[tuple[int, int, bytes | None]]:
+    """Every committed record of ``topic`` as ``(partition, offset, value)``, read independently.
+
+    Reads each partition from its low to its high watermark with
+    ``read_committed``; this is the reference the bronze table is compared to.
+    """
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"reference-reader-{topic}",
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+    })  # fmt: skip
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        assignment, ends = [], {}
+        for p in meta.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if high > low:
+                assignment.append(TopicPartition(topic, p, low))
+                ends[p] = high
+        consumer.assign(assignment)
+        seen: set[tuple[int, int, bytes | None]] = set()
+        done: set[int] = set()
+        while len(done) < len(ends):
+            msg = consumer.poll(5)
+            if msg is None:
+                raise TimeoutError(f"reading {topic}: no message for 5s, partitions done {done}")
+            if msg.error():
+                if msg.error().code() == -191:  # _PARTITION_EOF
+                    done.add(msg.partition())
+                    continue
+                raise KafkaException(msg.error())
+            seen.add((msg.partition(), msg.offset(), msg.value()))
+        return seen
+    finally:
+        consumer.close()
