@@ -197,7 +197,7 @@ class BronzeCommit:
                 next_offsets=positions_from_json(data["next_offsets"]),
                 extra=dict(data.get("extra") or {}),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CommitMetadataError(f"{where}: malformed bronze commit metadata: {exc!r}") from exc
 
 

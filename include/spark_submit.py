@@ -7,6 +7,7 @@ any existing master; only ``--master`` changes.
 
 from __future__ import annotations
 
+import os
 import sys
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -51,9 +52,25 @@ def package_py_files(target_dir: Path | None = None) -> Path:
     return zip_path
 
 
+def spark_home() -> Path:
+    """The Spark distribution inside the installed pyspark package."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
 def spark_submit_binary() -> str:
-    """pyspark's own ``spark-submit`` from the environment this code runs in."""
-    return str(Path(sys.executable).parent / "spark-submit")
+    """pyspark's own ``spark-submit``."""
+    return str(spark_home() / "bin" / "spark-submit")
+
+
+def submit_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for running spark-submit: its Spark home and this Python."""
+    env = dict(os.environ if base is None else base)
+    env["SPARK_HOME"] = str(spark_home())
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    return env
 
 
 def submit_command(

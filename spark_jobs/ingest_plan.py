@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -89,7 +90,7 @@ def _positive_float(name: str):
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name}: expected seconds (a number), got {text!r}") from None
-        if value <= 0:
+        if not math.isfinite(value) or value <= 0:
             raise argparse.ArgumentTypeError(f"{name}: expected a positive number, got {value}")
         return value
 
@@ -128,7 +129,7 @@ def parse_config(argv: list[str]) -> IngestConfig:
     topics = tuple(t.strip() for t in args.topics.split(",") if t.strip())
     if bool(topics) == bool(args.topic_pattern):
         raise JobConfigError("give exactly one of --topics (a list) or --topic-pattern (a regex)")
-    if not _NAME.match(args.pipeline):
+    if not _NAME.fullmatch(args.pipeline):
         raise JobConfigError(
             f"--pipeline: expected letters, digits, '.', '_' or '-', got {args.pipeline!r}"
         )
@@ -178,8 +179,10 @@ def _same_positions(a: PositionMap | None, b: PositionMap) -> bool:
     return a is not None and flatten(a) == flatten(b)
 
 
-def checkpoint_matches_table(state: CheckpointState, table: BronzeCommit | None) -> str | None:
-    """``None`` if resuming ``state`` continues exactly where the table stands, else why not."""
+def checkpoint_matches_table(
+    state: CheckpointState, table: BronzeCommit | None, epoch: int | None = None
+) -> str | None:
+    """``None`` if resuming ``state`` (of ``epoch``) continues exactly where the table stands, else why not."""
     if table is None:
         if state.last_committed_batch is None:
             return None
@@ -192,7 +195,11 @@ def checkpoint_matches_table(state: CheckpointState, table: BronzeCommit | None)
         return None
     # Killed after the Delta commit of a batch, before Spark's own commit: the
     # replay of that batch is recognised by its txn version and skipped.
-    if state.pending_batch == table.batch_id and _same_positions(state.pending, positions):
+    if (
+        (epoch is None or epoch == table.epoch)
+        and state.pending_batch == table.batch_id
+        and _same_positions(state.pending, positions)
+    ):
         return None
     mismatched = []
     mine = flatten(state.position or {})
@@ -230,7 +237,7 @@ def plan_checkpoint(
         elif table is not None and table.epoch > latest:
             reason = f"checkpoint of epoch {table.epoch} that wrote the table's last commit is gone"
         else:
-            reason = checkpoint_matches_table(state, table)
+            reason = checkpoint_matches_table(state, table, latest)
             if reason is None:
                 return CheckpointPlan(epoch=latest, starting_offsets=starting_offsets)
     new_epoch = max([0, *checkpoints, *([table.epoch] if table else [])]) + 1

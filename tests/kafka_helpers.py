@@ -81,3 +81,18 @@ def read_all(bootstrap: str, topic: str) -> set[tuple[int, int, bytes | None]]:
         return seen
     finally:
         consumer.close()
+
+
+def produce_transactional(bootstrap: str, topic: str, batches: list[tuple[bool, list[tuple[int, bytes]]]]) -> None:
+    """Produce ``(commit?, [(partition, value)])`` transactions; aborted ones leave holes."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{topic}"})
+    producer.init_transactions(30)
+    for commit, records in batches:
+        producer.begin_transaction()
+        for partition, value in records:
+            producer.produce(topic, value=value, partition=partition)
+        producer.flush(30)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)

@@ -1,28 +1,74 @@
-"""Ingestion into bronze against the real broker, real Spark and real Delta."""
+"""Ingestion into bronze against the real broker, real Spark and real Delta.
+
+Every test compares bronze with an independent read of the topic by
+confluent-kafka, so "exactly once" is checked record by record.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
 import pytest
 
+from include import spark_checkpoint
 from include.delta_progress import read_progress
+from include.local_kafka import free_port
+from include.offsets import BronzeCommit, txn_app_id
+from include.spark_submit import submit_command, submit_environment
 from spark_jobs.ingest_plan import parse_config
-from spark_jobs.kafka_to_bronze import run
-from tests.kafka_helpers import produce_numbered, read_all
+from spark_jobs.kafka_to_bronze import FAILPOINT_ENV, KafkaSourceError, main, run
+from tests.kafka_helpers import (
+    add_partitions,
+    produce,
+    produce_numbered,
+    produce_transactional,
+    read_all,
+)
 
 pytestmark = pytest.mark.integration
 
 
-def _cfg(bootstrap, lake, pipeline, topic, *extra):
-    return parse_config([
+def _args(bootstrap, lake, pipeline, topic, *extra):
+    return [
         "--pipeline", pipeline, "--bootstrap-servers", bootstrap, "--topics", topic,
         "--bronze-path", str(lake / "bronze"), "--checkpoint-root", str(lake / "checkpoints"),
         *extra,
-    ])  # fmt: skip
+    ]  # fmt: skip
+
+
+def _cfg(bootstrap, lake, pipeline, topic, *extra):
+    return parse_config(_args(bootstrap, lake, pipeline, topic, *extra))
 
 
 def _bronze_records(spark, lake):
     rows = spark.read.format("delta").load(str(lake / "bronze")).select("partition", "offset", "value").collect()
     return [(r["partition"], r["offset"], bytes(r["value"])) for r in rows]
+
+
+def _assert_exactly_once(spark, lake, bootstrap, topic, expected_count):
+    records = _bronze_records(spark, lake)
+    assert len(records) == len(set(records)), "bronze holds duplicate records"
+    reference = read_all(bootstrap, topic)
+    assert len(reference) == expected_count
+    assert set(records) == reference
+
+
+def _bronze_commits(spark, lake):
+    """Every bronze commit, oldest first, with Delta's own row count for it."""
+    from delta.tables import DeltaTable
+
+    hist = DeltaTable.forPath(spark, str(lake / "bronze")).history().orderBy("version").collect()
+    result = []
+    for h in hist:
+        commit = BronzeCommit.from_user_metadata(h["userMetadata"], version=h["version"])
+        if commit is not None:
+            result.append((h["version"], commit, int(h["operationMetrics"].get("numOutputRows", 0))))
+    return result
 
 
 def test_two_runs_read_only_new_records_exactly_once(spark, bootstrap, make_topic, unique_name, lake):
@@ -37,8 +83,165 @@ def test_two_runs_read_only_new_records_exactly_once(spark, bootstrap, make_topi
     assert second.epoch == first.epoch
     assert second.start_offsets == first.next_offsets
 
-    records = _bronze_records(spark, lake)
-    assert len(records) == len(set(records)) == 450
-    assert set(records) == read_all(bootstrap, topic)
+    _assert_exactly_once(spark, lake, bootstrap, topic, 450)
     progress = read_progress(str(lake / "bronze"))
     assert progress.next_offsets == {topic: {0: 150, 1: 150, 2: 150}}
+
+    third = run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    assert third.rows == 0 and third.batches == []
+
+
+def test_bronze_keeps_kafka_metadata_and_headers(spark, bootstrap, make_topic, unique_name, lake):
+    topic = make_topic(unique_name, partitions=1)
+    produce(bootstrap, topic, [(0, b"k1", b"\x00\xffraw")], headers=[("trace", b"abc")])
+    summary = run(spark, _cfg(bootstrap, lake, unique_name, topic, "--run-id", "run-42"))
+    row = spark.read.format("delta").load(str(lake / "bronze")).collect()[0]
+    assert (row["topic"], row["partition"], row["offset"]) == (topic, 0, 0)
+    assert bytes(row["key"]) == b"k1" and bytes(row["value"]) == b"\x00\xffraw"
+    assert [(h["key"], bytes(h["value"])) for h in row["headers"]] == [("trace", b"abc")]
+    assert row["timestampType"] == 0 and row["timestamp"] is not None
+    assert row["run_id"] == "run-42" and row["batch_id"] == 0 and row["epoch"] == summary.epoch
+    assert row["ingested_at"] is not None
+
+
+def test_max_offsets_per_trigger_splits_into_chained_commits(spark, bootstrap, make_topic, unique_name, lake):
+    topic = make_topic(unique_name, partitions=3)
+    produce_numbered(bootstrap, topic, 3, 300)
+    summary = run(spark, _cfg(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "70"))
+    assert len(summary.batches) >= 5
+
+    commits = _bronze_commits(spark, lake)
+    assert [c.batch_id for _, c, _ in commits] == list(range(len(summary.batches)))
+    position: dict[tuple[str, int], int] = {}
+    for version, commit, delta_rows in commits:
+        assert commit.rows == delta_rows, f"version {version}: metadata rows != rows Delta wrote"
+        assert 0 < commit.rows <= 70
+        for r in commit.ranges:
+            assert r.from_offset == position.get(r.topic_partition, 0), f"version {version}: {r} does not chain"
+            assert r.rows == r.until_offset - r.from_offset  # plain topic: no holes
+            position[r.topic_partition] = r.until_offset
+        assert {(t, p): o for t, ps in commit.next_offsets.items() for p, o in ps.items()} == position
+    assert position == {(topic, 0): 100, (topic, 1): 100, (topic, 2): 100}
+    _assert_exactly_once(spark, lake, bootstrap, topic, 300)
+
+
+def test_new_partitions_arrive_from_their_first_offset(spark, bootstrap, make_topic, unique_name, lake):
+    topic = make_topic(unique_name, partitions=2)
+    produce_numbered(bootstrap, topic, 2, 40)
+    run(spark, _cfg(bootstrap, lake, unique_name, topic))
+
+    add_partitions(bootstrap, topic, 4)
+    produce_numbered(bootstrap, topic, 4, 80, start=40)
+    second = run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    assert second.rows == 80
+    new = [r for b in second.batches for r in b.ranges if r.partition in (2, 3)]
+    assert sorted((r.partition, r.from_offset, r.until_offset) for r in new) == [(2, 0, 20), (3, 0, 20)]
+    _assert_exactly_once(spark, lake, bootstrap, topic, 120)
+
+
+def test_aborted_transactions_are_skipped_and_holes_are_not_failures(spark, bootstrap, make_topic, unique_name, lake):
+    topic = make_topic(unique_name, partitions=1)
+    produce_transactional(bootstrap, topic, [
+        (True, [(0, b"committed-1"), (0, b"committed-2")]),
+        (False, [(0, b"aborted-1"), (0, b"aborted-2"), (0, b"aborted-3")]),
+        (True, [(0, b"committed-3")]),
+    ])  # fmt: skip
+    summary = run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    values = sorted(v for _, _, v in _bronze_records(spark, lake))
+    assert values == [b"committed-1", b"committed-2", b"committed-3"]
+    # 3 committed + 3 aborted records + 3 transaction markers = offsets 0..8
+    (partition,) = summary.to_json()["partitions"][topic].values()
+    assert partition == {"from": 0, "until": 9, "rows": 3}
+    _assert_exactly_once(spark, lake, bootstrap, topic, 3)
+
+
+def test_deleted_checkpoint_resumes_at_table_offsets_with_new_epoch(spark, bootstrap, make_topic, unique_name, lake):
+    topic = make_topic(unique_name, partitions=3)
+    produce_numbered(bootstrap, topic, 3, 90)
+    first = run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    shutil.rmtree(lake / "checkpoints")
+
+    produce_numbered(bootstrap, topic, 3, 60, start=90)
+    second = run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    assert second.epoch == first.epoch + 1
+    assert second.checkpoint_rebuilt["reason"] == "no checkpoint found"
+    assert second.rows == 60
+
+    progress = read_progress(str(lake / "bronze"))
+    assert progress.epoch == second.epoch  # the new epoch's writes landed, not skipped
+    assert progress.commit.extra["checkpoint_rebuilt"]["reason"] == "no checkpoint found"
+    from deltalake import DeltaTable
+
+    assert DeltaTable(str(lake / "bronze")).transaction_version(txn_app_id(unique_name, second.epoch)) == 0
+    _assert_exactly_once(spark, lake, bootstrap, topic, 150)
+
+    produce_numbered(bootstrap, topic, 3, 30, start=150)
+    third = run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    assert (third.epoch, third.rows, third.checkpoint_rebuilt) == (second.epoch, 30, None)
+    _assert_exactly_once(spark, lake, bootstrap, topic, 180)
+
+
+def test_kill_after_delta_commit_before_checkpoint_commit(spark, bootstrap, make_topic, unique_name, lake, tmp_path):
+    topic = make_topic(unique_name, partitions=3)
+    produce_numbered(bootstrap, topic, 3, 300)
+    cmd = submit_command(
+        "spark_jobs/kafka_to_bronze.py",
+        _args(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "100"),
+        master="local[1]",
+        conf={"spark.ui.enabled": "false"},
+    )
+    env = submit_environment({**os.environ, FAILPOINT_ENV: "kill-after-bronze-commit:1"})
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, start_new_session=True)
+    assert proc.returncode == -signal.SIGKILL, f"the failpoint did not kill the job: {proc.stderr[-3000:]}"
+
+    # The crash window: batch 1 is in the table, Spark never committed it.
+    progress = read_progress(str(lake / "bronze"))
+    assert (progress.epoch, progress.commit.batch_id) == (1, 1)
+    state = spark_checkpoint.read_state(spark_checkpoint.epoch_dir(lake / "checkpoints", 1))
+    assert (state.last_committed_batch, state.pending_batch) == (0, 1)
+
+    before = len(_bronze_records(spark, lake))
+    assert 0 < before < 300
+
+    rerun = run(spark, _cfg(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "100"))
+    assert rerun.epoch == 1 and rerun.checkpoint_rebuilt is None
+    assert [b.skipped_replay for b in rerun.batches][0] is True
+    assert rerun.rows == 300 - before
+    _assert_exactly_once(spark, lake, bootstrap, topic, 300)
+
+
+def test_missing_topic_fails_fast_and_writes_nothing(spark, bootstrap, unique_name, lake):
+    started = time.monotonic()
+    with pytest.raises(KafkaSourceError, match=f"{unique_name}-absent.*do not exist on {bootstrap}"):
+        run(spark, _cfg(bootstrap, lake, unique_name, f"{unique_name}-absent"))
+    assert time.monotonic() - started < 30
+    assert not (lake / "bronze").exists() and not (lake / "checkpoints").exists()
+
+
+def test_unreachable_broker_fails_in_bounded_time_naming_the_address(spark, unique_name, lake):
+    address = f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    with pytest.raises(KafkaSourceError, match=f"Kafka at {address} did not answer within 3s"):
+        run(spark, _cfg(address, lake, unique_name, "orders", "--admin-timeout-s", "3"))
+    assert time.monotonic() - started < 20
+    assert not (lake / "bronze").exists()
+
+
+def test_wrong_config_type_names_the_field_and_writes_nothing(bootstrap, unique_name, lake, capsys):
+    code = main(_args(bootstrap, lake, unique_name, "orders", "--max-offsets-per-trigger", "lots"))
+    assert code == 2
+    assert "--max-offsets-per-trigger: expected a positive integer, got 'lots'" in capsys.readouterr().err
+    assert not lake.exists()
+
+
+def test_summary_file_is_written_for_the_orchestrator(spark, bootstrap, make_topic, unique_name, lake, tmp_path):
+    topic = make_topic(unique_name, partitions=2)
+    produce_numbered(bootstrap, topic, 2, 10)
+    out = tmp_path / "summary.json"
+    run(spark, _cfg(bootstrap, lake, unique_name, topic, "--summary-path", str(out), "--run-id", "r1"))
+    summary = json.loads(out.read_text())
+    assert summary["run_id"] == "r1" and summary["rows"] == 10
+    assert summary["partitions"][topic] == {"0": {"from": 0, "until": 5, "rows": 5},
+                                            "1": {"from": 0, "until": 5, "rows": 5}}  # fmt: skip
+    assert summary["next_offsets"] == {topic: {"0": 5, "1": 5}}
+    assert summary["bronze_version"] == 0
