@@ -32,10 +32,13 @@ lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
+# Re-resolve every transitive version from requirements.txt alone, then lock it.
 lock:
-	$(PYTHON) -m venv /tmp/kde-lock-venv
-	/tmp/kde-lock-venv/bin/pip install --quiet -r requirements.txt --constraint /dev/null
-	/tmp/kde-lock-venv/bin/pip freeze > constraints.txt
+	rm -rf /tmp/kde-lock-venv && $(PYTHON) -m venv /tmp/kde-lock-venv
+	grep -v '^-c ' requirements.txt > /tmp/kde-lock-requirements.txt
+	/tmp/kde-lock-venv/bin/pip install --quiet -r /tmp/kde-lock-requirements.txt
+	(echo "# Full lock of the project's Python environment (make lock)."; \
+	 /tmp/kde-lock-venv/bin/pip freeze) > constraints.txt
 
 clean:
 	rm -rf $(VENV) var .cache/build

@@ -114,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"broker ready at {bootstrap}")
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        AdminClient({"bootstrap.servers": bootstrap}).create_topics(
-            [NewTopic(TOPIC, PARTITIONS, 1)]
-        )[TOPIC].result(30)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
+        del admin  # an idle client would log the broker's shutdown at the end
         print(f"producing {args.events} events to {TOPIC} ({PARTITIONS} partitions)", flush=True)
         _produce_orders(bootstrap, args.events, 0)
         first = _run_ingestion(bootstrap, lake, 1)
