@@ -245,3 +245,25 @@ def test_summary_file_is_written_for_the_orchestrator(spark, bootstrap, make_top
                                             "1": {"from": 0, "until": 5, "rows": 5}}  # fmt: skip
     assert summary["next_offsets"] == {topic: {"0": 5, "1": 5}}
     assert summary["bronze_version"] == 0
+
+
+def test_progress_skips_other_writers_commits_and_survives_log_checkpoints(
+    spark, bootstrap, make_topic, unique_name, lake
+):
+    from delta.tables import DeltaTable
+
+    topic = make_topic(unique_name, partitions=2)
+    produce_numbered(bootstrap, topic, 2, 240)
+    first = run(spark, _cfg(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "20"))
+    assert len(first.batches) == 12  # past Delta's log checkpoint interval of 10 commits
+    assert (lake / "bronze" / "_delta_log" / "00000000000000000010.checkpoint.parquet").exists()
+
+    DeltaTable.forPath(spark, str(lake / "bronze")).optimize().executeCompaction()
+    progress = read_progress(str(lake / "bronze"))  # delta-rs, no JVM
+    assert progress.table_version == 12 and progress.commit_version == 11
+    assert progress.next_offsets == {topic: {0: 120, 1: 120}}
+
+    produce_numbered(bootstrap, topic, 2, 10, start=240)
+    second = run(spark, _cfg(bootstrap, lake, unique_name, topic))  # the job skips OPTIMIZE too
+    assert second.rows == 10 and second.start_offsets == {topic: {0: 120, 1: 120}}
+    _assert_exactly_once(spark, lake, bootstrap, topic, 250)
