@@ -1,0 +1,647 @@
+"""Ingestion throughput, side by side: Kafka's own consumer, a plain Spark job, the project's job.
+
+    make bench BENCH_ARGS="--records 500000 --repetitions 2"
+    .venv/bin/python -m include.benchmark [--records N] [--partitions P] [--record-bytes B]
+                                          [--repetitions R] [--bootstrap-servers HOST:PORT]
+
+One run, so every figure comes from the same machine state:
+
+1. starts a local broker in a temporary folder (or uses ``--bootstrap-servers``),
+   creates one topic and produces the backlog once with confluent-kafka
+   (unique values of exactly ``--record-bytes`` bytes, no keys, round-robin
+   over the partitions);
+2. per repetition, reads the whole backlog with
+   a. Kafka's ``consumer-perf-test`` (a fresh group): the ceiling;
+   b. ``spark_jobs/plain_kafka_to_delta.py`` (readStream -> AvailableNow ->
+      Delta, nothing else), via spark-submit on ``local[2]``;
+   c. ``spark_jobs/kafka_to_bronze.py``, the project's job, submitted the same way;
+   each Spark job to a fresh table and checkpoint, and the table's rows are
+   checked against the backlog (count and distinct partition/offset);
+3. prints a markdown table (records/s, MB/s of value bytes, median/min/max
+   over repetitions, project/plain and project/ceiling ratios) and writes it
+   to ``--output``; Spark logs go next to it;
+4. stops the broker it started, always.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from include import local_kafka, settings
+from include.spark_submit import submit_command, submit_environment
+
+#: The three things measured, in the order of each repetition and of the table.
+JOBS: dict[str, str] = {
+    "ceiling": "Kafka consumer-perf-test (ceiling)",
+    "plain": "plain Spark job (plain_kafka_to_delta.py)",
+    "project": "project job (kafka_to_bronze.py)",
+}
+
+_PLAIN_LINE = re.compile(r"plain_kafka_to_delta: rows=(\d+) seconds=([0-9.]+) batches=(\d+)")
+_PROGRESS_MARKER = "Streaming query made progress: "
+
+
+class BenchmarkError(RuntimeError):
+    """A measurement failed or ingested the wrong number of records."""
+
+
+@dataclass(frozen=True)
+class BenchmarkParams:
+    """What to measure and where (see ``python -m include.benchmark --help``)."""
+
+    records: int = 2_000_000
+    partitions: int = 6
+    record_bytes: int = 200
+    repetitions: int = 3
+    bootstrap_servers: str | None = None
+    output: Path = settings.VAR_DIR / "benchmark" / "ingest.md"
+    work_dir: Path | None = None
+    keep_work_dir: bool = False
+    master: str = "local[2]"
+    project_max_offsets_per_trigger: int | None = None
+    job_timeout_s: float = 3600.0
+
+    @property
+    def value_bytes(self) -> int:
+        """Bytes of record values in the backlog (what MB/s counts)."""
+        return self.records * self.record_bytes
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One job's read of the whole backlog in one repetition."""
+
+    job: str
+    repetition: int
+    rows: int
+    drain_s: float
+    wall_s: float
+    log: Path | None = None
+    progress: list[dict] = field(default_factory=list)
+    detail: dict = field(default_factory=dict)
+
+
+@dataclass
+class BenchmarkReport:
+    """Everything the markdown is rendered from."""
+
+    params: BenchmarkParams
+    machine: str
+    topic: str
+    broker: str
+    produce_s: float
+    measurements: list[Measurement] = field(default_factory=list)
+    load_before: str = ""
+    load_after: str = ""
+    total_s: float = 0.0
+
+
+# --------------------------------------------------------------------------- machine
+
+
+def _first_match(path: str, prefix: str) -> str | None:
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(prefix):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def machine_description() -> str:
+    """``host: nproc N, memory X GiB, CPU <model>`` from the OS and ``/proc``."""
+    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    mem_kb = _first_match("/proc/meminfo", "MemTotal")
+    memory = f"{int(mem_kb.split()[0]) / 1024**2:.1f} GiB" if mem_kb else "unknown"
+    cpu = _first_match("/proc/cpuinfo", "model name") or platform.processor() or "unknown"
+    return f"{platform.node()}: nproc {nproc}, memory {memory}, CPU {cpu}"
+
+
+def load_average() -> str:
+    """The 1/5/15-minute load averages, e.g. ``1.02 0.80 0.55``."""
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+# --------------------------------------------------------------------------- Kafka
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create ``topic`` with ``partitions`` partitions (replication 1)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=60)
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    """Delete ``topic`` (used on a broker the benchmark did not start)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result(timeout=60)
+
+
+def produce_backlog(bootstrap: str, topic: str, records: int, partitions: int, record_bytes: int) -> float:
+    """Produce the backlog with confluent-kafka in large batches; returns the seconds it took.
+
+    Values are exactly ``record_bytes`` bytes: a 12-digit record number then
+    hex text from a pool of 4096 random strings, so every value is distinct
+    and compresses like ordinary text, not like one repeated payload. No
+    keys; record ``i`` goes to partition ``i % partitions``. Measured against
+    Kafka's producer-perf-test on this machine, this was ~5x faster (its JVM
+    start-up included) for 200,000 records.
+    """
+    from confluent_kafka import KafkaException, Producer
+
+    pad = record_bytes - 12
+    pool = [os.urandom((pad + 1) // 2).hex().encode()[:pad] for _ in range(4096)]
+    producer = Producer({
+        "bootstrap.servers": bootstrap,
+        "linger.ms": 20,
+        "batch.size": 1_000_000,
+        "batch.num.messages": 100_000,
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+        "compression.type": "none",
+    })  # fmt: skip
+    failures: list[str] = []
+
+    def on_delivery(err, _msg) -> None:
+        if err is not None and len(failures) < 10:
+            failures.append(str(err))
+
+    started = time.monotonic()
+    for i in range(records):
+        value = b"%012d" % i + pool[i & 4095]
+        while True:
+            try:
+                producer.produce(topic, value, partition=i % partitions, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 50_000 == 0:
+            producer.poll(0)
+    remaining = producer.flush(300)
+    elapsed = time.monotonic() - started
+    if remaining or failures:
+        raise KafkaException(f"producing the backlog to {topic}: {remaining} undelivered, errors {failures}")
+    return elapsed
+
+
+def _topic_size(bootstrap: str, topic: str) -> int:
+    """Records in ``topic`` (sum of high - low watermarks)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-inspect-{uuid.uuid4().hex[:8]}"})
+    try:
+        meta = consumer.list_topics(topic, timeout=30).topics[topic]
+        total = 0
+        for p in meta.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            total += high - low
+        return total
+    finally:
+        consumer.close()
+
+
+def parse_consumer_perf(stdout: str) -> dict[str, str]:
+    """The result line of ``consumer-perf-test`` as ``{column: value}`` (header names as keys)."""
+    lines = [line.strip() for line in stdout.splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        if line.startswith("start.time") and i + 1 < len(lines):
+            header = [h.strip() for h in line.split(",")]
+            values = [v.strip() for v in lines[i + 1].split(",")]
+            if len(values) == len(header):
+                return dict(zip(header, values, strict=True))
+    raise BenchmarkError(f"cannot find consumer-perf-test's result in its output:\n{stdout[-2000:]}")
+
+
+def measure_ceiling(
+    bootstrap: str, topic: str, records: int, repetition: int, timeout_s: float
+) -> Measurement:
+    """Kafka's ConsumerPerformance reading the whole topic with a fresh group.
+
+    Drain time is the tool's own start.time -> end.time (group join included,
+    JVM start-up not); wall time is the tool's whole process.
+    """
+    started = time.monotonic()
+    result = local_kafka.run_kafka_tool(
+        "consumer-perf-test",
+        "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(records),
+        "--group", f"bench-ceiling-{uuid.uuid4().hex[:8]}", "--timeout", "30000",
+        timeout_s=timeout_s,
+    )  # fmt: skip
+    wall = time.monotonic() - started
+    if result.returncode != 0:
+        raise BenchmarkError(
+            f"consumer-perf-test exited {result.returncode}:\n{(result.stderr or result.stdout)[-3000:]}"
+        )
+    row = parse_consumer_perf(result.stdout)
+    fmt = "%Y-%m-%d %H:%M:%S:%f"
+    drain = (
+        datetime.strptime(row["end.time"], fmt) - datetime.strptime(row["start.time"], fmt)
+    ).total_seconds()
+    rows = int(row["data.consumed.in.nMsg"])
+    if rows != records:
+        raise BenchmarkError(f"consumer-perf-test read {rows} records of {topic}, the backlog is {records}")
+    return Measurement("ceiling", repetition, rows, drain, wall, detail=row)
+
+
+# --------------------------------------------------------------------------- Spark
+
+
+def run_spark_job(
+    application: str, args: Sequence[str], log_path: Path, *, master: str, timeout_s: float
+) -> float:
+    """spark-submit ``application`` the way the orchestrator does; returns the wall seconds.
+
+    Output (driver log included) goes to ``log_path``; a failure raises with its tail.
+    """
+    cmd = submit_command(application, list(args), master=master, conf={"spark.ui.enabled": "false"})
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with open(log_path, "w") as log:
+        try:
+            proc = subprocess.run(cmd, env=submit_environment(), stdout=log, stderr=subprocess.STDOUT,
+                                  timeout=timeout_s)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise BenchmarkError(
+                f"{application} did not finish within {timeout_s:.0f}s; log {log_path}"
+            ) from None
+    wall = time.monotonic() - started
+    if proc.returncode != 0:
+        tail = log_path.read_text(errors="replace")[-3000:]
+        raise BenchmarkError(f"{application} exited {proc.returncode}; end of {log_path}:\n{tail}")
+    return wall
+
+
+def query_progress(log_path: Path) -> list[dict]:
+    """The ``Streaming query made progress`` JSON objects Spark logged, in order."""
+    text = log_path.read_text(errors="replace")
+    decoder = json.JSONDecoder()
+    found: list[dict] = []
+    start = text.find(_PROGRESS_MARKER)
+    while start >= 0:
+        try:
+            obj, end = decoder.raw_decode(text, start + len(_PROGRESS_MARKER))
+            found.append(obj)
+        except ValueError:
+            end = start + len(_PROGRESS_MARKER)
+        start = text.find(_PROGRESS_MARKER, end)
+    return [p for p in found if isinstance(p, dict)]
+
+
+def verify_delta_rows(path: Path, expected: int, what: str) -> int:
+    """Rows of the Delta table at ``path``; raises unless it holds exactly ``expected``
+    distinct (partition, offset) records and no duplicates."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(path)).to_pyarrow_table(columns=["partition", "offset"])
+    distinct = table.group_by(["partition", "offset"]).aggregate([]).num_rows
+    if table.num_rows != expected or distinct != expected:
+        raise BenchmarkError(
+            f"{what}: the Delta table {path} holds {table.num_rows} rows ({distinct} distinct "
+            f"partition/offset), the backlog is {expected} records"
+        )
+    return table.num_rows
+
+
+def measure_plain(bootstrap: str, topic: str, rep_dir: Path, params: BenchmarkParams, repetition: int,
+                  log_dir: Path) -> Measurement:  # fmt: skip
+    """The plain job into a fresh table; drain time is the job's own start() -> awaitTermination()."""
+    table, checkpoint = rep_dir / "plain" / "table", rep_dir / "plain" / "checkpoint"
+    log = log_dir / f"rep{repetition}-plain.log"
+    wall = run_spark_job(
+        "spark_jobs/plain_kafka_to_delta.py",
+        ["--bootstrap-servers", bootstrap, "--topic", topic, "--table", str(table), "--checkpoint", str(checkpoint)],
+        log, master=params.master, timeout_s=params.job_timeout_s,
+    )  # fmt: skip
+    match = _PLAIN_LINE.search(log.read_text(errors="replace"))
+    if match is None:
+        raise BenchmarkError(f"plain job printed no 'plain_kafka_to_delta: rows=' line; log {log}")
+    job_rows, seconds, batches = int(match[1]), float(match[2]), int(match[3])
+    if job_rows != params.records:
+        raise BenchmarkError(f"plain job read {job_rows} rows, the backlog is {params.records}; log {log}")
+    rows = verify_delta_rows(table, params.records, "plain job")
+    return Measurement(
+        "plain", repetition, rows, seconds, wall, log, query_progress(log), {"batches": batches}
+    )
+
+
+def measure_project(bootstrap: str, topic: str, rep_dir: Path, params: BenchmarkParams, repetition: int,
+                    log_dir: Path) -> Measurement:  # fmt: skip
+    """The project's job into a fresh table; drain time is its summary's ``duration_s``."""
+    bronze, checkpoints = rep_dir / "project" / "bronze", rep_dir / "project" / "checkpoints"
+    summary_path = rep_dir / "project" / "summary.json"
+    log = log_dir / f"rep{repetition}-project.log"
+    args = [
+        "--pipeline", "benchmark", "--bootstrap-servers", bootstrap, "--topics", topic,
+        "--bronze-path", str(bronze), "--checkpoint-root", str(checkpoints),
+        "--run-id", f"benchmark-{repetition}-{uuid.uuid4().hex[:6]}", "--run-type", "manual",
+        "--summary-path", str(summary_path),
+    ]  # fmt: skip
+    if params.project_max_offsets_per_trigger:
+        args += ["--max-offsets-per-trigger", str(params.project_max_offsets_per_trigger)]
+    wall = run_spark_job("spark_jobs/kafka_to_bronze.py", args, log, master=params.master,
+                         timeout_s=params.job_timeout_s)  # fmt: skip
+    summary = json.loads(summary_path.read_text())
+    if summary["rows"] != params.records:
+        raise BenchmarkError(
+            f"project job's summary says {summary['rows']} rows, the backlog is {params.records}"
+        )
+    rows = verify_delta_rows(bronze, params.records, "project job")
+    shutil.copy(summary_path, log_dir / f"rep{repetition}-project-summary.json")
+    detail = {
+        "batches": len(summary["batches"]),
+        "batch_s": sum(b["duration_s"] for b in summary["batches"]),
+    }
+    return Measurement("project", repetition, rows, float(summary["duration_s"]), wall, log,
+                       query_progress(log), detail)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _fmt_int(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def _fmt_mb(x: float) -> str:
+    """MB/s with three significant digits below 100 (tiny backlogs must not round to 0)."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def _fmt_rate(values: list[float], fmt) -> str:
+    """``median (min–max)`` of ``values``."""
+    if len(values) == 1:
+        return fmt(values[0])
+    return f"{fmt(statistics.median(values))} ({fmt(min(values))}–{fmt(max(values))})"
+
+
+def _median_rate(ms: list[Measurement], basis: str, records: int) -> float:
+    return statistics.median(records / getattr(m, f"{basis}_s") for m in ms)
+
+
+def _progress_breakdown(ms: list[Measurement]) -> str | None:
+    """Median per-run sums of Spark's ``durationMs`` parts (for the Spark jobs)."""
+    keys = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets", "triggerExecution")
+    per_run: dict[str, list[float]] = {k: [] for k in keys}
+    batches: list[int] = []
+    for m in ms:
+        if not m.progress:
+            return None
+        for k in keys:
+            per_run[k].append(sum(float(p.get("durationMs", {}).get(k, 0)) for p in m.progress) / 1000)
+        batches.append(sum(1 for p in m.progress if int(p.get("numInputRows", 0)) > 0))
+    parts = ", ".join(f"{k} {statistics.median(v):.1f}s" for k, v in per_run.items())
+    return f"{int(statistics.median(batches))} batch(es) with rows; {parts}"
+
+
+def render_markdown(report: BenchmarkReport) -> str:
+    """The report as markdown: header, one row per job, ratios, definitions."""
+    p = report.params
+    by_job = {job: [m for m in report.measurements if m.job == job] for job in JOBS}
+    mb = p.value_bytes / 1e6
+    lines = [
+        "# Kafka -> Delta ingestion benchmark",
+        "",
+        f"- machine: {report.machine}; load average {report.load_before} at start, {report.load_after} at end",
+        f"- parameters: {p.records:,} records x {p.record_bytes} B values ({mb:,.1f} MB of values, no keys) "
+        f"in {p.partitions} partitions of topic `{report.topic}`; {p.repetitions} repetition(s); "
+        f"Spark `{p.master}`, spark-submit via include.spark_submit (driver memory 1g, UI off)"
+        + (f"; project --max-offsets-per-trigger {p.project_max_offsets_per_trigger}"
+           if p.project_max_offsets_per_trigger else "; no maxOffsetsPerTrigger for either Spark job"),
+        f"- broker: {report.broker}; backlog produced once with confluent-kafka in {report.produce_s:.1f}s "
+        f"({p.records / report.produce_s:,.0f} records/s)",
+        f"- total benchmark wall time: {report.total_s:.0f}s",
+        "",
+        "| job | rows checked | drain s | drain records/s | drain MB/s | wall s | wall records/s | wall MB/s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for job, label in JOBS.items():
+        ms = by_job[job]
+        if not ms:
+            continue
+        rows_ok = all(m.rows == p.records for m in ms)
+        checked = f"{ms[0].rows:,} = backlog x{len(ms)}" if rows_ok else "MISMATCH"
+        cells = [label, checked]
+        for basis in ("drain", "wall"):
+            secs = [getattr(m, f"{basis}_s") for m in ms]
+            cells += [
+                _fmt_rate(secs, lambda x: f"{x:.1f}"),
+                _fmt_rate([p.records / s for s in secs], _fmt_int),
+                _fmt_rate([mb / s for s in secs], _fmt_mb),
+            ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "| ratio of median records/s | drain | wall |", "|---|---|---|"]
+    project = by_job["project"]
+    for other, name in (("plain", "project / plain"), ("ceiling", "project / ceiling")):
+        if project and by_job[other]:
+            ratios = [
+                f"{_median_rate(project, basis, p.records) / _median_rate(by_job[other], basis, p.records):.2f}"
+                for basis in ("drain", "wall")
+            ]
+            lines.append(f"| {name} | {ratios[0]} | {ratios[1]} |")
+    lines += [
+        "",
+        "Cells are median (min–max) over repetitions. MB/s counts record value bytes only "
+        f"({p.records:,} x {p.record_bytes} B, 10^6 B per MB): no keys, headers, timestamps or protocol overhead.",
+        "",
+        "- drain: ceiling = consumer-perf-test's own start.time -> end.time (group join included); "
+        "plain = the job's `start()` -> `awaitTermination()`; project = the summary's `duration_s` "
+        "(topic check, bronze/checkpoint inspection and the query).",
+        "- wall: the whole process (JVM start, spark-submit, session start-up and stop included).",
+        "- rows checked: consumer-perf-test's record count; for the Spark jobs the Delta table read "
+        "with deltalake (rows and distinct partition/offset), and the project's summary rows.",
+    ]
+    for job in ("plain", "project"):
+        breakdown = _progress_breakdown(by_job[job])
+        if breakdown:
+            lines.append(f"- Spark query progress, {job} (median per run): {breakdown}")
+    if project and all("batch_s" in m.detail for m in project):
+        lines.append(
+            "- project: median seconds inside its foreachBatch writer (count/min/max per partition, "
+            f"Delta write, history read): {statistics.median(m.detail['batch_s'] for m in project):.1f}s"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- run
+
+
+def _log(message: str) -> None:
+    print(f"[benchmark {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
+    """Start/reuse the broker, produce once, measure every repetition; always stop what it started."""
+    started = time.monotonic()
+    load_before = load_average()
+    work = Path(params.work_dir or tempfile.mkdtemp(prefix="kde-benchmark-")).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    log_dir = params.output.resolve().parent / f"{params.output.stem}-logs"
+    if log_dir.exists():
+        shutil.rmtree(log_dir)
+    log_dir.mkdir(parents=True)
+    topic = f"benchmark-{uuid.uuid4().hex[:8]}"
+    broker: local_kafka.LocalBroker | None = None
+    topic_created = False
+    try:
+        if params.bootstrap_servers:
+            bootstrap = params.bootstrap_servers
+            broker_text = f"given, {bootstrap}"
+        else:
+            _log(f"starting a local broker in {work / 'kafka'}")
+            broker = local_kafka.start(work / "kafka")
+            bootstrap = broker.bootstrap_servers
+            broker_text = f"started by the benchmark (local_kafka, KRaft, heap 1g), {bootstrap}"
+        create_topic(bootstrap, topic, params.partitions)
+        topic_created = True
+        _log(f"producing {params.records:,} records of {params.record_bytes} B to {topic}")
+        produce_s = produce_backlog(bootstrap, topic, params.records, params.partitions, params.record_bytes)
+        size = _topic_size(bootstrap, topic)
+        if size != params.records:
+            raise BenchmarkError(f"topic {topic} holds {size} records after producing {params.records}")
+        _log(f"produced in {produce_s:.1f}s")
+        report = BenchmarkReport(params, machine_description(), topic, broker_text, produce_s,
+                                 load_before=load_before)  # fmt: skip
+        for rep in range(1, params.repetitions + 1):
+            rep_dir = work / f"rep{rep}"
+            for job in JOBS:
+                _log(f"repetition {rep}/{params.repetitions}: {JOBS[job]}")
+                if job == "ceiling":
+                    m = measure_ceiling(bootstrap, topic, params.records, rep, params.job_timeout_s)
+                elif job == "plain":
+                    m = measure_plain(bootstrap, topic, rep_dir, params, rep, log_dir)
+                else:
+                    m = measure_project(bootstrap, topic, rep_dir, params, rep, log_dir)
+                report.measurements.append(m)
+                _log(f"  {m.rows:,} rows, drain {m.drain_s:.1f}s ({params.records / m.drain_s:,.0f} records/s), "
+                     f"wall {m.wall_s:.1f}s")  # fmt: skip
+            if not params.keep_work_dir:
+                shutil.rmtree(rep_dir, ignore_errors=True)
+        report.load_after = load_average()
+        report.total_s = time.monotonic() - started
+        return report
+    finally:
+        if broker is not None:
+            _log("stopping the broker")
+            broker.stop()
+        elif topic_created:
+            try:
+                delete_topic(bootstrap, topic)
+            except Exception as exc:  # noqa: BLE001 - cleanup must not hide the result
+                _log(f"could not delete topic {topic}: {exc}")
+        if not params.keep_work_dir and params.work_dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m include.benchmark``."""
+    d = BenchmarkParams()
+
+    def positive(text: str) -> int:
+        value = int(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        return value
+
+    p = argparse.ArgumentParser(prog="python -m include.benchmark", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--records", type=positive, default=d.records, help="backlog size (default %(default)s)")
+    p.add_argument(
+        "--partitions", type=positive, default=d.partitions, help="topic partitions (default %(default)s)"
+    )
+    p.add_argument(
+        "--record-bytes",
+        type=positive,
+        default=d.record_bytes,
+        help="bytes per record value, at least 16 (default %(default)s)",
+    )
+    p.add_argument("--repetitions", type=positive, default=d.repetitions, help="default %(default)s")
+    p.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="use this broker (a fresh topic is created and deleted) instead of starting one",
+    )
+    p.add_argument(
+        "--output",
+        type=Path,
+        default=d.output,
+        help="markdown report (default %(default)s); Spark logs and project summaries go to "
+        "<output stem>-logs/ beside it, replaced each run",
+    )
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="folder for the broker, tables and checkpoints (default: a temporary folder)",
+    )
+    p.add_argument("--keep-work-dir", action="store_true", help="keep tables and checkpoints")
+    p.add_argument("--master", default=d.master, help="spark-submit --master (default %(default)s)")
+    p.add_argument(
+        "--project-max-offsets-per-trigger",
+        type=positive,
+        default=None,
+        help="pass --max-offsets-per-trigger to the project's job (default: none, like the plain job)",
+    )
+    p.add_argument(
+        "--job-timeout-s", type=float, default=d.job_timeout_s, help="per job run (default %(default)s)"
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark, print the markdown to stdout and write it to ``--output``; 1 on failure."""
+    args = build_arg_parser().parse_args(argv)
+    if args.record_bytes < 16:
+        print("benchmark: --record-bytes must be at least 16", file=sys.stderr)
+        return 2
+    params = BenchmarkParams(
+        records=args.records,
+        partitions=args.partitions,
+        record_bytes=args.record_bytes,
+        repetitions=args.repetitions,
+        bootstrap_servers=args.bootstrap_servers,
+        output=args.output,
+        work_dir=args.work_dir,
+        keep_work_dir=args.keep_work_dir,
+        master=args.master,
+        project_max_offsets_per_trigger=args.project_max_offsets_per_trigger,
+        job_timeout_s=args.job_timeout_s,
+    )
+    try:
+        report = run_benchmark(params)
+    except (BenchmarkError, local_kafka.BrokerError) as exc:
+        print(f"benchmark FAILED: {exc}", file=sys.stderr)
+        return 1
+    text = render_markdown(report)
+    params.output.parent.mkdir(parents=True, exist_ok=True)
+    params.output.write_text(text)
+    print(text, end="")
+    _log(f"written to {params.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
