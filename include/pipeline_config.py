@@ -1,0 +1,955 @@
+"""Pipeline configuration: one YAML file per pipeline, typed and validated when loaded.
+
+A pipeline file (``include/pipelines/<name>.yaml``) declares what one Airflow
+DAG ingests and how: topics, starting position, tables, schedule, lag
+thresholds, data-loss policy, cluster profile. :func:`load_pipeline` turns it
+into a frozen :class:`PipelineConfig` or raises :class:`PipelineConfigError`
+whose message names the file, the field and what was expected against what
+was found, e.g.::
+
+    include/pipelines/orders.yaml: kafka.max_offsets_per_trigger: expected a positive integer, got 'lots' (str)
+
+The DAG factory calls :func:`load_pipelines` while Airflow parses DAG files, so
+this module imports only the standard library, PyYAML and
+:mod:`include.settings`: no Kafka, Spark or Airflow, no network.
+
+Broker addresses and security settings never appear in a pipeline file; they
+live in the Airflow connection named by ``kafka.connection_id``. Keys that look
+like them are rejected wherever they appear.
+
+The class docstrings below are the configuration reference: each ``Attributes``
+entry is one key of the file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+
+from include import settings
+
+#: Environment variable overriding the default ``tables.lakehouse_root``.
+LAKEHOUSE_ROOT_ENV = "KDE_LAKEHOUSE_ROOT"
+
+STARTING_OFFSETS = ("earliest", "latest")
+DATA_LOSS_POLICIES = ("fail", "record_and_continue")
+CLUSTER_PROFILES = ("local_standalone", "existing_master")
+#: Airflow's cron presets (``airflow.utils.dates.cron_presets``). ``@once`` and
+#: ``@continuous`` are left out: a pipeline runs on a cron or by hand (null).
+SCHEDULE_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
+#: ``--run-type`` choices of ``spark_jobs/kafka_to_bronze.py``; a unit test keeps
+#: this equal to ``spark_jobs.ingest_plan.RUN_TYPES`` (not imported here so that
+#: loading configs at DAG-parse time stays free of the job's modules).
+RUN_TYPES = ("scheduled", "manual", "backfill", "rebuild_checkpoint")
+
+#: Same rule as the job's ``--pipeline`` (``spark_jobs.ingest_plan``), which is
+#: also a valid Airflow dag_id (``^[\w.-]+$``, at most 250 characters); the
+#: length cap leaves room for a prefix or suffix the DAG factory may add.
+NAME_MAX_LEN = 200
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+#: Kafka's legal topic names (``org.apache.kafka.common.internals.Topic``).
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+#: Airflow's ``RE_SANITIZE_CONN_ID`` and ``CONN_ID_MAX_LEN``.
+_CONN_ID = re.compile(r"^[\w#!()\-.:/\\]{1,250}$")
+_BROKER_LIST = re.compile(r"^[\w.-]+:\d+(,\s*[\w.-]+:\d+)*$")
+#: Airflow's ``TAG_MAX_LEN``.
+TAG_MAX_LEN = 100
+_OPTION_KEY = re.compile(r"^[a-z][a-z0-9]*(\.[a-z0-9]+)*$")
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_MEMORY = re.compile(r"^(\d+)([kmgt])b?$", re.IGNORECASE)
+#: Spark refuses executors with less than 1.5 x its 300 MiB reserved memory.
+_MIN_MEMORY_BYTES = 450 * 1024**2
+
+#: Consumer settings a pipeline file may not set in ``kafka.options``, and why.
+_MANAGED_OPTIONS = {
+    "group.id": "the pipeline's consumer group is managed by the pipeline, not by the Spark source",
+    "auto.offset.reset": "use kafka.starting_offsets instead",
+    "enable.auto.commit": "Spark's Kafka source refuses it; offsets are tracked in the bronze table",
+    "key.deserializer": "Spark's Kafka source refuses it; keys and values are always read as bytes",
+    "value.deserializer": "Spark's Kafka source refuses it; keys and values are always read as bytes",
+    "interceptor.classes": "Spark's Kafka source refuses it",
+    "isolation.level": "the ingestion job always reads with read_committed",
+}
+
+
+class PipelineConfigError(ValueError):
+    """A pipeline file is invalid. The message is ``<file>: <field>: <what was expected, what was found>``."""
+
+    def __init__(self, file: str, field: str, problem: str) -> None:
+        self.file = file
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{file}: {field}: {problem}")
+
+    def __reduce__(self):  # keeps the error picklable despite the custom __init__
+        return (type(self), (self.file, self.field, self.problem))
+
+
+# --------------------------------------------------------------------------- the configuration
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    """Where the records come from (section ``kafka``).
+
+    Attributes:
+        connection_id: Required. Id of the Airflow connection to the Kafka
+            cluster. Bootstrap servers and every security setting (SASL, SSL,
+            passwords) live in that connection, never in the pipeline file.
+        topics: List of topic names to ingest. Give exactly one of ``topics``
+            and ``topic_pattern``.
+        topic_pattern: Regular expression of topic names to ingest (Spark's
+            ``subscribePattern``; checked with Python's ``re``, which agrees
+            with Java for ordinary patterns). Give exactly one of ``topics``
+            and ``topic_pattern``.
+        starting_offsets: ``earliest`` (default) or ``latest``: where
+            partitions start on the pipeline's first run. Later runs resume
+            where the bronze table stands; partitions added later start at
+            their earliest offset.
+        max_offsets_per_trigger: Positive integer, or null (default) for no
+            cap: at most this many records per micro-batch (Spark's
+            ``maxOffsetsPerTrigger``). A larger backlog is written as several
+            Delta commits in the same run.
+        options: Mapping of extra, non-secret Kafka consumer settings, e.g.
+            ``max.poll.records: "500"``. Keys are Kafka's own names without a
+            ``kafka.`` prefix; values are strings (quote numbers and booleans).
+            Settings Spark or the pipeline manage (``group.id``,
+            ``auto.offset.reset``, ``isolation.level``, deserializers, ...) are
+            refused.
+    """
+
+    connection_id: str
+    topics: tuple[str, ...] = ()
+    topic_pattern: str | None = None
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+    options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TablesConfig:
+    """Where the records go (section ``tables``).
+
+    Relative local paths in the file are taken from the project folder (not
+    from the working directory, which differs between Airflow's processes);
+    URIs such as ``s3a://bucket/lake`` are kept as written.
+
+    Attributes:
+        lakehouse_root: Folder or URI under which the pipeline's tables and
+            checkpoints live. Default: the environment variable
+            ``KDE_LAKEHOUSE_ROOT`` if set, else ``<project>/var/lakehouse``
+            (``KDE_VAR_DIR``/lakehouse).
+        bronze_path: Location of the Delta bronze table. Default:
+            ``<lakehouse_root>/<name>/bronze``.
+        checkpoint_root: Folder holding the job's Spark checkpoints, one per
+            epoch. Default: ``<lakehouse_root>/<name>/_checkpoints/bronze``.
+            Must be neither the bronze table's folder nor inside it (nor the
+            other way round). The ingestion job reads it with local file I/O
+            today, so it must be a local or mounted path.
+    """
+
+    lakehouse_root: str
+    bronze_path: str
+    checkpoint_root: str
+
+
+@dataclass(frozen=True)
+class LagConfig:
+    """When a run has enough new data to start a cluster (section ``lag``).
+
+    Attributes:
+        min_records: Integer >= 0, default 1. The lag sensor lets the run
+            proceed once the total lag (new records over all partitions) is at
+            least this many records.
+        max_wait_minutes: Positive number of minutes, default 60. How long
+            the lag sensor waits for ``min_records`` before it stops waiting.
+    """
+
+    min_records: int = 1
+    max_wait_minutes: float = 60.0
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """The Spark cluster a run uses (section ``cluster``).
+
+    Attributes:
+        profile: ``local_standalone`` (default): each run starts a Spark
+            standalone master and workers on this machine and stops them
+            afterwards. ``existing_master``: submit to a running cluster named
+            by ``master_connection_id``.
+        workers: Integer from 1 to 8, default 1: number of workers a
+            ``local_standalone`` run starts; with ``existing_master``, the
+            number of executors requested.
+        worker_cores: Positive integer, default 1: cores per worker.
+        worker_memory: Spark size string with a unit (``k``, ``m``, ``g`` or
+            ``t``, e.g. ``"512m"``, ``"2g"``), default ``"1g"``, at least
+            ``450m`` (Spark's minimum for an executor). Stored lower-case
+            without a trailing ``b``.
+        master_connection_id: Id of the Airflow Spark connection whose host is
+            the master URL (``spark://``, ``yarn``, ``k8s://``). Required with
+            ``existing_master``, refused with ``local_standalone``.
+    """
+
+    profile: str = "local_standalone"
+    workers: int = 1
+    worker_cores: int = 1
+    worker_memory: str = "1g"
+    master_connection_id: str | None = None
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """One pipeline: the top level of a pipeline file.
+
+    Attributes:
+        name: Pipeline name, default the file name without ``.yaml``: letters,
+            digits, ``_``, ``.`` and ``-``, starting with a letter or digit, at
+            most 200 characters. It names the DAG, the table folders and the
+            Delta ``txnAppId``; renaming a pipeline starts it afresh.
+        description: Free text shown with the DAG. Default empty.
+        kafka: Required section: the source (see :class:`KafkaConfig`).
+        tables: Section: the target locations (see :class:`TablesConfig`).
+        schedule: Required key: a 5-field cron expression (``minute hour
+            day-of-month month day-of-week``, e.g. ``"*/10 * * * *"``), one of
+            the presets ``@hourly``, ``@daily``, ``@weekly``, ``@monthly``,
+            ``@quarterly``, ``@yearly``, or null for manual runs only.
+        lag: Section: lag sensor thresholds (see :class:`LagConfig`).
+        data_loss_policy: ``fail`` (default): a run stops before starting the
+            cluster when Kafka retention deleted records the table has not
+            read yet. ``record_and_continue``: the run records the gap
+            (partition, offsets, record count) and continues after it.
+        cluster: Section: the Spark cluster (see :class:`ClusterConfig`).
+        retries: Integer from 0 to 10, default 2: Airflow retries per task.
+        tags: List of strings, default empty: Airflow DAG tags (at most 100
+            characters each, no duplicates).
+        source_path: Not a key: the file this configuration was loaded from,
+            as shown in error messages.
+    """
+
+    name: str
+    kafka: KafkaConfig
+    tables: TablesConfig
+    schedule: str | None
+    source_path: str
+    description: str = ""
+    lag: LagConfig = field(default_factory=LagConfig)
+    data_loss_policy: str = "fail"
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    retries: int = 2
+    tags: tuple[str, ...] = ()
+
+    def ingest_job_args(
+        self, bootstrap_servers: str, run_id: str, run_type: str, summary_path: str
+    ) -> list[str]:
+        """Arguments of ``spark_jobs/kafka_to_bronze.py`` for one run of this pipeline.
+
+        ``bootstrap_servers`` comes from the Airflow connection. Every flag is
+        rendered as ``--flag=value`` so that a value starting with ``-`` (a
+        topic pattern, a run id) is never read as a flag. ``kafka.options`` and
+        the connection's security settings are not rendered: they go to the
+        job through ``--kafka-options-file`` so they never show in a command
+        line.
+        """
+        for arg, value in (
+            ("bootstrap_servers", bootstrap_servers),
+            ("run_id", run_id),
+            ("summary_path", summary_path),
+        ):
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{arg}: expected a non-empty string, got {_describe(value)}")
+        if run_type not in RUN_TYPES:
+            raise ValueError(f"run_type: expected one of {_choices(RUN_TYPES)}, got {_describe(run_type)}")
+        kafka = self.kafka
+        args = [f"--pipeline={self.name}", f"--bootstrap-servers={bootstrap_servers}"]
+        if kafka.topic_pattern is not None:
+            args.append(f"--topic-pattern={kafka.topic_pattern}")
+        else:
+            args.append(f"--topics={','.join(kafka.topics)}")
+        args += [
+            f"--bronze-path={self.tables.bronze_path}",
+            f"--checkpoint-root={self.tables.checkpoint_root}",
+            f"--starting-offsets={kafka.starting_offsets}",
+        ]
+        if kafka.max_offsets_per_trigger is not None:
+            args.append(f"--max-offsets-per-trigger={kafka.max_offsets_per_trigger}")
+        args += [f"--run-id={run_id}", f"--run-type={run_type}", f"--summary-path={summary_path}"]
+        return args
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_pipeline(path: str | os.PathLike[str]) -> PipelineConfig:
+    """Read and validate one pipeline file; raises :class:`PipelineConfigError`."""
+    path = Path(path)
+    shown = _display_path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PipelineConfigError(
+            shown, "(file)", f"expected a readable UTF-8 YAML file, got {exc}"
+        ) from None
+    data = _parse_yaml(text, shown)
+    return _Checker(shown).pipeline(data, path.stem)
+
+
+def load_pipelines(
+    folder: str | os.PathLike[str],
+) -> tuple[dict[str, PipelineConfig], dict[str, str]]:
+    """Load every ``*.yaml``/``*.yml`` file directly in ``folder``.
+
+    Returns the valid pipelines by name and the errors by file path. One bad
+    file never stops the others. Files are read in name order; a pipeline whose
+    name, bronze table or checkpoint folder an earlier file already uses is an
+    error of the later file (two pipelines writing one table would corrupt it).
+    Hidden files (editor backups) are skipped.
+    """
+    folder = Path(folder)
+    configs: dict[str, PipelineConfig] = {}
+    errors: dict[str, str] = {}
+    if not folder.is_dir():
+        shown = _display_path(folder)
+        errors[shown] = str(
+            PipelineConfigError(
+                shown, "(folder)", "expected a folder of pipeline files, got nothing at that path"
+            )
+        )
+        return configs, errors
+    files = sorted(
+        p
+        for p in folder.iterdir()
+        if p.suffix in (".yaml", ".yml") and not p.name.startswith(".") and p.is_file()
+    )
+    owners: dict[tuple[str, str], str] = {}
+    for path in files:
+        shown = _display_path(path)
+        try:
+            config = load_pipeline(path)
+            claims = [
+                ("name", "name", config.name),
+                ("bronze table", "tables.bronze_path", config.tables.bronze_path),
+                ("checkpoint folder", "tables.checkpoint_root", config.tables.checkpoint_root),
+            ]
+            for what, field_path, value in claims:
+                owner = owners.get((what, value))
+                if owner is not None:
+                    raise PipelineConfigError(
+                        shown,
+                        field_path,
+                        f"expected a {what} no other pipeline uses, got {value!r}, already used by {owner}",
+                    )
+            for what, _, value in claims:
+                owners[(what, value)] = shown
+            configs[config.name] = config
+        except PipelineConfigError as exc:
+            errors[shown] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - a loader bug on one file must not hide every other pipeline
+            errors[shown] = f"{shown}: (file): unexpected error while loading: {type(exc).__name__}: {exc}"
+    return configs, errors
+
+
+def _display_path(path: Path) -> str:
+    """``path`` relative to the project when inside it (short, same on every machine), else as given."""
+    try:
+        return str(path.resolve().relative_to(settings.PROJECT_ROOT))
+    except (OSError, ValueError):
+        return str(path)
+
+
+def default_lakehouse_root() -> str:
+    """``KDE_LAKEHOUSE_ROOT`` if set (relative to the working directory, like the
+    other ``KDE_*`` folders in :mod:`include.settings`), else ``<KDE_VAR_DIR>/lakehouse``.
+
+    Read at call time, not import time, so one process can load with different settings.
+    """
+    env = os.environ.get(LAKEHOUSE_ROOT_ENV, "").strip()
+    if not env:
+        return str(settings.VAR_DIR / "lakehouse")
+    if _URI.match(env):
+        return env.rstrip("/")
+    return os.path.abspath(os.path.expanduser(env))
+
+
+# --------------------------------------------------------------------------- YAML
+
+
+class _DuplicateKey(yaml.MarkedYAMLError):
+    pass
+
+
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """Safe loader that refuses duplicate keys (PyYAML silently keeps the last one)."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            duplicate = key in seen
+        except TypeError:  # unhashable key: construct_mapping reports it with its position
+            continue
+        if duplicate:
+            raise _DuplicateKey(problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=True)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _parse_yaml(text: str, shown: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader: no arbitrary objects
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
+        problem = exc.problem or "unreadable"
+        if exc.context:
+            problem = f"{problem} ({exc.context})"
+        raise PipelineConfigError(
+            shown, where, f"expected valid YAML, got a syntax error: {problem}"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise PipelineConfigError(
+            shown, "(file)", f"expected valid YAML, got a syntax error: {exc}"
+        ) from None
+
+
+# --------------------------------------------------------------------------- validation
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING: Any = _Missing()
+
+_TOP_KEYS = (
+    "name",
+    "description",
+    "kafka",
+    "tables",
+    "schedule",
+    "lag",
+    "data_loss_policy",
+    "cluster",
+    "retries",
+    "tags",
+)
+_KAFKA_KEYS = (
+    "connection_id",
+    "topics",
+    "topic_pattern",
+    "starting_offsets",
+    "max_offsets_per_trigger",
+    "options",
+)
+_TABLES_KEYS = ("lakehouse_root", "bronze_path", "checkpoint_root")
+_LAG_KEYS = ("min_records", "max_wait_minutes")
+_CLUSTER_KEYS = ("profile", "workers", "worker_cores", "worker_memory", "master_connection_id")
+
+_SECRET_WORDS = (
+    "password",
+    "secret",
+    "jaas",
+    "keystore",
+    "truststore",
+    "credential",
+    "token",
+    "api.key",
+    "apikey",
+    "username",
+)
+_CONNECTION_KEYS = ("bootstrap.servers", "bootstrap", "brokers", "security.protocol", "sasl", "ssl")
+
+
+def _is_connection_setting(key: str) -> bool:
+    """Whether ``key`` names a broker address or security setting, in any spelling."""
+    k = key.strip().lower().replace("_", ".").replace("-", ".")
+    k = k.removeprefix("kafka.")
+    return (
+        k in _CONNECTION_KEYS or k.startswith(("sasl.", "ssl.")) or any(word in k for word in _SECRET_WORDS)
+    )
+
+
+def _describe(value: Any) -> str:
+    if value is _MISSING:
+        return "nothing (the key is missing)"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (bool)"
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def _choices(values: Sequence[str]) -> str:
+    return ", ".join(repr(v) for v in values)
+
+
+def _child(path: str, key: Any) -> str:
+    if isinstance(key, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+        return f"{path}.{key}" if path else key
+    return f"{path}[{key!r}]"
+
+
+def _is_within(inner: str, outer: str) -> bool:
+    a, b = PurePosixPath(inner), PurePosixPath(outer)
+    return a == b or b in a.parents
+
+
+class _Checker:
+    """Validates the parsed YAML of one file; every error names ``file``."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+
+    def error(self, field_path: str, problem: str) -> PipelineConfigError:
+        return PipelineConfigError(self.file, field_path, problem)
+
+    def expected(self, field_path: str, expected: str, value: Any, hint: str = "") -> PipelineConfigError:
+        return self.error(field_path, f"expected {expected}, got {_describe(value)}{hint}")
+
+    # -- generic shapes
+
+    def mapping(self, value: Any, path: str, keys: Sequence[str], *, optional: bool) -> Mapping[str, Any]:
+        if value is _MISSING or (value is None and optional):
+            return {}
+        if not isinstance(value, dict):
+            raise self.expected(path or "(top level)", f"a mapping with keys {', '.join(keys)}", value)
+        for key in value:
+            key_path = _child(path, key)
+            if not isinstance(key, str):
+                raise self.expected(key_path, "a text key (quote it)", key)
+            if _is_connection_setting(key):
+                raise self.error(key_path, _connection_setting_problem(key))
+            if key not in keys:
+                close = difflib.get_close_matches(key, keys, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise self.error(
+                    key_path, f"expected one of {', '.join(keys)}, got unknown key {key!r}{hint}"
+                )
+        return value
+
+    def integer(self, value: Any, path: str, default: int, low: int, high: int | None = None) -> int:
+        if value is _MISSING:
+            return default
+        if high is not None:
+            expected = f"an integer from {low} to {high}"
+        elif low == 1:
+            expected = "a positive integer"
+        else:
+            expected = f"an integer >= {low}"
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.expected(path, expected, value, _unquote_hint(value))
+        if value < low or (high is not None and value > high):
+            raise self.expected(path, expected, value)
+        return value
+
+    def text(self, value: Any, path: str, expected: str = "a non-empty string") -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise self.expected(path, expected, value)
+        return value.strip()
+
+    def choice(self, value: Any, path: str, choices: Sequence[str], default: str) -> str:
+        if value is _MISSING:
+            return default
+        if value not in choices or not isinstance(value, str):
+            close = difflib.get_close_matches(value, choices, n=1) if isinstance(value, str) else []
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise self.expected(path, f"one of {_choices(choices)}", value, hint)
+        return value
+
+    def connection_id(self, value: Any, path: str, what: str) -> str:
+        expected = f"the id of an Airflow {what} connection"
+        conn = self.text(value, path, expected)
+        if _BROKER_LIST.fullmatch(conn):
+            raise self.expected(
+                path,
+                expected,
+                value,
+                "; that looks like broker addresses, which belong in the connection itself",
+            )
+        if not _CONN_ID.fullmatch(conn):
+            raise self.expected(
+                path, f"{expected} (letters, digits and #!()-.:/\\_, at most 250 characters)", value
+            )
+        return conn
+
+    # -- sections
+
+    def pipeline(self, data: Any, stem: str) -> PipelineConfig:
+        if not isinstance(data, dict):
+            raise self.expected("(top level)", "a mapping of pipeline settings (kafka, schedule, ...)", data)
+        top = self.mapping(data, "", _TOP_KEYS, optional=False)
+        name = self.name(top.get("name", _MISSING), stem)
+        description = top.get("description", "")
+        if not isinstance(description, str):
+            raise self.expected("description", "a string", description)
+        kafka = self.kafka(top.get("kafka", _MISSING))
+        tables = self.tables(top.get("tables", _MISSING), name)
+        schedule = self.schedule(top.get("schedule", _MISSING))
+        lag_data = self.mapping(top.get("lag", _MISSING), "lag", _LAG_KEYS, optional=True)
+        lag = LagConfig(
+            min_records=self.integer(lag_data.get("min_records", _MISSING), "lag.min_records", 1, 0),
+            max_wait_minutes=self.minutes(lag_data.get("max_wait_minutes", _MISSING), "lag.max_wait_minutes"),
+        )
+        policy = self.choice(
+            top.get("data_loss_policy", _MISSING), "data_loss_policy", DATA_LOSS_POLICIES, "fail"
+        )
+        cluster = self.cluster(top.get("cluster", _MISSING))
+        retries = self.integer(top.get("retries", _MISSING), "retries", 2, 0, 10)
+        tags = self.tags(top.get("tags", _MISSING))
+        return PipelineConfig(
+            name=name,
+            kafka=kafka,
+            tables=tables,
+            schedule=schedule,
+            source_path=self.file,
+            description=description,
+            lag=lag,
+            data_loss_policy=policy,
+            cluster=cluster,
+            retries=retries,
+            tags=tags,
+        )
+
+    def name(self, value: Any, stem: str) -> str:
+        expected = (
+            f"letters, digits, '_', '.' or '-', starting with a letter or digit, "
+            f"at most {NAME_MAX_LEN} characters"
+        )
+        if value is _MISSING:
+            if _NAME.fullmatch(stem) and len(stem) <= NAME_MAX_LEN:
+                return stem
+            raise self.error(
+                "name",
+                f"expected {expected}, got the file name {stem!r} (str); "
+                "rename the file or set name explicitly",
+            )
+        if not isinstance(value, str) or not _NAME.fullmatch(value) or len(value) > NAME_MAX_LEN:
+            raise self.expected("name", expected, value)
+        return value
+
+    def kafka(self, value: Any) -> KafkaConfig:
+        if value is _MISSING or value is None:
+            raise self.expected("kafka", "a mapping with connection_id and topics or topic_pattern", value)
+        data = self.mapping(value, "kafka", _KAFKA_KEYS, optional=False)
+        conn = self.connection_id(data.get("connection_id", _MISSING), "kafka.connection_id", "Kafka")
+        topics_value = data.get("topics")
+        pattern_value = data.get("topic_pattern")
+        if (topics_value is None) == (pattern_value is None):
+            both = "both" if topics_value is not None else "neither"
+            raise self.error(
+                "kafka.topics",
+                "expected exactly one of kafka.topics (a list of names) and "
+                f"kafka.topic_pattern (a regex), got {both}",
+            )
+        topics: tuple[str, ...] = ()
+        pattern: str | None = None
+        if topics_value is not None:
+            topics = self.topics(topics_value)
+        else:
+            pattern = self.text(pattern_value, "kafka.topic_pattern", "a regular expression of topic names")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise self.expected(
+                    "kafka.topic_pattern", f"a valid regular expression ({exc})", pattern_value
+                ) from None
+        starting = self.choice(
+            data.get("starting_offsets", _MISSING), "kafka.starting_offsets", STARTING_OFFSETS, "earliest"
+        )
+        max_value = data.get("max_offsets_per_trigger")
+        max_offsets = (
+            None if max_value is None else self.integer(max_value, "kafka.max_offsets_per_trigger", 1, 1)
+        )
+        options = self.options(data.get("options", _MISSING))
+        return KafkaConfig(conn, topics, pattern, starting, max_offsets, options)
+
+    def topics(self, value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list) or not value:
+            hint = f"; write [{value}]" if isinstance(value, str) else ""
+            raise self.expected("kafka.topics", "a non-empty list of topic names", value, hint)
+        seen: set[str] = set()
+        for i, topic in enumerate(value):
+            path = f"kafka.topics[{i}]"
+            if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic in (".", ".."):
+                raise self.expected(
+                    path, "a Kafka topic name (letters, digits, '.', '_', '-'; at most 249 characters)", topic
+                )
+            if topic in seen:
+                raise self.expected(path, "each topic once", topic, " a second time")
+            seen.add(topic)
+        return tuple(value)
+
+    def options(self, value: Any) -> dict[str, str]:
+        if value is _MISSING or value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.expected(
+                "kafka.options", "a mapping of Kafka consumer settings to string values", value
+            )
+        options: dict[str, str] = {}
+        for key, setting in value.items():
+            path = f"kafka.options[{key!r}]"  # setting names hold dots: always bracketed
+            if not isinstance(key, str):
+                raise self.expected(path, "a text key (quote it)", key)
+            if _is_connection_setting(key):
+                raise self.error(path, _connection_setting_problem(key))
+            if key.startswith("kafka."):
+                raise self.expected(
+                    path, "a Kafka setting name without the 'kafka.' prefix (the job adds it)", key
+                )
+            if key in _MANAGED_OPTIONS:
+                raise self.expected(
+                    path, "a setting the pipeline does not manage", key, f": {_MANAGED_OPTIONS[key]}"
+                )
+            if not _OPTION_KEY.fullmatch(key):
+                raise self.expected(
+                    path,
+                    "a Kafka consumer setting name (lower-case words joined by dots, "
+                    "e.g. 'max.poll.records')",
+                    key,
+                )
+            if not isinstance(setting, str):
+                hint = " (quote the value)" if isinstance(setting, (int, float, bool)) else ""
+                raise self.expected(path, "a string value", setting, hint)
+            options[key] = setting
+        return options
+
+    def tables(self, value: Any, name: str) -> TablesConfig:
+        data = self.mapping(value, "tables", _TABLES_KEYS, optional=True)
+        expected = "a folder path or URI"
+        root_value = data.get("lakehouse_root", _MISSING)
+        root = (
+            default_lakehouse_root()
+            if root_value is _MISSING
+            else _location(self.text(root_value, "tables.lakehouse_root", expected))
+        )
+        bronze_value = data.get("bronze_path", _MISSING)
+        bronze = (
+            _join_location(root, name, "bronze")
+            if bronze_value is _MISSING
+            else _location(self.text(bronze_value, "tables.bronze_path", expected))
+        )
+        checkpoint_value = data.get("checkpoint_root", _MISSING)
+        checkpoint = (
+            _join_location(root, name, "_checkpoints", "bronze")
+            if checkpoint_value is _MISSING
+            else _location(self.text(checkpoint_value, "tables.checkpoint_root", expected))
+        )
+        if _is_within(checkpoint, bronze) or _is_within(bronze, checkpoint):
+            raise self.error(
+                "tables.checkpoint_root",
+                "expected a folder apart from the bronze table "
+                f"(neither inside the other), got {checkpoint!r} with tables.bronze_path "
+                f"{bronze!r}",
+            )
+        return TablesConfig(root, bronze, checkpoint)
+
+    def schedule(self, value: Any) -> str | None:
+        expected = (
+            "a 5-field cron expression (minute hour day-of-month month day-of-week), "
+            f"one of {', '.join(SCHEDULE_PRESETS)}, or null for manual runs only"
+        )
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise self.expected("schedule", expected, value)
+        text = value.strip()
+        if text.startswith("@"):
+            if text not in SCHEDULE_PRESETS:
+                raise self.expected("schedule", expected, value)
+            return text
+        parts = text.split()
+        if len(parts) != 5:
+            raise self.expected("schedule", expected, value, f": it has {len(parts)} fields")
+        for part, spec in zip(parts, _CRON_FIELDS, strict=True):
+            problem = _cron_field_problem(part, spec)
+            if problem:
+                raise self.expected("schedule", expected, value, f": {spec.name} {part!r}: {problem}")
+        return " ".join(parts)
+
+    def minutes(self, value: Any, path: str) -> float:
+        if value is _MISSING:
+            return 60.0
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value <= 0
+        ):
+            raise self.expected(path, "a positive number of minutes", value, _unquote_hint(value))
+        return float(value)
+
+    def cluster(self, value: Any) -> ClusterConfig:
+        data = self.mapping(value, "cluster", _CLUSTER_KEYS, optional=True)
+        profile = self.choice(
+            data.get("profile", _MISSING), "cluster.profile", CLUSTER_PROFILES, "local_standalone"
+        )
+        workers = self.integer(data.get("workers", _MISSING), "cluster.workers", 1, 1, 8)
+        cores = self.integer(data.get("worker_cores", _MISSING), "cluster.worker_cores", 1, 1)
+        memory = self.memory(data.get("worker_memory", _MISSING), "cluster.worker_memory")
+        master = data.get("master_connection_id", _MISSING)
+        if profile == "existing_master":
+            if master is _MISSING or master is None:
+                raise self.expected(
+                    "cluster.master_connection_id",
+                    "the id of an Airflow Spark connection (required with profile existing_master)",
+                    master,
+                )
+            master = self.connection_id(master, "cluster.master_connection_id", "Spark")
+        elif master is _MISSING or master is None:
+            master = None
+        else:
+            raise self.expected(
+                "cluster.master_connection_id",
+                "no master connection with profile local_standalone (set "
+                "cluster.profile: existing_master to use one)",
+                master,
+            )
+        return ClusterConfig(profile, workers, cores, memory, master)
+
+    def memory(self, value: Any, path: str) -> str:
+        if value is _MISSING:
+            return "1g"
+        expected = "a Spark size with a unit, like '512m' or '2g', of at least 450m"
+        match = _MEMORY.fullmatch(value.strip()) if isinstance(value, str) else None
+        if match is None:
+            raise self.expected(path, expected, value)
+        amount, unit = int(match.group(1)), match.group(2).lower()
+        if amount * 1024 ** "kmgt".index(unit) * 1024 < _MIN_MEMORY_BYTES:
+            raise self.expected(path, expected, value, "; Spark refuses executors below 450m")
+        return f"{amount}{unit}"
+
+    def tags(self, value: Any) -> tuple[str, ...]:
+        if value is _MISSING:
+            return ()
+        if not isinstance(value, list):
+            raise self.expected("tags", "a list of strings", value)
+        seen: set[str] = set()
+        for i, tag in enumerate(value):
+            if not isinstance(tag, str) or not tag.strip() or len(tag) > TAG_MAX_LEN:
+                raise self.expected(
+                    f"tags[{i}]", f"a non-empty string of at most {TAG_MAX_LEN} characters", tag
+                )
+            if tag in seen:
+                raise self.expected(f"tags[{i}]", "each tag once", tag, " a second time")
+            seen.add(tag)
+        return tuple(value)
+
+
+def _connection_setting_problem(key: str) -> str:
+    return (
+        f"expected no broker addresses or security settings in a pipeline file, got {key!r}; "
+        "put them in the Airflow connection named by kafka.connection_id"
+    )
+
+
+def _unquote_hint(value: Any) -> str:
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+(\.\d+)?\s*", value):
+        return "; write the number without quotes"
+    return ""
+
+
+def _location(value: str) -> str:
+    """A location from the file: URIs as written, local paths absolute (relative to the project)."""
+    if _URI.match(value):
+        return value.rstrip("/")
+    path = Path(os.path.expanduser(value))
+    if not path.is_absolute():
+        path = settings.PROJECT_ROOT / path
+    return os.path.normpath(path)
+
+
+def _join_location(root: str, *parts: str) -> str:
+    if _URI.match(root):
+        return "/".join((root.rstrip("/"), *parts))
+    return str(Path(root, *parts))
+
+
+# --------------------------------------------------------------------------- cron
+
+
+@dataclass(frozen=True)
+class _CronField:
+    name: str
+    low: int
+    high: int
+    names: tuple[str, ...] = ()  # names[i] stands for low + i
+    question_mark: bool = False  # '?' ("no specific value") is allowed
+
+
+_CRON_FIELDS = (
+    _CronField("minute", 0, 59),
+    _CronField("hour", 0, 23),
+    _CronField("day-of-month", 1, 31, question_mark=True),
+    _CronField(
+        "month", 1, 12, ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+    ),
+    # 0 and 7 are both Sunday, as in cron.
+    _CronField("day-of-week", 0, 7, ("sun", "mon", "tue", "wed", "thu", "fri", "sat"), question_mark=True),
+)
+
+
+def _cron_value(text: str, spec: _CronField) -> int | None:
+    if text.isdigit():
+        value = int(text)
+        return value if spec.low <= value <= spec.high else None
+    if text.lower() in spec.names:
+        return spec.low + spec.names.index(text.lower())
+    return None
+
+
+def _cron_field_problem(part: str, spec: _CronField) -> str | None:
+    """Why ``part`` is not a valid cron field, or ``None``.
+
+    Standard syntax (``*``, values, names, ``a-b`` ranges, ``/step``, lists)
+    plus what Airflow's croniter also accepts: ``?``, ``L`` and ``nW`` in
+    day-of-month, ``d#n`` in day-of-week.
+    """
+    bounds = f"values {spec.low}-{spec.high}" + (f" or names like {spec.names[1]!r}" if spec.names else "")
+    for item in part.split(","):
+        if spec.question_mark and item == "?":
+            continue
+        if spec.name == "day-of-month" and (item.upper() == "L" or re.fullmatch(r"\d+[Ww]", item)):
+            if item.upper() == "L" or 1 <= int(item[:-1]) <= 31:
+                continue
+            return f"{item!r} needs a day from 1 to 31"
+        if spec.name == "day-of-week" and "#" in item:
+            day, _, nth = item.partition("#")
+            if _cron_value(day, spec) is None or nth not in ("1", "2", "3", "4", "5"):
+                return f"{item!r} must be a day of the week, '#' and 1-5"
+            continue
+        base, slash, step = item.partition("/")
+        if slash and not (step.isdigit() and 1 <= int(step) <= spec.high):
+            return f"step {step!r} must be an integer from 1 to {spec.high}"
+        if base == "*":
+            continue
+        first, dash, last = base.partition("-")
+        start = _cron_value(first, spec)
+        if start is None:
+            return f"{first!r} is not one of the {bounds}"
+        if dash:
+            end = _cron_value(last, spec)
+            if end is None:
+                return f"{last!r} is not one of the {bounds}"
+            if end < start:
+                return f"range {base!r} runs backwards"
+    return None
