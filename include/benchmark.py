@@ -43,6 +43,7 @@ from datetime import datetime
 from pathlib import Path
 
 from include import local_kafka, settings
+from include.kafka_admin import create_topic, delete_topic, watermarks
 from include.spark_submit import submit_command, submit_environment
 
 #: The three things measured, in the order of each repetition and of the table.
@@ -145,22 +146,6 @@ def load_average() -> str:
 # --------------------------------------------------------------------------- Kafka
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Create ``topic`` with ``partitions`` partitions (replication 1)."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=60)
-
-
-def delete_topic(bootstrap: str, topic: str) -> None:
-    """Delete ``topic`` (used on a broker the benchmark did not start)."""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.delete_topics([topic])[topic].result(timeout=60)
-
-
 def produce_backlog(bootstrap: str, topic: str, records: int, partitions: int, record_bytes: int) -> float:
     """Produce the backlog with confluent-kafka in large batches; returns the seconds it took.
 
@@ -206,22 +191,6 @@ def produce_backlog(bootstrap: str, topic: str, records: int, partitions: int, r
     if remaining or failures:
         raise KafkaException(f"producing the backlog to {topic}: {remaining} undelivered, errors {failures}")
     return elapsed
-
-
-def _topic_size(bootstrap: str, topic: str) -> int:
-    """Records in ``topic`` (sum of high - low watermarks)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-inspect-{uuid.uuid4().hex[:8]}"})
-    try:
-        meta = consumer.list_topics(topic, timeout=30).topics[topic]
-        total = 0
-        for p in meta.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-            total += high - low
-        return total
-    finally:
-        consumer.close()
 
 
 def parse_consumer_perf(stdout: str) -> dict[str, str]:
@@ -519,7 +488,7 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
         topic_created = True
         _log(f"producing {params.records:,} records of {params.record_bytes} B to {topic}")
         produce_s = produce_backlog(bootstrap, topic, params.records, params.partitions, params.record_bytes)
-        size = _topic_size(bootstrap, topic)
+        size = sum(high - low for low, high in watermarks(bootstrap, topic).values())
         if size != params.records:
             raise BenchmarkError(f"topic {topic} holds {size} records after producing {params.records}")
         _log(f"produced in {produce_s:.1f}s")

@@ -32,12 +32,6 @@ class TableProgress:
         return self.commit.epoch
 
 
-def _is_delta_table(path: str, storage_options: dict[str, str] | None) -> bool:
-    from deltalake import DeltaTable
-
-    return DeltaTable.is_deltatable(path, storage_options=storage_options)
-
-
 def read_progress(path: str | Path, *, storage_options: dict[str, str] | None = None,
                   max_commits: int | None = None) -> TableProgress | None:  # fmt: skip
     """The newest bronze commit of the table at ``path``; ``None`` for no table or no progress yet.
@@ -49,7 +43,7 @@ def read_progress(path: str | Path, *, storage_options: dict[str, str] | None = 
     from deltalake import DeltaTable
 
     path = str(path)
-    if not _is_delta_table(path, storage_options):
+    if not DeltaTable.is_deltatable(path, storage_options=storage_options):
         return None
     table = DeltaTable(path, storage_options=storage_options)
     version = table.version()
@@ -68,8 +62,3 @@ def read_progress(path: str | Path, *, storage_options: dict[str, str] | None = 
             return None
         limit *= 10
 
-
-def next_offsets(path: str | Path, *, storage_options: dict[str, str] | None = None) -> PositionMap:
-    """``{topic: {partition: next_offset}}`` of the table; empty when it has none yet."""
-    progress = read_progress(path, storage_options=storage_options)
-    return progress.next_offsets if progress else {}

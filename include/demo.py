@@ -25,6 +25,7 @@ from pathlib import Path
 
 from include import local_kafka, settings
 from include.delta_progress import read_progress
+from include.kafka_admin import create_topic, watermarks
 from include.spark_submit import submit_command, submit_environment
 
 TOPIC = "demo.orders"
@@ -47,19 +48,6 @@ def _produce_orders(bootstrap: str, count: int, start: int) -> None:
         if i % 5000 == 0:
             producer.poll(0)
     producer.flush(30)
-
-
-def _kafka_end_offsets(bootstrap: str) -> dict[int, int]:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "demo-inspector"})
-    try:
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
-            for p in range(PARTITIONS)
-        }
-    finally:
-        consumer.close()
 
 
 def _run_ingestion(bootstrap: str, lake: Path, run_no: int) -> dict:
@@ -112,11 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         bootstrap = broker.bootstrap_servers
         print(f"broker ready at {bootstrap}")
-        from confluent_kafka.admin import AdminClient, NewTopic
-
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
-        del admin  # an idle client would log the broker's shutdown at the end
+        create_topic(bootstrap, TOPIC, PARTITIONS)
         print(f"producing {args.events} events to {TOPIC} ({PARTITIONS} partitions)", flush=True)
         _produce_orders(bootstrap, args.events, 0)
         first = _run_ingestion(bootstrap, lake, 1)
@@ -128,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         _print_run(2, second)
 
         progress = read_progress(lake / "bronze")
-        ends = _kafka_end_offsets(bootstrap)
+        ends = {p: end for p, (_, end) in watermarks(bootstrap, TOPIC).items()}
         print(f"\nbronze table {lake / 'bronze'} (Delta version {progress.table_version}, "
               f"epoch {progress.epoch}) vs Kafka:")  # fmt: skip
         lag_total = 0

@@ -69,29 +69,17 @@ class IngestConfig:
         return opts
 
 
-def _positive_int(name: str):
-    def parse(text: str) -> int:
+def _positive(name: str, cast: type[int] | type[float]):
+    """argparse type: a positive, finite ``cast`` whose error names the argument."""
+    expected = "a positive integer" if cast is int else "a positive number"
+
+    def parse(text: str) -> int | float:
         try:
-            value = int(text)
+            value = cast(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{name}: expected a positive integer, got {text!r}"
-            ) from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{name}: expected a positive integer, got {value}")
-        return value
-
-    return parse
-
-
-def _positive_float(name: str):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name}: expected seconds (a number), got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"{name}: expected {expected}, got {text!r}") from None
         if not math.isfinite(value) or value <= 0:
-            raise argparse.ArgumentTypeError(f"{name}: expected a positive number, got {value}")
+            raise argparse.ArgumentTypeError(f"{name}: expected {expected}, got {value}")
         return value
 
     return parse
@@ -113,11 +101,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-root", required=True, help="folder holding one checkpoint per epoch")
     p.add_argument("--starting-offsets", default="earliest", choices=["earliest", "latest"],
                    help="where partitions start on the pipeline's first run")  # fmt: skip
-    p.add_argument("--max-offsets-per-trigger", type=_positive_int("--max-offsets-per-trigger"))
+    p.add_argument("--max-offsets-per-trigger", type=_positive("--max-offsets-per-trigger", int))
     p.add_argument("--run-id", default="manual")
     p.add_argument("--run-type", default="manual", choices=RUN_TYPES)
     p.add_argument("--summary-path", default=None, help="write the run summary JSON here")
-    p.add_argument("--admin-timeout-s", type=_positive_float("--admin-timeout-s"), default=30.0)
+    p.add_argument("--admin-timeout-s", type=_positive("--admin-timeout-s", float), default=30.0)
     p.add_argument("--kafka-options-file", default=None,
                    help="JSON object of extra Kafka client settings (e.g. security); not logged")  # fmt: skip
     return p

@@ -192,8 +192,8 @@ def describe_source(spark, cfg: IngestConfig) -> dict[str, list[int]]:
 # --------------------------------------------------------------------------- Delta
 
 
-def latest_bronze_commit(spark, path: str) -> tuple[BronzeCommit | None, int | None]:
-    """The newest commit of the table that carries our offsets, and the table's version.
+def latest_bronze_commit(spark, path: str) -> BronzeCommit | None:
+    """The newest commit of the table that carries our offsets (``None``: no table or none yet).
 
     Reads only the last commits (growing the window only while the newest
     ones are other writers', e.g. OPTIMIZE), never data files.
@@ -201,7 +201,7 @@ def latest_bronze_commit(spark, path: str) -> tuple[BronzeCommit | None, int | N
     from delta.tables import DeltaTable
 
     if not DeltaTable.isDeltaTable(spark, path):
-        return None, None
+        return None
     table = DeltaTable.forPath(spark, path)
     limit = 20
     while True:
@@ -209,9 +209,9 @@ def latest_bronze_commit(spark, path: str) -> tuple[BronzeCommit | None, int | N
         for row in rows:  # newest first
             commit = BronzeCommit.from_user_metadata(row["userMetadata"], version=row["version"])
             if commit is not None:
-                return commit, rows[0]["version"]
+                return commit
         if len(rows) < limit:
-            return None, (rows[0]["version"] if rows else None)
+            return None
         limit *= 10
 
 
@@ -354,7 +354,7 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
     """One ingestion run on an existing session; returns (and writes) its summary."""
     started = time.monotonic()
     partitions = describe_source(spark, cfg)
-    table, _ = latest_bronze_commit(spark, cfg.bronze_path)
+    table = latest_bronze_commit(spark, cfg.bronze_path)
     root = Path(cfg.checkpoint_root)
     checkpoints = {e: spark_checkpoint.read_state(p) for e, p in spark_checkpoint.epoch_dirs(root).items()}
     plan = plan_checkpoint(

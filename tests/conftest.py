@@ -56,7 +56,7 @@ def unique_name(request) -> str:
 @pytest.fixture
 def make_topic(bootstrap) -> Callable[..., str]:
     """Create a fresh topic on the session broker; returns its name."""
-    from tests.kafka_helpers import create_topic
+    from include.kafka_admin import create_topic
 
     def make(name: str, partitions: int = 3, **config: str) -> str:
         create_topic(bootstrap, name, partitions, **config)

@@ -5,13 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions
 
-
-def create_topic(bootstrap: str, name: str, partitions: int, **config: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    fut = admin.create_topics([NewTopic(name, partitions, 1, config=config)])[name]
-    fut.result(timeout=30)
+from include.kafka_admin import watermarks
 
 
 def add_partitions(bootstrap: str, name: str, total: int) -> None:
@@ -58,10 +54,8 @@ def read_all(bootstrap: str, topic: str) -> set[tuple[int, int, bytes | None]]:
         "enable.partition.eof": True,
     })  # fmt: skip
     try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
         assignment, ends = [], {}
-        for p in meta.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        for p, (low, high) in watermarks(bootstrap, topic).items():
             if high > low:
                 assignment.append(TopicPartition(topic, p, low))
                 ends[p] = high

@@ -181,7 +181,7 @@ def test_deleted_checkpoint_resumes_at_table_offsets_with_new_epoch(spark, boots
     _assert_exactly_once(spark, lake, bootstrap, topic, 180)
 
 
-def test_kill_after_delta_commit_before_checkpoint_commit(spark, bootstrap, make_topic, unique_name, lake, tmp_path):
+def test_kill_after_delta_commit_before_checkpoint_commit(spark, bootstrap, make_topic, unique_name, lake):
     topic = make_topic(unique_name, partitions=3)
     produce_numbered(bootstrap, topic, 3, 300)
     cmd = submit_command(
