@@ -127,6 +127,57 @@ def advance(positions: Mapping[str, Mapping[int, int]], ranges: Iterable[OffsetR
     return result
 
 
+@dataclass(frozen=True, order=True)
+class Gap:
+    """Offsets ``[from_offset, until_offset)`` of a partition that will never be read, and why.
+
+    Recorded when Kafka deleted records (retention, delete-records) before the
+    pipeline read them and the pipeline's data-loss policy says to continue.
+    The continuity check accepts a break in the chain only where a gap is
+    recorded.
+    """
+
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.from_offset < self.until_offset:
+            raise OffsetError(
+                f"{self.topic}-{self.partition}: gap [{self.from_offset}, {self.until_offset}) is not a "
+                "valid offset range (expected 0 <= from < until)"
+            )
+
+    @property
+    def offsets(self) -> int:
+        return self.until_offset - self.from_offset
+
+    def to_json(self) -> dict:
+        return {"topic": self.topic, "partition": self.partition, "from": self.from_offset,
+                "until": self.until_offset, "reason": self.reason}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> Gap:
+        return cls(data["topic"], int(data["partition"]), int(data["from"]), int(data["until"]),
+                   str(data.get("reason", "")))  # fmt: skip
+
+
+def skip_gaps(positions: Mapping[str, Mapping[int, int]], gaps: Iterable[Gap]) -> PositionMap:
+    """The position map moved past ``gaps``; each gap must start where the map stands."""
+    result: PositionMap = {t: dict(parts) for t, parts in positions.items()}
+    for g in sorted(gaps):
+        current = result.get(g.topic, {}).get(g.partition)
+        if current is not None and current != g.from_offset:
+            raise OffsetError(
+                f"{g.topic}-{g.partition}: gap [{g.from_offset}, {g.until_offset}) does not start at "
+                f"the table's next offset {current}"
+            )
+        result.setdefault(g.topic, {})[g.partition] = g.until_offset
+    return result
+
+
 @dataclass(frozen=True)
 class BronzeCommit:
     """What one bronze commit wrote: its ranges and the table's position after it."""

@@ -15,11 +15,13 @@ from pathlib import Path
 
 from include.offsets import (
     BronzeCommit,
+    Gap,
     OffsetError,
     OffsetRange,
     PositionMap,
     flatten,
     positions_to_json,
+    skip_gaps,
 )
 from include.spark_checkpoint import CheckpointState
 
@@ -48,6 +50,11 @@ class IngestConfig:
     summary_path: str | None = None
     admin_timeout_s: float = 30.0
     kafka_options: dict[str, str] = field(default_factory=dict)
+    #: Data-loss gaps the orchestrator's preflight accepted for this run.
+    accepted_gaps: tuple[Gap, ...] = ()
+    #: Kafka topic ids seen by the preflight; recorded in every commit so the
+    #: next preflight can tell a recreated topic from the one the table read.
+    topic_ids: dict[str, str] = field(default_factory=dict)
 
     def source_options(self) -> dict[str, str]:
         """Options for ``readStream.format("kafka")`` (without the starting offsets)."""
@@ -108,6 +115,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--admin-timeout-s", type=_positive("--admin-timeout-s", float), default=30.0)
     p.add_argument("--kafka-options-file", default=None,
                    help="JSON object of extra Kafka client settings (e.g. security); not logged")  # fmt: skip
+    p.add_argument("--preflight-file", default=None,
+                   help='JSON from the preflight check: {"topic_ids": {topic: id}, "accepted_gaps": [gap, ...]}')  # fmt: skip
     return p
 
 
@@ -136,6 +145,7 @@ def parse_config(argv: list[str]) -> IngestConfig:
         if not isinstance(data, dict):
             raise JobConfigError(f"--kafka-options-file {path}: expected a JSON object of settings")
         kafka_options = {str(k): str(v) for k, v in data.items()}
+    gaps, topic_ids = _read_preflight_file(args.preflight_file)
     return IngestConfig(
         pipeline=args.pipeline,
         bootstrap_servers=args.bootstrap_servers,
@@ -150,7 +160,26 @@ def parse_config(argv: list[str]) -> IngestConfig:
         summary_path=args.summary_path,
         admin_timeout_s=args.admin_timeout_s,
         kafka_options=kafka_options,
+        accepted_gaps=gaps,
+        topic_ids=topic_ids,
     )
+
+
+def _read_preflight_file(name: str | None) -> tuple[tuple[Gap, ...], dict[str, str]]:
+    if not name:
+        return (), {}
+    path = Path(name)
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise TypeError("expected a JSON object")
+        gaps = tuple(Gap.from_json(g) for g in data.get("accepted_gaps") or ())
+        topic_ids = {str(k): str(v) for k, v in (data.get("topic_ids") or {}).items()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise JobConfigError(
+            f"--preflight-file {path}: expected {{'topic_ids': {{topic: id}}, 'accepted_gaps': [...]}}: {exc!r}"
+        ) from None
+    return gaps, topic_ids
 
 
 @dataclass(frozen=True)
@@ -205,6 +234,7 @@ def plan_checkpoint(
     checkpoints: Mapping[int, CheckpointState | None],
     partitions: Mapping[str, list[int]],
     starting_offsets: str,
+    gaps: tuple[Gap, ...] = (),
 ) -> CheckpointPlan:
     """Decide the epoch and starting offsets of this run.
 
@@ -213,9 +243,23 @@ def plan_checkpoint(
     The newest checkpoint is resumed when it continues exactly where the table
     stands; otherwise a new epoch starts at the table's next offsets (partitions
     the table has not seen start at their earliest offset).
+
+    Accepted ``gaps`` (records Kafka deleted before they were read) always
+    start a new epoch: the old checkpoint would resume inside the gap.
     """
     latest = max(checkpoints) if checkpoints else None
     reason: str | None
+    if gaps:
+        if table is None:
+            raise OffsetError("accepted data-loss gaps need a bronze table to continue from; it has none")
+        moved = skip_gaps(table.next_offsets, gaps)
+        described = ", ".join(f"{g.topic}-{g.partition} [{g.from_offset}, {g.until_offset})" for g in gaps)
+        return CheckpointPlan(
+            epoch=max([0, *checkpoints, table.epoch]) + 1,
+            starting_offsets=json.dumps(resume_offsets(moved, partitions)),
+            rebuilt_reason=f"continuing after accepted data-loss gaps: {described}",
+            previous_epoch=latest,
+        )
     if latest is None:
         reason = None if table is None else "no checkpoint found"
     else:

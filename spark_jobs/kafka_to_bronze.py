@@ -38,6 +38,7 @@ from include.offsets import (
     advance,
     flatten,
     positions_to_json,
+    skip_gaps,
     txn_app_id,
 )
 from spark_jobs.ingest_plan import (
@@ -221,9 +222,15 @@ BRONZE_COLUMNS = (
 
 
 def _failpoint(batch_id: int) -> None:
-    if os.environ.get(FAILPOINT_ENV) == f"kill-after-bronze-commit:{batch_id}":
-        log.warning("failpoint: killing the job after the Delta commit of batch %s", batch_id)
+    # Crash tests: "kill-after-bronze-commit:N" kills spark-submit's whole process
+    # group; "kill-driver-after-bronze-commit:N" only this Python driver (under
+    # Airflow, the group is the task runner's too).
+    point = os.environ.get(FAILPOINT_ENV)
+    if point in (f"kill-after-bronze-commit:{batch_id}", f"kill-driver-after-bronze-commit:{batch_id}"):
+        log.warning("failpoint %s: killing the job after the Delta commit of batch %s", point, batch_id)
         sys.stdout.flush()
+        if point.startswith("kill-driver"):
+            os.kill(os.getpid(), signal.SIGKILL)
         os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
@@ -267,6 +274,10 @@ class BronzeBatchWriter:
             if batch_id > 0
             else spark_checkpoint.initial_offsets(self.checkpoint)
         )
+        gaps = self.cfg.accepted_gaps if batch_id == 0 and self.plan.rebuilt_reason else ()
+        if gaps:
+            # The epoch was started after the gaps (plan_checkpoint); the table moves past them here.
+            self.positions = skip_gaps(self.positions, gaps)
         table_pos = flatten(self.positions)
         for tp, offset in flatten(start or {}).items():
             if tp in table_pos and table_pos[tp] != offset:
@@ -297,7 +308,11 @@ class BronzeBatchWriter:
             for topic, parts in end.items():  # partitions with no new offsets keep their place
                 for p, o in parts.items():
                     next_positions.setdefault(topic, {}).setdefault(p, o)
-            extra = {}
+            extra: dict = {}
+            if self.cfg.topic_ids:
+                extra["topic_ids"] = dict(self.cfg.topic_ids)
+            if gaps:
+                extra["gaps"] = [g.to_json() for g in gaps]
             if batch_id == 0 and self.plan.rebuilt_reason:
                 extra["checkpoint_rebuilt"] = {
                     "reason": self.plan.rebuilt_reason,
@@ -359,7 +374,7 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
     checkpoints = {e: spark_checkpoint.read_state(p) for e, p in spark_checkpoint.epoch_dirs(root).items()}
     plan = plan_checkpoint(
         table=table, checkpoints=checkpoints, partitions=partitions,
-        starting_offsets=cfg.starting_offsets,
+        starting_offsets=cfg.starting_offsets, gaps=cfg.accepted_gaps,
     )  # fmt: skip
     checkpoint = spark_checkpoint.epoch_dir(root, plan.epoch)
     rebuilt = None

@@ -11,12 +11,14 @@ from include.offsets import (
     COMMIT_FORMAT_VERSION,
     BronzeCommit,
     CommitMetadataError,
+    Gap,
     OffsetError,
     OffsetRange,
     advance,
     flatten,
     positions_from_json,
     positions_to_json,
+    skip_gaps,
     txn_app_id,
 )
 
@@ -413,3 +415,28 @@ def test_txn_app_id_differs_per_epoch_and_pipeline():
     assert txn_app_id("orders", 2) == "kafka-delta-elt:orders:bronze:epoch-2"
     ids = {txn_app_id(p, e) for p in ("orders", "payments") for e in (1, 2, 10)}
     assert len(ids) == 6
+
+
+# --------------------------------------------------------------------------- gaps
+
+
+def test_skip_gaps_moves_only_the_gap_partitions():
+    gaps = [Gap("t", 1, 20, 35, "retention"), Gap("u", 0, 0, 4)]
+    assert skip_gaps({"t": {0: 10, 1: 20}}, gaps) == {"t": {0: 10, 1: 35}, "u": {0: 4}}
+
+
+def test_skip_gaps_refuses_a_gap_elsewhere():
+    with pytest.raises(OffsetError, match=r"t-0: gap \[11, 12\) does not start at the table's next offset 10"):
+        skip_gaps({"t": {0: 10}}, [Gap("t", 0, 11, 12)])
+
+
+@pytest.mark.parametrize("frm,until", [(5, 5), (6, 5), (-1, 3)])
+def test_gap_must_be_a_non_empty_range(frm, until):
+    with pytest.raises(OffsetError, match="not a valid offset range"):
+        Gap("t", 0, frm, until)
+
+
+def test_gap_json_round_trip():
+    gap = Gap("t", 3, 7, 19, "deleted by retention")
+    assert Gap.from_json(json.loads(json.dumps(gap.to_json()))) == gap
+    assert gap.offsets == 12

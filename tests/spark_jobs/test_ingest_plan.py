@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from include.offsets import BronzeCommit, OffsetError, OffsetRange
+from include.offsets import BronzeCommit, Gap, OffsetError, OffsetRange
 from include.spark_checkpoint import CheckpointState
 from spark_jobs.ingest_plan import (
     RUN_TYPES,
@@ -744,3 +744,58 @@ def test_batch_ranges_records_from_partition_missing_in_end_offsets_raise():
         )
     assert "batch 2" in str(exc.value)
     assert "('u', 3)" in str(exc.value)
+
+
+# --------------------------------------------------------------------------- accepted data-loss gaps
+
+
+def test_gaps_start_a_new_epoch_past_the_gap_even_with_a_matching_checkpoint():
+    ck = state(2, initial={"t": {0: 0, 1: 0}}, last=3, committed={"t": {0: 10, 1: 20}})
+    gap = Gap("t", 1, 20, 35, "retention")
+    plan = plan_checkpoint(
+        table=table({"t": {0: 10, 1: 20}}, epoch=2, batch_id=3),
+        checkpoints={2: ck},
+        partitions=PARTS,
+        starting_offsets="earliest",
+        gaps=(gap,),
+    )
+    assert plan.epoch == 3
+    assert plan.previous_epoch == 2
+    assert json.loads(plan.starting_offsets) == {"t": {"0": 10, "1": 35}}
+    assert "t-1 [20, 35)" in plan.rebuilt_reason
+
+
+def test_gap_not_starting_at_the_table_position_is_refused():
+    with pytest.raises(OffsetError, match=r"t-1: gap \[25, 35\) does not start at the table's next offset 20"):
+        plan_checkpoint(
+            table=table({"t": {0: 10, 1: 20}}),
+            checkpoints={},
+            partitions=PARTS,
+            starting_offsets="earliest",
+            gaps=(Gap("t", 1, 25, 35),),
+        )
+
+
+def test_gaps_without_a_table_are_refused():
+    with pytest.raises(OffsetError, match="need a bronze table"):
+        plan_checkpoint(table=None, checkpoints={}, partitions=PARTS, starting_offsets="earliest",
+                        gaps=(Gap("t", 0, 0, 5),))  # fmt: skip
+
+
+def test_parse_config_preflight_file(tmp_path):
+    path = tmp_path / "preflight.json"
+    path.write_text(json.dumps({
+        "topic_ids": {"orders.v1": "abc"},
+        "accepted_gaps": [{"topic": "orders.v1", "partition": 2, "from": 5, "until": 9, "reason": "retention"}],
+    }))  # fmt: skip
+    cfg = parse_config(_args("--preflight-file", str(path)))
+    assert cfg.topic_ids == {"orders.v1": "abc"}
+    assert cfg.accepted_gaps == (Gap("orders.v1", 2, 5, 9, "retention"),)
+
+
+@pytest.mark.parametrize("content", ['[1]', '{"accepted_gaps": [{"topic": "t"}]}', "not json"])
+def test_parse_config_bad_preflight_file_names_the_file(tmp_path, content):
+    path = tmp_path / "preflight.json"
+    path.write_text(content)
+    with pytest.raises(JobConfigError, match=r"--preflight-file .*preflight\.json"):
+        parse_config(_args("--preflight-file", str(path)))
