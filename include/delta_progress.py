@@ -62,3 +62,31 @@ def read_progress(path: str | Path, *, storage_options: dict[str, str] | None = 
             return None
         limit *= 10
 
+
+
+def commits_since(path: str | Path, version: int | None, *,
+                  storage_options: dict[str, str] | None = None) -> tuple[int | None, list[tuple[int, BronzeCommit]]]:  # fmt: skip
+    """The table's current version and our bronze commits after ``version`` (``None``: all), oldest first.
+
+    Reads only the log entries after ``version``, so the cost follows the
+    number of new commits, not the table's history.
+    """
+    from deltalake import DeltaTable
+
+    path = str(path)
+    if not DeltaTable.is_deltatable(path, storage_options=storage_options):
+        return None, []
+    table = DeltaTable(path, storage_options=storage_options)
+    current = table.version()
+    start = -1 if version is None else version
+    if current <= start:
+        return current, []
+    found = []
+    for entry in table.history(current - start):
+        v = int(entry["version"])
+        if v <= start:
+            continue
+        commit = BronzeCommit.from_user_metadata(entry.get("userMetadata"), version=v)
+        if commit is not None:
+            found.append((v, commit))
+    return current, sorted(found, key=lambda item: item[0])
