@@ -1,32 +1,36 @@
-"""End-to-end demo: local broker, generated events, the ingestion job twice, a summary.
+"""End-to-end demo: local broker, generated events, the pipeline DAG run twice by Airflow, a summary.
 
     make demo          # or: .venv/bin/python -m include.demo
 
-1. starts the local Kafka broker (``var/demo/kafka``) and creates a topic with
-   4 partitions;
-2. produces generated order events, runs the ingestion job with spark-submit
-   (``local[2]``, exactly the command the orchestrator renders);
-3. produces more events and runs the job again: only the new ones are read;
-4. prints per partition: the offset ranges each run wrote, rows, the table's
-   next offset and Kafka's end offset, and checks bronze against an
-   independent read of the topic; stops the broker.
+1. starts the local Kafka broker (``var/demo/kafka``), creates ``demo.orders``
+   with 4 partitions and produces generated order events;
+2. prepares an embedded Airflow (``var/demo/airflow``, SQLite) on this
+   project's DAG folder, with the ``kafka_default`` connection pointing at the
+   broker;
+3. runs the ``demo_orders`` DAG (``include/pipelines/demo_orders.yaml``) with
+   ``airflow dags test``: lag sensor, preflight, a transient Spark standalone
+   cluster, the ingestion job, continuity check, consumer-group mirror, run
+   ledger;
+4. produces more events and runs the DAG again: only the new ones are read;
+5. prints per partition the offsets, rows and lag of each run, the continuity
+   verdict, the consumer group's lag as Kafka's own tool reports it, where the
+   tables are, and checks bronze against an independent read of the topic.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
-import subprocess
+import shutil
 import sys
 import time
-import uuid
 from pathlib import Path
 
-from include import local_kafka, settings
-from include.delta_progress import read_progress
-from include.kafka_admin import create_topic, watermarks
-from include.spark_submit import submit_command, submit_environment
+from include import airflow_local, local_kafka, run_ledger, settings
+from include.kafka_admin import create_topic
+from include.pipeline_config import load_pipeline
 
 TOPIC = "demo.orders"
 PARTITIONS = 4
@@ -50,36 +54,32 @@ def _produce_orders(bootstrap: str, count: int, start: int) -> None:
     producer.flush(30)
 
 
-def _run_ingestion(bootstrap: str, lake: Path, run_no: int) -> dict:
-    summary_path = lake / f"run-{run_no}-summary.json"
-    args = [
-        "--pipeline", "demo_orders", "--bootstrap-servers", bootstrap, "--topics", TOPIC,
-        "--bronze-path", str(lake / "bronze"), "--checkpoint-root", str(lake / "_checkpoints" / "bronze"),
-        "--max-offsets-per-trigger", "20000", "--run-id", f"demo-{run_no}-{uuid.uuid4().hex[:6]}",
-        "--run-type", "manual", "--summary-path", str(summary_path),
-    ]  # fmt: skip
-    cmd = submit_command("spark_jobs/kafka_to_bronze.py", args, master="local[2]",
-                         conf={"spark.ui.enabled": "false"})  # fmt: skip
-    log_file = lake / f"run-{run_no}.log"
-    print(f"  spark-submit ... spark_jobs/kafka_to_bronze.py (log: {log_file})", flush=True)
-    with open(log_file, "w") as log:
-        proc = subprocess.run(cmd, env=submit_environment(), stdout=log, stderr=subprocess.STDOUT)
+def _run_dag(env: dict[str, str], workdir: Path, run_no: int, ledger: Path) -> dict:
+    log_file = workdir / "logs" / f"dag-run-{run_no}.log"
+    print(f"  airflow dags test demo_orders   (log: {log_file})", flush=True)
+    started = time.monotonic()
+    proc = airflow_local.dags_test(env, "demo_orders", log_file=log_file)
+    for line in airflow_local.summary_lines(proc.stdout + proc.stderr):
+        print(f"    {line}")
+    print(f"  DAG run took {time.monotonic() - started:.0f}s")
     if proc.returncode != 0:
-        tail = log_file.read_text(errors="replace")[-3000:]
-        raise SystemExit(f"ingestion run {run_no} failed (exit {proc.returncode}); end of {log_file}:\n{tail}")
-    return json.loads(summary_path.read_text())
+        tail = log_file.read_text(errors="replace")[-4000:]
+        raise SystemExit(f"DAG run {run_no} failed (exit {proc.returncode}); end of {log_file}:\n{tail}")
+    return run_ledger.read_runs(ledger, limit=1)[0]
 
 
-def _print_run(no: int, summary: dict) -> None:
-    print(f"\nrun {no}: {summary['rows']} rows in {len(summary['batches'])} batch(es), epoch "
-          f"{summary['epoch']}, bronze version {summary['bronze_version']}, "
-          f"{summary['duration_s']:.1f}s in the job")  # fmt: skip
-    for p, r in sorted(summary["partitions"].get(TOPIC, {}).items(), key=lambda kv: int(kv[0])):
-        print(f"  {TOPIC}-{p}: offsets [{r['from']}, {r['until']}) -> {r['rows']} rows")
+def _print_run(no: int, run: dict) -> None:
+    print(f"\nrun {no} ({run['outcome']}): {run['rows']} rows in {run['commits']} Delta commit(s), "
+          f"lag {run['lag_before']} -> {run['lag_after']}, continuity {run['continuity']}, "
+          f"bronze version {run['bronze_version_after']}, {run['duration_s']:.0f}s")  # fmt: skip
+    for part in run["partitions_json"]:
+        span = f"[{part['from']}, {part['until']})" if part["from"] is not None else "nothing new"
+        print(f"  {part['topic']}-{part['partition']}: offsets {span} -> {part['rows']} rows; "
+              f"lag {part['lag_before']} -> {part['lag_after']}; Kafka offsets {part['earliest']}..{part['latest']}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the demo; exit code 0 only when bronze matches the topic exactly."""
+    """Run the demo; exit code 0 only when both DAG runs succeed and bronze matches the topic exactly."""
     parser = argparse.ArgumentParser(prog="python -m include.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--events", type=int, default=20000, help="events before the first run")
@@ -88,47 +88,56 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     workdir: Path = args.dir.resolve()
-    lake = workdir / "lakehouse" / "demo_orders"
     if workdir.exists():
         local_kafka.stop(workdir / "kafka")
-        import shutil
-
         shutil.rmtree(workdir)
-    lake.mkdir(parents=True)
+    lakehouse = workdir / "lakehouse"
+    os.environ["KDE_LAKEHOUSE_ROOT"] = str(lakehouse)  # before the pipeline file is read
+    cfg = load_pipeline(settings.PROJECT_ROOT / "include" / "pipelines" / "demo_orders.yaml")
     print(f"starting the local Kafka broker in {workdir / 'kafka'} ...", flush=True)
     broker = local_kafka.start(workdir / "kafka")
     try:
         bootstrap = broker.bootstrap_servers
         print(f"broker ready at {bootstrap}")
+        env = airflow_local.environment(
+            workdir / "airflow", kafka_bootstrap=bootstrap,
+            extra={"KDE_LAKEHOUSE_ROOT": str(lakehouse), "KDE_VAR_DIR": str(workdir)},
+        )  # fmt: skip
+        print(f"preparing Airflow's metadata database in {workdir / 'airflow'} ...", flush=True)
+        airflow_local.migrate(env)
         create_topic(bootstrap, TOPIC, PARTITIONS)
-        print(f"producing {args.events} events to {TOPIC} ({PARTITIONS} partitions)", flush=True)
+
+        print(f"\nproducing {args.events} events to {TOPIC} ({PARTITIONS} partitions)", flush=True)
         _produce_orders(bootstrap, args.events, 0)
-        first = _run_ingestion(bootstrap, lake, 1)
+        first = _run_dag(env, workdir, 1, Path(cfg.tables.ledger_path))
         _print_run(1, first)
 
         print(f"\nproducing {args.more_events} more events", flush=True)
         _produce_orders(bootstrap, args.more_events, args.events)
-        second = _run_ingestion(bootstrap, lake, 2)
+        second = _run_dag(env, workdir, 2, Path(cfg.tables.ledger_path))
         _print_run(2, second)
 
-        progress = read_progress(lake / "bronze")
-        ends = {p: end for p, (_, end) in watermarks(bootstrap, TOPIC).items()}
-        print(f"\nbronze table {lake / 'bronze'} (Delta version {progress.table_version}, "
-              f"epoch {progress.epoch}) vs Kafka:")  # fmt: skip
-        lag_total = 0
-        for p in range(PARTITIONS):
-            nxt = progress.next_offsets.get(TOPIC, {}).get(p, 0)
-            lag_total += ends[p] - nxt
-            print(f"  {TOPIC}-{p}: table next offset {nxt}, Kafka end offset {ends[p]}, lag {ends[p] - nxt}")
+        group = cfg.consumer_group
+        tool = local_kafka.run_kafka_tool("consumer-groups", "--bootstrap-server", bootstrap,
+                                          "--describe", "--group", group)  # fmt: skip
+        lags = [line.split()[5] for line in tool.stdout.splitlines() if line.startswith(group)]
+        print(f"\nKafka's kafka-consumer-groups --describe --group {group}: LAG per partition {lags}")
 
         from deltalake import DeltaTable
 
-        bronze = DeltaTable(str(lake / "bronze")).to_pyarrow_table(columns=["partition", "offset"])
+        bronze = DeltaTable(cfg.tables.bronze_path).to_pyarrow_table(columns=["partition", "offset"])
         keys = set(zip(bronze.column("partition").to_pylist(), bronze.column("offset").to_pylist(), strict=True))
         total = args.events + args.more_events
-        ok = len(keys) == bronze.num_rows == total and lag_total == 0
-        print(f"\nbronze rows {bronze.num_rows}, distinct (partition, offset) {len(keys)}, produced {total}, "
-              f"lag {lag_total}: {'EXACTLY ONCE' if ok else 'MISMATCH'}")  # fmt: skip
+        ok = (
+            len(keys) == bronze.num_rows == total
+            and lags == ["0"] * PARTITIONS
+            and first["continuity"] == second["continuity"] == "CONTINUOUS"
+        )
+        print(f"\ntables: bronze {cfg.tables.bronze_path}\n        run ledger {cfg.tables.ledger_path}\n"
+              f"        checkpoints {cfg.tables.checkpoint_root}")  # fmt: skip
+        print(f"bronze rows {bronze.num_rows}, distinct (partition, offset) {len(keys)}, produced {total}: "
+              f"{'EXACTLY ONCE' if ok else 'MISMATCH'}")  # fmt: skip
+        print("\nsee it in the Airflow UI: make ui   (then http://127.0.0.1:8080, user admin, password admin)")
         return 0 if ok else 1
     finally:
         broker.stop()

@@ -36,6 +36,8 @@ import yaml
 
 from include import settings
 
+#: Prefix of the consumer group that mirrors a pipeline's offsets (``kafka-delta-elt.<name>``).
+CONSUMER_GROUP_PREFIX = "kafka-delta-elt."
 #: Environment variable overriding the default ``tables.lakehouse_root``.
 LAKEHOUSE_ROOT_ENV = "KDE_LAKEHOUSE_ROOT"
 
@@ -154,11 +156,15 @@ class TablesConfig:
             Must be neither the bronze table's folder nor inside it (nor the
             other way round). The ingestion job reads it with local file I/O
             today, so it must be a local or mounted path.
+        ledger_path: Location of the run-ledger Delta table (one row per DAG
+            run: ranges, rows, lag, outcome). Default:
+            ``<lakehouse_root>/<name>/_runs``.
     """
 
     lakehouse_root: str
     bronze_path: str
     checkpoint_root: str
+    ledger_path: str
 
 
 @dataclass(frozen=True)
@@ -169,8 +175,11 @@ class LagConfig:
         min_records: Integer >= 0, default 1. The lag sensor lets the run
             proceed once the total lag (new records over all partitions) is at
             least this many records.
-        max_wait_minutes: Positive number of minutes, default 60. How long
-            the lag sensor waits for ``min_records`` before it stops waiting.
+        max_wait_minutes: Positive number of minutes, default 60. When fewer
+            than ``min_records`` are waiting, the run proceeds anyway once the
+            oldest of them has waited this long in Kafka, so a trickle is
+            never held back forever. With no new record at all the run is
+            skipped at once (no cluster is started).
     """
 
     min_records: int = 1
@@ -246,6 +255,11 @@ class PipelineConfig:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     retries: int = 2
     tags: tuple[str, ...] = ()
+
+    @property
+    def consumer_group(self) -> str:
+        """Kafka consumer group mirroring the bronze table's next offsets, for lag tooling."""
+        return CONSUMER_GROUP_PREFIX + self.name
 
     def ingest_job_args(
         self, bootstrap_servers: str, run_id: str, run_type: str, summary_path: str
@@ -457,7 +471,7 @@ _KAFKA_KEYS = (
     "max_offsets_per_trigger",
     "options",
 )
-_TABLES_KEYS = ("lakehouse_root", "bronze_path", "checkpoint_root")
+_TABLES_KEYS = ("lakehouse_root", "bronze_path", "checkpoint_root", "ledger_path")
 _LAG_KEYS = ("min_records", "max_wait_minutes")
 _CLUSTER_KEYS = ("profile", "workers", "worker_cores", "worker_memory", "master_connection_id")
 
@@ -761,7 +775,18 @@ class _Checker:
                 f"(neither inside the other), got {checkpoint!r} with tables.bronze_path "
                 f"{bronze!r}",
             )
-        return TablesConfig(root, bronze, checkpoint)
+        ledger_value = data.get("ledger_path", _MISSING)
+        ledger = (
+            _join_location(root, name, "_runs")
+            if ledger_value is _MISSING
+            else _location(self.text(ledger_value, "tables.ledger_path", expected))
+        )
+        if _is_within(ledger, bronze) or _is_within(bronze, ledger):
+            raise self.error(
+                "tables.ledger_path",
+                f"expected a location apart from the bronze table, got {ledger!r} with tables.bronze_path {bronze!r}",
+            )
+        return TablesConfig(root, bronze, checkpoint, ledger)
 
     def schedule(self, value: Any) -> str | None:
         expected = (

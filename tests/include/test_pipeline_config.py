@@ -96,6 +96,7 @@ def test_example_file_loads_with_its_declared_values():
             lakehouse_root=str(lake),
             bronze_path=str(lake / "demo_orders" / "bronze"),
             checkpoint_root=str(lake / "demo_orders" / "_checkpoints" / "bronze"),
+            ledger_path=str(lake / "demo_orders" / "_runs"),
         ),
         schedule="*/10 * * * *",
         source_path="include/pipelines/demo_orders.yaml",
@@ -633,7 +634,8 @@ def test_default_paths_hang_off_var_lakehouse(tmp_path):
     cfg = load_pipeline(_write(tmp_path, BASE, "orders.yaml"))
     root = settings.VAR_DIR / "lakehouse"
     assert cfg.tables == TablesConfig(
-        str(root), str(root / "orders" / "bronze"), str(root / "orders" / "_checkpoints" / "bronze")
+        str(root), str(root / "orders" / "bronze"), str(root / "orders" / "_checkpoints" / "bronze"),
+        str(root / "orders" / "_runs"),
     )
 
 
@@ -657,17 +659,20 @@ def test_lakehouse_root_in_the_file_wins_and_relative_paths_are_from_the_project
 def test_uri_lakehouse_root_is_kept_as_a_uri(tmp_path):
     cfg = load_pipeline(_write(tmp_path, _set("tables.lakehouse_root", "s3a://bucket/lake/")))
     assert cfg.tables == TablesConfig(
-        "s3a://bucket/lake", "s3a://bucket/lake/orders/bronze", "s3a://bucket/lake/orders/_checkpoints/bronze"
+        "s3a://bucket/lake", "s3a://bucket/lake/orders/bronze", "s3a://bucket/lake/orders/_checkpoints/bronze",
+        "s3a://bucket/lake/orders/_runs",
     )
 
 
 def test_each_derived_path_can_be_overridden(tmp_path):
     data = _config(**{"tables.lakehouse_root": "/lake", "tables.bronze_path": "/tables/orders_raw"})
     cfg = load_pipeline(_write(tmp_path, data))
-    assert cfg.tables == TablesConfig("/lake", "/tables/orders_raw", "/lake/orders/_checkpoints/bronze")
+    assert cfg.tables == TablesConfig(
+        "/lake", "/tables/orders_raw", "/lake/orders/_checkpoints/bronze", "/lake/orders/_runs"
+    )
     data = _config(**{"tables.lakehouse_root": "/lake", "tables.checkpoint_root": "/cp/orders"})
     cfg = load_pipeline(_write(tmp_path, data))
-    assert cfg.tables == TablesConfig("/lake", "/lake/orders/bronze", "/cp/orders")
+    assert cfg.tables == TablesConfig("/lake", "/lake/orders/bronze", "/cp/orders", "/lake/orders/_runs")
 
 
 # --------------------------------------------------------------------------- load_pipelines
@@ -831,3 +836,12 @@ def test_error_is_a_value_error_that_survives_pickling(tmp_path):
         err.problem,
         str(err),
     )
+
+
+def test_ledger_path_defaults_beside_the_tables_and_may_not_sit_inside_bronze(tmp_path):
+    path = _write(tmp_path, _config(**{"tables.lakehouse_root": "/lake"}))
+    assert load_pipeline(path).tables.ledger_path == "/lake/orders/_runs"
+    path = _write(tmp_path, _config(**{"tables.bronze_path": "/lake/b", "tables.ledger_path": "/lake/b/_runs"}))
+    err = _error(path)
+    assert err.field == "tables.ledger_path"
+    assert "apart from the bronze table" in err.problem

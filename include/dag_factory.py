@@ -1,0 +1,258 @@
+"""One Airflow DAG per pipeline file: lag sensor → preflight → [cluster up] → ingest → [cluster down]
+→ continuity → mirror → record.
+
+Parse-time rule: building a DAG reads the pipeline files and nothing else. No
+connection, Variable, Kafka client, Spark or Delta import happens until a task
+runs (a test imports the DAG folder and checks ``sys.modules``).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG, Asset, Param, TriggerRule, task
+
+from include import settings
+from include.pipeline_config import PipelineConfig, load_pipelines
+
+#: A driver outlives a stopped cluster and would wait forever; the task must not.
+INGEST_TIMEOUT = timedelta(hours=4)
+#: Folder of pipeline files; ``KDE_PIPELINES_DIR`` overrides it (tests, deployments).
+PIPELINES_ENV = "KDE_PIPELINES_DIR"
+
+DOC = """\
+### Kafka → Delta pipeline `{name}`
+
+{description}
+
+Source: {source} through Airflow connection `{conn}`. Bronze table: `{bronze}`.
+Run ledger: `{ledger}`. Pipeline file: `{file}`.
+
+Each run: **wait_for_lag** (Kafka admin + Delta log, no JVM; skipped when there is
+nothing new) → **preflight** (data loss by retention, recreated topics, offsets
+going backwards, partitions added or gone; policy `{policy}`) →
+{cluster} → **ingest** (`Trigger.AvailableNow`, one Delta commit per micro-batch
+with its offset ranges) → **check_continuity** (ranges chain, rows match,
+checkpoint == table) → **mirror_offsets** (consumer group `{group}`) →
+**record_run** (run ledger row, Asset event).
+"""
+
+
+def pipelines_dir() -> Path:
+    """Where the pipeline files are read from."""
+    return Path(os.environ.get(PIPELINES_ENV) or settings.PROJECT_ROOT / "include" / "pipelines")
+
+
+def bronze_asset(cfg: PipelineConfig) -> Asset:
+    """The Airflow Asset standing for the pipeline's bronze table."""
+    path = cfg.tables.bronze_path
+    uri = path if "://" in path else Path(path).resolve().as_uri()
+    return Asset(name=f"kafka-delta-elt.{cfg.name}.bronze", uri=uri)
+
+
+def build_dag(cfg: PipelineConfig) -> DAG:
+    """The DAG of one pipeline."""
+    transient = cfg.cluster.profile == "local_standalone"
+    max_wait_s = cfg.lag.max_wait_minutes * 60
+    doc = DOC.format(
+        name=cfg.name,
+        description=cfg.description or "",
+        source=f"topics `{', '.join(cfg.kafka.topics)}`" if cfg.kafka.topics else f"pattern `{cfg.kafka.topic_pattern}`",
+        conn=cfg.kafka.connection_id,
+        bronze=cfg.tables.bronze_path,
+        ledger=cfg.tables.ledger_path,
+        file=cfg.source_path,
+        policy=cfg.data_loss_policy,
+        cluster=(
+            f"**start_cluster** (setup: Spark standalone master + {cfg.cluster.workers} worker(s) on 127.0.0.1) "
+            if transient
+            else f"existing Spark master from connection `{cfg.cluster.master_connection_id}` "
+        ),
+        group=cfg.consumer_group,
+    )
+    asset = bronze_asset(cfg)
+    with DAG(
+        dag_id=cfg.name,
+        description=(cfg.description or f"Kafka → Delta bronze: {cfg.name}")[:200],
+        schedule=cfg.schedule,
+        start_date=datetime(2024, 1, 1, tzinfo=UTC),
+        catchup=False,
+        max_active_runs=1,
+        tags=sorted({"kafka-delta-elt", *cfg.tags}),
+        doc_md=doc,
+        default_args={
+            "retries": cfg.retries,
+            "retry_delay": timedelta(seconds=30),
+            "retry_exponential_backoff": True,
+            "max_retry_delay": timedelta(minutes=10),
+        },
+        params={
+            "reason": Param(
+                "",
+                type="string",
+                maxLength=500,
+                title="Reason",
+                description="Why this run was triggered by hand; recorded in the run ledger.",
+            ),
+        },
+        render_template_as_native_obj=False,
+    ) as dag:
+
+        @task.sensor(
+            task_id="wait_for_lag",
+            mode="reschedule",
+            poke_interval=max(5.0, min(60.0, max_wait_s / 4)),
+            timeout=max_wait_s + 600,
+            retries=cfg.retries,
+        )
+        def wait_for_lag(**context: Any):
+            from airflow.sdk import PokeReturnValue
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            from include import connections, pipeline_run
+            from include.preflight import lag_decision
+
+            client = connections.kafka_client_config(cfg.kafka.connection_id)
+            now = pipeline_run.utcnow()
+            report, _, _ = pipeline_run.snapshot(cfg, client)
+            decision = lag_decision(report, min_records=cfg.lag.min_records, max_wait_s=max_wait_s, now=now)
+            print(f"SUMMARY wait_for_lag: {report.summary_line(now)}; {decision.action}: {decision.reason}")
+            if decision.action == "skip":
+                context["ti"].xcom_push(key="lag", value=report.to_json(now))
+                raise AirflowSkipException(f"nothing to do: {decision.reason}; no cluster started")
+            return PokeReturnValue(is_done=decision.action == "proceed", xcom_value=report.to_json(now))
+
+        @task(task_id="preflight", retries=cfg.retries)
+        def run_preflight(**context: Any) -> dict:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            from include import connections, pipeline_run
+            from include.offsets import positions_to_json
+
+            client = connections.kafka_client_config(cfg.kafka.connection_id)
+            now = pipeline_run.utcnow()
+            verdict, lag, progress = pipeline_run.run_preflight(cfg, client)
+            for finding in verdict.findings:
+                print(f"preflight {finding.severity}: {finding.message}")
+            print(f"SUMMARY {verdict.summary_line()}; {lag.summary_line(now)}")
+            result = {
+                **verdict.to_json(),
+                "job_file": verdict.job_file(),
+                "lag": lag.to_json(now),
+                "table_version": progress.table_version if progress else None,
+                "table_next": positions_to_json(progress.next_offsets) if progress else None,
+            }
+            if not verdict.ok:
+                context["ti"].xcom_push(key="failed_report", value=result)
+                raise AirflowFailException(verdict.failure_message(cfg.name))
+            return result
+
+        lag = wait_for_lag()
+        checked = run_preflight()
+        lag >> checked
+
+        from include.spark_operator import IngestOperator
+
+        if transient:
+
+            @task(task_id="start_cluster", retries=1)
+            def start_cluster(**context: Any) -> dict:
+                from include import pipeline_run, spark_cluster
+
+                folder = pipeline_run.run_dir(cfg, context["run_id"]) / "cluster"
+                cluster = spark_cluster.start_standalone(
+                    folder, workers=cfg.cluster.workers, worker_cores=cfg.cluster.worker_cores,
+                    worker_memory=cfg.cluster.worker_memory,
+                )  # fmt: skip
+                print(f"SUMMARY start_cluster: {cluster.master_url} with {cfg.cluster.workers} worker(s) "
+                      f"x {cfg.cluster.worker_cores} core(s), {cfg.cluster.worker_memory}; UI {cluster.web_ui_url}")  # fmt: skip
+                return cluster.to_json()
+
+            @task(task_id="stop_cluster", trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS, retries=2)
+            def stop_cluster(**context: Any) -> dict:
+                from include import pipeline_run, spark_cluster
+
+                folder = pipeline_run.run_dir(cfg, context["run_id"]) / "cluster"
+                stopped = spark_cluster.stop_standalone(folder)
+                left = spark_cluster.running_processes(folder)
+                print(f"SUMMARY stop_cluster: stopped {len(stopped)} processes, {len(left)} left")
+                return {"stopped": stopped, "left": left}
+
+            up = start_cluster()
+            ingest = IngestOperator(
+                task_id="ingest",
+                pipeline=cfg,
+                master="{{ ti.xcom_pull(task_ids='start_cluster')['master_url'] }}",
+                retries=cfg.retries,
+                execution_timeout=INGEST_TIMEOUT,
+            )
+            down = stop_cluster()
+            checked >> up >> ingest >> down
+            down.as_teardown(setups=up)
+            after_ingest = [ingest, down]
+        else:
+            ingest = IngestOperator(task_id="ingest", pipeline=cfg, retries=cfg.retries,
+                                    execution_timeout=INGEST_TIMEOUT)  # fmt: skip
+            checked >> ingest
+            after_ingest = [ingest]
+
+        @task(task_id="check_continuity", retries=cfg.retries)
+        def check_continuity(**context: Any) -> dict:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            from include import connections, pipeline_run
+            from include.offsets import positions_from_json
+
+            ti = context["ti"]
+            pre = ti.xcom_pull(task_ids="preflight")
+            summary = ti.xcom_pull(task_ids="ingest")
+            client = connections.kafka_client_config(cfg.kafka.connection_id)
+            report = pipeline_run.check_continuity(
+                cfg, client, run_id=context["run_id"], version_before=pre["table_version"],
+                start=positions_from_json(pre["table_next"]) if pre["table_next"] else None,
+                job_summary=summary,
+            )  # fmt: skip
+            for v in report.violations:
+                print(f"continuity violation: {v}")
+            for n in report.notes:
+                print(f"continuity note: {n}")
+            print(f"SUMMARY {report.summary_line()}")
+            if not report.ok:
+                ti.xcom_push(key="failed_report", value=report.to_json())
+                raise AirflowFailException(
+                    f"continuity check of pipeline {cfg.name!r} failed:\n  - " + "\n  - ".join(report.violations)
+                )
+            return report.to_json()
+
+        @task(task_id="mirror_offsets", retries=cfg.retries)
+        def mirror_offsets() -> dict:
+            from include import connections, pipeline_run
+
+            client = connections.kafka_client_config(cfg.kafka.connection_id)
+            positions = pipeline_run.mirror_offsets(cfg, client)
+            n = sum(len(parts) for parts in positions.values())
+            print(f"SUMMARY mirror_offsets: committed {n} partition offsets to consumer group "
+                  f"{cfg.consumer_group}")  # fmt: skip
+            return {"group": cfg.consumer_group, "offsets": positions}
+
+        @task(task_id="record_run", trigger_rule=TriggerRule.ALL_DONE, outlets=[asset], retries=cfg.retries)
+        def record_run(**context: Any) -> dict:
+            from include import record
+
+            return record.record_run(cfg, asset, context)
+
+        continuity = check_continuity()
+        mirrored = mirror_offsets()
+        recorded = record_run()
+        after_ingest >> continuity >> mirrored >> recorded
+        [lag, checked] >> recorded
+    return dag
+
+
+def build_dags(folder: Path | None = None) -> tuple[dict[str, DAG], dict[str, str]]:
+    """Every valid pipeline's DAG by dag_id, and the errors of the invalid files by path."""
+    configs, errors = load_pipelines(folder or pipelines_dir())
+    return {name: build_dag(cfg) for name, cfg in configs.items()}, errors

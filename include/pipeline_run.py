@@ -1,0 +1,121 @@
+"""What each task of a pipeline's DAG run does, apart from Airflow itself.
+
+The DAG factory (:mod:`include.dag_factory`) wires these into tasks; every
+function takes the pipeline's configuration and the Kafka client settings from
+its Airflow connection, does its reads without a JVM (confluent-kafka and
+delta-rs) and returns plain data that fits in an XCom.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from include import delta_progress, kafka_state, settings, spark_checkpoint
+from include.continuity import ContinuityReport, check_run
+from include.delta_progress import TableProgress
+from include.offsets import PositionMap
+from include.pipeline_config import PipelineConfig
+from include.preflight import KafkaPartition, KafkaTopic, LagReport, PreflightReport, measure_lag, preflight
+
+#: Bound on every Kafka call a task makes, so a dead broker fails a task instead of hanging it.
+KAFKA_TIMEOUT_S = 20.0
+
+
+def run_dir(cfg: PipelineConfig, run_id: str) -> Path:
+    """A folder for one run's files (job summary, cluster state, logs) on the Airflow worker."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id)
+    return settings.VAR_DIR / "runs" / cfg.name / safe
+
+
+def kafka_topics(cfg: PipelineConfig, client: dict[str, str]) -> dict[str, KafkaTopic]:
+    """Kafka's view of the pipeline's topics now: ids, earliest and last stable offsets."""
+    states = kafka_state.read_topics(
+        client, topics=cfg.kafka.topics, pattern=cfg.kafka.topic_pattern, timeout_s=KAFKA_TIMEOUT_S
+    )
+    return {
+        name: KafkaTopic(s.topic_id, {p: KafkaPartition(ps.earliest, ps.latest) for p, ps in s.partitions.items()})
+        for name, s in states.items()
+    }
+
+
+def snapshot(cfg: PipelineConfig, client: dict[str, str]) -> tuple[LagReport, TableProgress | None, dict]:
+    """Lag of the table against Kafka, with the age of the oldest pending record."""
+    progress = delta_progress.read_progress(cfg.tables.bronze_path)
+    topics = kafka_topics(cfg, client)
+    report = measure_lag(
+        progress.next_offsets if progress else None,
+        topics,
+        table_version=progress.table_version if progress else None,
+        starting_offsets=cfg.kafka.starting_offsets,
+    )
+    pending = {(p.topic, p.partition): p.start for p in report.partitions if p.lag}
+    if pending:
+        stamps = kafka_state.record_timestamps(client, pending, timeout_s=KAFKA_TIMEOUT_S)
+        seen = [t for t in stamps.values() if t is not None]
+        if seen:
+            report = replace(report, oldest_pending=min(seen))
+    return report, progress, topics
+
+
+def run_preflight(cfg: PipelineConfig, client: dict[str, str]) -> tuple[PreflightReport, LagReport, TableProgress | None]:
+    """The preflight verdict for the table and Kafka as they are now."""
+    report, progress, topics = snapshot(cfg, client)
+    recorded = dict(progress.commit.extra.get("topic_ids") or {}) if progress else {}
+    verdict = preflight(
+        table_next=progress.next_offsets if progress else None,
+        recorded_topic_ids=recorded,
+        kafka=topics,
+        configured_topics=cfg.kafka.topics,
+        policy=cfg.data_loss_policy,
+    )
+    return verdict, report, progress
+
+
+def checkpoint_position(cfg: PipelineConfig) -> dict | None:
+    """Committed offsets of the newest checkpoint epoch, or ``None`` when it is not a local folder."""
+    root = cfg.tables.checkpoint_root
+    if "://" in root and not root.startswith("file://"):
+        return None
+    epochs = spark_checkpoint.epoch_dirs(Path(root.removeprefix("file://")))
+    if not epochs:
+        return None
+    state = spark_checkpoint.read_state(epochs[max(epochs)])
+    return state.position if state else None
+
+
+def check_continuity(cfg: PipelineConfig, client: dict[str, str], *, run_id: str, version_before: int | None,
+                     start: PositionMap | None, job_summary: dict | None) -> ContinuityReport:  # fmt: skip
+    """Check the commits this run wrote (the Delta log after ``version_before``).
+
+    ``start`` is where the table stood at ``version_before`` (from the preflight).
+    """
+    _, commits = delta_progress.commits_since(cfg.tables.bronze_path, version_before)
+
+    def count(topic: str, partition: int, frm: int, until: int) -> int:
+        return kafka_state.count_records(client, topic, partition, frm, until, timeout_s=KAFKA_TIMEOUT_S)
+
+    return check_run(
+        run_id=run_id,
+        start=start,
+        commits=commits,
+        checkpoint_position=checkpoint_position(cfg),
+        expected_rows=None if job_summary is None else int(job_summary["rows"]),
+        count_records=count,
+    )
+
+
+def mirror_offsets(cfg: PipelineConfig, client: dict[str, str]) -> dict[str, dict[str, int]]:
+    """Commit the table's next offsets as the pipeline's consumer-group offsets; returns them."""
+    progress = delta_progress.read_progress(cfg.tables.bronze_path)
+    if progress is None:
+        return {}
+    positions = {(t, p): o for t, parts in progress.next_offsets.items() for p, o in parts.items()}
+    kafka_state.commit_group_offsets(client, cfg.consumer_group, positions, timeout_s=KAFKA_TIMEOUT_S)
+    return {t: {str(p): o for p, o in sorted(parts.items())} for t, parts in sorted(progress.next_offsets.items())}
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)

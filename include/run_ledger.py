@@ -1,0 +1,101 @@
+"""The run ledger: one Delta table row per DAG run of a pipeline, written without a JVM.
+
+Each row says what the run was (pipeline, run id, run type, cluster profile),
+what it found and did (lag before and after, per-partition ranges and rows,
+recorded gaps, preflight findings, continuity verdict) and how it ended. The
+ledger is what people read when they ask "what happened to my data on
+Tuesday"; the bronze table's commits remain the source of truth for offsets.
+
+Nested parts are JSON strings, so the schema stays flat and any Delta reader
+(Spark, delta-rs, DuckDB) can query it.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+#: Column name -> arrow type name; the order is the table's column order.
+COLUMNS: dict[str, str] = {
+    "pipeline": "string",
+    "run_id": "string",
+    "run_type": "string",
+    "dag_id": "string",
+    "outcome": "string",  # success | failed | skipped
+    "reason": "string",
+    "started_at": "timestamp",
+    "finished_at": "timestamp",
+    "duration_s": "double",
+    "cluster_profile": "string",
+    "master_url": "string",
+    "epoch": "int64",
+    "bronze_version_before": "int64",
+    "bronze_version_after": "int64",
+    "rows": "int64",
+    "commits": "int64",
+    "lag_before": "int64",
+    "lag_after": "int64",
+    "lost": "int64",
+    "continuity": "string",  # CONTINUOUS | BROKEN | not checked
+    "partitions_json": "string",
+    "gaps_json": "string",
+    "findings_json": "string",
+    "continuity_json": "string",
+    "topic_ids_json": "string",
+    "tasks_json": "string",
+    "params_json": "string",
+}
+
+
+def _schema():
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64(),
+             "timestamp": pa.timestamp("us", tz="UTC")}  # fmt: skip
+    return pa.schema([pa.field(name, types[kind]) for name, kind in COLUMNS.items()])
+
+
+def _cell(name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if name.endswith("_json"):
+        return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    if COLUMNS[name] == "timestamp" and isinstance(value, str):
+        return datetime.fromisoformat(value)
+    return value
+
+
+def append_run(path: str | Path, record: dict[str, Any], *, storage_options: dict[str, str] | None = None) -> int:
+    """Append one run's row (missing columns are null); returns the ledger's new Delta version.
+
+    Unknown keys are an error, so a typo in a caller never silently drops a field.
+    """
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    unknown = sorted(set(record) - set(COLUMNS))
+    if unknown:
+        raise ValueError(f"run ledger: unknown columns {unknown}; expected some of {list(COLUMNS)}")
+    row = {name: [_cell(name, record.get(name))] for name in COLUMNS}
+    table = pa.Table.from_pydict(row, schema=_schema())
+    write_deltalake(str(path), table, mode="append", storage_options=storage_options)
+    return DeltaTable(str(path), storage_options=storage_options).version()
+
+
+def read_runs(path: str | Path, *, limit: int | None = None,
+              storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """The ledger's rows, newest first (JSON columns decoded); empty when there is no ledger yet."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path), storage_options=storage_options):
+        return []
+    rows = DeltaTable(str(path), storage_options=storage_options).to_pyarrow_table().to_pylist()
+    epoch = datetime.min.replace(tzinfo=UTC)
+    rows.sort(key=lambda r: r["finished_at"] or epoch, reverse=True)
+    for r in rows:
+        for name in COLUMNS:
+            if name.endswith("_json") and r[name] is not None:
+                r[name] = json.loads(r[name])
+    return rows[:limit] if limit is not None else rows

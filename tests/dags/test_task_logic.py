@@ -1,0 +1,138 @@
+"""Task-side logic without a broker or Spark: connections, the submit hook, the run record, the ledger."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from include import connections, record, run_ledger
+from include.pipeline_config import load_pipeline
+from include.spark_operator import _hook_class, _job_run_type, job_spark_conf
+
+
+@pytest.fixture
+def cfg(tmp_path, monkeypatch):
+    monkeypatch.setenv("KDE_LAKEHOUSE_ROOT", str(tmp_path / "lake"))
+    path = tmp_path / "orders.yaml"
+    path.write_text(yaml.safe_dump({
+        "kafka": {"connection_id": "kafka_test", "topics": ["t"]}, "schedule": None,
+        "cluster": {"workers": 2, "worker_cores": 2, "worker_memory": "768m"},
+    }))  # fmt: skip
+    return load_pipeline(path)
+
+
+def test_kafka_connection_from_environment(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_TEST", json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": "b1:9092", "security.protocol": "SSL",
+                                         "sasl.password": "s3cret"}}))  # fmt: skip
+    config = connections.kafka_client_config("kafka_test")
+    assert config["bootstrap.servers"] == "b1:9092"
+    # Only settings the Java client names the same way go to Spark; secrets never do by accident.
+    assert connections.spark_kafka_options(config) == {"security.protocol": "SSL"}
+
+
+def test_kafka_connection_without_bootstrap_names_the_connection(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_TEST", json.dumps({"conn_type": "kafka", "extra": {}}))
+    with pytest.raises(connections.ConnectionConfigError, match="'kafka_test': expected 'bootstrap.servers'"):
+        connections.kafka_client_config("kafka_test")
+
+
+def test_missing_connection_is_an_error_not_a_yarn_fallback():
+    with pytest.raises(connections.ConnectionConfigError, match="'no_such_spark' does not exist"):
+        connections.spark_master("no_such_spark")
+
+
+@pytest.mark.parametrize("conn,master", [
+    ({"conn_type": "spark", "host": "spark://10.0.0.5", "port": 7077}, "spark://10.0.0.5:7077"),
+    ({"conn_type": "spark", "host": "yarn"}, "yarn"),
+    ({"conn_type": "spark", "host": "k8s://https://api.example:443"}, "k8s://https://api.example:443"),
+])  # fmt: skip
+def test_spark_master_reads_the_connection_like_the_provider(monkeypatch, conn, master):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEST", json.dumps(conn))
+    assert connections.spark_master("spark_test") == master
+
+
+def test_run_cluster_hook_returns_the_same_keys_as_the_provider_hook():
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    base = SparkSubmitHook(conn_id="no_such_connection")._connection
+    hook = _hook_class()(master="spark://127.0.0.1:7077", conn_id="unused", spark_binary="spark-submit")
+    assert set(hook._connection) == set(base)
+    assert hook._connection["master"] == "spark://127.0.0.1:7077"
+    cmd = hook._build_spark_submit_command("job.py")
+    assert cmd[cmd.index("--master") + 1] == "spark://127.0.0.1:7077"
+
+
+def test_job_conf_per_profile(cfg):
+    transient = job_spark_conf(cfg, transient=True)
+    assert (transient["spark.cores.max"], transient["spark.executor.cores"], transient["spark.executor.memory"]) == (
+        "4", "2", "768m")  # fmt: skip
+    assert transient["spark.driver.host"] == "127.0.0.1"
+    existing = job_spark_conf(cfg, transient=False)
+    assert existing["spark.executor.instances"] == "2" and "spark.cores.max" not in existing
+
+
+@pytest.mark.parametrize("run_type,expected", [
+    ("scheduled", "scheduled"), ("DagRunType.BACKFILL_JOB", "manual"), ("backfill", "backfill"),
+    ("manual", "manual"), ("asset_triggered", "manual"),
+])  # fmt: skip
+def test_job_run_type(run_type, expected):
+    assert _job_run_type({"dag_run": SimpleNamespace(run_type=run_type)}) == expected
+
+
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+
+
+def _record(cfg, states, **xcoms):
+    return record.build_record(cfg, run_id="r1", run_type="manual", dag_id=cfg.name, states=states, xcoms=xcoms,
+                               lag_after={"total_lag": 0, "partitions": []}, started_at=T0,
+                               finished_at=T0 + timedelta(seconds=30), params={"reason": ""})  # fmt: skip
+
+
+def test_record_success_carries_rows_ranges_and_lag(cfg):
+    row = _record(
+        cfg, {"wait_for_lag": "success", "preflight": "success", "ingest": "success", "record_run": "running"},
+        preflight={"lag": {"total_lag": 7, "partitions": [{"topic": "t", "partition": 0, "lag": 7}]},
+                   "table_version": 3, "accepted_gaps": [], "findings": []},
+        ingest={"rows": 7, "epoch": 1, "bronze_version": 4, "batches": [{"skipped_replay": False}],
+                "partitions": {"t": {"0": {"from": 10, "until": 17, "rows": 7}}}},
+        check_continuity={"ok": True, "violations": []},
+    )  # fmt: skip
+    assert (row["outcome"], row["rows"], row["commits"], row["lag_before"], row["lag_after"]) == ("success", 7, 1, 7, 0)
+    assert (row["bronze_version_before"], row["bronze_version_after"], row["duration_s"]) == (3, 4, 30.0)
+    assert row["continuity"] == "CONTINUOUS"
+    assert row["partitions_json"][0]["from"] == 10 and row["partitions_json"][0]["lag_before"] == 7
+
+
+def test_record_failed_names_the_task_and_the_blocking_findings(cfg):
+    finding = {"severity": "data_loss", "message": "partition t-1: 5 records ... deleted"}
+    row = _record(cfg, {"wait_for_lag": "success", "preflight": "failed", "start_cluster": "upstream_failed"},
+                  preflight_failed={"findings": [finding, {"severity": "info", "message": "new partition"}]})  # fmt: skip
+    assert row["outcome"] == "failed"
+    assert row["reason"] == "failed at preflight: partition t-1: 5 records ... deleted"
+    assert row["continuity"] == "not checked"
+
+
+def test_record_skipped(cfg):
+    row = _record(cfg, {"wait_for_lag": "skipped", "preflight": "skipped"},
+                  wait_for_lag_skip={"total_lag": 0, "partitions": []})  # fmt: skip
+    assert (row["outcome"], row["rows"], row["lag_before"]) == ("skipped", 0, 0)
+
+
+def test_ledger_round_trip(tmp_path: Path, cfg):
+    row = _record(cfg, {"wait_for_lag": "skipped"}, wait_for_lag_skip={"total_lag": 0, "partitions": []})
+    path = tmp_path / "ledger"
+    assert run_ledger.read_runs(path) == []
+    assert run_ledger.append_run(path, row) == 0
+    later = dict(row, run_id="r2", finished_at=T0 + timedelta(minutes=5))
+    assert run_ledger.append_run(path, later) == 1
+    runs = run_ledger.read_runs(path)
+    assert [r["run_id"] for r in runs] == ["r2", "r1"]
+    assert runs[0]["tasks_json"] == {"wait_for_lag": "skipped"}
+    with pytest.raises(ValueError, match="unknown columns \\['rowz'\\]"):
+        run_ledger.append_run(path, {"rowz": 1})

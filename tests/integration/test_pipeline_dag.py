@@ -1,0 +1,300 @@
+"""Real DAG runs (``airflow dags test``) of a pipeline against the real broker, Spark and Delta.
+
+Each test writes its own pipeline file (unique topic, DAG id and lakehouse) into
+its own pipelines folder and runs the project's DAG folder on one shared
+SQLite Airflow home.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from include import airflow_local, local_kafka, run_ledger, spark_cluster
+from include.kafka_admin import create_topic, delete_topic
+from tests.kafka_helpers import produce_numbered, produce_transactional, read_all
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("airflow")
+    airflow_local.migrate(airflow_local.environment(home))
+    return home
+
+
+class Pipeline:
+    """One pipeline of a test: its file, its tables and how to run its DAG."""
+
+    def __init__(self, root: Path, name: str, topic: str, bootstrap: str, airflow_home: Path) -> None:
+        self.name, self.topic, self.bootstrap = name, topic, bootstrap
+        self.dir = root / "pipelines"
+        self.lake = root / "lake"
+        self.var = root / "var"
+        self.dir.mkdir(parents=True)
+        self.airflow_home = airflow_home
+        self.runs = 0
+        self.write()
+
+    def write(self, **changes) -> None:
+        data = {
+            "name": self.name,
+            "kafka": {"connection_id": "kafka_default", "topics": [self.topic], "max_offsets_per_trigger": 400},
+            "schedule": None,
+            "lag": {"min_records": 1, "max_wait_minutes": 1},
+            "data_loss_policy": "fail",
+            "cluster": {"profile": "local_standalone", "workers": 1, "worker_cores": 1, "worker_memory": "512m"},
+            "retries": 0,
+            "tags": ["test"],
+        }
+        data.update(changes)
+        (self.dir / f"{self.name}.yaml").write_text(yaml.safe_dump(data))
+
+    def run(self, **env: str):
+        self.runs += 1
+        environment = airflow_local.environment(
+            self.airflow_home, kafka_bootstrap=self.bootstrap, pipelines_dir=self.dir,
+            extra={"KDE_LAKEHOUSE_ROOT": str(self.lake), "KDE_VAR_DIR": str(self.var), **env},
+        )  # fmt: skip
+        log = self.var / f"dag-run-{self.runs}.log"
+        proc = airflow_local.dags_test(environment, self.name, log_file=log)
+        return proc, log.read_text()
+
+    def ledger(self) -> list[dict]:
+        return run_ledger.read_runs(self.lake / self.name / "_runs")
+
+    def bronze_keys(self) -> list[tuple[int, int]]:
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(self.lake / self.name / "bronze")).to_pyarrow_table(columns=["partition", "offset"])
+        return list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True))
+
+    def run_dirs(self) -> list[Path]:
+        root = self.var / "runs" / self.name
+        return sorted(root.iterdir()) if root.exists() else []
+
+
+@pytest.fixture
+def pipeline(tmp_path, unique_name, bootstrap, airflow_home) -> Pipeline:
+    name = unique_name.replace("-", "_")
+    topic = f"{unique_name}.events"
+    create_topic(bootstrap, topic, 3)
+    return Pipeline(tmp_path, name, topic, bootstrap, airflow_home)
+
+
+def _spark_processes_under(folder: Path) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(folder) in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+def _group_lags(bootstrap: str, group: str) -> dict[int, str]:
+    proc = local_kafka.run_kafka_tool("consumer-groups", "--bootstrap-server", bootstrap, "--describe", "--group", group)
+    assert proc.returncode == 0, proc.stderr
+    lags = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 6 and parts[0] == group:
+            lags[int(parts[2])] = parts[5]
+    return lags
+
+
+def _assert_no_cluster_left(p: Pipeline) -> None:
+    for folder in p.run_dirs():
+        assert spark_cluster.running_processes(folder / "cluster") == []
+    assert _spark_processes_under(p.var) == [], "a Spark process of this test is still running"
+
+
+def test_full_run_then_no_data_then_transactional_data(pipeline, bootstrap):
+    p = pipeline
+    produce_numbered(bootstrap, p.topic, 3, 900)
+
+    proc, log = p.run()
+    assert proc.returncode == 0, log[-5000:]
+    (first,) = p.ledger()
+    assert (first["outcome"], first["rows"], first["lag_before"], first["lag_after"]) == ("success", 900, 900, 0)
+    assert first["commits"] >= 3  # max_offsets_per_trigger=400 splits the backlog
+    assert first["continuity"] == "CONTINUOUS"
+    assert first["cluster_profile"] == "local_standalone" and first["master_url"].startswith("spark://127.0.0.1:")
+    lines = airflow_local.summary_lines(log)
+    assert any(line.startswith("continuity: CONTINUOUS") for line in lines), lines
+    assert any(line.startswith("ingest: 900 rows") for line in lines), lines
+    assert _group_lags(bootstrap, f"kafka-delta-elt.{p.name}") == {0: "0", 1: "0", 2: "0"}
+    _assert_no_cluster_left(p)
+    assert sorted(p.bronze_keys()) == sorted((part, off) for part, off, _ in read_all(bootstrap, p.topic))
+
+    # Nothing new: the run is skipped by the lag sensor and starts no cluster.
+    proc, log = p.run()
+    assert proc.returncode == 0, log[-5000:]
+    skipped = p.ledger()[0]
+    assert (skipped["outcome"], skipped["rows"], skipped["lag_before"]) == ("skipped", 0, 0)
+    assert len(p.run_dirs()) == 1, "a run with nothing to do starts no cluster and no job"
+    assert "start_cluster" not in [t for t, s in skipped["tasks_json"].items() if s == "success"]
+
+    # Transactions leave offset holes (markers, an aborted batch): continuity verifies them with Kafka.
+    produce_transactional(bootstrap, p.topic, [
+        (True, [(0, b"a"), (1, b"b")]), (False, [(0, b"aborted")]), (True, [(0, b"c"), (2, b"d")]),
+    ])  # fmt: skip
+    proc, log = p.run()
+    assert proc.returncode == 0, log[-5000:]
+    third = p.ledger()[0]
+    assert (third["outcome"], third["rows"], third["continuity"]) == ("success", 4, "CONTINUOUS")
+    holes = sum(part["holes"] for part in third["continuity_json"]["partitions"])
+    assert holes >= 4  # three commit markers + an aborted record + its abort marker
+    keys = p.bronze_keys()
+    assert len(keys) == len(set(keys)) == 904
+    assert _group_lags(bootstrap, f"kafka-delta-elt.{p.name}") == {0: "0", 1: "0", 2: "0"}
+    _assert_no_cluster_left(p)
+
+
+def test_retention_loss_fails_before_the_cluster_then_is_recorded_with_record_and_continue(pipeline, bootstrap):
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    p = pipeline
+    produce_numbered(bootstrap, p.topic, 3, 60)
+    proc, log = p.run()
+    assert proc.returncode == 0, log[-5000:]
+    produce_numbered(bootstrap, p.topic, 3, 30, start=60)  # offsets 20..29 of each partition
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_records([TopicPartition(p.topic, 1, 25)])[TopicPartition(p.topic, 1, 25)].result(30)
+
+    folders = p.run_dirs()
+    proc, log = p.run()
+    assert proc.returncode == 1
+    failed = p.ledger()[0]
+    assert failed["outcome"] == "failed"
+    assert f"partition {p.topic}-1: 5 records (offsets 20 to 24) were deleted" in failed["reason"]
+    assert f"partition {p.topic}-1: 5 records" in log
+    assert p.run_dirs() == folders, "preflight must stop the run before any cluster starts"
+    assert len(p.bronze_keys()) == 60
+
+    p.write(data_loss_policy="record_and_continue")
+    proc, log = p.run()
+    assert proc.returncode == 0, log[-5000:]
+    ok = p.ledger()[0]
+    assert (ok["outcome"], ok["rows"], ok["lost"], ok["continuity"]) == ("success", 25, 5, "CONTINUOUS")
+    assert ok["gaps_json"] == [{"topic": p.topic, "partition": 1, "from": 20, "until": 25,
+                                "reason": "deleted by Kafka before it was read"}]  # fmt: skip
+    gaps = [part["gaps"] for part in ok["continuity_json"]["partitions"] if part["gaps"]]
+    assert gaps == [[{"topic": p.topic, "partition": 1, "from": 20, "until": 25,
+                      "reason": "deleted by Kafka before it was read"}]]  # fmt: skip
+    keys = set(p.bronze_keys())
+    assert len(keys) == 85 and not {(1, o) for o in range(20, 25)} & keys
+
+
+def test_topic_recreated_between_runs_fails_and_writes_nothing(pipeline, bootstrap):
+    p = pipeline
+    produce_numbered(bootstrap, p.topic, 3, 30)
+    proc, log = p.run()
+    assert proc.returncode == 0, log[-5000:]
+    delete_topic(bootstrap, p.topic)
+    for _ in range(30):
+        try:
+            create_topic(bootstrap, p.topic, 3)
+            break
+        except Exception:  # noqa: BLE001 - the deletion completes asynchronously
+            import time
+
+            time.sleep(1)
+    produce_numbered(bootstrap, p.topic, 3, 90)  # more offsets than before: only the topic id tells
+
+    folders = p.run_dirs()
+    proc, log = p.run()
+    assert proc.returncode == 1
+    failed = p.ledger()[0]
+    assert failed["outcome"] == "failed" and "was deleted and recreated" in failed["reason"]
+    assert len(p.bronze_keys()) == 30
+    assert p.run_dirs() == folders, "no cluster may start"
+
+
+def test_job_killed_mid_run_tears_down_and_rerun_completes_exactly_once(pipeline, bootstrap):
+    p = pipeline
+    produce_numbered(bootstrap, p.topic, 3, 1500)  # 4 batches of at most 400
+    proc, log = p.run(KDE_FAILPOINT="kill-driver-after-bronze-commit:1")
+    assert proc.returncode == 1
+    failed = p.ledger()[0]
+    assert failed["outcome"] == "failed" and failed["reason"].startswith("failed at ingest")
+    assert failed["tasks_json"]["stop_cluster"] == "success"
+    _assert_no_cluster_left(p)
+    assert 0 < len(p.bronze_keys()) < 1500  # two batches landed before the kill
+
+    proc, log = p.run()
+    assert proc.returncode == 0, log[-5000:]
+    ok = p.ledger()[0]
+    assert ok["outcome"] == "success" and ok["continuity"] == "CONTINUOUS"
+    keys = p.bronze_keys()
+    assert len(keys) == len(set(keys)) == 1500
+    assert _group_lags(bootstrap, f"kafka-delta-elt.{p.name}") == {0: "0", 1: "0", 2: "0"}
+    _assert_no_cluster_left(p)
+
+
+def test_dag_integrity_and_a_bad_pipeline_file(tmp_path, airflow_home):
+    """Parsing imports no Kafka/Spark/Delta module and reads no connection; a bad file is reported alone."""
+    pipelines = tmp_path / "pipelines"
+    pipelines.mkdir()
+    good = {"kafka": {"connection_id": "kafka_default", "topics": ["t"]}, "schedule": "*/5 * * * *"}
+    (pipelines / "good_one.yaml").write_text(yaml.safe_dump(good))
+    bad = {"kafka": {"connection_id": "kafka_default", "topics": ["t2"], "max_offsets_per_trigger": "lots"},
+           "schedule": None}  # fmt: skip
+    (pipelines / "bad_one.yaml").write_text(yaml.safe_dump(bad))
+    script = tmp_path / "parse.py"
+    script.write_text(PARSE_SCRIPT)
+    env = airflow_local.environment(airflow_home, pipelines_dir=pipelines)
+    env.pop("AIRFLOW_CONN_KAFKA_DEFAULT", None)
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    result = yaml.safe_load(proc.stdout.strip().splitlines()[-1])
+    assert result["dag_ids"] == ["good_one"]
+    assert result["heavy_modules"] == [] and result["connection_reads"] == 0
+    (error_file, message), = result["import_errors"].items()
+    assert error_file.endswith("pipeline_file_errors.py")
+    assert re.search(r"bad_one\.yaml: kafka\.max_offsets_per_trigger: expected a positive integer", message)
+    dag = result["dags"]["good_one"]
+    assert dag["max_active_runs"] == 1 and "kafka-delta-elt" in dag["tags"] and "reason" in dag["params"]
+    assert dag["doc_md"] and "*/5 * * * *" in dag["schedule"]
+    assert set(dag["tasks"]) == {"wait_for_lag", "preflight", "start_cluster", "ingest", "stop_cluster",
+                                 "check_continuity", "mirror_offsets", "record_run"}  # fmt: skip
+    assert dag["teardowns"] == ["stop_cluster"] and dag["setups"] == ["start_cluster"]
+
+
+PARSE_SCRIPT = """
+import json, sys
+from airflow.sdk import BaseHook, Variable
+calls = []
+def refuse(*a, **k):
+    calls.append(a)
+    raise RuntimeError("read at parse time")
+BaseHook.get_connection = classmethod(refuse)
+Variable.get = staticmethod(refuse)
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=__import__("os").environ["AIRFLOW__CORE__DAGS_FOLDER"])
+heavy = sorted({m.split(".")[0] for m in sys.modules
+                if m.split(".")[0] in ("confluent_kafka", "pyspark", "deltalake", "pyarrow", "py4j")})
+dags = {}
+for dag_id, dag in bag.dags.items():
+    dags[dag_id] = {
+        "max_active_runs": dag.max_active_runs, "tags": sorted(dag.tags), "params": sorted(dag.params.keys()),
+        "doc_md": dag.doc_md, "schedule": str(dag.schedule),
+        "tasks": sorted(t.task_id for t in dag.tasks),
+        "setups": sorted(t.task_id for t in dag.tasks if t.is_setup),
+        "teardowns": sorted(t.task_id for t in dag.tasks if t.is_teardown),
+    }
+print(json.dumps({"dag_ids": sorted(bag.dag_ids), "import_errors": bag.import_errors,
+                  "heavy_modules": heavy, "connection_reads": len(calls), "dags": dags}))
+"""
+
