@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench lock clean
+.PHONY: setup demo ui test lint bench lock clean
 
 $(STAMP): requirements.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,9 @@ setup: $(STAMP)
 
 demo: setup
 	$(PY) -m include.demo
+
+ui: setup
+	$(PY) -m include.ui
 
 test: setup
 	$(PY) -m ruff check .

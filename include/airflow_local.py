@@ -30,6 +30,8 @@ def environment(home: Path, *, kafka_bootstrap: str | None = None, pipelines_dir
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        # `airflow standalone` starts its components as `airflow ...` from PATH.
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         "PYTHONPATH": os.pathsep.join(p for p in (str(settings.PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p),
     })  # fmt: skip
     if kafka_bootstrap:
