@@ -17,6 +17,7 @@ from airflow.sdk import DAG, Asset, Param, TriggerRule, task
 
 from include import settings
 from include.pipeline_config import PipelineConfig, load_pipelines
+from include.spark_operator import IngestOperator
 
 #: A driver outlives a stopped cluster and would wait forever; the task must not.
 INGEST_TIMEOUT = timedelta(hours=4)
@@ -98,7 +99,6 @@ def build_dag(cfg: PipelineConfig) -> DAG:
                 description="Why this run was triggered by hand; recorded in the run ledger.",
             ),
         },
-        render_template_as_native_obj=False,
     ) as dag:
 
         @task.sensor(
@@ -153,8 +153,6 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         lag = wait_for_lag()
         checked = run_preflight()
         lag >> checked
-
-        from include.spark_operator import IngestOperator
 
         if transient:
 

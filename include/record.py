@@ -99,7 +99,7 @@ def record_run(cfg: PipelineConfig, asset: Any, context: Any) -> dict:
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
     from include import connections, pipeline_run, run_ledger
-    from include.spark_operator import _job_run_type
+    from include.spark_operator import job_run_type
 
     ti = context["ti"]
     run_id = context["run_id"]
@@ -124,7 +124,7 @@ def record_run(cfg: PipelineConfig, asset: Any, context: Any) -> dict:
         print(f"lag after the run not measured: {exc}")
     dag_run = context["dag_run"]
     row = build_record(
-        cfg, run_id=run_id, run_type=_job_run_type(context), dag_id=ti.dag_id, states=states, xcoms=xcoms,
+        cfg, run_id=run_id, run_type=job_run_type(context), dag_id=ti.dag_id, states=states, xcoms=xcoms,
         lag_after=lag_after, started_at=getattr(dag_run, "start_date", None), finished_at=pipeline_run.utcnow(),
         params={k: v for k, v in (context.get("params") or {}).items()},
     )  # fmt: skip

@@ -126,7 +126,7 @@ class IngestOperator(BaseOperator):
         options = {**cfg.kafka.options, **connections.spark_kafka_options(client)}
         _write_private(options_file, json.dumps(options))
 
-        args = cfg.ingest_job_args(client["bootstrap.servers"], run_id, _job_run_type(context), str(summary_path))
+        args = cfg.ingest_job_args(client["bootstrap.servers"], run_id, job_run_type(context), str(summary_path))
         args += [f"--kafka-options-file={options_file}", f"--preflight-file={preflight_file}"]
         common: dict[str, Any] = dict(
             conf=job_spark_conf(cfg, transient=transient),
@@ -164,7 +164,7 @@ class IngestOperator(BaseOperator):
             self._hook.on_kill()
 
 
-def _job_run_type(context: Any) -> str:
+def job_run_type(context: Any) -> str:
     """The job's ``--run-type`` for this DAG run."""
     run_type = str(getattr(context["dag_run"], "run_type", "manual") or "manual")
     run_type = run_type.rsplit(".", 1)[-1].lower()

@@ -12,7 +12,7 @@ import yaml
 
 from include import connections, record, run_ledger
 from include.pipeline_config import load_pipeline
-from include.spark_operator import _hook_class, _job_run_type, job_spark_conf
+from include.spark_operator import _hook_class, job_run_type, job_spark_conf
 
 
 @pytest.fixture
@@ -81,8 +81,8 @@ def test_job_conf_per_profile(cfg):
     ("scheduled", "scheduled"), ("DagRunType.BACKFILL_JOB", "manual"), ("backfill", "backfill"),
     ("manual", "manual"), ("asset_triggered", "manual"),
 ])  # fmt: skip
-def test_job_run_type(run_type, expected):
-    assert _job_run_type({"dag_run": SimpleNamespace(run_type=run_type)}) == expected
+def testjob_run_type(run_type, expected):
+    assert job_run_type({"dag_run": SimpleNamespace(run_type=run_type)}) == expected
 
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
