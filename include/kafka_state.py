@@ -241,8 +241,31 @@ def _kafka_topic_id(topic_id: Any) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+#: Errors that mean "ask again in a moment": leadership is moving (a topic just
+#: created or recreated, a broker restarting), not that the cluster is down.
+_LEADER_MOVING_CODES = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+})  # fmt: skip
+
+
 def _list_offsets(call: _Call, admin: AdminClient, partitions: Iterable[tuple[str, int]],
                   *, missing_ok: bool = False) -> dict[tuple[str, int], PartitionState]:  # fmt: skip
+    """:func:`_list_offsets_once`, asked again while leadership moves and the call's time lasts."""
+    keys = list(dict.fromkeys(partitions))
+    while True:
+        try:
+            return _list_offsets_once(call, admin, keys, missing_ok=missing_ok)
+        except RuntimeError as exc:
+            if _error_code(exc.__cause__) not in _LEADER_MOVING_CODES or call.expired():
+                raise
+            time.sleep(0.2)
+
+
+def _list_offsets_once(call: _Call, admin: AdminClient, partitions: Iterable[tuple[str, int]],
+                       *, missing_ok: bool = False) -> dict[tuple[str, int], PartitionState]:  # fmt: skip
     """Earliest and read_committed latest offsets, one request per spec for all partitions.
 
     With ``missing_ok``, partitions the broker says do not exist (a topic

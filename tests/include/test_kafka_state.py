@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, Producer, TopicPartition, Uuid
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from include import kafka_state
 from include.kafka_admin import create_topic, delete_topic, watermarks
 from include.kafka_state import (
     KafkaUnavailableError,
@@ -359,3 +360,28 @@ def test_unreachable_broker_raises_within_the_timeout(dead_bootstrap, name):
     assert elapsed < TIMEOUT_S + 10
     assert dead_bootstrap in str(exc.value)
     assert SECRET not in str(exc.value)
+
+
+def test_offsets_are_asked_again_while_leadership_moves(monkeypatch):
+    """Right after a topic is (re)created the broker may answer NOT_LEADER; that is retried, not fatal."""
+    from confluent_kafka import KafkaError
+
+    calls = []
+
+    def once(call, admin, partitions, *, missing_ok=False):
+        calls.append(1)
+        if len(calls) < 3:
+            raise RuntimeError("not leader") from KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+        return {("t", 0): kafka_state.PartitionState(0, 5)}
+
+    monkeypatch.setattr(kafka_state, "_list_offsets_once", once)
+    call = kafka_state._Call({"bootstrap.servers": "x:1"}, 5.0, "test")
+    assert kafka_state._list_offsets(call, None, [("t", 0)]) == {("t", 0): kafka_state.PartitionState(0, 5)}
+    assert len(calls) == 3
+
+    def broken(call, admin, partitions, *, missing_ok=False):
+        raise RuntimeError("gone") from KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+
+    monkeypatch.setattr(kafka_state, "_list_offsets_once", broken)
+    with pytest.raises(RuntimeError, match="gone"):
+        kafka_state._list_offsets(call, None, [("t", 0)])
