@@ -18,7 +18,7 @@ from include.continuity import ContinuityReport, check_run
 from include.delta_progress import TableProgress
 from include.offsets import PositionMap
 from include.pipeline_config import PipelineConfig
-from include.preflight import KafkaPartition, KafkaTopic, LagReport, PreflightReport, measure_lag, preflight
+from include.preflight import LagReport, PreflightReport, measure_lag, preflight
 
 #: Bound on every Kafka call a task makes, so a dead broker fails a task instead of hanging it.
 KAFKA_TIMEOUT_S = 20.0
@@ -30,21 +30,12 @@ def run_dir(cfg: PipelineConfig, run_id: str) -> Path:
     return settings.VAR_DIR / "runs" / cfg.name / safe
 
 
-def kafka_topics(cfg: PipelineConfig, client: dict[str, str]) -> dict[str, KafkaTopic]:
-    """Kafka's view of the pipeline's topics now: ids, earliest and last stable offsets."""
-    states = kafka_state.read_topics(
-        client, topics=cfg.kafka.topics, pattern=cfg.kafka.topic_pattern, timeout_s=KAFKA_TIMEOUT_S
-    )
-    return {
-        name: KafkaTopic(s.topic_id, {p: KafkaPartition(ps.earliest, ps.latest) for p, ps in s.partitions.items()})
-        for name, s in states.items()
-    }
-
-
 def snapshot(cfg: PipelineConfig, client: dict[str, str]) -> tuple[LagReport, TableProgress | None, dict]:
     """Lag of the table against Kafka, with the age of the oldest pending record."""
     progress = delta_progress.read_progress(cfg.tables.bronze_path)
-    topics = kafka_topics(cfg, client)
+    topics = kafka_state.read_topics(
+        client, topics=cfg.kafka.topics, pattern=cfg.kafka.topic_pattern, timeout_s=KAFKA_TIMEOUT_S
+    )
     report = measure_lag(
         progress.next_offsets if progress else None,
         topics,

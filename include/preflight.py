@@ -3,8 +3,8 @@
 Pure functions over two snapshots taken without a JVM: the bronze table's
 next offsets (from the Delta log, :mod:`include.delta_progress`) and Kafka's
 per-partition earliest and latest offsets and topic ids
-(:mod:`include.kafka_state`). The DAG's lag sensor and preflight task call
-them; each rule has a unit test.
+(:class:`include.kafka_state.TopicState`). The DAG's lag sensor and preflight
+task call them; each rule has a unit test without a broker.
 
 Terms: ``next`` is the table's next offset of a partition (where the next run
 resumes), ``earliest`` Kafka's log start offset, ``latest`` its last stable
@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from include.kafka_state import TopicState
 from include.offsets import Gap, PositionMap
 
 # Severity of a finding: BLOCKING stops the run before any cluster starts,
@@ -24,22 +25,6 @@ from include.offsets import Gap, PositionMap
 BLOCKING = "blocking"
 DATA_LOSS = "data_loss"
 INFO = "info"
-
-
-@dataclass(frozen=True)
-class KafkaPartition:
-    """Kafka's view of one partition (from :class:`include.kafka_state.PartitionState`)."""
-
-    earliest: int
-    latest: int
-
-
-@dataclass(frozen=True)
-class KafkaTopic:
-    """Kafka's view of one topic (from :class:`include.kafka_state.TopicState`)."""
-
-    topic_id: str
-    partitions: dict[int, KafkaPartition]
 
 
 @dataclass(frozen=True)
@@ -126,7 +111,7 @@ class LagReport:
 
 def measure_lag(
     table_next: PositionMap | None,
-    kafka: Mapping[str, KafkaTopic],
+    kafka: Mapping[str, TopicState],
     *,
     table_version: int | None = None,
     starting_offsets: str = "earliest",
@@ -215,6 +200,7 @@ class PreflightReport:
             "ok": self.ok,
             "policy": self.policy,
             "findings": [f.to_json() for f in self.findings],
+            "blocking": [f.message for f in self.blocking],
             "accepted_gaps": [g.to_json() for g in self.accepted_gaps],
             "topic_ids": dict(self.topic_ids),
         }
@@ -239,7 +225,7 @@ def preflight(
     *,
     table_next: PositionMap | None,
     recorded_topic_ids: Mapping[str, str],
-    kafka: Mapping[str, KafkaTopic],
+    kafka: Mapping[str, TopicState],
     configured_topics: tuple[str, ...],
     policy: str,
 ) -> PreflightReport:

@@ -25,8 +25,9 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
                  xcoms: dict[str, Any], lag_after: dict | None, started_at: Any, finished_at: Any,
                  params: dict) -> dict[str, Any]:  # fmt: skip
     """The ledger row of one run, from the task states and the tasks' XComs (pure)."""
-    lag_before = xcoms.get("preflight") or xcoms.get("preflight_failed") or {}
-    lag_report = lag_before.get("lag") or xcoms.get("wait_for_lag") or xcoms.get("wait_for_lag_skip") or {}
+    passed = xcoms.get("preflight") or {}  # only a preflight that let the run go on returns a value
+    checked = passed or xcoms.get("preflight_failed") or {}
+    lag_report = checked.get("lag") or xcoms.get("wait_for_lag") or xcoms.get("wait_for_lag_skip") or {}
     summary = xcoms.get("ingest") or {}
     continuity = xcoms.get("check_continuity") or xcoms.get("continuity_failed")
     cluster = xcoms.get("start_cluster") or {}
@@ -35,10 +36,8 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
         outcome = "failed"
         first = [t for t in failed if states[t] == "failed"] or failed
         reason = f"failed at {', '.join(first)}"
-        if "preflight" in first and xcoms.get("preflight_failed"):
-            blocking = [f["message"] for f in xcoms["preflight_failed"]["findings"]
-                        if f["severity"] == "blocking" or (f["severity"] == "data_loss" and cfg.data_loss_policy == "fail")]  # fmt: skip
-            reason += ": " + " | ".join(blocking)
+        if "preflight" in first and checked.get("blocking"):
+            reason += ": " + " | ".join(checked["blocking"])
         if "check_continuity" in first and continuity:
             reason += ": " + " | ".join(continuity["violations"])
     elif states.get("wait_for_lag") == "skipped":
@@ -60,8 +59,8 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
             "latest": after.get("latest", before.get("latest")),
             "next_offset": after.get("next_offset", before.get("next_offset")),
         })  # fmt: skip
-    gaps = list((xcoms.get("preflight") or {}).get("accepted_gaps") or [])
-    versions_before = (xcoms.get("preflight") or {}).get("table_version")
+    gaps = list(passed.get("accepted_gaps") or [])
+    version_before = passed.get("table_version")
     return {
         "pipeline": cfg.name,
         "run_id": run_id,
@@ -75,9 +74,9 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
         "cluster_profile": cfg.cluster.profile,
         "master_url": cluster.get("master_url"),
         "epoch": summary.get("epoch"),
-        "bronze_version_before": versions_before,
+        "bronze_version_before": version_before,
         "bronze_version_after": summary.get("bronze_version") if summary.get("bronze_version") is not None
-        else versions_before,
+        else version_before,
         "rows": summary.get("rows", 0),
         "commits": sum(1 for b in summary.get("batches", []) if not b.get("skipped_replay")),
         "lag_before": lag_report.get("total_lag"),
@@ -86,9 +85,9 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
         "continuity": "not checked" if continuity is None else ("CONTINUOUS" if continuity["ok"] else "BROKEN"),
         "partitions_json": partitions,
         "gaps_json": gaps,
-        "findings_json": (xcoms.get("preflight") or xcoms.get("preflight_failed") or {}).get("findings", []),
+        "findings_json": checked.get("findings", []),
         "continuity_json": continuity,
-        "topic_ids_json": (xcoms.get("preflight") or {}).get("topic_ids"),
+        "topic_ids_json": passed.get("topic_ids"),
         "tasks_json": states,
         "params_json": params,
     }

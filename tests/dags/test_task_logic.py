@@ -110,11 +110,18 @@ def test_record_success_carries_rows_ranges_and_lag(cfg):
 
 
 def test_record_failed_names_the_task_and_the_blocking_findings(cfg):
-    finding = {"severity": "data_loss", "message": "partition t-1: 5 records ... deleted"}
+    from include.kafka_state import PartitionState, TopicState
+    from include.preflight import preflight
+
+    kafka = {"t": TopicState("t", "id", {0: PartitionState(0, 9), 1: PartitionState(10, 12), 2: PartitionState(0, 1)})}
+    report = preflight(table_next={"t": {0: 5, 1: 5}}, recorded_topic_ids={}, kafka=kafka,
+                       configured_topics=("t",), policy="fail")  # fmt: skip
     row = _record(cfg, {"wait_for_lag": "success", "preflight": "failed", "start_cluster": "upstream_failed"},
-                  preflight_failed={"findings": [finding, {"severity": "info", "message": "new partition"}]})  # fmt: skip
+                  preflight_failed=report.to_json())  # fmt: skip
     assert row["outcome"] == "failed"
-    assert row["reason"] == "failed at preflight: partition t-1: 5 records ... deleted"
+    assert row["reason"].startswith("failed at preflight: partition t-1: 5 records (offsets 5 to 9) were deleted")
+    assert "t-2" not in row["reason"]  # the new partition is only reported, not a reason to fail
+    assert [f["kind"] for f in row["findings_json"]] == ["data_loss", "partition_added"]
     assert row["continuity"] == "not checked"
 
 

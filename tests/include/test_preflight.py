@@ -6,11 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from include.kafka_state import PartitionState, TopicState
 from include.offsets import Gap
 from include.preflight import (
     BLOCKING,
-    KafkaPartition,
-    KafkaTopic,
     lag_decision,
     measure_lag,
     preflight,
@@ -19,8 +18,8 @@ from include.preflight import (
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 
-def kafka(topic_id: str = "id-1", **parts: tuple[int, int]) -> dict[str, KafkaTopic]:
-    return {"t": KafkaTopic(topic_id, {int(p[1:]): KafkaPartition(*v) for p, v in parts.items()})}
+def kafka(topic_id: str = "id-1", **parts: tuple[int, int]) -> dict[str, TopicState]:
+    return {"t": TopicState("t", topic_id, {int(p[1:]): PartitionState(*v) for p, v in parts.items()})}
 
 
 # --------------------------------------------------------------------------- lag
@@ -144,7 +143,7 @@ def test_configured_topic_missing_in_kafka_is_blocking():
 
 
 def test_pattern_topic_gone_is_blocking_and_new_topic_is_info():
-    k = {"u": KafkaTopic("id-u", {0: KafkaPartition(0, 1)})}
+    k = {"u": TopicState("u", "id-u", {0: PartitionState(0, 1)})}
     report = run({"t": {0: 5}}, k, topics=())
     assert [(f.kind, f.severity) for f in report.findings] == [("topic_gone", BLOCKING), ("topic_added", "info")]
 
