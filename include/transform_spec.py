@@ -1,0 +1,159 @@
+"""The bronze → silver transform of a pipeline: record schema, merge key, ordering and policies.
+
+Pure data, shared by both sides: ``include/pipeline_config.py`` builds a
+:class:`TransformSpec` from the pipeline file (and validates it there, with
+file and field in every error); the Spark job ``spark_jobs/bronze_to_silver.py``
+receives it as JSON. Nothing here imports Spark or YAML.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+#: Simple field types and what a JSON value must be to take them.
+SIMPLE_TYPES = ("string", "int", "long", "double", "boolean", "date", "timestamp", "json")
+#: ``decimal(precision, scale)``: 1 <= precision <= 38, 0 <= scale <= precision.
+DECIMAL = re.compile(r"decimal\(\s*(\d{1,2})\s*,\s*(\d{1,2})\s*\)")
+NUMERIC_TYPES = ("int", "long", "double")
+#: Types an ordering field may have: ones whose order means "newer".
+ORDERING_TYPES = ("int", "long", "double", "date", "timestamp", "string")
+#: Types a merge key field may have.
+KEY_TYPES = ("string", "int", "long", "date", "boolean")
+
+TOMBSTONE_POLICIES = ("quarantine", "delete")
+NEW_FIELD_POLICIES = ("ignore", "add")
+FORMATS = ("json",)
+
+#: Field and column names: what Delta and Spark SQL take without quoting.
+FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
+#: Silver's own columns start with ``_``; record fields never do.
+SYSTEM_PREFIX = "_"
+
+DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
+
+
+def normalize_type(text: str) -> str | None:
+    """The canonical spelling of a field type (``'Decimal(10, 2)'`` → ``'decimal(10,2)'``), or ``None``."""
+    t = text.strip().lower()
+    if t in SIMPLE_TYPES:
+        return t
+    m = DECIMAL.fullmatch(t)
+    if m:
+        precision, scale = int(m.group(1)), int(m.group(2))
+        if 1 <= precision <= 38 and 0 <= scale <= precision:
+            return f"decimal({precision},{scale})"
+    return None
+
+
+def is_decimal(type_name: str) -> bool:
+    """Whether ``type_name`` (canonical) is a decimal type."""
+    return type_name.startswith("decimal(")
+
+
+def spark_type(type_name: str) -> str:
+    """The Spark SQL type of a field type; ``json`` fields are kept as their JSON text."""
+    return {"long": "bigint", "json": "string"}.get(type_name, type_name)
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One declared field of the record value.
+
+    Attributes:
+        name: The JSON key and the silver column name.
+        type: Canonical type (see :data:`SIMPLE_TYPES`, or ``decimal(p,s)``).
+        required: The key must be present with a non-null value.
+        minimum: For numeric and decimal fields: the smallest allowed value.
+        maximum: For numeric and decimal fields: the largest allowed value.
+        allowed: The only values allowed (strings for ``string``, integers for
+            ``int``/``long``).
+        max_length: For ``string`` and ``json`` fields: at most this many characters.
+    """
+
+    name: str
+    type: str
+    required: bool = False
+    minimum: float | None = None
+    maximum: float | None = None
+    allowed: tuple[Any, ...] | None = None
+    max_length: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type,
+            "required": self.required,
+            "minimum": self.minimum,
+            "maximum": self.maximum,
+            "allowed": list(self.allowed) if self.allowed is not None else None,
+            "max_length": self.max_length,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FieldSpec:
+        allowed = data.get("allowed")
+        return cls(
+            name=data["name"],
+            type=data["type"],
+            required=bool(data.get("required", False)),
+            minimum=data.get("minimum"),
+            maximum=data.get("maximum"),
+            allowed=tuple(allowed) if allowed is not None else None,
+            max_length=data.get("max_length"),
+        )
+
+
+@dataclass(frozen=True)
+class TransformSpec:
+    """How bronze records become silver rows (section ``transform`` of a pipeline file).
+
+    Attributes:
+        fields: The declared fields, in column order.
+        key: Names of the fields that identify a row (the MERGE key); each is required.
+        ordering: Name of the field that says which record of a key is newer
+            (event time); required. Kafka offset breaks ties.
+        format: Record value format; ``json`` (a JSON object per record).
+        tombstones: ``quarantine`` or ``delete`` (a null value deletes its key,
+            named by the Kafka key).
+        new_fields: ``ignore`` or ``add`` (fields not declared become silver columns).
+        max_value_bytes: Larger values go to quarantine.
+    """
+
+    fields: tuple[FieldSpec, ...]
+    key: tuple[str, ...]
+    ordering: str
+    format: str = "json"
+    tombstones: str = "quarantine"
+    new_fields: str = "ignore"
+    max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
+
+    def field_named(self, name: str) -> FieldSpec:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "fields": [f.to_json() for f in self.fields],
+            "key": list(self.key),
+            "ordering": self.ordering,
+            "tombstones": self.tombstones,
+            "new_fields": self.new_fields,
+            "max_value_bytes": self.max_value_bytes,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TransformSpec:
+        return cls(
+            fields=tuple(FieldSpec.from_json(f) for f in data["fields"]),
+            key=tuple(data["key"]),
+            ordering=data["ordering"],
+            format=data.get("format", "json"),
+            tombstones=data.get("tombstones", "quarantine"),
+            new_fields=data.get("new_fields", "ignore"),
+            max_value_bytes=int(data.get("max_value_bytes", DEFAULT_MAX_VALUE_BYTES)),
+        )
