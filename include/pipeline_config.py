@@ -2,7 +2,8 @@
 
 A pipeline file (``include/pipelines/<name>.yaml``) declares what one Airflow
 DAG ingests and how: topics, starting position, tables, schedule, lag
-thresholds, data-loss policy, cluster profile. :func:`load_pipeline` turns it
+thresholds, data-loss policy, cluster profile and, optionally, how bronze
+records become silver rows (the ``transform`` section). :func:`load_pipeline` turns it
 into a frozen :class:`PipelineConfig` or raises :class:`PipelineConfigError`
 whose message names the file, the field and what was expected against what
 was found, e.g.::
@@ -10,8 +11,8 @@ was found, e.g.::
     include/pipelines/orders.yaml: kafka.max_offsets_per_trigger: expected a positive integer, got 'lots' (str)
 
 The DAG factory calls :func:`load_pipelines` while Airflow parses DAG files, so
-this module imports only the standard library, PyYAML and
-:mod:`include.settings`: no Kafka, Spark or Airflow, no network.
+this module imports only the standard library, PyYAML, :mod:`include.settings`
+and :mod:`include.transform_spec`: no Kafka, Spark or Airflow, no network.
 
 Broker addresses and security settings never appear in a pipeline file; they
 live in the Airflow connection named by ``kafka.connection_id``. Keys that look
@@ -28,13 +29,29 @@ import math
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
 
 from include import settings
+from include.transform_spec import (
+    DEFAULT_MAX_VALUE_BYTES,
+    FIELD_NAME,
+    FORMATS,
+    KEY_TYPES,
+    NEW_FIELD_POLICIES,
+    NUMERIC_TYPES,
+    ORDERING_TYPES,
+    SIMPLE_TYPES,
+    SYSTEM_PREFIX,
+    TOMBSTONE_POLICIES,
+    FieldSpec,
+    TransformSpec,
+    is_decimal,
+    normalize_type,
+)
 
 #: Prefix of the consumer group that mirrors a pipeline's offsets (``kafka-delta-elt.<name>``).
 CONSUMER_GROUP_PREFIX = "kafka-delta-elt."
@@ -69,6 +86,8 @@ _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _MEMORY = re.compile(r"^(\d+)([kmgt])b?$", re.IGNORECASE)
 #: Spark refuses executors with less than 1.5 x its 300 MiB reserved memory.
 _MIN_MEMORY_BYTES = 450 * 1024**2
+#: Largest ``transform.max_value_bytes``: 64 MiB.
+MAX_VALUE_BYTES_LIMIT = 64 * 1024**2
 
 #: Consumer settings a pipeline file may not set in ``kafka.options``, and why.
 _MANAGED_OPTIONS = {
@@ -142,7 +161,11 @@ class TablesConfig:
 
     Relative local paths in the file are taken from the project folder (not
     from the working directory, which differs between Airflow's processes);
-    URIs such as ``s3a://bucket/lake`` are kept as written.
+    URIs such as ``s3a://bucket/lake`` are kept as written. The six tables and
+    folders below (bronze, silver, quarantine, ledger and both checkpoint
+    folders) must lie apart: none may be another or sit inside another. The
+    silver ones have their defaults even when the pipeline has no
+    ``transform`` section.
 
     Attributes:
         lakehouse_root: Folder or URI under which the pipeline's tables and
@@ -159,12 +182,22 @@ class TablesConfig:
         ledger_path: Location of the run-ledger Delta table (one row per DAG
             run: ranges, rows, lag, outcome). Default:
             ``<lakehouse_root>/<name>/_runs``.
+        silver_path: Location of the Delta silver table the ``transform``
+            writes (one row per key). Default: ``<lakehouse_root>/<name>/silver``.
+        quarantine_path: Location of the Delta table of records the
+            ``transform`` refused (with the reason). Default:
+            ``<lakehouse_root>/<name>/quarantine``.
+        transform_checkpoint_root: Folder holding the transform job's
+            checkpoints. Default: ``<lakehouse_root>/<name>/_checkpoints/silver``.
     """
 
     lakehouse_root: str
     bronze_path: str
     checkpoint_root: str
     ledger_path: str
+    silver_path: str
+    quarantine_path: str
+    transform_checkpoint_root: str
 
 
 @dataclass(frozen=True)
@@ -240,6 +273,41 @@ class PipelineConfig:
         retries: Integer from 0 to 10, default 2: Airflow retries per task.
         tags: List of strings, default empty: Airflow DAG tags (at most 100
             characters each, no duplicates).
+        transform: Optional section: how bronze records become silver rows
+            (a :class:`~include.transform_spec.TransformSpec`); null (the
+            default) when absent. Keys:
+
+            - ``format``: ``json`` (default, the only one): each record value
+              is a JSON object.
+            - ``schema``: mapping of field name to its type (``status:
+              string``) or to a mapping with the keys ``type`` (required),
+              ``required`` (true/false, default false), ``minimum`` and
+              ``maximum`` (numbers; int, long, double and decimal fields),
+              ``allowed`` (non-empty list of distinct strings for string
+              fields, of integers for int and long fields) and ``max_length``
+              (positive integer; string and json fields). Types: ``string``,
+              ``int``, ``long``, ``double``, ``boolean``, ``date``,
+              ``timestamp``, ``json`` or ``decimal(p,s)`` (precision 1-38,
+              scale 0-p; quote it inside ``{...}``, where the comma splits).
+              Field names: letters, digits and ``_``, starting with a letter,
+              at most 128 characters (``_`` names are silver's own columns);
+              no two may differ only in case (Delta column names are
+              case-insensitive).
+            - ``schema_file``: instead of ``schema`` (give exactly one): a
+              YAML file holding that same mapping; a relative path is taken
+              from the pipeline file's folder.
+            - ``key``: required: a field name or a list of them, the silver
+              table's MERGE key; each of type string, int, long, date or
+              boolean. Key fields are required.
+            - ``ordering``: required: the field telling which record of a key
+              is newer (int, long, double, date, timestamp or string; not a
+              key field). It is required.
+            - ``tombstones``: ``quarantine`` (default) or ``delete`` (a record
+              with a null value deletes its key).
+            - ``new_fields``: ``ignore`` (default) or ``add`` (undeclared
+              fields become silver columns).
+            - ``max_value_bytes``: positive integer, at most 64 MiB, default
+              1048576: larger record values go to quarantine.
         source_path: Not a key: the file this configuration was loaded from,
             as shown in error messages.
     """
@@ -255,6 +323,7 @@ class PipelineConfig:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     retries: int = 2
     tags: tuple[str, ...] = ()
+    transform: TransformSpec | None = None
 
     @property
     def consumer_group(self) -> str:
@@ -313,7 +382,7 @@ def load_pipeline(path: str | os.PathLike[str]) -> PipelineConfig:
             shown, "(file)", f"expected a readable UTF-8 YAML file, got {exc}"
         ) from None
     data = _parse_yaml(text, shown)
-    return _Checker(shown).pipeline(data, path.stem)
+    return _Checker(shown, path.parent).pipeline(data, path.stem)
 
 
 def load_pipelines(
@@ -323,8 +392,9 @@ def load_pipelines(
 
     Returns the valid pipelines by name and the errors by file path. One bad
     file never stops the others. Files are read in name order; a pipeline whose
-    name, bronze table or checkpoint folder an earlier file already uses is an
-    error of the later file (two pipelines writing one table would corrupt it).
+    name, bronze, silver or quarantine table or checkpoint folder an earlier
+    file already uses is an error of the later file (two pipelines writing one
+    table would corrupt it).
     Hidden files (editor backups) are skipped.
     """
     folder = Path(folder)
@@ -352,6 +422,13 @@ def load_pipelines(
                 ("name", "name", config.name),
                 ("bronze table", "tables.bronze_path", config.tables.bronze_path),
                 ("checkpoint folder", "tables.checkpoint_root", config.tables.checkpoint_root),
+                ("silver table", "tables.silver_path", config.tables.silver_path),
+                ("quarantine table", "tables.quarantine_path", config.tables.quarantine_path),
+                (
+                    "transform checkpoint folder",
+                    "tables.transform_checkpoint_root",
+                    config.tables.transform_checkpoint_root,
+                ),
             ]
             for what, field_path, value in claims:
                 owner = owners.get((what, value))
@@ -462,6 +539,7 @@ _TOP_KEYS = (
     "cluster",
     "retries",
     "tags",
+    "transform",
 )
 _KAFKA_KEYS = (
     "connection_id",
@@ -471,7 +549,57 @@ _KAFKA_KEYS = (
     "max_offsets_per_trigger",
     "options",
 )
-_TABLES_KEYS = ("lakehouse_root", "bronze_path", "checkpoint_root", "ledger_path")
+_TABLES_KEYS = (
+    "lakehouse_root",
+    "bronze_path",
+    "checkpoint_root",
+    "ledger_path",
+    "silver_path",
+    "quarantine_path",
+    "transform_checkpoint_root",
+)
+#: The tables and folders of ``tables`` that must lie apart: key, default
+#: path under ``<lakehouse_root>/<name>``, what it is, and whether it is a
+#: folder (checkpoints) or a table location. An overlap is reported on the
+#: later key of a pair, unless only the earlier one was set in the file.
+_TABLE_LOCATIONS = (
+    ("bronze_path", ("bronze",), "the bronze table", False),
+    ("checkpoint_root", ("_checkpoints", "bronze"), "the bronze checkpoint folder", True),
+    ("ledger_path", ("_runs",), "the run ledger", False),
+    ("silver_path", ("silver",), "the silver table", False),
+    ("quarantine_path", ("quarantine",), "the quarantine table", False),
+    ("transform_checkpoint_root", ("_checkpoints", "silver"), "the transform checkpoint folder", True),
+)
+_TRANSFORM_KEYS = (
+    "format",
+    "schema",
+    "schema_file",
+    "key",
+    "ordering",
+    "tombstones",
+    "new_fields",
+    "max_value_bytes",
+)
+_FIELD_KEYS = ("type", "required", "minimum", "maximum", "allowed", "max_length")
+_TYPE_EXPECTED = (
+    f"a field type: one of {', '.join(SIMPLE_TYPES)}, or decimal(p,s) with precision p "
+    "from 1 to 38 and scale s from 0 to p"
+)
+#: Other spellings of a field type, for the did-you-mean of an unknown type.
+_TYPE_ALIASES = {
+    "str": "string",
+    "text": "string",
+    "varchar": "string",
+    "integer": "int",
+    "bigint": "long",
+    "float": "double",
+    "number": "double",
+    "bool": "boolean",
+    "datetime": "timestamp",
+    "decimal": "decimal(p,s)",
+    "numeric": "decimal(p,s)",
+    "object": "json",
+}
 _LAG_KEYS = ("min_records", "max_wait_minutes")
 _CLUSTER_KEYS = ("profile", "workers", "worker_cores", "worker_memory", "master_connection_id")
 
@@ -528,10 +656,14 @@ def _is_within(inner: str, outer: str) -> bool:
 
 
 class _Checker:
-    """Validates the parsed YAML of one file; every error names ``file``."""
+    """Validates the parsed YAML of one file; every error names ``file``.
 
-    def __init__(self, file: str) -> None:
+    ``folder`` is the file's folder: relative paths in the file (``transform.schema_file``) start there.
+    """
+
+    def __init__(self, file: str, folder: Path) -> None:
         self.file = file
+        self.folder = folder
 
     def error(self, field_path: str, problem: str) -> PipelineConfigError:
         return PipelineConfigError(self.file, field_path, problem)
@@ -629,6 +761,7 @@ class _Checker:
         cluster = self.cluster(top.get("cluster", _MISSING))
         retries = self.integer(top.get("retries", _MISSING), "retries", 2, 0, 10)
         tags = self.tags(top.get("tags", _MISSING))
+        transform = self.transform(top.get("transform", _MISSING))
         return PipelineConfig(
             name=name,
             kafka=kafka,
@@ -641,6 +774,7 @@ class _Checker:
             cluster=cluster,
             retries=retries,
             tags=tags,
+            transform=transform,
         )
 
     def name(self, value: Any, stem: str) -> str:
@@ -756,37 +890,39 @@ class _Checker:
             if root_value is _MISSING
             else _location(self.text(root_value, "tables.lakehouse_root", expected))
         )
-        bronze_value = data.get("bronze_path", _MISSING)
-        bronze = (
-            _join_location(root, name, "bronze")
-            if bronze_value is _MISSING
-            else _location(self.text(bronze_value, "tables.bronze_path", expected))
+        locations: dict[str, str] = {}
+        explicit: set[str] = set()
+        for key, default, _, _ in _TABLE_LOCATIONS:
+            given = data.get(key, _MISSING)
+            if given is _MISSING:
+                locations[key] = _join_location(root, name, *default)
+            else:
+                locations[key] = _location(self.text(given, f"tables.{key}", expected))
+                explicit.add(key)
+        for j, (key, _, _, key_is_folder) in enumerate(_TABLE_LOCATIONS):
+            for other, _, _, other_is_folder in _TABLE_LOCATIONS[:j]:
+                here, there = locations[key], locations[other]
+                if not (_is_within(here, there) or _is_within(there, here)):
+                    continue
+                blamed, against, is_folder = key, other, key_is_folder
+                if key not in explicit and other in explicit:  # report the key the file set
+                    blamed, against, is_folder = other, key, other_is_folder
+                what = next(w for k, _, w, _ in _TABLE_LOCATIONS if k == against)
+                raise self.error(
+                    f"tables.{blamed}",
+                    f"expected {'a folder' if is_folder else 'a location'} apart from {what} "
+                    f"(neither inside the other), got {locations[blamed]!r} with tables.{against} "
+                    f"{locations[against]!r}",
+                )
+        return TablesConfig(
+            lakehouse_root=root,
+            bronze_path=locations["bronze_path"],
+            checkpoint_root=locations["checkpoint_root"],
+            ledger_path=locations["ledger_path"],
+            silver_path=locations["silver_path"],
+            quarantine_path=locations["quarantine_path"],
+            transform_checkpoint_root=locations["transform_checkpoint_root"],
         )
-        checkpoint_value = data.get("checkpoint_root", _MISSING)
-        checkpoint = (
-            _join_location(root, name, "_checkpoints", "bronze")
-            if checkpoint_value is _MISSING
-            else _location(self.text(checkpoint_value, "tables.checkpoint_root", expected))
-        )
-        if _is_within(checkpoint, bronze) or _is_within(bronze, checkpoint):
-            raise self.error(
-                "tables.checkpoint_root",
-                "expected a folder apart from the bronze table "
-                f"(neither inside the other), got {checkpoint!r} with tables.bronze_path "
-                f"{bronze!r}",
-            )
-        ledger_value = data.get("ledger_path", _MISSING)
-        ledger = (
-            _join_location(root, name, "_runs")
-            if ledger_value is _MISSING
-            else _location(self.text(ledger_value, "tables.ledger_path", expected))
-        )
-        if _is_within(ledger, bronze) or _is_within(bronze, ledger):
-            raise self.error(
-                "tables.ledger_path",
-                f"expected a location apart from the bronze table, got {ledger!r} with tables.bronze_path {bronze!r}",
-            )
-        return TablesConfig(root, bronze, checkpoint, ledger)
 
     def schedule(self, value: Any) -> str | None:
         expected = (
@@ -878,6 +1014,281 @@ class _Checker:
                 raise self.expected(f"tags[{i}]", "each tag once", tag, " a second time")
             seen.add(tag)
         return tuple(value)
+
+    # -- transform
+
+    def transform(self, value: Any) -> TransformSpec | None:
+        if value is _MISSING or value is None:
+            return None
+        data = self.mapping(value, "transform", _TRANSFORM_KEYS, optional=False)
+        fmt = self.choice(data.get("format", _MISSING), "transform.format", FORMATS, "json")
+        schema_value = data.get("schema")
+        file_value = data.get("schema_file")
+        if (schema_value is None) == (file_value is None):
+            both = "both" if schema_value is not None else "neither"
+            raise self.error(
+                "transform.schema",
+                "expected exactly one of transform.schema (a mapping of field names to types) and "
+                f"transform.schema_file (a YAML file holding that mapping), got {both}",
+            )
+        if schema_value is not None:
+            fields = self.fields(schema_value, "transform.schema")
+            declared_in = "transform.schema"
+        else:
+            fields, schema_shown = self.schema_file(file_value)
+            declared_in = f"the schema file {schema_shown}"
+        by_name = {f.name: f for f in fields}
+        key = self.key(data.get("key", _MISSING), by_name, declared_in)
+        ordering = self.ordering(data.get("ordering", _MISSING), by_name, declared_in, key)
+        tombstones = self.choice(
+            data.get("tombstones", _MISSING), "transform.tombstones", TOMBSTONE_POLICIES, "quarantine"
+        )
+        new_fields = self.choice(
+            data.get("new_fields", _MISSING), "transform.new_fields", NEW_FIELD_POLICIES, "ignore"
+        )
+        max_bytes = data.get("max_value_bytes", _MISSING)
+        if max_bytes is _MISSING:
+            max_bytes = DEFAULT_MAX_VALUE_BYTES
+        elif (
+            isinstance(max_bytes, bool)
+            or not isinstance(max_bytes, int)
+            or not 1 <= max_bytes <= MAX_VALUE_BYTES_LIMIT
+        ):
+            raise self.expected(
+                "transform.max_value_bytes",
+                f"a positive integer of at most {MAX_VALUE_BYTES_LIMIT} (64 MiB)",
+                max_bytes,
+                _unquote_hint(max_bytes),
+            )
+        required = {*key, ordering}
+        return TransformSpec(
+            fields=tuple(replace(f, required=True) if f.name in required else f for f in fields),
+            key=key,
+            ordering=ordering,
+            format=fmt,
+            tombstones=tombstones,
+            new_fields=new_fields,
+            max_value_bytes=max_bytes,
+        )
+
+    def schema_file(self, value: Any) -> tuple[tuple[FieldSpec, ...], str]:
+        """The fields of ``transform.schema_file`` and the file as shown; errors in it name that file."""
+        field_path = "transform.schema_file"
+        expected = "the path of a YAML file of fields (relative to the pipeline file's folder)"
+        path = Path(os.path.expanduser(self.text(value, field_path, expected)))
+        if not path.is_absolute():
+            path = self.folder / path
+        path = Path(os.path.normpath(path))
+        shown = _display_path(path)
+        if not path.is_file():
+            raise self.expected(field_path, f"{expected}; looked for {shown!r}, which is not a file", value)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PipelineConfigError(
+                shown, "(file)", f"expected a readable UTF-8 YAML file, got {exc}"
+            ) from None
+        data = _parse_yaml(text, shown)
+        return _Checker(shown, path.parent).fields(data, ""), shown
+
+    def fields(self, value: Any, path: str) -> tuple[FieldSpec, ...]:
+        if not isinstance(value, dict) or not value:
+            raise self.expected(
+                path or "(top level)",
+                "a non-empty mapping of field names to a type or to field settings",
+                value,
+            )
+        specs: list[FieldSpec] = []
+        seen: dict[str, str] = {}  # lower-case name -> name as declared
+        for name, spec in value.items():
+            field_path = _child(path, name)
+            if not isinstance(name, str):
+                raise self.expected(field_path, "a text key (quote it)", name)
+            if not FIELD_NAME.fullmatch(name):
+                hint = (
+                    "; names starting with '_' are reserved for silver's own columns"
+                    if name.startswith(SYSTEM_PREFIX)
+                    else ""
+                )
+                raise self.expected(
+                    field_path,
+                    "a field name (letters, digits and '_', starting with a letter, at most 128 characters)",
+                    name,
+                    hint,
+                )
+            other = seen.get(name.lower())
+            if other is not None:
+                raise self.expected(
+                    field_path,
+                    f"a field name that differs from {other!r} in more than case "
+                    "(Delta column names are case-insensitive)",
+                    name,
+                )
+            seen[name.lower()] = name
+            specs.append(self.field_spec(spec, field_path, name))
+        return tuple(specs)
+
+    def field_spec(self, value: Any, path: str, name: str) -> FieldSpec:
+        if isinstance(value, str):  # shorthand: just the type
+            return FieldSpec(name, self.field_type(value, path))
+        if not isinstance(value, dict):
+            raise self.expected(
+                path, f"a field type (e.g. string) or a mapping with keys {', '.join(_FIELD_KEYS)}", value
+            )
+        split = value.get("type")
+        if isinstance(split, str) and split.strip().lower().startswith("decimal(") and ")" not in split:
+            # {type: decimal(10,2)}: in a flow mapping the comma ends the value and '2)' becomes a key.
+            raise self.expected(
+                f"{path}.type",
+                _TYPE_EXPECTED,
+                split,
+                '; inside {...} quote the type, e.g. "decimal(10,2)", as a bare comma ends the value',
+            )
+        data = self.mapping(value, path, _FIELD_KEYS, optional=False)
+        type_name = self.field_type(data.get("type", _MISSING), f"{path}.type")
+        required = data.get("required", False)
+        if not isinstance(required, bool):
+            raise self.expected(f"{path}.required", "true or false", required)
+        ranged = type_name in NUMERIC_TYPES or is_decimal(type_name)
+        bounds: dict[str, float | None] = {}
+        for bound in ("minimum", "maximum"):
+            number = data.get(bound, _MISSING)
+            bound_path = f"{path}.{bound}"
+            if number is _MISSING:
+                bounds[bound] = None
+                continue
+            if not ranged:
+                raise self.expected(
+                    bound_path,
+                    f"no {bound} on {type_name} fields (only int, long, double and decimal fields take one)",
+                    number,
+                )
+            if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+                raise self.expected(bound_path, "a number", number, _unquote_hint(number))
+            bounds[bound] = number
+        minimum, maximum = bounds["minimum"], bounds["maximum"]
+        if minimum is not None and maximum is not None and maximum < minimum:
+            raise self.expected(f"{path}.maximum", f"a number >= the minimum {minimum!r}", maximum)
+        max_length = data.get("max_length", _MISSING)
+        if max_length is _MISSING:
+            max_length = None
+        elif type_name not in ("string", "json"):
+            raise self.expected(
+                f"{path}.max_length",
+                f"no max_length on {type_name} fields (only string and json fields take one)",
+                max_length,
+            )
+        else:
+            max_length = self.integer(max_length, f"{path}.max_length", 1, 1)
+        allowed = self.allowed(data.get("allowed", _MISSING), f"{path}.allowed", type_name)
+        for i, item in enumerate(allowed or ()):
+            outside = (minimum is not None and item < minimum) or (maximum is not None and item > maximum)
+            too_long = max_length is not None and len(item) > max_length
+            if (type_name != "string" and outside) or (type_name == "string" and too_long):
+                rule = (
+                    f"max_length {max_length}"
+                    if type_name == "string"
+                    else f"minimum {minimum!r} and maximum {maximum!r}"
+                )
+                raise self.expected(f"{path}.allowed[{i}]", f"a value the field's {rule} let through", item)
+        return FieldSpec(name, type_name, required, minimum, maximum, allowed, max_length)
+
+    def field_type(self, value: Any, path: str) -> str:
+        canonical = normalize_type(value) if isinstance(value, str) else None
+        if canonical is None:
+            hint = ""
+            if isinstance(value, str):
+                word = value.strip().lower()
+                close = [_TYPE_ALIASES[word]] if word in _TYPE_ALIASES else []
+                close = close or difflib.get_close_matches(word, SIMPLE_TYPES, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise self.expected(path, _TYPE_EXPECTED, value, hint)
+        return canonical
+
+    def allowed(self, value: Any, path: str, type_name: str) -> tuple[Any, ...] | None:
+        if value is _MISSING:
+            return None
+        if type_name == "string":
+            what = "string"
+        elif type_name in ("int", "long"):
+            what = "integer"
+        else:
+            raise self.expected(
+                path,
+                f"no allowed list on {type_name} fields (only string, int and long fields take one)",
+                value,
+            )
+        if not isinstance(value, list) or not value:
+            hint = (
+                f"; write [{value}]" if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+            )
+            raise self.expected(path, f"a non-empty list of {what}s", value, hint)
+        seen: set[Any] = set()
+        for i, item in enumerate(value):
+            item_path = f"{path}[{i}]"
+            if what == "string" and not isinstance(item, str):
+                hint = ""
+                if isinstance(item, bool):
+                    hint = "; quote it (YAML reads yes, no, on, off, true and false as booleans)"
+                elif isinstance(item, (int, float)):
+                    hint = "; quote it"
+                raise self.expected(item_path, "a string", item, hint)
+            if what == "integer" and (isinstance(item, bool) or not isinstance(item, int)):
+                raise self.expected(item_path, "an integer", item, _unquote_hint(item))
+            if item in seen:
+                raise self.expected(item_path, "each value once", item, " a second time")
+            seen.add(item)
+        return tuple(value)
+
+    def declared_field(
+        self, value: Any, path: str, fields: Mapping[str, FieldSpec], declared_in: str
+    ) -> FieldSpec:
+        if isinstance(value, str) and value in fields:
+            return fields[value]
+        hint = ""
+        if isinstance(value, str):
+            same = [n for n in fields if n.lower() == value.lower()]
+            close = same or difflib.get_close_matches(value, list(fields), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise self.expected(path, f"the name of a field declared in {declared_in}", value, hint)
+
+    def key(self, value: Any, fields: Mapping[str, FieldSpec], declared_in: str) -> tuple[str, ...]:
+        if isinstance(value, str):
+            items = [(value, "transform.key")]
+        elif isinstance(value, list) and value:
+            items = [(item, f"transform.key[{i}]") for i, item in enumerate(value)]
+        else:
+            raise self.expected(
+                "transform.key",
+                f"a field name or a non-empty list of field names declared in {declared_in}",
+                value,
+            )
+        names: list[str] = []
+        for item, path in items:
+            spec = self.declared_field(item, path, fields, declared_in)
+            if spec.type not in KEY_TYPES:
+                raise self.expected(
+                    path, f"a key field of type {', '.join(KEY_TYPES)}", item, f", a {spec.type} field"
+                )
+            if spec.name in names:
+                raise self.expected(path, "each key field once", item, " a second time")
+            names.append(spec.name)
+        return tuple(names)
+
+    def ordering(
+        self, value: Any, fields: Mapping[str, FieldSpec], declared_in: str, key: tuple[str, ...]
+    ) -> str:
+        spec = self.declared_field(value, "transform.ordering", fields, declared_in)
+        if spec.type not in ORDERING_TYPES:
+            raise self.expected(
+                "transform.ordering",
+                f"an ordering field of type {', '.join(ORDERING_TYPES)}",
+                value,
+                f", a {spec.type} field",
+            )
+        if spec.name in key:
+            raise self.expected("transform.ordering", "a field that is not part of transform.key", value)
+        return spec.name
 
 
 def _connection_setting_problem(key: str) -> str:

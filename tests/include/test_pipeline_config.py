@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import pickle
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from include.pipeline_config import (
     load_pipeline,
     load_pipelines,
 )
+from include.transform_spec import DEFAULT_MAX_VALUE_BYTES, FieldSpec, TransformSpec
 from spark_jobs import ingest_plan
 
 EXAMPLE = settings.PROJECT_ROOT / "include" / "pipelines" / "demo_orders.yaml"
@@ -46,7 +48,10 @@ def _no_lakehouse_env(monkeypatch):
 
 def _config(**changes: Any) -> dict[str, Any]:
     """BASE with ``changes`` applied; keys are dotted field paths, DELETE removes a key."""
-    data = copy.deepcopy(BASE)
+    return _apply(copy.deepcopy(BASE), changes)
+
+
+def _apply(data: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     for dotted, value in changes.items():
         *parents, last = dotted.split(".")
         node = data
@@ -97,6 +102,9 @@ def test_example_file_loads_with_its_declared_values():
             bronze_path=str(lake / "demo_orders" / "bronze"),
             checkpoint_root=str(lake / "demo_orders" / "_checkpoints" / "bronze"),
             ledger_path=str(lake / "demo_orders" / "_runs"),
+            silver_path=str(lake / "demo_orders" / "silver"),
+            quarantine_path=str(lake / "demo_orders" / "quarantine"),
+            transform_checkpoint_root=str(lake / "demo_orders" / "_checkpoints" / "silver"),
         ),
         schedule="*/10 * * * *",
         source_path="include/pipelines/demo_orders.yaml",
@@ -105,6 +113,7 @@ def test_example_file_loads_with_its_declared_values():
         cluster=ClusterConfig("local_standalone", 1, 1, "1g", None),
         retries=2,
         tags=("demo", "kafka", "bronze"),
+        transform=None,
     )
 
 
@@ -124,6 +133,7 @@ def test_minimal_file_gets_documented_defaults(tmp_path):
     assert cfg.data_loss_policy == "fail"
     assert cfg.cluster == ClusterConfig("local_standalone", 1, 1, "1g", None)
     assert cfg.retries == 2 and cfg.tags == ()
+    assert cfg.transform is None
     assert cfg.source_path == str(tmp_path / "orders.yaml")
 
 
@@ -482,6 +492,9 @@ def test_ordinary_consumer_options_are_accepted(tmp_path, key):
         ("cluster", "worker", "workers"),
         ("cluster", "zzz", None),
         ("", "format", None),
+        ("", "transfrom", "transform"),
+        ("transform", "schemafile", "schema_file"),
+        ("transform", "tombstone", "tombstones"),
     ],
 )
 def test_unknown_key_is_rejected_with_a_suggestion_when_close(tmp_path, section, key, suggestion):
@@ -635,7 +648,8 @@ def test_default_paths_hang_off_var_lakehouse(tmp_path):
     root = settings.VAR_DIR / "lakehouse"
     assert cfg.tables == TablesConfig(
         str(root), str(root / "orders" / "bronze"), str(root / "orders" / "_checkpoints" / "bronze"),
-        str(root / "orders" / "_runs"),
+        str(root / "orders" / "_runs"), str(root / "orders" / "silver"), str(root / "orders" / "quarantine"),
+        str(root / "orders" / "_checkpoints" / "silver"),
     )
 
 
@@ -660,19 +674,34 @@ def test_uri_lakehouse_root_is_kept_as_a_uri(tmp_path):
     cfg = load_pipeline(_write(tmp_path, _set("tables.lakehouse_root", "s3a://bucket/lake/")))
     assert cfg.tables == TablesConfig(
         "s3a://bucket/lake", "s3a://bucket/lake/orders/bronze", "s3a://bucket/lake/orders/_checkpoints/bronze",
-        "s3a://bucket/lake/orders/_runs",
+        "s3a://bucket/lake/orders/_runs", "s3a://bucket/lake/orders/silver", "s3a://bucket/lake/orders/quarantine",
+        "s3a://bucket/lake/orders/_checkpoints/silver",
     )
 
 
 def test_each_derived_path_can_be_overridden(tmp_path):
     data = _config(**{"tables.lakehouse_root": "/lake", "tables.bronze_path": "/tables/orders_raw"})
     cfg = load_pipeline(_write(tmp_path, data))
+    silver = ("/lake/orders/silver", "/lake/orders/quarantine", "/lake/orders/_checkpoints/silver")
     assert cfg.tables == TablesConfig(
-        "/lake", "/tables/orders_raw", "/lake/orders/_checkpoints/bronze", "/lake/orders/_runs"
+        "/lake", "/tables/orders_raw", "/lake/orders/_checkpoints/bronze", "/lake/orders/_runs", *silver
     )
     data = _config(**{"tables.lakehouse_root": "/lake", "tables.checkpoint_root": "/cp/orders"})
     cfg = load_pipeline(_write(tmp_path, data))
-    assert cfg.tables == TablesConfig("/lake", "/lake/orders/bronze", "/cp/orders", "/lake/orders/_runs")
+    assert cfg.tables == TablesConfig(
+        "/lake", "/lake/orders/bronze", "/cp/orders", "/lake/orders/_runs", *silver
+    )
+    data = _config(**{
+        "tables.lakehouse_root": "/lake",
+        "tables.silver_path": "/gold/orders",
+        "tables.quarantine_path": "/q/orders",
+        "tables.transform_checkpoint_root": "/cp/orders_silver",
+    })
+    cfg = load_pipeline(_write(tmp_path, data))
+    assert cfg.tables == TablesConfig(
+        "/lake", "/lake/orders/bronze", "/lake/orders/_checkpoints/bronze", "/lake/orders/_runs",
+        "/gold/orders", "/q/orders", "/cp/orders_silver",
+    )
 
 
 # --------------------------------------------------------------------------- load_pipelines
@@ -845,3 +874,515 @@ def test_ledger_path_defaults_beside_the_tables_and_may_not_sit_inside_bronze(tm
     err = _error(path)
     assert err.field == "tables.ledger_path"
     assert "apart from the bronze table" in err.problem
+
+
+# --------------------------------------------------------------------------- transform
+
+TRANSFORM: dict[str, Any] = {
+    "format": "json",
+    "schema": {
+        "order_id": {"type": "string"},
+        "customer_id": {"type": "string", "required": True, "max_length": 64},
+        "amount": {"type": "decimal(10,2)", "required": True, "minimum": 0},
+        "quantity": {"type": "int", "minimum": 1, "maximum": 1000},
+        "currency": {"type": "string", "allowed": ["EUR", "USD", "GBP"]},
+        "status": "string",
+        "event_time": {"type": "timestamp"},
+    },
+    "key": "order_id",
+    "ordering": "event_time",
+    "tombstones": "delete",
+    "new_fields": "add",
+    "max_value_bytes": 2048,
+}
+#: What TRANSFORM loads into: key and ordering fields become required.
+TRANSFORM_SPEC = TransformSpec(
+    fields=(
+        FieldSpec("order_id", "string", required=True),
+        FieldSpec("customer_id", "string", required=True, max_length=64),
+        FieldSpec("amount", "decimal(10,2)", required=True, minimum=0),
+        FieldSpec("quantity", "int", minimum=1, maximum=1000),
+        FieldSpec("currency", "string", allowed=("EUR", "USD", "GBP")),
+        FieldSpec("status", "string"),
+        FieldSpec("event_time", "timestamp", required=True),
+    ),
+    key=("order_id",),
+    ordering="event_time",
+    format="json",
+    tombstones="delete",
+    new_fields="add",
+    max_value_bytes=2048,
+)
+
+
+def _transform_config(**changes: Any) -> dict[str, Any]:
+    """BASE plus TRANSFORM with ``changes`` applied (dotted paths from the top, DELETE removes)."""
+    return _apply({**copy.deepcopy(BASE), "transform": copy.deepcopy(TRANSFORM)}, changes)
+
+
+def test_full_transform_section_loads_into_its_spec(tmp_path):
+    cfg = load_pipeline(_write(tmp_path, _transform_config()))
+    assert cfg.transform == TRANSFORM_SPEC
+
+
+def test_transform_written_by_hand_normalises_types_and_forces_key_and_ordering_required(tmp_path):
+    text = """\
+kafka: {connection_id: kafka_default, topics: [orders]}
+schedule: null
+transform:
+  schema:
+    order_id: {type: String}
+    shop: {type: INT}
+    amount:
+      type: Decimal(10, 2)
+      minimum: 0.01
+    price:
+      type: decimal(12,3)
+    status: string
+    tags: json
+    event_time: {type: timestamp, required: false}
+  key: [order_id, shop]
+  ordering: event_time
+"""
+    spec = load_pipeline(_write(tmp_path, text)).transform
+    assert spec == TransformSpec(
+        fields=(
+            FieldSpec("order_id", "string", required=True),
+            FieldSpec("shop", "int", required=True),
+            FieldSpec("amount", "decimal(10,2)", minimum=0.01),
+            FieldSpec("price", "decimal(12,3)"),
+            FieldSpec("status", "string"),
+            FieldSpec("tags", "json"),
+            FieldSpec("event_time", "timestamp", required=True),
+        ),
+        key=("order_id", "shop"),
+        ordering="event_time",
+    )
+    assert (spec.format, spec.tombstones, spec.new_fields, spec.max_value_bytes) == (
+        "json",
+        "quarantine",
+        "ignore",
+        DEFAULT_MAX_VALUE_BYTES,
+    )
+
+
+def test_unquoted_decimal_in_a_flow_mapping_gets_a_quoting_hint(tmp_path):
+    text = (
+        "kafka: {connection_id: k, topics: [o]}\nschedule: null\ntransform:\n"
+        "  schema:\n    id: string\n    ts: timestamp\n    amount: {type: decimal(10,2), required: true}\n"
+        "  key: id\n  ordering: ts\n"
+    )
+    path = _write(tmp_path, text)
+    err = _error(path)
+    assert (err.file, err.field) == (str(path), "transform.schema.amount.type")
+    assert err.problem.startswith("expected a field type: one of string")
+    assert "got 'decimal(10' (str); inside {...} quote the type" in err.problem
+    quoted = text.replace("decimal(10,2)", '"decimal(10,2)"')
+    spec = load_pipeline(_write(tmp_path, quoted)).transform
+    assert spec is not None and spec.field_named("amount") == FieldSpec("amount", "decimal(10,2)", True)
+
+
+@pytest.mark.parametrize("value", [DELETE, None])
+def test_no_transform_section_means_no_transform(tmp_path, value):
+    assert load_pipeline(_write(tmp_path, _set("transform", value))).transform is None
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"transform.max_value_bytes": 64 * 1024**2}, {"max_value_bytes": 64 * 1024**2}),
+        ({"transform.max_value_bytes": 1}, {"max_value_bytes": 1}),
+        ({"transform.format": DELETE, "transform.tombstones": "quarantine"}, {"tombstones": "quarantine"}),
+        ({"transform.new_fields": "ignore"}, {"new_fields": "ignore"}),
+        ({"transform.key": ["order_id"]}, {"key": ("order_id",)}),
+        ({"transform.schema.day": "date", "transform.ordering": "day"}, {"ordering": "day"}),
+        ({"transform.schema.seq": "long", "transform.ordering": "seq"}, {"ordering": "seq"}),
+        ({"transform.schema.n": "double", "transform.ordering": "n"}, {"ordering": "n"}),
+        ({"transform.schema.ok": "boolean", "transform.key": ["order_id", "ok"]}, {"key": ("order_id", "ok")}),
+    ],
+)
+def test_valid_transform_variants_are_accepted(tmp_path, changes, expected):
+    spec = load_pipeline(_write(tmp_path, _transform_config(**changes))).transform
+    assert spec is not None
+    assert {name: getattr(spec, name) for name in expected} == expected
+
+
+def test_transform_spec_survives_a_json_round_trip(tmp_path):
+    changes = {"transform.schema.quantity.allowed": [1, 2, 5], "transform.schema.amount.maximum": 99.5}
+    spec = load_pipeline(_write(tmp_path, _transform_config(**changes))).transform
+    assert spec is not None and spec.field_named("quantity").allowed == (1, 2, 5)
+    assert TransformSpec.from_json(spec.to_json()) == spec
+    assert TransformSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+
+
+# (changes to BASE + TRANSFORM, field named in the error, fragment of "expected ...", fragment of "got ...")
+TRANSFORM_BAD = [
+    ({"transform": "x"}, "transform", "a mapping with keys format, schema, schema_file", "'x' (str)"),
+    ({"transform.ordring": "x"}, "transform.ordring", "one of format, schema", "did you mean 'ordering'?"),
+    ({"transform.format": "avro"}, "transform.format", "one of 'json'", "'avro' (str)"),
+    ({"transform.schema_file": "s.yaml"}, "transform.schema", "exactly one of transform.schema", "got both"),
+    ({"transform.schema": DELETE}, "transform.schema", "exactly one of transform.schema", "got neither"),
+    ({"transform.schema": {}}, "transform.schema", "a non-empty mapping of field names", "{} (dict)"),
+    ({"transform.schema": ["a"]}, "transform.schema", "a non-empty mapping of field names", "['a'] (list)"),
+    (
+        {"transform.schema.order-id": "string"},
+        "transform.schema['order-id']",
+        "a field name (letters, digits and '_', starting with a letter",
+        "'order-id' (str)",
+    ),
+    (
+        {"transform.schema._ts": "timestamp"},
+        "transform.schema._ts",
+        "a field name",
+        "'_ts' (str); names starting with '_' are reserved for silver's own columns",
+    ),
+    ({"transform.schema." + "a" * 129: "string"}, "transform.schema." + "a" * 129, "at most 128", "(str)"),
+    ({"transform.schema.9lives": "int"}, "transform.schema['9lives']", "starting with a letter", "'9lives'"),
+    (
+        {"transform.schema.Order_ID": "string"},
+        "transform.schema.Order_ID",
+        "differs from 'order_id' in more than case (Delta column names are case-insensitive)",
+        "'Order_ID' (str)",
+    ),
+    ({"transform.schema.status": None}, "transform.schema.status", "a field type (e.g. string) or", "got null"),
+    ({"transform.schema.status": "strng"}, "transform.schema.status", "a field type", "did you mean 'string'?"),
+    (
+        {"transform.schema.amount.type": "money"},
+        "transform.schema.amount.type",
+        "one of string, int, long, double, boolean, date, timestamp, json, or decimal(p,s)",
+        "'money' (str)",
+    ),
+    ({"transform.schema.amount.type": "decimal(40,2)"}, "transform.schema.amount.type", "1 to 38", "(str)"),
+    ({"transform.schema.amount.type": "decimal(5,6)"}, "transform.schema.amount.type", "0 to p", "(str)"),
+    ({"transform.schema.amount.type": "integer"}, "transform.schema.amount.type", "a field type", "'int'?"),
+    ({"transform.schema.amount.type": "bigint"}, "transform.schema.amount.type", "a field type", "'long'?"),
+    ({"transform.schema.amount.type": 5}, "transform.schema.amount.type", "a field type", "5 (int)"),
+    ({"transform.schema.amount.type": DELETE}, "transform.schema.amount.type", "a field type", "nothing"),
+    (
+        {"transform.schema.amount.requird": True},
+        "transform.schema.amount.requird",
+        "one of type, required, minimum, maximum, allowed, max_length",
+        "unknown key 'requird'; did you mean 'required'?",
+    ),
+    ({"transform.schema.amount.required": "yes"}, "transform.schema.amount.required", "true or false", "'yes'"),
+    (
+        {"transform.schema.status": {"type": "string", "minimum": 1}},
+        "transform.schema.status.minimum",
+        "no minimum on string fields (only int, long, double and decimal fields",
+        "1 (int)",
+    ),
+    (
+        {"transform.schema.event_time.maximum": 5},
+        "transform.schema.event_time.maximum",
+        "no maximum on timestamp fields",
+        "5 (int)",
+    ),
+    ({"transform.schema.quantity.minimum": True}, "transform.schema.quantity.minimum", "a number", "true (bool)"),
+    (
+        {"transform.schema.quantity.minimum": "0"},
+        "transform.schema.quantity.minimum",
+        "a number",
+        "'0' (str); write the number",
+    ),
+    ({"transform.schema.amount.minimum": float("nan")}, "transform.schema.amount.minimum", "a number", "nan"),
+    (
+        {"transform.schema.quantity.minimum": 10, "transform.schema.quantity.maximum": 5},
+        "transform.schema.quantity.maximum",
+        "a number >= the minimum 10",
+        "5 (int)",
+    ),
+    (
+        {"transform.schema.event_time.allowed": ["x"]},
+        "transform.schema.event_time.allowed",
+        "no allowed list on timestamp fields (only string, int and long fields",
+        "['x'] (list)",
+    ),
+    (
+        {"transform.schema.amount.allowed": [1]},
+        "transform.schema.amount.allowed",
+        "no allowed list on decimal(10,2) fields",
+        "[1] (list)",
+    ),
+    ({"transform.schema.currency.allowed": []}, "transform.schema.currency.allowed", "non-empty list", "[]"),
+    (
+        {"transform.schema.currency.allowed": "EUR"},
+        "transform.schema.currency.allowed",
+        "a non-empty list of strings",
+        "'EUR' (str); write [EUR]",
+    ),
+    (
+        {"transform.schema.currency.allowed": ["EUR", "EUR"]},
+        "transform.schema.currency.allowed[1]",
+        "each value once",
+        "'EUR' (str) a second time",
+    ),
+    (
+        {"transform.schema.currency.allowed": ["EUR", 1]},
+        "transform.schema.currency.allowed[1]",
+        "a string",
+        "1 (int); quote it",
+    ),
+    (
+        {"transform.schema.currency.allowed": ["EUR", False]},
+        "transform.schema.currency.allowed[1]",
+        "a string",
+        "false (bool); quote it (YAML reads yes, no",
+    ),
+    (
+        {"transform.schema.quantity.allowed": ["1"]},
+        "transform.schema.quantity.allowed[0]",
+        "an integer",
+        "'1' (str); write the number",
+    ),
+    ({"transform.schema.quantity.allowed": [True]}, "transform.schema.quantity.allowed[0]", "an integer", "true"),
+    ({"transform.schema.quantity.allowed": [1.5]}, "transform.schema.quantity.allowed[0]", "an integer", "1.5"),
+    (
+        {"transform.schema.quantity.allowed": [1, 2000]},
+        "transform.schema.quantity.allowed[1]",
+        "minimum 1 and maximum 1000",
+        "2000 (int)",
+    ),
+    (
+        {"transform.schema.customer_id.allowed": ["x" * 65]},
+        "transform.schema.customer_id.allowed[0]",
+        "max_length 64",
+        "(str)",
+    ),
+    (
+        {"transform.schema.quantity.max_length": 5},
+        "transform.schema.quantity.max_length",
+        "no max_length on int fields (only string and json fields",
+        "5 (int)",
+    ),
+    ({"transform.schema.customer_id.max_length": 0}, "transform.schema.customer_id.max_length", "positive", "0"),
+    (
+        {"transform.schema.customer_id.max_length": 1.5},
+        "transform.schema.customer_id.max_length",
+        "a positive integer",
+        "1.5 (float)",
+    ),
+    ({"transform.key": DELETE}, "transform.key", "a field name or a non-empty list", "nothing (the key is"),
+    ({"transform.key": []}, "transform.key", "a field name or a non-empty list", "[] (list)"),
+    (
+        {"transform.key": "orderid"},
+        "transform.key",
+        "the name of a field declared in transform.schema",
+        "'orderid' (str); did you mean 'order_id'?",
+    ),
+    ({"transform.key": "ORDER_ID"}, "transform.key", "declared in transform.schema", "did you mean 'order_id'?"),
+    ({"transform.key": ["order_id", 1]}, "transform.key[1]", "the name of a field declared", "1 (int)"),
+    (
+        {"transform.key": ["order_id", "amount"]},
+        "transform.key[1]",
+        "a key field of type string, int, long, date, boolean",
+        "'amount' (str), a decimal(10,2) field",
+    ),
+    ({"transform.key": "event_time"}, "transform.key", "a key field of type", "a timestamp field"),
+    (
+        {"transform.key": ["order_id", "order_id"]},
+        "transform.key[1]",
+        "each key field once",
+        "'order_id' (str) a second time",
+    ),
+    ({"transform.ordering": DELETE}, "transform.ordering", "the name of a field declared", "nothing"),
+    ({"transform.ordering": ["event_time"]}, "transform.ordering", "the name of a field", "(list)"),
+    ({"transform.ordering": "evnt_time"}, "transform.ordering", "declared", "did you mean 'event_time'?"),
+    (
+        {"transform.ordering": "order_id"},
+        "transform.ordering",
+        "a field that is not part of transform.key",
+        "'order_id' (str)",
+    ),
+    (
+        {"transform.schema.flag": "boolean", "transform.ordering": "flag"},
+        "transform.ordering",
+        "an ordering field of type int, long, double, date, timestamp, string",
+        "'flag' (str), a boolean field",
+    ),
+    ({"transform.ordering": "amount"}, "transform.ordering", "an ordering field", "a decimal(10,2) field"),
+    ({"transform.tombstones": "drop"}, "transform.tombstones", "one of 'quarantine', 'delete'", "'drop' (str)"),
+    ({"transform.new_fields": "Add"}, "transform.new_fields", "one of 'ignore', 'add'", "did you mean 'add'?"),
+    ({"transform.max_value_bytes": 0}, "transform.max_value_bytes", "at most 67108864 (64 MiB)", "0 (int)"),
+    ({"transform.max_value_bytes": 64 * 1024**2 + 1}, "transform.max_value_bytes", "64 MiB", "67108865 (int)"),
+    ({"transform.max_value_bytes": "1024"}, "transform.max_value_bytes", "a positive", "write the number"),
+    ({"transform.max_value_bytes": True}, "transform.max_value_bytes", "a positive", "true (bool)"),
+    (
+        {"transform.schema": DELETE, "transform.schema_file": ""},
+        "transform.schema_file",
+        "the path of a YAML file of fields",
+        "'' (str)",
+    ),
+    (
+        {"transform.schema": DELETE, "transform.schema_file": 5},
+        "transform.schema_file",
+        "the path of a YAML file of fields",
+        "5 (int)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("changes", "named", "expected", "got"),
+    TRANSFORM_BAD,
+    ids=[f"{next(iter(c))}={next(iter(c.values()))!r}"[:70] for c, *_ in TRANSFORM_BAD],
+)
+def test_bad_transform_is_rejected_naming_file_field_and_expectation(tmp_path, changes, named, expected, got):
+    path = _write(tmp_path, _transform_config(**changes))
+    err = _error(path)
+    message = str(err)
+    assert message.startswith(f"{path}: {named}: expected "), message
+    assert expected in message.split(", got ")[0], message
+    assert got in message, message
+    assert (err.file, err.field) == (str(path), named)
+
+
+def _schema_files(tmp_path: Path, schema: Any, file_value: str = "schemas/orders.schema.yaml") -> Path:
+    """A pipeline in ``tmp_path/pipes`` using TRANSFORM with its schema in a file; returns the pipeline file."""
+    (tmp_path / "pipes" / "schemas").mkdir(parents=True)
+    _write(tmp_path / "pipes" / "schemas", schema, "orders.schema.yaml")
+    data = _transform_config(**{"transform.schema": DELETE, "transform.schema_file": file_value})
+    return _write(tmp_path / "pipes", data)
+
+
+def test_schema_file_relative_to_the_pipeline_file_loads_like_an_inline_schema(tmp_path, monkeypatch):
+    path = _schema_files(tmp_path, TRANSFORM["schema"])
+    monkeypatch.chdir(tmp_path)  # not the pipeline file's folder: the path must not depend on it
+    assert load_pipeline(path).transform == TRANSFORM_SPEC
+    assert load_pipeline(Path("pipes") / "orders.yaml").transform == TRANSFORM_SPEC
+
+
+@pytest.mark.parametrize(
+    "file_value",
+    ["../pipes/schemas/orders.schema.yaml", "./schemas//orders.schema.yaml", "{root}/pipes/schemas/orders.schema.yaml"],
+)
+def test_schema_file_path_spellings(tmp_path, file_value):
+    path = _schema_files(tmp_path, TRANSFORM["schema"], file_value.format(root=tmp_path))
+    assert load_pipeline(path).transform == TRANSFORM_SPEC
+
+
+def test_schema_file_that_is_missing_names_the_path_looked_for(tmp_path):
+    path = _schema_files(tmp_path, TRANSFORM["schema"], "schemas/typo.schema.yaml")
+    err = _error(path)
+    assert (err.file, err.field) == (str(path), "transform.schema_file")
+    assert str(tmp_path / "pipes" / "schemas" / "typo.schema.yaml") in err.problem
+    assert err.problem.endswith("got 'schemas/typo.schema.yaml' (str)")
+
+
+def test_schema_file_that_is_a_folder_is_refused(tmp_path):
+    err = _error(_schema_files(tmp_path, TRANSFORM["schema"], "schemas"))
+    assert err.field == "transform.schema_file" and "which is not a file" in err.problem
+
+
+@pytest.mark.parametrize(
+    ("schema", "field", "problem"),
+    [
+        (
+            {**TRANSFORM["schema"], "amount": {"type": "money"}},
+            "amount.type",
+            "expected a field type: one of string",
+        ),
+        ({**TRANSFORM["schema"], "status": "strng"}, "status", "did you mean 'string'?"),
+        ({**TRANSFORM["schema"], "quantity": {"type": "int", "maximum": "x"}}, "quantity.maximum", "a number"),
+        ({**TRANSFORM["schema"], "currency": {"type": "string", "alowed": []}}, "currency.alowed", "unknown key"),
+        ({**TRANSFORM["schema"], "_ts": "timestamp"}, "_ts", "reserved for silver's own columns"),
+        (["order_id"], "(top level)", "expected a non-empty mapping of field names"),
+        ("", "(top level)", "got null"),
+        ("order_id: {type: string\n", "line 2, column 1", "expected valid YAML"),
+    ],
+)
+def test_error_inside_the_schema_file_names_that_file(tmp_path, schema, field, problem):
+    _schema_files(tmp_path, schema)
+    schema_path = tmp_path / "pipes" / "schemas" / "orders.schema.yaml"
+    err = _error(tmp_path / "pipes" / "orders.yaml")
+    assert (err.file, err.field) == (str(schema_path), field), str(err)
+    assert str(err).startswith(f"{schema_path}: {field}: ")
+    assert problem in err.problem
+
+
+def test_key_and_ordering_checked_against_the_schema_file(tmp_path):
+    path = _schema_files(tmp_path, {"id": "string", "ts": "timestamp"})
+    err = _error(path)  # TRANSFORM's key is order_id, not declared in the file
+    schema_path = tmp_path / "pipes" / "schemas" / "orders.schema.yaml"
+    assert (err.file, err.field) == (str(path), "transform.key")
+    assert f"expected the name of a field declared in the schema file {schema_path}, got 'order_id'" in str(err)
+
+
+def test_schema_file_in_the_project_is_shown_relative_to_it(tmp_path, monkeypatch):
+    # An error inside a schema file names it the way pipeline files are named: relative to the project.
+    monkeypatch.setattr(settings, "PROJECT_ROOT", tmp_path)
+    _schema_files(tmp_path, {**TRANSFORM["schema"], "amount": {"type": "money"}})
+    err = _error(tmp_path / "pipes" / "orders.yaml")
+    assert (err.file, err.field) == ("pipes/schemas/orders.schema.yaml", "amount.type")
+    assert str(err).startswith("pipes/schemas/orders.schema.yaml: amount.type: expected a field type")
+
+
+# --------------------------------------------------------------------------- silver table paths
+
+
+def test_silver_paths_default_beside_bronze_even_without_a_transform(tmp_path):
+    cfg = load_pipeline(_write(tmp_path, _set("tables.lakehouse_root", "/lake")))
+    assert cfg.transform is None
+    assert (cfg.tables.silver_path, cfg.tables.quarantine_path, cfg.tables.transform_checkpoint_root) == (
+        "/lake/orders/silver",
+        "/lake/orders/quarantine",
+        "/lake/orders/_checkpoints/silver",
+    )
+
+
+@pytest.mark.parametrize(
+    ("tables", "field", "problem"),
+    [
+        (
+            {"bronze_path": "/lake/b", "silver_path": "/lake/b/silver"},
+            "tables.silver_path",
+            "expected a location apart from the bronze table (neither inside the other), "
+            "got '/lake/b/silver' with tables.bronze_path '/lake/b'",
+        ),
+        (
+            {"silver_path": "/lake/s", "quarantine_path": "/lake/s"},
+            "tables.quarantine_path",
+            "expected a location apart from the silver table",
+        ),
+        (
+            {"checkpoint_root": "/cp", "transform_checkpoint_root": "/cp/silver"},
+            "tables.transform_checkpoint_root",
+            "expected a folder apart from the bronze checkpoint folder (neither inside the other), "
+            "got '/cp/silver' with tables.checkpoint_root '/cp'",
+        ),
+        (
+            {"ledger_path": "/lake/runs", "transform_checkpoint_root": "/lake/runs/_cp"},
+            "tables.transform_checkpoint_root",
+            "expected a folder apart from the run ledger",
+        ),
+        (
+            {"silver_path": "/lake/s", "ledger_path": "/lake/s/_runs"},
+            "tables.silver_path",
+            "expected a location apart from the run ledger",
+        ),
+        (
+            # Only the bronze path is set; the silver default is inside it: the key set is reported.
+            {"lakehouse_root": "/lake", "bronze_path": "/lake/orders"},
+            "tables.bronze_path",
+            "expected a location apart from the bronze checkpoint folder (neither inside the other), "
+            "got '/lake/orders' with tables.checkpoint_root '/lake/orders/_checkpoints/bronze'",
+        ),
+        (
+            {"lakehouse_root": "/lake", "quarantine_path": "/lake/orders/silver/_q"},
+            "tables.quarantine_path",
+            "expected a location apart from the silver table",
+        ),
+    ],
+)
+def test_overlapping_table_locations_are_rejected(tmp_path, tables, field, problem):
+    path = _write(tmp_path, _config(**{f"tables.{k}": v for k, v in tables.items()}))
+    err = _error(path)
+    assert (err.file, err.field) == (str(path), field), str(err)
+    assert problem in err.problem
+
+
+def test_shared_silver_table_is_an_error_of_the_second_file(tmp_path):
+    _write(tmp_path, _set("tables.silver_path", "/lake/shared"), "a.yaml")
+    second = _write(tmp_path, _set("tables.silver_path", "/lake/shared"), "b.yaml")
+    configs, errors = load_pipelines(tmp_path)
+    assert list(configs) == ["a"]
+    assert errors[str(second)].startswith(f"{second}: tables.silver_path: expected a silver table no other")
