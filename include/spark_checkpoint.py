@@ -45,7 +45,8 @@ def _read_log_file(path: Path) -> PositionMap:
         raise CheckpointError(f"{path}: malformed Kafka offsets: {exc}") from exc
 
 
-def _batch_ids(folder: Path) -> list[int]:
+def batch_ids(folder: Path) -> list[int]:
+    """The batch ids of a checkpoint's ``offsets`` or ``commits`` folder, in order."""
     if not folder.is_dir():
         return []
     return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
@@ -75,8 +76,8 @@ def read_state(path: Path) -> CheckpointState | None:
         return None
     initial_file = path / "sources" / "0" / "0"
     initial = _read_log_file(initial_file) if initial_file.exists() else None
-    offsets = _batch_ids(path / "offsets")
-    commits = set(_batch_ids(path / "commits"))
+    offsets = batch_ids(path / "offsets")
+    commits = set(batch_ids(path / "commits"))
     committed_ids = [b for b in offsets if b in commits]
     last = committed_ids[-1] if committed_ids else None
     pending_ids = [b for b in offsets if b not in commits and (last is None or b > last)]

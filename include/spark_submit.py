@@ -16,7 +16,13 @@ from pathlib import Path
 from include import jvm_deps, settings
 
 #: Modules the jobs import, shipped to the cluster in one zip.
-_SHIPPED = ("spark_jobs", "include/__init__.py", "include/offsets.py", "include/spark_checkpoint.py")
+_SHIPPED = (
+    "spark_jobs",
+    "include/__init__.py",
+    "include/offsets.py",
+    "include/spark_checkpoint.py",
+    "include/transform_spec.py",
+)
 
 #: Settings every job session gets: Delta's SQL extension, and small defaults
 #: sized for incremental batches (not whole-table rewrites).

@@ -8,6 +8,7 @@ receives it as JSON. Nothing here imports Spark or YAML.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -156,4 +157,103 @@ class TransformSpec:
             tombstones=data.get("tombstones", "quarantine"),
             new_fields=data.get("new_fields", "ignore"),
             max_value_bytes=int(data.get("max_value_bytes", DEFAULT_MAX_VALUE_BYTES)),
+        )
+
+
+#: ``userMetadata`` marker of a silver batch commit, and of a silver schema change.
+SILVER_KIND = "kde-silver"
+SCHEMA_KIND = "kde-silver-schema"
+#: What a batch did with each record it read; they add up to ``read``.
+COUNT_KEYS = ("upserted", "deleted", "quarantined", "superseded", "replayed")
+
+
+@dataclass(frozen=True)
+class BronzePosition:
+    """A place in the bronze table's log, as the Delta streaming source counts it.
+
+    ``index`` -1 means "before the first file of ``version``": every version
+    before it has been read whole. A larger index means part of ``version`` has.
+    """
+
+    version: int
+    index: int = -1
+
+    def to_json(self) -> dict[str, int]:
+        return {"version": self.version, "index": self.index}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BronzePosition:
+        return cls(int(data["version"]), int(data.get("index", -1)))
+
+
+@dataclass(frozen=True)
+class SilverCommit:
+    """What one transform micro-batch did, written with it as the silver commit's ``userMetadata``.
+
+    Every batch makes exactly one silver commit (a MERGE, or a properties-only
+    commit when nothing changed silver), so the commits chain over the bronze
+    log: each ``bronze_start`` is the previous ``bronze_end``.
+    """
+
+    pipeline: str
+    run_id: str
+    epoch: int
+    batch_id: int
+    bronze_start: BronzePosition
+    bronze_end: BronzePosition
+    read: int
+    counts: dict[str, int]
+    quarantine_fields: dict[str, int]
+    fields_added: tuple[dict[str, str], ...] = ()
+    fields_ignored: dict[str, str] | None = None
+    version: int | None = None
+
+    @property
+    def accounted(self) -> int:
+        """Records the batch says where they went; equals ``read`` when nothing is lost."""
+        return sum(self.counts.get(k, 0) for k in COUNT_KEYS)
+
+    def to_user_metadata(self) -> str:
+        return json.dumps(
+            {
+                "kind": SILVER_KIND,
+                "pipeline": self.pipeline,
+                "run_id": self.run_id,
+                "epoch": self.epoch,
+                "batch_id": self.batch_id,
+                "bronze_start": self.bronze_start.to_json(),
+                "bronze_end": self.bronze_end.to_json(),
+                "read": self.read,
+                "counts": self.counts,
+                "quarantine_fields": self.quarantine_fields,
+                "fields_added": list(self.fields_added),
+                "fields_ignored": self.fields_ignored or {},
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_user_metadata(cls, text: str | None, *, version: int | None = None) -> SilverCommit | None:
+        """The commit's record, or ``None`` for commits that are not transform batches."""
+        if not text or not text.startswith("{"):
+            return None
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or data.get("kind") != SILVER_KIND:
+            return None
+        return cls(
+            pipeline=data["pipeline"],
+            run_id=data["run_id"],
+            epoch=int(data["epoch"]),
+            batch_id=int(data["batch_id"]),
+            bronze_start=BronzePosition.from_json(data["bronze_start"]),
+            bronze_end=BronzePosition.from_json(data["bronze_end"]),
+            read=int(data["read"]),
+            counts={k: int(v) for k, v in data["counts"].items()},
+            quarantine_fields={k: int(v) for k, v in data.get("quarantine_fields", {}).items()},
+            fields_added=tuple(data.get("fields_added", ())),
+            fields_ignored=data.get("fields_ignored") or {},
+            version=version,
         )

@@ -1,0 +1,545 @@
+"""Transform job: what is new in bronze → typed, deduplicated silver rows, and a quarantine.
+
+Submitted after the ingestion job, to the same cluster (``include/spark_operator.py``)::
+
+    spark-submit ... --py-files kde_jobs.zip spark_jobs/bronze_to_silver.py \\
+        --pipeline orders --bronze-path lakehouse/orders/bronze \\
+        --silver-path lakehouse/orders/silver --quarantine-path lakehouse/orders/quarantine \\
+        --checkpoint-root lakehouse/orders/_checkpoints/silver --spec-file transform.json \\
+        --run-id <airflow run id> --summary-path transform-summary.json
+
+One run: read silver's last batch commit (where the transform stands in the
+bronze log) → resume the checkpoint if it matches, else start a new epoch
+there → ``readStream`` delta bronze with ``Trigger.AvailableNow`` → per
+micro-batch: decode and validate (``silver_rules``), add new fields if the
+pipeline says so, append bad records to quarantine (idempotent
+``txnAppId``/``txnVersion``), MERGE the newest record per key into silver in
+one commit carrying the batch's counts → write the run summary.
+
+Exactly once: a batch's silver commit is its completion mark. A batch Spark
+replays after a crash is skipped when silver already has its commit; a
+quarantine append it repeats is dropped by Delta (same app id and version).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from include import spark_checkpoint
+from include.transform_spec import (
+    COUNT_KEYS,
+    SCHEMA_KIND,
+    BronzePosition,
+    FieldSpec,
+    SilverCommit,
+    TransformSpec,
+)
+
+log = logging.getLogger("bronze_to_silver")
+
+#: ``kill-after-silver-commit:<batch id>`` SIGKILLs spark-submit's whole process
+#: group right after that batch's silver commit, before Spark commits the batch
+#: to its checkpoint; ``kill-driver-after-silver-commit:<batch id>`` kills only
+#: this Python driver (under Airflow the group is the task runner's too).
+FAILPOINT_ENV = "KDE_FAILPOINT"
+
+
+class TransformError(RuntimeError):
+    """The transform cannot go on; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class TransformConfig:
+    """The job's arguments."""
+
+    pipeline: str
+    bronze_path: str
+    silver_path: str
+    quarantine_path: str
+    checkpoint_root: str
+    spec: TransformSpec
+    run_id: str
+    summary_path: str | None = None
+    max_files_per_trigger: int | None = None
+
+
+def parse_config(argv: list[str]) -> TransformConfig:
+    """Arguments → :class:`TransformConfig`; the spec comes as a JSON file written by the operator."""
+    p = argparse.ArgumentParser(prog="bronze_to_silver", exit_on_error=False)
+    for name in ("pipeline", "bronze-path", "silver-path", "quarantine-path", "checkpoint-root", "spec-file",
+                 "run-id"):  # fmt: skip
+        p.add_argument(f"--{name}", required=True)
+    p.add_argument("--summary-path")
+    p.add_argument("--max-files-per-trigger", type=int)
+    try:
+        a = p.parse_args(argv)
+    except (argparse.ArgumentError, SystemExit) as exc:
+        raise TransformError(f"bad arguments: {exc}") from None
+    try:
+        spec = TransformSpec.from_json(json.loads(Path(a.spec_file).read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise TransformError(f"{a.spec_file}: cannot read the transform spec: {exc}") from None
+    return TransformConfig(a.pipeline, a.bronze_path, a.silver_path, a.quarantine_path, a.checkpoint_root,
+                           spec, a.run_id, a.summary_path, a.max_files_per_trigger)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- checkpoint plan
+
+
+@dataclass(frozen=True)
+class DeltaCheckpointState:
+    """Where a Delta-source checkpoint stands: last committed batch and the batch still pending."""
+
+    last_committed_batch: int | None
+    pending_batch: int | None
+
+
+def read_checkpoint(path: Path) -> DeltaCheckpointState | None:
+    """The state of the checkpoint folder ``path``; ``None`` when no query ever ran there."""
+    path = Path(path)
+    if not (path / "metadata").exists():
+        return None
+    offsets = spark_checkpoint.batch_ids(path / "offsets")
+    commits = set(spark_checkpoint.batch_ids(path / "commits"))
+    committed = [b for b in offsets if b in commits]
+    last = committed[-1] if committed else None
+    pending = [b for b in offsets if b not in commits and (last is None or b > last)]
+    return DeltaCheckpointState(last, pending[0] if pending else None)
+
+
+def batch_end(path: Path, batch_id: int) -> BronzePosition:
+    """The bronze position a batch of the checkpoint at ``path`` reads up to (``offsets/<batch_id>``)."""
+    f = Path(path) / "offsets" / str(batch_id)
+    try:
+        lines = [ln for ln in f.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        data = json.loads(lines[-1])
+        return BronzePosition(int(data["reservoirVersion"]), int(data["index"]))
+    except (OSError, ValueError, KeyError, IndexError) as exc:
+        raise TransformError(f"{f}: not a Delta source offset entry: {exc}") from None
+
+
+@dataclass(frozen=True)
+class TransformPlan:
+    """The epoch this run writes under and where a new checkpoint starts in bronze."""
+
+    epoch: int
+    start: BronzePosition
+    rebuilt_reason: str | None = None
+    previous_epoch: int | None = None
+
+
+def plan_transform(last: SilverCommit | None, checkpoints: dict[int, DeltaCheckpointState | None]) -> TransformPlan:
+    """Resume the newest checkpoint if it agrees with silver's last batch commit, else start a new epoch.
+
+    Silver is the source of truth. The checkpoint agrees when it committed that
+    batch, or stopped just before committing it (killed between the silver
+    commit and Spark's checkpoint commit: Spark replays the batch and the job
+    skips it). A new epoch starts at the bronze version after the last one
+    silver read whole; a partly read version is read again, and the rows it
+    already applied are recognised (``replayed``) instead of applied twice.
+    """
+    start = BronzePosition(last.bronze_end.version if last else 0)
+    latest = max(checkpoints) if checkpoints else None
+    if latest is None:
+        if last is None:
+            return TransformPlan(0, start)
+        reason = "no checkpoint found"
+    else:
+        state = checkpoints[latest]
+        if state is None:
+            reason = f"checkpoint of epoch {latest} was never started or is empty"
+        elif last is None:
+            if state.last_committed_batch is None:
+                return TransformPlan(latest, start)
+            reason = f"checkpoint of epoch {latest} committed batches that silver does not hold"
+        elif last.epoch != latest:
+            reason = f"silver's last batch was written by epoch {last.epoch}, the newest checkpoint is epoch {latest}"
+        elif state.last_committed_batch == last.batch_id or (
+            state.pending_batch == last.batch_id and state.last_committed_batch in (None, last.batch_id - 1)
+        ):
+            return TransformPlan(latest, start)
+        else:
+            reason = (
+                f"checkpoint of epoch {latest} stands at batch {state.last_committed_batch} but silver's "
+                f"last commit is batch {last.batch_id}"
+            )
+    epoch = max([-1, *checkpoints, *([last.epoch] if last else [])]) + 1
+    return TransformPlan(epoch, start, reason, latest)
+
+
+# --------------------------------------------------------------------------- summary
+
+
+@dataclass
+class BatchResult:
+    """What one micro-batch did, for the run summary."""
+
+    batch_id: int
+    commit: SilverCommit | None
+    skipped_replay: bool
+    duration_s: float
+
+
+@dataclass
+class TransformSummary:
+    """The machine-readable result of one transform run."""
+
+    pipeline: str
+    run_id: str
+    epoch: int
+    checkpoint_rebuilt: dict | None
+    start: BronzePosition
+    batches: list[BatchResult] = field(default_factory=list)
+    fields_added: list[dict] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    def to_json(self) -> dict:
+        done = [b.commit for b in self.batches if b.commit is not None]
+        totals = {k: sum(c.counts.get(k, 0) for c in done) for k in COUNT_KEYS}
+        qfields: dict[str, int] = {}
+        ignored: dict[str, str] = {}
+        for c in done:
+            for k, v in c.quarantine_fields.items():
+                qfields[k] = qfields.get(k, 0) + v
+            ignored.update(c.fields_ignored or {})
+        versions = [c.version for c in done if c.version is not None]
+        return {
+            "pipeline": self.pipeline,
+            "run_id": self.run_id,
+            "epoch": self.epoch,
+            "checkpoint_rebuilt": self.checkpoint_rebuilt,
+            "bronze_start": self.start.to_json(),
+            "bronze_end": done[-1].bronze_end.to_json() if done else self.start.to_json(),
+            "read": sum(c.read for c in done),
+            **totals,
+            "quarantine_fields": qfields,
+            "fields_added": self.fields_added,
+            "fields_ignored": ignored,
+            "silver_version": max(versions) if versions else None,
+            "batches": [
+                {
+                    "batch_id": b.batch_id,
+                    "skipped_replay": b.skipped_replay,
+                    "silver_version": b.commit.version if b.commit else None,
+                    "read": b.commit.read if b.commit else 0,
+                    "counts": b.commit.counts if b.commit else {},
+                    "duration_s": round(b.duration_s, 3),
+                }
+                for b in self.batches
+            ],
+            "duration_s": round(self.duration_s, 3),
+        }
+
+
+# --------------------------------------------------------------------------- Delta
+
+
+def latest_silver_commit(spark, path: str) -> SilverCommit | None:
+    """Silver's newest batch commit (``None``: no table or no batch yet); reads only recent history."""
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return None
+    table = DeltaTable.forPath(spark, path)
+    limit = 20
+    while True:
+        rows = table.history(limit).select("version", "userMetadata").collect()
+        for row in rows:  # newest first
+            commit = SilverCommit.from_user_metadata(row["userMetadata"], version=row["version"])
+            if commit is not None:
+                return commit
+        if len(rows) < limit:
+            return None
+        limit *= 10
+
+
+def _with_user_metadata(spark, metadata: str, action) -> None:
+    """Run a Delta command whose commit must carry ``metadata`` (MERGE and ALTER take no write option)."""
+    key = "spark.databricks.delta.commitInfo.userMetadata"
+    spark.conf.set(key, metadata)
+    try:
+        action()
+    finally:
+        spark.conf.unset(key)
+
+
+def _sql_path(path: str) -> str:
+    return "delta.`" + path.replace("`", "``") + "`"
+
+
+def ensure_silver(spark, path: str, spec: TransformSpec) -> list[FieldSpec]:
+    """Create silver (declared fields + system columns) if missing; returns its effective fields."""
+    from delta.tables import DeltaTable
+
+    from spark_jobs.silver_rules import fields_of_table, silver_ddl
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {_sql_path(path)} ({silver_ddl(spec.fields)}) USING delta")
+    schema = spark.read.format("delta").load(path).schema
+    columns = [(f.name, f.dataType.simpleString(), f.metadata.get("comment")) for f in schema.fields]
+    fields = fields_of_table(columns, spec)
+    missing = [f.name for f in spec.fields if f.name not in {c[0] for c in columns}]
+    if missing:
+        raise TransformError(
+            f"{path}: silver has no column for declared field(s) {', '.join(missing)}; declared fields "
+            "cannot be added to an existing silver table by the job (add them with ALTER TABLE, or give "
+            f"the pipeline a new tables.silver_path)"
+        )
+    return fields
+
+
+def add_fields(spark, path: str, added: list[FieldSpec], metadata: dict) -> None:
+    """``ALTER TABLE ADD COLUMNS`` for fields the data brought, recorded in that commit's metadata."""
+    from include.transform_spec import spark_type
+    from spark_jobs.silver_rules import JSON_COMMENT
+
+    cols = ", ".join(
+        f"`{f.name}` {spark_type(f.type)}" + (f" COMMENT '{JSON_COMMENT}'" if f.type == "json" else "")
+        for f in added
+    )
+    meta = json.dumps({"kind": SCHEMA_KIND, **metadata, "fields_added": [{"name": f.name, "type": f.type} for f in added]})
+    # Added columns land after the system columns; MERGE matches columns by name, so order is harmless.
+    _with_user_metadata(spark, meta, lambda: spark.sql(f"ALTER TABLE {_sql_path(path)} ADD COLUMNS ({cols})"))
+
+
+# --------------------------------------------------------------------------- the batch writer
+
+
+def _failpoint(batch_id: int) -> None:
+    point = os.environ.get(FAILPOINT_ENV)
+    if point in (f"kill-after-silver-commit:{batch_id}", f"kill-driver-after-silver-commit:{batch_id}"):
+        log.warning("failpoint %s: killing the job after the silver commit of batch %s", point, batch_id)
+        sys.stdout.flush()
+        if point.startswith("kill-driver"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+class SilverBatchWriter:
+    """``foreachBatch`` sink: quarantine append, then one silver commit per micro-batch."""
+
+    def __init__(self, spark, cfg: TransformConfig, plan: TransformPlan, checkpoint: Path,
+                 last: SilverCommit | None, fields: list[FieldSpec], summary: TransformSummary) -> None:  # fmt: skip
+        self.spark = spark
+        self.cfg = cfg
+        self.plan = plan
+        self.checkpoint = checkpoint
+        self.last = last
+        self.fields = fields
+        self.summary = summary
+
+    def _already_committed(self, batch_id: int) -> bool:
+        last = self.last
+        return last is not None and last.epoch == self.plan.epoch and batch_id <= last.batch_id
+
+    def __call__(self, df, batch_id: int) -> None:
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        from spark_jobs import silver_rules
+
+        started = time.monotonic()
+        if self._already_committed(batch_id):
+            log.warning("batch %s of epoch %s is already in silver; skipping its replay", batch_id, self.plan.epoch)
+            self.summary.batches.append(BatchResult(batch_id, None, True, time.monotonic() - started))
+            return
+        cfg, spec = self.cfg, self.cfg.spec
+        start = batch_end(self.checkpoint, batch_id - 1) if batch_id > 0 else self.plan.start
+        end = batch_end(self.checkpoint, batch_id)
+        bronze = df.persist(StorageLevel.MEMORY_AND_DISK)
+        cached = [bronze]
+        try:
+            read = bronze.count()
+            decoded = silver_rules.decode(bronze, spec, self.fields)
+            added, ignored = silver_rules.plan_new_fields(decoded, spec, self.fields)
+            if added:
+                add_fields(self.spark, cfg.silver_path, added,
+                           {"pipeline": cfg.pipeline, "run_id": cfg.run_id, "epoch": self.plan.epoch,
+                            "batch_id": batch_id})  # fmt: skip
+                self.fields = [*self.fields, *added]
+                self.summary.fields_added += [{"name": f.name, "type": f.type, "batch_id": batch_id} for f in added]
+                log.warning("batch %s: added field(s) to silver: %s", batch_id,
+                            ", ".join(f"{f.name} {f.type}" for f in added))  # fmt: skip
+                decoded = silver_rules.decode(bronze, spec, self.fields)
+            decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+            cached.append(decoded)
+
+            quarantine = silver_rules.quarantine_rows(decoded, cfg.run_id, self.plan.epoch, batch_id)
+            replayed = 0
+            if self.plan.rebuilt_reason and batch_id == 0 and _is_delta(self.spark, cfg.quarantine_path):
+                # A new epoch may re-read part of a version; its bad records are in quarantine already.
+                before = quarantine.count()
+                held = self.spark.read.format("delta").load(cfg.quarantine_path).select("topic", "partition", "offset")
+                quarantine = quarantine.join(held, ["topic", "partition", "offset"], "left_anti")
+                replayed = before - quarantine.count()
+            quarantine = quarantine.persist(StorageLevel.MEMORY_AND_DISK)
+            cached.append(quarantine)
+            qfields = {
+                r["field"]: r["n"]
+                for r in quarantine.groupBy(F.col("fields")[0].alias("field")).agg(F.count("*").alias("n")).collect()
+            }
+            quarantined = sum(qfields.values())
+
+            valid = decoded.where(F.size("_problems") == 0)
+            current = self.spark.read.format("delta").load(cfg.silver_path)
+            classified = silver_rules.classify(valid, current, spec).persist(StorageLevel.MEMORY_AND_DISK)
+            cached.append(classified)
+            actions = {r["_action"]: r["n"] for r in classified.groupBy("_action").agg(F.count("*").alias("n")).collect()}
+            counts = {
+                "upserted": actions.get("insert", 0) + actions.get("update", 0),
+                "deleted": actions.get("delete", 0),
+                "quarantined": quarantined,
+                "superseded": actions.get("superseded", 0),
+                "replayed": actions.get("replayed", 0) + replayed,
+            }
+            commit = SilverCommit(
+                pipeline=cfg.pipeline, run_id=cfg.run_id, epoch=self.plan.epoch, batch_id=batch_id,
+                bronze_start=start, bronze_end=end, read=read, counts=counts, quarantine_fields=qfields,
+                fields_added=tuple({"name": f.name, "type": f.type} for f in added), fields_ignored=ignored,
+            )  # fmt: skip
+            if commit.accounted != read:
+                raise TransformError(
+                    f"batch {batch_id}: read {read} bronze records but accounted for {commit.accounted} "
+                    f"({counts}); refusing to commit"
+                )
+            if quarantined:
+                (
+                    quarantine.write.format("delta").mode("append")
+                    .option("txnAppId", f"kde-quarantine.{cfg.pipeline}.e{self.plan.epoch}")
+                    .option("txnVersion", batch_id)
+                    .option("userMetadata", commit.to_user_metadata())
+                    .save(cfg.quarantine_path)
+                )  # fmt: skip
+            rows = silver_rules.silver_rows(classified, self.fields, spec, cfg.run_id)
+            meta = commit.to_user_metadata()
+            if counts["upserted"] or counts["deleted"]:
+                from delta.tables import DeltaTable
+
+                on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.key)
+                merge = (
+                    DeltaTable.forPath(self.spark, cfg.silver_path).alias("t")
+                    .merge(rows.alias("s"), on).whenMatchedUpdateAll().whenNotMatchedInsertAll()
+                )  # fmt: skip
+                _with_user_metadata(self.spark, meta, merge.execute)
+            else:
+                # Nothing changed silver, but the batch still needs its commit: the completion mark.
+                mark = f"ALTER TABLE {_sql_path(cfg.silver_path)} SET TBLPROPERTIES ('kde.transform.batch' = " \
+                       f"'{self.plan.epoch}:{batch_id}')"  # fmt: skip
+                _with_user_metadata(self.spark, meta, lambda: self.spark.sql(mark))
+        finally:
+            for frame in reversed(cached):
+                frame.unpersist()
+        version = self._committed_version(batch_id)
+        commit = SilverCommit(**{**commit.__dict__, "version": version})
+        _failpoint(batch_id)
+        self.last = commit
+        self.summary.batches.append(BatchResult(batch_id, commit, False, time.monotonic() - started))
+        log.info("batch %s: read %s -> %s, silver version %s", batch_id, read, counts, version)
+
+    def _committed_version(self, batch_id: int) -> int:
+        from delta.tables import DeltaTable
+
+        row = DeltaTable.forPath(self.spark, self.cfg.silver_path).history(1).collect()[0]
+        commit = SilverCommit.from_user_metadata(row["userMetadata"], version=row["version"])
+        if commit is None or (commit.epoch, commit.batch_id) != (self.plan.epoch, batch_id):
+            raise TransformError(
+                f"{self.cfg.silver_path}: after batch {batch_id} of epoch {self.plan.epoch}, the newest commit "
+                f"(version {row['version']}) is not that batch; another writer is using the table"
+            )
+        return int(row["version"])
+
+
+def _is_delta(spark, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.isDeltaTable(spark, path)
+
+
+# --------------------------------------------------------------------------- run
+
+
+def run(spark, cfg: TransformConfig) -> TransformSummary:
+    """One transform run on an existing session; returns (and writes) its summary."""
+    started = time.monotonic()
+    last = latest_silver_commit(spark, cfg.silver_path)
+    root = Path(cfg.checkpoint_root)
+    checkpoints = {e: read_checkpoint(p) for e, p in spark_checkpoint.epoch_dirs(root).items()}
+    plan = plan_transform(last, checkpoints)
+    rebuilt = None
+    if plan.rebuilt_reason:
+        rebuilt = {"reason": plan.rebuilt_reason, "previous_epoch": plan.previous_epoch}
+        log.warning("starting transform checkpoint epoch %s at bronze version %s: %s",
+                    plan.epoch, plan.start.version, plan.rebuilt_reason)  # fmt: skip
+    summary = TransformSummary(cfg.pipeline, cfg.run_id, plan.epoch, rebuilt,
+                               last.bronze_end if last else plan.start)  # fmt: skip
+    if _is_delta(spark, cfg.bronze_path):
+        fields = ensure_silver(spark, cfg.silver_path, cfg.spec)
+        checkpoint = spark_checkpoint.epoch_dir(root, plan.epoch)
+        writer = SilverBatchWriter(spark, cfg, plan, checkpoint, last, fields, summary)
+        reader = spark.readStream.format("delta").option("startingVersion", plan.start.version)
+        if cfg.max_files_per_trigger:
+            reader = reader.option("maxFilesPerTrigger", cfg.max_files_per_trigger)
+        query = (
+            reader.load(cfg.bronze_path)
+            .writeStream.queryName(f"bronze_to_silver:{cfg.pipeline}:{uuid.uuid4().hex[:8]}")
+            .foreachBatch(writer)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            query.awaitTermination()
+        except Exception as exc:  # StreamingQueryException carries the batch's cause
+            raise TransformError(f"transform of pipeline {cfg.pipeline!r} failed: {_root_message(exc)}") from exc
+    summary.duration_s = time.monotonic() - started
+    if cfg.summary_path:
+        Path(cfg.summary_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(cfg.summary_path).write_text(json.dumps(summary.to_json(), indent=2))
+    return summary
+
+
+def _root_message(exc: BaseException) -> str:
+    text = str(exc)
+    if "TransformError: " in text:
+        return text.split("TransformError: ", 1)[1].split("\n", 1)[0]
+    return text.split("\n", 1)[0][:2000]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: args -> session -> run -> summary line; exit 2 on bad arguments."""
+    from spark_jobs.kafka_to_bronze import build_session
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = parse_config(sys.argv[1:] if argv is None else argv)
+    except TransformError as exc:
+        print(f"bronze_to_silver: {exc}", file=sys.stderr)
+        return 2
+    spark = build_session(f"bronze_to_silver:{cfg.pipeline}")
+    try:
+        summary = run(spark, cfg)
+    except TransformError as exc:
+        print(f"bronze_to_silver: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+    s = summary.to_json()
+    print(
+        f"bronze_to_silver: pipeline={cfg.pipeline} epoch={summary.epoch} read={s['read']} "
+        f"upserted={s['upserted']} deleted={s['deleted']} quarantined={s['quarantined']} "
+        f"superseded={s['superseded']} duration={summary.duration_s:.1f}s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

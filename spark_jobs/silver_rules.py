@@ -1,0 +1,500 @@
+"""Pure DataFrame rules of the bronze → silver transform: decode, validate, evolve, classify.
+
+No I/O here: each function takes DataFrames and the pipeline's
+:class:`~include.transform_spec.TransformSpec` and returns DataFrames, so the
+rules are tested on small inline data (``tests/spark_jobs/test_silver_rules.py``).
+
+Every check runs in the JVM (Spark 4's ``try_parse_json`` / variant functions,
+``is_valid_utf8``); no Python UDF, so no Python worker per executor core.
+
+A record's problems are collected as ``(field, message)`` pairs whose message
+names the field, what was expected and what was found. A record with any
+problem goes to quarantine whole; silver only ever gets records that passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from include.transform_spec import (
+    FIELD_NAME,
+    FieldSpec,
+    TransformSpec,
+    is_decimal,
+    spark_type,
+)
+
+#: Bronze columns carried into silver and quarantine under these names.
+KAFKA_COLUMNS = {
+    "topic": "_kafka_topic",
+    "partition": "_kafka_partition",
+    "offset": "_kafka_offset",
+    "timestamp": "_kafka_timestamp",
+    "key": "_kafka_key",
+    "value": "_kafka_value",
+}
+#: Silver's own columns after the record's fields.
+SILVER_SYSTEM_COLUMNS = (
+    ("_kafka_topic", "string"),
+    ("_kafka_partition", "int"),
+    ("_kafka_offset", "bigint"),
+    ("_kafka_timestamp", "timestamp"),
+    ("_deleted", "boolean"),
+    ("_run_id", "string"),
+    ("_updated_at", "timestamp"),
+)
+ACTIONS = ("insert", "update", "delete", "superseded", "replayed")
+
+_INTEGER_KINDS = ("BIGINT", "INT", "SMALLINT", "TINYINT")
+_NUMBER_KINDS = (*_INTEGER_KINDS, "DOUBLE", "FLOAT")
+
+
+def describe_type(type_name: str) -> str:
+    """How a field type reads in a quarantine reason."""
+    return {
+        "string": "a string",
+        "int": "an int (32-bit integer)",
+        "long": "a long (64-bit integer)",
+        "double": "a number",
+        "boolean": "true or false",
+        "date": "a date string like '2026-01-31'",
+        "timestamp": "a timestamp string like '2026-01-31T12:00:00Z'",
+        "json": "any JSON value",
+    }.get(type_name, type_name)
+
+
+def infer_type(variant_schema: str | None) -> str | None:
+    """The silver type for a new field whose values Spark's ``schema_of_variant_agg`` described.
+
+    Integers become ``long``, fractions ``double``, text ``string``, objects,
+    arrays and mixed kinds ``json`` (their JSON text); ``None`` when every value
+    was null (the field is added once a value shows its type).
+    """
+    if not variant_schema or variant_schema == "VOID":
+        return None
+    s = variant_schema.upper()
+    if s in _INTEGER_KINDS:
+        return "long"
+    if s.startswith("DECIMAL("):
+        precision, scale = (int(x) for x in s[len("DECIMAL(") : -1].split(","))
+        return "long" if scale == 0 and precision <= 18 else "double"
+    if s in ("DOUBLE", "FLOAT"):
+        return "double"
+    if s == "BOOLEAN":
+        return "boolean"
+    if s == "STRING":
+        return "string"
+    return "json"
+
+
+def _kind_text(kind):
+    """A JSON value's kind (from ``schema_of_variant``) in words."""
+    from pyspark.sql import functions as F
+
+    return (
+        F.when(kind.startswith("OBJECT"), F.lit("a JSON object"))
+        .when(kind.startswith("ARRAY"), F.lit("a JSON array"))
+        .when(kind == "STRING", F.lit("a string"))
+        .when(kind == "BOOLEAN", F.lit("a boolean"))
+        .when(kind == "VOID", F.lit("null"))
+        .otherwise(F.lit("a number"))
+    )
+
+
+def _kind_ok(type_name: str, kind):
+    from pyspark.sql import functions as F
+
+    if type_name == "json":
+        return F.lit(True)
+    if type_name == "string":
+        return ~(kind.startswith("OBJECT") | kind.startswith("ARRAY"))
+    if type_name in ("int", "long", "double") or is_decimal(type_name):
+        return kind.isin("STRING", *_NUMBER_KINDS) | kind.startswith("DECIMAL")
+    if type_name == "boolean":
+        return kind.isin("BOOLEAN", "STRING")
+    return kind == "STRING"  # date, timestamp: ISO text only, never epoch numbers of unknown unit
+
+
+def field_value_and_problem(f: FieldSpec, v):
+    """``(typed value, problem)`` of field ``f`` in the parsed record ``v`` (a variant column).
+
+    The problem is a message naming the field, or null when the value is fine.
+    Numbers must fit the type exactly: ``2.5`` is no ``int`` and ``12.345`` no
+    ``decimal(10,2)``, instead of being truncated or rounded quietly.
+    """
+    from pyspark.sql import functions as F
+
+    path = f"$.{f.name}"
+    fv = F.variant_get(v, path, "variant")
+    kind = F.schema_of_variant(fv)
+    snippet = F.substring(F.to_json(fv), 1, 80)
+    if f.type == "json":
+        value = F.to_json(fv)
+    else:
+        value = F.try_variant_get(v, path, spark_type(f.type))
+    expected = f"{f.name}: expected {describe_type(f.type)}, got "
+    wrong_type = F.concat(F.lit(expected), _kind_text(kind), F.lit(" "), snippet)
+    problem = F.when(
+        fv.isNull(),
+        F.lit(f"{f.name}: required, got nothing (the field is missing)") if f.required else F.lit(None),
+    )
+    problem = problem.when(
+        F.is_variant_null(fv), F.lit(f"{f.name}: required, got null") if f.required else F.lit(None)
+    )
+    problem = problem.when(~_kind_ok(f.type, kind), wrong_type).when(value.isNull(), wrong_type)
+    if f.type in ("int", "long") or is_decimal(f.type):
+        exact = F.try_variant_get(v, path, "double") == value.cast("double")
+        problem = problem.when(
+            ~exact,
+            F.concat(
+                F.lit(f"{f.name}: expected {describe_type(f.type)}, got "),
+                snippet,
+                F.lit(", which does not fit without rounding"),
+            ),
+        )
+    if f.minimum is not None:
+        problem = problem.when(
+            value < F.lit(f.minimum),
+            F.concat(F.lit(f"{f.name}: expected at least {f.minimum:g}, got "), snippet),
+        )
+    if f.maximum is not None:
+        problem = problem.when(
+            value > F.lit(f.maximum),
+            F.concat(F.lit(f"{f.name}: expected at most {f.maximum:g}, got "), snippet),
+        )
+    if f.allowed is not None:
+        shown = ", ".join(repr(a) for a in f.allowed)
+        problem = problem.when(
+            ~value.isin(*f.allowed), F.concat(F.lit(f"{f.name}: expected one of {shown}, got "), snippet)
+        )
+    if f.max_length is not None:
+        problem = problem.when(
+            F.length(value) > f.max_length,
+            F.concat(
+                F.lit(f"{f.name}: expected at most {f.max_length} characters, got "),
+                F.length(value).cast("string"),
+                F.lit(" characters"),
+            ),
+        )
+    return value, problem
+
+
+def _tombstone_key(spec: TransformSpec, f: FieldSpec):
+    """A tombstone's key field, read from the Kafka key: its text for one key field, else a JSON object."""
+    from pyspark.sql import functions as F
+
+    text = F.when(F.is_valid_utf8(F.col("_kafka_key").cast("string")), F.col("_kafka_key").cast("string"))
+    if len(spec.key) == 1:
+        return text.try_cast(spark_type(f.type))
+    return F.try_variant_get(F.try_parse_json(text), f"$.{f.name}", spark_type(f.type))
+
+
+def decode(bronze, spec: TransformSpec, fields: Sequence[FieldSpec]):
+    """Bronze rows → one row per record with typed fields and its list of problems.
+
+    Output columns: the ``_kafka_*`` columns, ``_tombstone``, ``_text`` and
+    ``_v`` (the value as text and parsed; null when not readable),
+    ``_problems`` (array of ``{field, message}``; empty when the record is
+    good), then one typed column per field of ``fields`` (declared plus added).
+    """
+    from pyspark.sql import functions as F
+
+    df = bronze.select(*(F.col(src).alias(dst) for src, dst in KAFKA_COLUMNS.items()))
+    size = F.octet_length(F.col("_kafka_value"))
+    text = F.col("_kafka_value").cast("string")
+    readable = F.col("_kafka_value").isNotNull() & (size > 0) & (size <= spec.max_value_bytes)
+    df = df.select(
+        "*",
+        (F.col("_kafka_value").isNull()).alias("_tombstone"),
+        F.when(readable & F.is_valid_utf8(text), text).alias("_text"),
+    ).select("*", F.try_parse_json(F.col("_text")).alias("_v"))
+    kind = F.schema_of_variant(F.col("_v"))
+    start = F.substring(F.col("_kafka_value").cast("string"), 1, 60)
+    record_problem = (
+        F.when(
+            F.col("_tombstone") & F.lit(spec.tombstones == "quarantine"),
+            F.lit("value: got a tombstone (null value); the pipeline's transform.tombstones is 'quarantine'"),
+        )
+        .when(F.col("_tombstone"), F.lit(None))
+        .when(size == 0, F.lit("value: expected a JSON object, got an empty value (0 bytes)"))
+        .when(
+            size > spec.max_value_bytes,
+            F.concat(
+                F.lit(f"value: expected at most {spec.max_value_bytes} bytes, got "),
+                size.cast("string"),
+                F.lit(" bytes"),
+            ),
+        )
+        .when(~F.is_valid_utf8(text), F.lit("value: expected UTF-8 text, got bytes that are not valid UTF-8"))
+        .when(
+            F.col("_v").isNull(),
+            F.concat(
+                F.lit("value: expected a JSON object, got text that is not valid JSON (or repeats a key): "),
+                start,
+            ),
+        )
+        .when(
+            ~kind.startswith("OBJECT"),
+            F.concat(F.lit("value: expected a JSON object, got "), _kind_text(kind)),
+        )
+    )
+    problems = [
+        F.when(
+            record_problem.isNotNull(),
+            F.struct(F.lit("value").alias("field"), record_problem.alias("message")),
+        )
+    ]
+    typed = []
+    v = F.col("_v")
+    key_fields = set(spec.key)
+    for f in fields:
+        value, problem = field_value_and_problem(f, v)
+        if f.name in key_fields and spec.tombstones == "delete":
+            key_value = _tombstone_key(spec, f)
+            value = F.when(F.col("_tombstone"), key_value).otherwise(value)
+            key_text = F.coalesce(F.substring(F.col("_kafka_key").cast("string"), 1, 80), F.lit("null"))
+            wanted = (
+                f"its text as {describe_type(f.type)}"
+                if len(spec.key) == 1
+                else f"a JSON object with {', '.join(spec.key)}"
+            )
+            problem = F.when(
+                F.col("_tombstone"),
+                F.when(
+                    key_value.isNull(),
+                    F.concat(
+                        F.lit(
+                            f"key: a tombstone deletes the row named by its Kafka key, expected {wanted} "
+                            f"for field {f.name}, got "
+                        ),
+                        key_text,
+                    ),
+                ),
+            ).otherwise(problem)
+        # A record that cannot be read at all has one problem, the value's; its fields are not judged.
+        problem = F.when(
+            record_problem.isNull() & (~F.col("_tombstone") | F.lit(f.name in key_fields)), problem
+        )
+        problems.append(
+            F.when(problem.isNotNull(), F.struct(F.lit(f.name).alias("field"), problem.alias("message")))
+        )
+        typed.append(value.alias(f.name))
+    return df.select("*", F.array_compact(F.array(*problems)).alias("_problems"), *typed)
+
+
+def unknown_fields(decoded, known: Iterable[str]):
+    """Distinct top-level keys of readable records that are not in ``known`` (a small DataFrame ``name``)."""
+    from pyspark.sql import functions as F
+
+    return (
+        decoded.where(F.col("_v").isNotNull() & F.schema_of_variant(F.col("_v")).startswith("OBJECT"))
+        .select(F.explode(F.json_object_keys(F.col("_text"))).alias("name"))
+        .where(~F.col("name").isin(*known))
+        .distinct()
+    )
+
+
+def plan_new_fields(
+    decoded, spec: TransformSpec, fields: Sequence[FieldSpec]
+) -> tuple[list[FieldSpec], dict[str, str]]:
+    """New fields seen in this batch: ``(fields to add, {ignored name: why})``.
+
+    With ``new_fields: add``, a new field with a usable name becomes a column of
+    the type its values show (:func:`infer_type`); with ``ignore``, or when the
+    name cannot be a column, it is reported and left out of silver.
+    """
+    from pyspark.sql import functions as F
+
+    known = [f.name for f in fields]
+    lowered = {n.lower(): n for n in known}
+    names = sorted(r["name"] for r in unknown_fields(decoded, known).collect())
+    ignored: dict[str, str] = {}
+    usable = []
+    for name in names:
+        if spec.new_fields == "ignore":
+            ignored[name] = "transform.new_fields is 'ignore'"
+        elif not FIELD_NAME.fullmatch(name):
+            ignored[name] = "not usable as a column name (letters, digits and '_', starting with a letter)"
+        elif name.lower() in lowered:
+            ignored[name] = f"differs only in case from field {lowered[name.lower()]!r}"
+        else:
+            usable.append(name)
+    if not usable:
+        return [], ignored
+    row = (
+        decoded.where(F.size("_problems") == 0)
+        .agg(
+            *(
+                F.schema_of_variant_agg(F.variant_get(F.col("_v"), f"$.{n}", "variant")).alias(n)
+                for n in usable
+            )
+        )
+        .collect()[0]
+    )
+    added = []
+    for name in usable:
+        inferred = infer_type(row[name])
+        if inferred is None:
+            ignored[name] = "only null values so far; added once a value shows its type"
+        else:
+            added.append(FieldSpec(name=name, type=inferred))
+    return added, ignored
+
+
+def classify(valid, current, spec: TransformSpec):
+    """Decide what each valid record does to silver: a ``_action`` from :data:`ACTIONS`.
+
+    ``valid`` are decoded records without problems (tombstones included when
+    the policy deletes); ``current`` is silver's state for the keys (the
+    table, or an empty frame of its schema). Per key the newest record wins —
+    newest by the ordering field, then Kafka offset, then partition — and it
+    changes silver only if it is newer than silver's row, so a late or
+    replayed record never overwrites newer state. A tombstone takes the
+    ordering value of the newest state before it (in the batch or in silver),
+    so an older record arriving after a delete does not bring the key back.
+    Adds ``_ordering`` (the effective ordering value) for the silver row.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    keys = list(spec.key)
+    ordering = spec.ordering
+    state = current.select(
+        *keys,
+        F.col(ordering).alias("_t_ord"),
+        F.col("_kafka_partition").alias("_t_partition"),
+        F.col("_kafka_offset").alias("_t_offset"),
+    )
+    df = valid.join(state, on=keys, how="left")
+    earlier = (
+        Window.partitionBy(*keys)
+        .orderBy("_kafka_offset", "_kafka_partition")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    seen = F.greatest(F.max(F.col(ordering)).over(earlier), F.col("_t_ord"))
+    df = df.withColumn("_ordering", F.when(F.col("_tombstone"), seen).otherwise(F.col(ordering)))
+    newest_first = Window.partitionBy(*keys).orderBy(
+        F.col("_ordering").desc_nulls_last(), F.col("_kafka_offset").desc(), F.col("_kafka_partition").desc()
+    )
+    df = df.withColumn("_winner", F.row_number().over(newest_first) == 1)
+    present = F.col("_t_offset").isNotNull()
+    ours, theirs = F.col("_ordering"), F.col("_t_ord")
+    later_in_log = (F.col("_kafka_offset") > F.col("_t_offset")) | (
+        (F.col("_kafka_offset") == F.col("_t_offset")) & (F.col("_kafka_partition") > F.col("_t_partition"))
+    )
+    newer = (
+        F.when(~present, True)
+        .when(ours.isNull() & theirs.isNull(), later_in_log)
+        .when(ours.isNull(), False)
+        .when(theirs.isNull(), True)
+        .when(ours != theirs, ours > theirs)
+        .otherwise(later_in_log)
+    )
+    same_record = (
+        present
+        & (F.col("_kafka_partition") == F.col("_t_partition"))
+        & (F.col("_kafka_offset") == F.col("_t_offset"))
+    )
+    action = (
+        F.when(~F.col("_winner"), "superseded")
+        .when(same_record, "replayed")
+        .when(~newer, "superseded")
+        .when(F.col("_tombstone"), "delete")
+        .when(~present, "insert")
+        .otherwise("update")
+    )
+    return df.withColumn("_action", action).drop("_t_ord", "_t_partition", "_t_offset", "_winner")
+
+
+def silver_rows(classified, fields: Sequence[FieldSpec], spec: TransformSpec, run_id: str):
+    """The rows a batch MERGEs into silver (inserts, updates, deletes), in silver's column order.
+
+    A deleted key keeps a row with ``_deleted = true``, its key, and the
+    ordering value it was deleted at; every other field is null.
+    """
+    from pyspark.sql import functions as F
+
+    keys = set(spec.key)
+    cols = []
+    for f in fields:
+        if f.name in keys:
+            cols.append(F.col(f.name))
+        elif f.name == spec.ordering:
+            cols.append(F.col("_ordering").cast(spark_type(f.type)).alias(f.name))
+        else:
+            cols.append(F.when(~F.col("_tombstone"), F.col(f.name)).alias(f.name))
+    return classified.where(F.col("_action").isin("insert", "update", "delete")).select(
+        *cols,
+        "_kafka_topic",
+        "_kafka_partition",
+        "_kafka_offset",
+        "_kafka_timestamp",
+        F.col("_tombstone").alias("_deleted"),
+        F.lit(run_id).alias("_run_id"),
+        F.current_timestamp().alias("_updated_at"),
+    )
+
+
+QUARANTINE_COLUMNS = (
+    ("topic", "string"),
+    ("partition", "int"),
+    ("offset", "bigint"),
+    ("timestamp", "timestamp"),
+    ("key", "binary"),
+    ("value", "binary"),
+    ("reason", "string"),
+    ("fields", "array<string>"),
+    ("run_id", "string"),
+    ("epoch", "int"),
+    ("batch_id", "bigint"),
+    ("quarantined_at", "timestamp"),
+)
+
+
+def quarantine_rows(decoded, run_id: str, epoch: int, batch_id: int):
+    """Records with problems, with their raw bytes and every reason, for the quarantine table."""
+    from pyspark.sql import functions as F
+
+    return decoded.where(F.size("_problems") > 0).select(
+        F.col("_kafka_topic").alias("topic"),
+        F.col("_kafka_partition").alias("partition"),
+        F.col("_kafka_offset").alias("offset"),
+        F.col("_kafka_timestamp").alias("timestamp"),
+        F.col("_kafka_key").alias("key"),
+        F.col("_kafka_value").alias("value"),
+        F.concat_ws("; ", F.transform("_problems", lambda p: p["message"])).alias("reason"),
+        F.transform("_problems", lambda p: p["field"]).alias("fields"),
+        F.lit(run_id).alias("run_id"),
+        F.lit(epoch).alias("epoch"),
+        F.lit(batch_id).cast("long").alias("batch_id"),
+        F.current_timestamp().alias("quarantined_at"),
+    )
+
+
+def silver_ddl(fields: Sequence[FieldSpec]) -> str:
+    """Silver's schema as a DDL string: the fields, then :data:`SILVER_SYSTEM_COLUMNS`."""
+    cols = [(f.name, spark_type(f.type)) for f in fields] + list(SILVER_SYSTEM_COLUMNS)
+    return ", ".join(f"`{n}` {t}" for n, t in cols)
+
+
+#: Column comment that marks an added column holding JSON text (type ``json``, stored as string).
+JSON_COMMENT = "kde:json"
+
+
+def fields_of_table(columns: Sequence[tuple[str, str, str | None]], spec: TransformSpec) -> list[FieldSpec]:
+    """The effective fields of a silver table: declared fields, then columns a run added.
+
+    ``columns`` are ``(name, spark simple type, comment)`` of the table's
+    schema. An added column's type is read back from the table (``bigint`` →
+    ``long``; a ``string`` commented :data:`JSON_COMMENT` → ``json``).
+    """
+    declared = {f.name for f in spec.fields}
+    added = []
+    for name, type_, comment in columns:
+        if name.startswith("_") or name in declared:
+            continue
+        t = {"bigint": "long", "integer": "int"}.get(type_, type_)
+        if t == "string" and comment == JSON_COMMENT:
+            t = "json"
+        added.append(FieldSpec(name=name, type=t))
+    return [*spec.fields, *added]

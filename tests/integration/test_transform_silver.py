@@ -1,0 +1,299 @@
+"""The transform job against real Kafka → bronze → silver/quarantine Delta tables.
+
+Records are produced to the session broker, ingested with the real ingestion
+job, then transformed; assertions compare silver and quarantine with what was
+produced, computed independently here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from confluent_kafka import Producer
+
+from include import spark_checkpoint
+from include.spark_submit import submit_command, submit_environment
+from include.transform_spec import SCHEMA_KIND, FieldSpec, SilverCommit, TransformSpec
+from spark_jobs import bronze_to_silver, kafka_to_bronze
+from spark_jobs.ingest_plan import parse_config
+from tests.kafka_helpers import produce
+
+pytestmark = pytest.mark.integration
+
+SPEC = TransformSpec(
+    fields=(
+        FieldSpec("order_id", "string", required=True),
+        FieldSpec("customer", "string"),
+        FieldSpec("amount", "decimal(10,2)", required=True, minimum=0),
+        FieldSpec("event_time", "timestamp", required=True),
+    ),
+    key=("order_id",),
+    ordering="event_time",
+    tombstones="delete",
+    new_fields="add",
+)
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def order(order_id: str, minute: int, amount: float = 10.0, **extra) -> bytes:
+    event_time = (T0 + timedelta(minutes=minute)).isoformat().replace("+00:00", "Z")
+    return json.dumps({"order_id": order_id, "amount": amount, "event_time": event_time, **extra}).encode()
+
+
+def ingest(spark, bootstrap, lake, name, topic, per_trigger: int | None = None):
+    extra = ["--max-offsets-per-trigger", str(per_trigger)] if per_trigger else []
+    args = [
+        "--pipeline", name, "--bootstrap-servers", bootstrap, "--topics", topic,
+        "--bronze-path", str(lake / "bronze"), "--checkpoint-root", str(lake / "checkpoints" / "bronze"), *extra,
+    ]  # fmt: skip
+    return kafka_to_bronze.run(spark, parse_config(args))
+
+
+def transform_args(lake, name, spec=SPEC, run_id="run-1", files_per_trigger: int | None = None) -> list[str]:
+    spec_file = lake / f"spec-{run_id}.json"
+    spec_file.parent.mkdir(parents=True, exist_ok=True)
+    spec_file.write_text(json.dumps(spec.to_json()))
+    args = [
+        "--pipeline", name, "--bronze-path", str(lake / "bronze"), "--silver-path", str(lake / "silver"),
+        "--quarantine-path", str(lake / "quarantine"), "--checkpoint-root", str(lake / "checkpoints" / "silver"),
+        "--spec-file", str(spec_file), "--run-id", run_id,
+    ]  # fmt: skip
+    if files_per_trigger:
+        args += ["--max-files-per-trigger", str(files_per_trigger)]
+    return args
+
+
+def transform(spark, lake, name, **kw) -> dict:
+    return bronze_to_silver.run(spark, bronze_to_silver.parse_config(transform_args(lake, name, **kw))).to_json()
+
+
+def silver(spark, lake) -> dict[str, dict]:
+    rows = spark.read.format("delta").load(str(lake / "silver")).collect()
+    return {r["order_id"]: r.asDict() for r in rows}
+
+
+def quarantine(spark, lake) -> dict[tuple[int, int], dict]:
+    rows = spark.read.format("delta").load(str(lake / "quarantine")).collect()
+    found = {(r["partition"], r["offset"]): r.asDict() for r in rows}
+    assert len(found) == len(rows), "quarantine holds a record twice"
+    return found
+
+
+def silver_commits(spark, lake) -> list[SilverCommit]:
+    from delta.tables import DeltaTable
+
+    hist = DeltaTable.forPath(spark, str(lake / "silver")).history().orderBy("version").collect()
+    return [c for h in hist if (c := SilverCommit.from_user_metadata(h["userMetadata"], version=h["version"]))]
+
+
+def bronze_rows(spark, lake) -> int:
+    return spark.read.format("delta").load(str(lake / "bronze")).count()
+
+
+def assert_accounted(spark, lake) -> None:
+    """Every bronze record is accounted for once, batch by batch, and the batches chain over bronze."""
+    commits = silver_commits(spark, lake)
+    for c in commits:
+        assert c.read == c.accounted, f"batch {c.batch_id}: read {c.read}, accounted {c.counts}"
+    for a, b in zip(commits, commits[1:], strict=False):
+        if b.epoch == a.epoch:
+            assert b.bronze_start == a.bronze_end
+    replayed = sum(c.counts["replayed"] for c in commits)
+    assert sum(c.read for c in commits) - replayed == bronze_rows(spark, lake)
+
+
+def test_every_bad_record_lands_in_quarantine_naming_its_field_and_none_is_lost(
+    spark, bootstrap, make_topic, unique_name, lake
+):
+    topic = make_topic(unique_name, partitions=2, **{"max.message.bytes": str(8 * 1024 * 1024)})
+    big = b'{"order_id": "big", "note": "' + b"x" * (5 * 1024 * 1024) + b'"}'
+    records = [
+        (0, b"o1", order("o1", 1)),
+        (0, b"o2", order("o2", 1, customer="c2")),
+        (0, b"bad-json", b'{"order_id": "o3", "amount": '),  # offset 2
+        (0, b"bad-utf8", b'{"order_id": "o4\xff"}'),  # offset 3
+        (0, b"o5", b'{"amount": 1, "event_time": "2026-03-01T00:00:00Z"}'),  # offset 4: no order_id
+        (0, b"o6", order("o6", 1, amount="lots")),  # offset 5: wrong type
+        (0, b"o7", b""),  # offset 6: empty
+        (0, b"o1", None),  # offset 7: tombstone for o1
+        (0, None, None),  # offset 8: tombstone without a key
+        (1, b"o8", order("o8", 1)),
+    ]
+    produce(bootstrap, topic, records)
+    producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 8 * 1024 * 1024})
+    producer.produce(topic, key=b"big", value=big, partition=1)  # partition 1, offset 1
+    assert producer.flush(30) == 0
+    assert ingest(spark, bootstrap, lake, unique_name, topic).rows == 11
+
+    result = transform(spark, lake, unique_name)
+
+    # o1's record is superseded by its tombstone later in the same batch
+    assert (result["read"], result["upserted"], result["deleted"], result["quarantined"]) == (11, 2, 1, 7)
+    assert result["superseded"] == 1 and result["replayed"] == 0
+    rows = silver(spark, lake)
+    assert set(rows) == {"o1", "o2", "o8"}
+    assert rows["o1"]["_deleted"] is True and rows["o1"]["amount"] is None
+    assert rows["o2"]["_deleted"] is False and rows["o2"]["amount"] == Decimal("10.00")
+    assert rows["o2"]["customer"] == "c2" and rows["o2"]["_kafka_offset"] == 1
+    bad = quarantine(spark, lake)
+    expected_fields = {
+        (0, 2): "value", (0, 3): "value", (0, 4): "order_id", (0, 5): "amount", (0, 6): "value",
+        (0, 8): "order_id", (1, 1): "value",
+    }  # fmt: skip
+    assert {k: v["fields"][0] for k, v in bad.items()} == expected_fields
+    assert "not valid JSON" in bad[(0, 2)]["reason"]
+    assert "not valid UTF-8" in bad[(0, 3)]["reason"]
+    assert "order_id: required, got nothing" in bad[(0, 4)]["reason"]
+    assert 'amount: expected decimal(10,2), got a string "lots"' in bad[(0, 5)]["reason"]
+    assert "empty value" in bad[(0, 6)]["reason"]
+    assert "tombstone deletes the row named by its Kafka key" in bad[(0, 8)]["reason"]
+    assert f"expected at most {1024 * 1024} bytes, got {len(big)} bytes" in bad[(1, 1)]["reason"]
+    assert bytes(bad[(1, 1)]["value"]) == big and bytes(bad[(1, 1)]["key"]) == b"big"
+    assert bytes(bad[(0, 3)]["value"]) == b'{"order_id": "o4\xff"}'
+    assert {v["run_id"] for v in bad.values()} == {"run-1"}
+    assert result["quarantine_fields"] == {"value": 4, "order_id": 2, "amount": 1}
+    assert_accounted(spark, lake)
+
+
+def newest(produced: list[tuple[str, int, int, int]]) -> dict[str, int]:
+    """``{key: minute}`` of the newest record per key: by event minute, then partition offset."""
+    best: dict[str, tuple[int, int]] = {}
+    for key, minute, _, offset in produced:
+        if key not in best or (minute, offset) > best[key]:
+            best[key] = (minute, offset)
+    return {k: v[0] for k, v in best.items()}
+
+
+def test_silver_holds_the_newest_event_per_key_across_batches_and_runs(
+    spark, bootstrap, make_topic, unique_name, lake
+):
+    topic = make_topic(unique_name, partitions=1)
+    produced: list[tuple[str, int, int, int]] = []
+
+    def send(events: list[tuple[str, int]]) -> None:
+        start = len(produced)
+        produce(bootstrap, topic, [(0, k.encode(), order(k, m, amount=m)) for k, m in events])
+        produced.extend((k, m, 0, start + i) for i, (k, m) in enumerate(events))
+
+    # run 1: out of order within the run, spread over several bronze commits and transform batches
+    send([("a", 10), ("b", 5), ("a", 3), ("c", 7), ("b", 9), ("a", 10), ("c", 1), ("b", 2)])
+    ingest(spark, bootstrap, lake, unique_name, topic, per_trigger=3)
+    first = transform(spark, lake, unique_name, files_per_trigger=1)
+    assert len(first["batches"]) >= 3
+    # run 2: late events older than silver, one newer, one equal-time later in the log
+    send([("a", 4), ("b", 20), ("c", 7), ("d", 1)])
+    ingest(spark, bootstrap, lake, unique_name, topic, per_trigger=2)
+    second = transform(spark, lake, unique_name, run_id="run-2", files_per_trigger=1)
+
+    rows = silver(spark, lake)
+    got = {k: int((v["event_time"].replace(tzinfo=UTC) - T0).total_seconds() // 60) for k, v in rows.items()}
+    assert got == newest(produced) == {"a": 10, "b": 20, "c": 7, "d": 1}
+    assert {k: float(v["amount"]) for k, v in rows.items()} == {k: float(m) for k, m in got.items()}
+    # "c" at 7 twice: the later offset (run 2) holds the row
+    assert rows["c"]["_kafka_offset"] == 10 and rows["c"]["_run_id"] == "run-2"
+    assert rows["a"]["_kafka_offset"] == 5  # equal time, later offset than 0
+    assert second["superseded"] == 1 and second["upserted"] == 3  # a@4 superseded; b, c, d applied
+    assert first["read"] + second["read"] == len(produced)
+    assert_accounted(spark, lake)
+
+
+def test_batch_replayed_after_a_kill_between_silver_and_checkpoint_commits_applies_nothing_twice(
+    spark, bootstrap, make_topic, unique_name, lake
+):
+    topic = make_topic(unique_name, partitions=1)
+    events = [(f"k{i % 4}", i) for i in range(12)] + [("k0", 100)]
+    values = [(0, k.encode(), order(k, m, amount=m)) for k, m in events]
+    values += [(0, b"junk", b"not json"), (0, b"k1", None)]
+    produce(bootstrap, topic, values)
+    ingest(spark, bootstrap, lake, unique_name, topic, per_trigger=4)
+    cmd = submit_command(
+        "spark_jobs/bronze_to_silver.py", transform_args(lake, unique_name, files_per_trigger=1),
+        master="local[1]", conf={"spark.ui.enabled": "false"},
+    )  # fmt: skip
+    env = submit_environment({**os.environ, bronze_to_silver.FAILPOINT_ENV: "kill-after-silver-commit:2"})
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, start_new_session=True)
+    assert proc.returncode == -signal.SIGKILL, f"the failpoint did not kill the job: {proc.stderr[-3000:]}"
+    # The crash window: batch 2 is in silver, Spark never committed it to the checkpoint.
+    assert silver_commits(spark, lake)[-1].batch_id == 2
+    state = bronze_to_silver.read_checkpoint(spark_checkpoint.epoch_dir(lake / "checkpoints" / "silver", 0))
+    assert (state.last_committed_batch, state.pending_batch) == (1, 2)
+    before = silver(spark, lake)
+
+    rerun = transform(spark, lake, unique_name, run_id="run-1-retry", files_per_trigger=1)
+
+    assert rerun["epoch"] == 0 and rerun["checkpoint_rebuilt"] is None
+    assert rerun["batches"][0]["skipped_replay"] is True
+    commits = silver_commits(spark, lake)
+    assert [c.batch_id for c in commits] == list(range(len(commits))), "a batch was committed twice"
+    assert before  # batches 0-2 had applied rows before the kill
+    rows = silver(spark, lake)
+    assert {k: float(v["amount"]) for k, v in rows.items() if not v["_deleted"]} == {
+        "k0": 100.0, "k2": 10.0, "k3": 11.0,
+    }  # fmt: skip
+    assert rows["k1"]["_deleted"] is True
+    assert list(quarantine(spark, lake)) == [(0, 13)]
+    assert_accounted(spark, lake)
+
+
+def test_a_new_field_mid_stream_follows_the_evolution_policy(spark, bootstrap, make_topic, unique_name, lake):
+    topic = make_topic(unique_name, partitions=1)
+    produce(bootstrap, topic, [(0, b"a", order("a", 1)), (0, b"b", order("b", 1))])
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    transform(spark, lake, unique_name)
+    produce(bootstrap, topic, [(0, b"c", order("c", 2, coupon=15, tags=["x"])), (0, b"d", order("d", 2))])
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    added = transform(spark, lake, unique_name, run_id="run-2")
+    assert {(f["name"], f["type"]) for f in added["fields_added"]} == {("coupon", "long"), ("tags", "json")}
+    # a later value of another type is a type change: quarantine, not a crash or a silent null
+    produce(bootstrap, topic, [(0, b"e", order("e", 3, coupon="FREE"))])
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    changed = transform(spark, lake, unique_name, run_id="run-3")
+
+    rows = silver(spark, lake)
+    assert (rows["a"]["coupon"], rows["c"]["coupon"], rows["c"]["tags"], rows["d"]["coupon"]) == (None, 15, '["x"]', None)
+    assert "e" not in rows and changed["quarantined"] == 1
+    assert 'coupon: expected a long (64-bit integer), got a string "FREE"' in quarantine(spark, lake)[(0, 4)]["reason"]
+    from delta.tables import DeltaTable
+
+    history = DeltaTable.forPath(spark, str(lake / "silver")).history().collect()
+    schema_changes = [json.loads(h["userMetadata"]) for h in history if SCHEMA_KIND in (h["userMetadata"] or "")]
+    assert [sorted(f["name"] for f in m["fields_added"]) for m in schema_changes] == [["coupon", "tags"]]
+    assert schema_changes[0]["run_id"] == "run-2"
+
+    # the same data under "ignore": no column added, the field reported
+    ignoring = TransformSpec(**{**SPEC.__dict__, "new_fields": "ignore"})
+    shutil.rmtree(lake / "silver")
+    shutil.rmtree(lake / "quarantine")
+    shutil.rmtree(lake / "checkpoints" / "silver")
+    result = transform(spark, lake, unique_name, spec=ignoring, run_id="run-4")
+    assert result["fields_added"] == [] and set(result["fields_ignored"]) == {"coupon", "tags"}
+    assert "coupon" not in spark.read.format("delta").load(str(lake / "silver")).columns
+    assert result["upserted"] == 5 and result["quarantined"] == 0
+
+
+def test_lost_checkpoint_restarts_where_silver_stands_with_a_new_epoch(
+    spark, bootstrap, make_topic, unique_name, lake
+):
+    topic = make_topic(unique_name, partitions=2)
+    produce(bootstrap, topic, [(i % 2, f"k{i}".encode(), order(f"k{i}", i)) for i in range(20)])
+    ingest(spark, bootstrap, lake, unique_name, topic, per_trigger=6)
+    transform(spark, lake, unique_name)
+    shutil.rmtree(lake / "checkpoints" / "silver")
+    produce(bootstrap, topic, [(i % 2, f"k{i}".encode(), order(f"k{i}", 100 + i)) for i in range(15, 25)])
+    ingest(spark, bootstrap, lake, unique_name, topic)
+
+    result = transform(spark, lake, unique_name, run_id="run-2")
+
+    assert result["epoch"] == 1 and result["checkpoint_rebuilt"]["reason"] == "no checkpoint found"
+    assert result["read"] == 10 and result["upserted"] == 10
+    rows = silver(spark, lake)
+    assert len(rows) == 25
+    assert all(float(rows[f"k{i}"]["amount"]) == 10.0 for i in range(25))
+    assert_accounted(spark, lake)
