@@ -12,6 +12,11 @@ made (from the Delta log), it proves per partition that
 - the positions the last commit records are where the ranges ended, and the
   Spark checkpoint that will resume next stands at the same place.
 
+With a transform, :func:`check_transform` proves that every bronze record the
+run's silver batches read is accounted for (upserted, deleted, quarantined,
+superseded or recognised as replayed), that the batches chain over the bronze
+log up to its end, and that quarantine got what the batches say.
+
 Pure logic: Kafka is reached only through the ``count_records`` callable the
 caller passes, so the rules have unit tests without a broker.
 """
@@ -22,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from include.offsets import BronzeCommit, Gap, PositionMap, flatten
+from include.transform_spec import COUNT_KEYS, BronzePosition, SilverCommit
 
 #: ``(topic, partition, from, until) -> committed records Kafka holds there``; may raise.
 RecordCounter = Callable[[str, int, int, int], int]
@@ -56,10 +62,11 @@ class ContinuityReport:
     partitions: list[PartitionResult]
     violations: list[str]
     notes: list[str]
+    transform: TransformCheck | None = None
 
     @property
     def ok(self) -> bool:
-        return not self.violations
+        return not self.violations and (self.transform is None or self.transform.ok)
 
     def to_json(self) -> dict:
         return {
@@ -68,8 +75,9 @@ class ContinuityReport:
             "commits": self.commits,
             "rows": self.rows,
             "partitions": [p.to_json() for p in self.partitions],
-            "violations": list(self.violations),
-            "notes": list(self.notes),
+            "violations": list(self.violations) + (self.transform.violations if self.transform else []),
+            "notes": list(self.notes) + (self.transform.notes if self.transform else []),
+            "transform": self.transform.to_json() if self.transform else None,
         }
 
     def summary_line(self) -> str:
@@ -78,6 +86,8 @@ class ContinuityReport:
         gaps = sum(len(p.gaps) for p in self.partitions)
         extra = f", {holes} offset holes" if holes else ""
         extra += f", {gaps} recorded gaps" if gaps else ""
+        if self.transform is not None:
+            extra += f"; {self.transform.summary_line()}"
         return (
             f"continuity: {verdict}: {self.commits} commits, {self.rows} rows over "
             f"{sum(1 for p in self.partitions if p.ranges)} partitions{extra}"
@@ -200,3 +210,94 @@ def _verify_holes(topic: str, partition: int, frm: int, until: int, rows: int, w
             f"({'records missing' if held > rows else 'more rows than records'})"
         )
 
+
+
+@dataclass
+class TransformCheck:
+    """Whether the run's silver batches account for every bronze record they read."""
+
+    commits: int
+    read: int
+    counts: dict[str, int]
+    violations: list[str]
+    notes: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "commits": self.commits, "read": self.read, **self.counts,
+                "violations": list(self.violations), "notes": list(self.notes)}  # fmt: skip
+
+    def summary_line(self) -> str:
+        parts = ", ".join(f"{self.counts[k]} {k}" for k in COUNT_KEYS if self.counts.get(k))
+        verdict = "accounted" if self.ok else "NOT ACCOUNTED"
+        return f"transform {verdict}: {self.read} read in {self.commits} batches ({parts or 'nothing'})"
+
+
+def check_transform(
+    *,
+    previous: SilverCommit | None,
+    commits: Sequence[SilverCommit],
+    bronze_rows: dict[int, int],
+    bronze_version: int | None,
+    quarantine_rows: dict[tuple[int, int], int],
+    expected: dict | None = None,
+) -> TransformCheck:
+    """Check the silver batch commits one run wrote (oldest first).
+
+    ``previous`` is silver's last batch commit before the run; ``bronze_rows``
+    the rows of each bronze version the batches may have read; ``bronze_version``
+    bronze's version now (the transform must have read up to it);
+    ``quarantine_rows`` the rows each quarantine append holds by ``(epoch,
+    batch_id)``, from the quarantine table's own commit metrics; ``expected``
+    the job's summary, whose totals must match the commits.
+    """
+    violations: list[str] = []
+    notes: list[str] = []
+    position = previous.bronze_end if previous else BronzePosition(0)
+    epoch = previous.epoch if previous else None
+    for c in commits:
+        where = f"silver version {c.version} (epoch {c.epoch} batch {c.batch_id})"
+        if c.read != c.accounted:
+            violations.append(f"{where} read {c.read} bronze records but accounts for {c.accounted}: {c.counts}")
+        if epoch is not None and c.epoch != epoch and c.bronze_start == BronzePosition(position.version):
+            notes.append(f"{where} starts a new checkpoint epoch at bronze version {position.version}")
+        elif c.bronze_start != position:
+            violations.append(
+                f"{where} starts at bronze {c.bronze_start.to_json()} but the previous batch ended at "
+                f"{position.to_json()}"
+            )
+        q = c.counts.get("quarantined", 0)
+        held = quarantine_rows.get((c.epoch, c.batch_id))
+        if q and held is None:
+            notes.append(f"{where}: its quarantine append is not among this run's quarantine commits "
+                          "(an earlier attempt wrote it)")  # fmt: skip
+        elif (held or 0) != q:
+            violations.append(f"{where} quarantined {q} records but the quarantine commit holds {held}")
+        position, epoch = c.bronze_end, c.epoch
+    read = sum(c.read for c in commits)
+    counts = {k: sum(c.counts.get(k, 0) for c in commits) for k in COUNT_KEYS}
+    if bronze_version is not None and position != BronzePosition(bronze_version + 1):
+        violations.append(
+            f"the transform stopped at bronze {position.to_json()} but bronze is at version {bronze_version}: "
+            "records in bronze were not transformed"
+        )
+    start = commits[0].bronze_start if commits else position
+    if commits and start.index == -1 and position.index == -1:
+        in_bronze = sum(bronze_rows.get(v, 0) for v in range(start.version, position.version))
+        if read - counts["replayed"] != in_bronze:
+            violations.append(
+                f"the run's batches read {read - counts['replayed']} new records but bronze versions "
+                f"{start.version}..{position.version - 1} hold {in_bronze}"
+            )
+    elif commits:
+        notes.append("a batch boundary falls inside a bronze version; records read not compared per version")
+    if expected is not None:
+        reported = {k: int(expected.get(k, 0)) for k in ("read", *COUNT_KEYS)}
+        found = {"read": read, **counts}
+        skipped = any(b.get("skipped_replay") for b in expected.get("batches", []))
+        if reported != found and not skipped:
+            violations.append(f"the job reported {reported} but the run's silver commits hold {found}")
+    return TransformCheck(len(commits), read, counts, violations, notes)

@@ -1,5 +1,5 @@
-"""One Airflow DAG per pipeline file: lag sensor → preflight → [cluster up] → ingest → [cluster down]
-→ continuity → mirror → record.
+"""One Airflow DAG per pipeline file: lag sensor → preflight → [cluster up] → ingest → transform
+→ [cluster down] → continuity → mirror → record.
 
 Parse-time rule: building a DAG reads the pipeline files and nothing else. No
 connection, Variable, Kafka client, Spark or Delta import happens until a task
@@ -17,7 +17,7 @@ from airflow.sdk import DAG, Asset, Param, TriggerRule, task
 
 from include import settings
 from include.pipeline_config import PipelineConfig, load_pipelines
-from include.spark_operator import IngestOperator
+from include.spark_operator import IngestOperator, TransformOperator
 
 #: A driver outlives a stopped cluster and would wait forever; the task must not.
 INGEST_TIMEOUT = timedelta(hours=4)
@@ -36,8 +36,8 @@ Each run: **wait_for_lag** (Kafka admin + Delta log, no JVM; skipped when there 
 nothing new) → **preflight** (data loss by retention, recreated topics, offsets
 going backwards, partitions added or gone; policy `{policy}`) →
 {cluster} → **ingest** (`Trigger.AvailableNow`, one Delta commit per micro-batch
-with its offset ranges) → **check_continuity** (ranges chain, rows match,
-checkpoint == table) → **mirror_offsets** (consumer group `{group}`) →
+with its offset ranges) → {transform}**check_continuity** (ranges chain, rows match,
+checkpoint == table{transform_check}) → **mirror_offsets** (consumer group `{group}`) →
 **record_run** (run ledger row, Asset event).
 """
 
@@ -52,6 +52,13 @@ def bronze_asset(cfg: PipelineConfig) -> Asset:
     path = cfg.tables.bronze_path
     uri = path if "://" in path else Path(path).resolve().as_uri()
     return Asset(name=f"kafka-delta-elt.{cfg.name}.bronze", uri=uri)
+
+
+def silver_asset(cfg: PipelineConfig) -> Asset:
+    """The Airflow Asset standing for the pipeline's silver table."""
+    path = cfg.tables.silver_path
+    uri = path if "://" in path else Path(path).resolve().as_uri()
+    return Asset(name=f"kafka-delta-elt.{cfg.name}.silver", uri=uri)
 
 
 def build_dag(cfg: PipelineConfig) -> DAG:
@@ -73,8 +80,18 @@ def build_dag(cfg: PipelineConfig) -> DAG:
             else f"existing Spark master from connection `{cfg.cluster.master_connection_id}` "
         ),
         group=cfg.consumer_group,
+        transform=(
+            f"**transform** (bronze → silver `{cfg.tables.silver_path}` by key `{', '.join(cfg.transform.key)}`, "
+            f"newest by `{cfg.transform.ordering}`; bad records → quarantine `{cfg.tables.quarantine_path}`) → "
+            if cfg.transform
+            else ""
+        ),
+        transform_check=", every bronze record read is upserted, deleted, quarantined or superseded"
+        if cfg.transform
+        else "",
     )
     asset = bronze_asset(cfg)
+    outlets = [asset, silver_asset(cfg)] if cfg.transform else [asset]
     with DAG(
         dag_id=cfg.name,
         description=(cfg.description or f"Kafka → Delta bronze: {cfg.name}")[:200],
@@ -144,6 +161,7 @@ def build_dag(cfg: PipelineConfig) -> DAG:
                 "lag": lag.to_json(now),
                 "table_version": progress.table_version if progress else None,
                 "table_next": positions_to_json(progress.next_offsets) if progress else None,
+                "transform_before": pipeline_run.transform_versions(cfg) if cfg.transform else None,
             }
             if not verdict.ok:
                 context["ti"].xcom_push(key="failed_report", value=result)
@@ -180,22 +198,29 @@ def build_dag(cfg: PipelineConfig) -> DAG:
                 return {"stopped": stopped, "left": left}
 
             up = start_cluster()
-            ingest = IngestOperator(
-                task_id="ingest",
-                pipeline=cfg,
-                master="{{ ti.xcom_pull(task_ids='start_cluster')['master_url'] }}",
-                retries=cfg.retries,
-                execution_timeout=INGEST_TIMEOUT,
-            )
+            master = "{{ ti.xcom_pull(task_ids='start_cluster')['master_url'] }}"
+            ingest = IngestOperator(task_id="ingest", pipeline=cfg, master=master, retries=cfg.retries,
+                                    execution_timeout=INGEST_TIMEOUT)  # fmt: skip
             down = stop_cluster()
-            checked >> up >> ingest >> down
+            checked >> up >> ingest
+            last_job = ingest
+            if cfg.transform:
+                last_job = TransformOperator(task_id="transform", pipeline=cfg, master=master, retries=cfg.retries,
+                                             execution_timeout=INGEST_TIMEOUT)  # fmt: skip
+                ingest >> last_job
+            last_job >> down
             down.as_teardown(setups=up)
-            after_ingest = [ingest, down]
+            after_ingest = [last_job, down]
         else:
             ingest = IngestOperator(task_id="ingest", pipeline=cfg, retries=cfg.retries,
                                     execution_timeout=INGEST_TIMEOUT)  # fmt: skip
             checked >> ingest
-            after_ingest = [ingest]
+            last_job = ingest
+            if cfg.transform:
+                last_job = TransformOperator(task_id="transform", pipeline=cfg, retries=cfg.retries,
+                                             execution_timeout=INGEST_TIMEOUT)  # fmt: skip
+                ingest >> last_job
+            after_ingest = [last_job]
 
         @task(task_id="check_continuity", retries=cfg.retries)
         def check_continuity(**context: Any) -> dict:
@@ -211,19 +236,21 @@ def build_dag(cfg: PipelineConfig) -> DAG:
             report = pipeline_run.check_continuity(
                 cfg, client, run_id=context["run_id"], version_before=pre["table_version"],
                 start=positions_from_json(pre["table_next"]) if pre["table_next"] else None,
-                job_summary=summary,
+                job_summary=summary, transform_before=pre.get("transform_before"),
+                transform_summary=ti.xcom_pull(task_ids="transform") if cfg.transform else None,
             )  # fmt: skip
-            for v in report.violations:
+            result = report.to_json()
+            for v in result["violations"]:
                 print(f"continuity violation: {v}")
-            for n in report.notes:
+            for n in result["notes"]:
                 print(f"continuity note: {n}")
             print(f"SUMMARY {report.summary_line()}")
             if not report.ok:
-                ti.xcom_push(key="failed_report", value=report.to_json())
+                ti.xcom_push(key="failed_report", value=result)
                 raise AirflowFailException(
-                    f"continuity check of pipeline {cfg.name!r} failed:\n  - " + "\n  - ".join(report.violations)
+                    f"continuity check of pipeline {cfg.name!r} failed:\n  - " + "\n  - ".join(result["violations"])
                 )
-            return report.to_json()
+            return result
 
         @task(task_id="mirror_offsets", retries=cfg.retries)
         def mirror_offsets() -> dict:
@@ -236,11 +263,11 @@ def build_dag(cfg: PipelineConfig) -> DAG:
                   f"{cfg.consumer_group}")  # fmt: skip
             return {"group": cfg.consumer_group, "offsets": positions}
 
-        @task(task_id="record_run", trigger_rule=TriggerRule.ALL_DONE, outlets=[asset], retries=cfg.retries)
+        @task(task_id="record_run", trigger_rule=TriggerRule.ALL_DONE, outlets=outlets, retries=cfg.retries)
         def record_run(**context: Any) -> dict:
             from include import record
 
-            return record.record_run(cfg, asset, context)
+            return record.record_run(cfg, outlets, context)
 
         continuity = check_continuity()
         mirrored = mirror_offsets()

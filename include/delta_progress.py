@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from include.offsets import BronzeCommit, PositionMap, txn_app_id
+from include.transform_spec import SilverCommit
 
 
 @dataclass(frozen=True)
@@ -90,3 +91,75 @@ def commits_since(path: str | Path, version: int | None, *,
         if commit is not None:
             found.append((v, commit))
     return current, sorted(found, key=lambda item: item[0])
+
+
+def table_version(path: str | Path, *, storage_options: dict[str, str] | None = None) -> int | None:
+    """The table's current version; ``None`` when there is no table yet."""
+    from deltalake import DeltaTable
+
+    path = str(path)
+    if not DeltaTable.is_deltatable(path, storage_options=storage_options):
+        return None
+    return DeltaTable(path, storage_options=storage_options).version()
+
+
+def silver_commits_since(path: str | Path, version: int | None, *,
+                         storage_options: dict[str, str] | None = None) -> tuple[SilverCommit | None, list[SilverCommit]]:  # fmt: skip
+    """Silver's last batch commit at or before ``version``, and its batch commits after it (oldest first).
+
+    Reads the log entries after ``version``, and before it only as far back
+    as the newest batch commit (schema changes and maintenance are skipped).
+    """
+    from deltalake import DeltaTable
+
+    path = str(path)
+    if not DeltaTable.is_deltatable(path, storage_options=storage_options):
+        return None, []
+    table = DeltaTable(path, storage_options=storage_options)
+    current = table.version()
+    start = -1 if version is None else version
+    limit = max(current - start, 0) + 20
+    while True:
+        entries = table.history(limit)
+        after, previous = [], None
+        for entry in entries:  # newest first
+            commit = SilverCommit.from_user_metadata(entry.get("userMetadata"), version=int(entry["version"]))
+            if commit is None:
+                continue
+            if commit.version > start:
+                after.append(commit)
+            elif previous is None:
+                previous = commit
+        if previous is not None or start < 0 or len(entries) < limit:
+            return previous, sorted(after, key=lambda c: c.version)
+        limit *= 10
+
+
+def quarantine_rows_since(path: str | Path, version: int | None, *,
+                          storage_options: dict[str, str] | None = None) -> dict[tuple[int, int], int]:  # fmt: skip
+    """Rows each quarantine append after ``version`` holds, by ``(epoch, batch_id)``, from Delta's own metrics."""
+    from deltalake import DeltaTable
+
+    path = str(path)
+    if not DeltaTable.is_deltatable(path, storage_options=storage_options):
+        return {}
+    table = DeltaTable(path, storage_options=storage_options)
+    current = table.version()
+    start = -1 if version is None else version
+    if current <= start:
+        return {}
+    found: dict[tuple[int, int], int] = {}
+    for entry in table.history(current - start):
+        commit = SilverCommit.from_user_metadata(entry.get("userMetadata"), version=int(entry["version"]))
+        if commit is not None and int(entry["version"]) > start:
+            metrics = entry.get("operationMetrics") or {}
+            key = (commit.epoch, commit.batch_id)
+            found[key] = found.get(key, 0) + int(metrics.get("numOutputRows", 0))
+    return found
+
+
+def bronze_rows_by_version(path: str | Path, since: int, *,
+                           storage_options: dict[str, str] | None = None) -> tuple[int | None, dict[int, int]]:  # fmt: skip
+    """Bronze's current version and the rows each of our bronze commits from version ``since`` on wrote."""
+    current, commits = commits_since(path, since - 1, storage_options=storage_options)
+    return current, {v: sum(r.rows for r in c.ranges) for v, c in commits}

@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from include import delta_progress, kafka_state, settings, spark_checkpoint
-from include.continuity import ContinuityReport, check_run
+from include.continuity import ContinuityReport, TransformCheck, check_run
+from include.continuity import check_transform as continuity_check_transform
 from include.delta_progress import TableProgress
 from include.offsets import PositionMap
 from include.pipeline_config import PipelineConfig
@@ -78,7 +79,8 @@ def checkpoint_position(cfg: PipelineConfig) -> dict | None:
 
 
 def check_continuity(cfg: PipelineConfig, client: dict[str, str], *, run_id: str, version_before: int | None,
-                     start: PositionMap | None, job_summary: dict | None) -> ContinuityReport:  # fmt: skip
+                     start: PositionMap | None, job_summary: dict | None, transform_before: dict | None = None,
+                     transform_summary: dict | None = None) -> ContinuityReport:  # fmt: skip
     """Check the commits this run wrote (the Delta log after ``version_before``).
 
     ``start`` is where the table stood at ``version_before`` (from the preflight).
@@ -88,7 +90,7 @@ def check_continuity(cfg: PipelineConfig, client: dict[str, str], *, run_id: str
     def count(topic: str, partition: int, frm: int, until: int) -> int:
         return kafka_state.count_records(client, topic, partition, frm, until, timeout_s=KAFKA_TIMEOUT_S)
 
-    return check_run(
+    report = check_run(
         run_id=run_id,
         start=start,
         commits=commits,
@@ -96,6 +98,32 @@ def check_continuity(cfg: PipelineConfig, client: dict[str, str], *, run_id: str
         expected_rows=None if job_summary is None else int(job_summary["rows"]),
         count_records=count,
     )
+    if cfg.transform is not None:
+        report.transform = check_transform(cfg, before=transform_before or {}, job_summary=transform_summary)
+    return report
+
+
+def transform_versions(cfg: PipelineConfig) -> dict[str, int | None]:
+    """Silver's and quarantine's versions now: where the next run's transform check starts reading."""
+    return {
+        "silver_version": delta_progress.table_version(cfg.tables.silver_path),
+        "quarantine_version": delta_progress.table_version(cfg.tables.quarantine_path),
+    }
+
+
+def check_transform(cfg: PipelineConfig, *, before: dict, job_summary: dict | None) -> TransformCheck:
+    """Check the silver batches written since ``before`` (:func:`transform_versions` of the preflight)."""
+    previous, commits = delta_progress.silver_commits_since(cfg.tables.silver_path, before.get("silver_version"))
+    if commits:  # only the bronze versions the batches read: cost follows the run, not the history
+        since = min(c.bronze_start.version for c in commits)
+        bronze_version, rows = delta_progress.bronze_rows_by_version(cfg.tables.bronze_path, since)
+    else:
+        bronze_version, rows = delta_progress.table_version(cfg.tables.bronze_path), {}
+    quarantined = delta_progress.quarantine_rows_since(cfg.tables.quarantine_path, before.get("quarantine_version"))
+    return continuity_check_transform(
+        previous=previous, commits=commits, bronze_rows=rows, bronze_version=bronze_version,
+        quarantine_rows=quarantined, expected=job_summary,
+    )  # fmt: skip
 
 
 def mirror_offsets(cfg: PipelineConfig, client: dict[str, str]) -> dict[str, dict[str, int]]:

@@ -29,6 +29,7 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
     checked = passed or xcoms.get("preflight_failed") or {}
     lag_report = checked.get("lag") or xcoms.get("wait_for_lag") or xcoms.get("wait_for_lag_skip") or {}
     summary = xcoms.get("ingest") or {}
+    transform = xcoms.get("transform")
     continuity = xcoms.get("check_continuity") or xcoms.get("continuity_failed")
     cluster = xcoms.get("start_cluster") or {}
     failed = sorted(t for t, s in states.items() if s in _FAILED and t != "record_run")
@@ -83,6 +84,7 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
         "lag_after": (lag_after or {}).get("total_lag"),
         "lost": sum(g["until"] - g["from"] for g in gaps) if gaps else lag_report.get("total_lost", 0),
         "continuity": "not checked" if continuity is None else ("CONTINUOUS" if continuity["ok"] else "BROKEN"),
+        **_transform_columns(transform, (continuity or {}).get("transform")),
         "partitions_json": partitions,
         "gaps_json": gaps,
         "findings_json": checked.get("findings", []),
@@ -93,7 +95,28 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
     }
 
 
-def record_run(cfg: PipelineConfig, asset: Any, context: Any) -> dict:
+def _transform_columns(summary: dict | None, checked: dict | None) -> dict[str, Any]:
+    """Ledger columns of the transform: its counts (from the continuity check's reading of
+    the silver commits when there is one, else the job's own summary)."""
+    if summary is None and checked is None:
+        return {}
+    source = checked or summary or {}
+    return {
+        "silver_read": source.get("read"),
+        "silver_upserted": source.get("upserted"),
+        "silver_deleted": source.get("deleted"),
+        "quarantined": source.get("quarantined"),
+        "superseded": source.get("superseded"),
+        "silver_version_after": (summary or {}).get("silver_version"),
+        "transform_json": {
+            "job": summary,
+            "check": checked,
+            "accounted": None if checked is None else checked.get("ok"),
+        },
+    }
+
+
+def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
     """Task body of ``record_run``: write the ledger row, then end as the run went."""
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
@@ -110,6 +133,7 @@ def record_run(cfg: PipelineConfig, asset: Any, context: Any) -> dict:
         "preflight_failed": _xcom(ti, "preflight", "failed_report"),
         "start_cluster": _xcom(ti, "start_cluster"),
         "ingest": _xcom(ti, "ingest"),
+        "transform": _xcom(ti, "transform") if cfg.transform else None,
         "check_continuity": _xcom(ti, "check_continuity"),
         "continuity_failed": _xcom(ti, "check_continuity", "failed_report"),
     }
@@ -134,6 +158,11 @@ def record_run(cfg: PipelineConfig, asset: Any, context: Any) -> dict:
         f"continuity {row['continuity']}, bronze version {row['bronze_version_after']}, "
         f"ledger version {version}"
     )
+    if cfg.transform is not None and row.get("silver_read") is not None:
+        line += (
+            f"; transform read {row['silver_read']}: {row['silver_upserted']} upserted, {row['silver_deleted']} "
+            f"deleted, {row['quarantined']} quarantined, {row['superseded']} superseded"
+        )
     print(line)
     if row["outcome"] == "failed":
         raise AirflowFailException(f"run of pipeline {cfg.name!r} {row['reason']} (recorded in {cfg.tables.ledger_path})")
@@ -142,5 +171,9 @@ def record_run(cfg: PipelineConfig, asset: Any, context: Any) -> dict:
     extra = {k: row[k] for k in ("run_id", "run_type", "rows", "commits", "lag_before", "lag_after",
                                  "bronze_version_before", "bronze_version_after", "continuity", "epoch")}  # fmt: skip
     extra["partitions"] = json.loads(json.dumps(row["partitions_json"]))
-    context["outlet_events"][asset].extra = extra
+    if cfg.transform is not None:
+        extra.update({k: row.get(k) for k in ("silver_read", "silver_upserted", "silver_deleted", "quarantined",
+                                              "superseded", "silver_version_after")})  # fmt: skip
+    for asset in outlets:
+        context["outlet_events"][asset].extra = extra
     return extra

@@ -39,6 +39,14 @@ COLUMNS: dict[str, str] = {
     "lag_after": "int64",
     "lost": "int64",
     "continuity": "string",  # CONTINUOUS | BROKEN | not checked
+    # the transform (null for pipelines without one): where the bronze records it read went
+    "silver_read": "int64",
+    "silver_upserted": "int64",
+    "silver_deleted": "int64",
+    "quarantined": "int64",
+    "superseded": "int64",
+    "silver_version_after": "int64",
+    "transform_json": "string",
     "partitions_json": "string",
     "gaps_json": "string",
     "findings_json": "string",
@@ -80,7 +88,8 @@ def append_run(path: str | Path, record: dict[str, Any], *, storage_options: dic
         raise ValueError(f"run ledger: unknown columns {unknown}; expected some of {list(COLUMNS)}")
     row = {name: [_cell(name, record.get(name))] for name in COLUMNS}
     table = pa.Table.from_pydict(row, schema=_schema())
-    write_deltalake(str(path), table, mode="append", storage_options=storage_options)
+    # "merge": a ledger written before a column was added gets it (null in the older rows).
+    write_deltalake(str(path), table, mode="append", schema_mode="merge", storage_options=storage_options)
     return DeltaTable(str(path), storage_options=storage_options).version()
 
 

@@ -26,6 +26,7 @@ from airflow.sdk import BaseOperator
 from include.pipeline_config import PipelineConfig
 
 APPLICATION = "spark_jobs/kafka_to_bronze.py"
+TRANSFORM_APPLICATION = "spark_jobs/bronze_to_silver.py"
 
 
 def _hook_class():
@@ -80,33 +81,38 @@ def job_spark_conf(cfg: PipelineConfig, *, transient: bool) -> dict[str, str]:
     return conf
 
 
-class IngestOperator(BaseOperator):
-    """Submit ``spark_jobs/kafka_to_bronze.py`` for one run of a pipeline; returns the job's summary.
+class SparkJobOperator(BaseOperator):
+    """Submit one of the pipeline's Spark jobs for this run; returns the job's summary (its JSON file).
 
     :param pipeline: the pipeline's configuration.
     :param master: master URL of this run's cluster (templated, e.g. from the
         setup task's XCom); ``None`` for the pipeline's Spark connection.
-    :param preflight_task_id: task whose XCom holds the preflight report.
     """
 
+    application = ""
+    job_name = ""
     template_fields: Sequence[str] = ("master",)
     ui_color = "#fdf0e0"
 
-    def __init__(self, *, pipeline: PipelineConfig, master: str | None = None,
-                 preflight_task_id: str = "preflight", **kwargs: Any) -> None:  # fmt: skip
+    def __init__(self, *, pipeline: PipelineConfig, master: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.pipeline = pipeline
         self.master = master
-        self.preflight_task_id = preflight_task_id
         self._hook = None
+
+    def job_args(self, context: Any, folder: Path, summary_path: Path) -> tuple[list[str], list[Path]]:
+        """The job's arguments, and private files to delete once it ran."""
+        raise NotImplementedError
+
+    def summary_line(self, summary: dict) -> str:
+        """The task log's one-line summary of the job's result."""
+        raise NotImplementedError
 
     def execute(self, context: Any) -> dict:
         from include import connections, jvm_deps, pipeline_run, settings
         from include.spark_submit import package_py_files, spark_home, spark_submit_binary
 
         cfg = self.pipeline
-        run_id = context["run_id"]
-        client = connections.kafka_client_config(cfg.kafka.connection_id)
         transient = cfg.cluster.profile == "local_standalone"
         if transient:
             if not self.master:
@@ -115,24 +121,16 @@ class IngestOperator(BaseOperator):
         else:
             # Raises when the connection is missing: the hook would fall back to yarn.
             master = connections.spark_master(cfg.cluster.master_connection_id)
-        folder = pipeline_run.run_dir(cfg, run_id)
+        folder = pipeline_run.run_dir(cfg, context["run_id"])
         folder.mkdir(parents=True, exist_ok=True)
-        summary_path = folder / "ingest-summary.json"
+        summary_path = folder / f"{self.task_id}-summary.json"
         summary_path.unlink(missing_ok=True)
-        preflight = context["ti"].xcom_pull(task_ids=self.preflight_task_id) or {}
-        preflight_file = folder / "preflight.json"
-        preflight_file.write_text(json.dumps(preflight.get("job_file") or {}))
-        options_file = folder / "kafka-options.json"
-        options = {**cfg.kafka.options, **connections.spark_kafka_options(client)}
-        _write_private(options_file, json.dumps(options))
-
-        args = cfg.ingest_job_args(client["bootstrap.servers"], run_id, job_run_type(context), str(summary_path))
-        args += [f"--kafka-options-file={options_file}", f"--preflight-file={preflight_file}"]
+        args, private = self.job_args(context, folder, summary_path)
         common: dict[str, Any] = dict(
             conf=job_spark_conf(cfg, transient=transient),
             jars=",".join(str(j) for j in jvm_deps.spark_jars()),
             py_files=str(package_py_files()),
-            name=f"kafka_to_bronze:{cfg.name}",
+            name=f"{self.job_name}:{cfg.name}",
             driver_memory="1g",
             application_args=args,
             env_vars={"SPARK_HOME": str(spark_home()), "PYSPARK_PYTHON": sys.executable,
@@ -145,23 +143,101 @@ class IngestOperator(BaseOperator):
             from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
             self._hook = SparkSubmitHook(conn_id=cfg.cluster.master_connection_id, **common)
-        self.log.info("submitting %s for pipeline %s to %s", APPLICATION, cfg.name, master)
+        self.log.info("submitting %s for pipeline %s to %s", self.application, cfg.name, master)
         try:
-            self._hook.submit(str(settings.PROJECT_ROOT / APPLICATION))
+            self._hook.submit(str(settings.PROJECT_ROOT / self.application))
         finally:
-            options_file.unlink(missing_ok=True)
+            for f in private:
+                f.unlink(missing_ok=True)
         summary = json.loads(summary_path.read_text())
-        rebuilt = summary["checkpoint_rebuilt"]
-        print(
-            f"SUMMARY ingest: {summary['rows']} rows in {len(summary['batches'])} batches, epoch {summary['epoch']}, "
-            f"bronze version {summary['bronze_version']}, {summary['duration_s']:.1f}s in the job"
-            + (f", checkpoint rebuilt: {rebuilt['reason']}" if rebuilt else "")
-        )
+        print(self.summary_line(summary))
         return summary
 
     def on_kill(self) -> None:
         if self._hook is not None:
             self._hook.on_kill()
+
+
+class IngestOperator(SparkJobOperator):
+    """Submit ``spark_jobs/kafka_to_bronze.py``; Kafka settings go in a file only its owner can read.
+
+    :param preflight_task_id: task whose XCom holds the preflight report.
+    """
+
+    application = APPLICATION
+    job_name = "kafka_to_bronze"
+
+    def __init__(self, *, preflight_task_id: str = "preflight", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.preflight_task_id = preflight_task_id
+
+    def job_args(self, context: Any, folder: Path, summary_path: Path) -> tuple[list[str], list[Path]]:
+        from include import connections
+
+        cfg = self.pipeline
+        client = connections.kafka_client_config(cfg.kafka.connection_id)
+        preflight = context["ti"].xcom_pull(task_ids=self.preflight_task_id) or {}
+        preflight_file = folder / "preflight.json"
+        preflight_file.write_text(json.dumps(preflight.get("job_file") or {}))
+        options_file = folder / "kafka-options.json"
+        options = {**cfg.kafka.options, **connections.spark_kafka_options(client)}
+        _write_private(options_file, json.dumps(options))
+        args = cfg.ingest_job_args(
+            client["bootstrap.servers"], context["run_id"], job_run_type(context), str(summary_path)
+        )
+        args += [f"--kafka-options-file={options_file}", f"--preflight-file={preflight_file}"]
+        return args, [options_file]
+
+    def summary_line(self, summary: dict) -> str:
+        rebuilt = summary["checkpoint_rebuilt"]
+        return (
+            f"SUMMARY ingest: {summary['rows']} rows in {len(summary['batches'])} batches, epoch {summary['epoch']}, "
+            f"bronze version {summary['bronze_version']}, {summary['duration_s']:.1f}s in the job"
+            + (f", checkpoint rebuilt: {rebuilt['reason']}" if rebuilt else "")
+        )
+
+
+class TransformOperator(SparkJobOperator):
+    """Submit ``spark_jobs/bronze_to_silver.py``: bronze's new records into silver and quarantine."""
+
+    application = TRANSFORM_APPLICATION
+    job_name = "bronze_to_silver"
+
+    def job_args(self, context: Any, folder: Path, summary_path: Path) -> tuple[list[str], list[Path]]:
+        cfg = self.pipeline
+        if cfg.transform is None:
+            raise ValueError(f"pipeline {cfg.name!r} has no transform section")
+        spec_file = folder / "transform-spec.json"
+        spec_file.write_text(json.dumps(cfg.transform.to_json(), indent=2))
+        t = cfg.tables
+        args = [
+            f"--pipeline={cfg.name}", f"--bronze-path={t.bronze_path}", f"--silver-path={t.silver_path}",
+            f"--quarantine-path={t.quarantine_path}", f"--checkpoint-root={t.transform_checkpoint_root}",
+            f"--spec-file={spec_file}", f"--run-id={context['run_id']}", f"--summary-path={summary_path}",
+        ]  # fmt: skip
+        return args, []
+
+    def summary_line(self, summary: dict) -> str:
+        return "SUMMARY transform: " + transform_summary_text(summary)
+
+
+def transform_summary_text(s: dict) -> str:
+    """One line saying where the records a transform read went."""
+    bad = ", ".join(f"{n} {f}" for f, n in sorted(s.get("quarantine_fields", {}).items(), key=lambda i: -i[1]))
+    text = (
+        f"read {s['read']} from bronze: {s['upserted']} upserted, {s['deleted']} deleted, "
+        f"{s['quarantined']} quarantined{f' ({bad})' if bad else ''}, {s['superseded']} superseded by newer"
+    )
+    if s.get("replayed"):
+        text += f", {s['replayed']} already applied"
+    text += f"; silver version {s['silver_version']}, epoch {s['epoch']}, {s['duration_s']:.1f}s in the job"
+    if s.get("fields_added"):
+        text += "; fields added: " + ", ".join(f"{f['name']} {f['type']}" for f in s["fields_added"])
+    if s.get("fields_ignored"):
+        text += "; fields ignored: " + ", ".join(sorted(s["fields_ignored"]))
+    if s.get("checkpoint_rebuilt"):
+        text += f"; checkpoint rebuilt: {s['checkpoint_rebuilt']['reason']}"
+    return text
 
 
 def job_run_type(context: Any) -> str:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from include.continuity import check_run
+from include.continuity import check_run, check_transform
 from include.offsets import BronzeCommit, OffsetRange
+from include.transform_spec import BronzePosition, SilverCommit
 
 
 def commit(ranges, next_offsets, *, run_id="run-2", batch_id=0, extra=None) -> BronzeCommit:
@@ -124,3 +125,72 @@ def test_new_partition_may_start_anywhere_and_run_without_commits_is_continuous(
     assert report.ok, report.violations
     empty = check([])
     assert empty.ok and empty.commits == 0
+
+
+# --------------------------------------------------------------------------- the transform's batches
+
+
+def _silver(batch: int, start: int, end: int, read: int, epoch: int = 0, **counts: int) -> SilverCommit:
+    full = {"upserted": 0, "deleted": 0, "quarantined": 0, "superseded": 0, "replayed": 0, **counts}
+    return SilverCommit(
+        pipeline="p", run_id="r", epoch=epoch, batch_id=batch, bronze_start=BronzePosition(start),
+        bronze_end=BronzePosition(end), read=read, counts=full, quarantine_fields={}, version=10 + batch,
+    )  # fmt: skip
+
+
+def _check_transform(commits, previous=None, bronze_rows=None, bronze_version=None, quarantine=None, **kw):
+    return check_transform(
+        previous=previous, commits=commits, bronze_rows=bronze_rows or {}, bronze_version=bronze_version,
+        quarantine_rows=quarantine or {}, **kw,
+    )  # fmt: skip
+
+
+def test_transform_batches_that_account_for_every_bronze_record_pass():
+    previous = _silver(0, 0, 2, 5, upserted=5)
+    commits = [_silver(1, 2, 4, 10, upserted=6, quarantined=2, superseded=2), _silver(2, 4, 5, 3, deleted=3)]
+    result = _check_transform(commits, previous, {2: 4, 3: 6, 4: 3}, 4, {(0, 1): 2})
+    assert result.ok, result.violations
+    assert (result.read, result.counts["upserted"], result.counts["quarantined"]) == (13, 6, 2)
+    assert "13 read in 2 batches" in result.summary_line()
+
+
+def test_a_batch_whose_counts_do_not_add_up_is_a_violation():
+    result = _check_transform([_silver(0, 0, 1, 10, upserted=7, quarantined=2)], None, {0: 10}, 0, {(0, 0): 2})
+    assert not result.ok
+    assert "read 10 bronze records but accounts for 9" in result.violations[0]
+
+
+def test_transform_batches_must_chain_and_reach_the_end_of_bronze():
+    previous = _silver(0, 0, 2, 5, upserted=5)
+    skipped = _check_transform([_silver(1, 3, 4, 2, upserted=2)], previous, {3: 2}, 3)
+    assert any("starts at bronze {'version': 3, 'index': -1} but the previous batch ended at" in v
+               for v in skipped.violations)  # fmt: skip
+    behind = _check_transform([_silver(1, 2, 3, 2, upserted=2)], previous, {2: 2, 3: 4}, 3)
+    assert any("bronze is at version 3: records in bronze were not transformed" in v for v in behind.violations)
+
+
+def test_records_read_must_equal_what_bronze_holds_in_those_versions():
+    result = _check_transform([_silver(0, 0, 2, 9, upserted=9)], None, {0: 5, 1: 5}, 1)
+    assert any("read 9 new records but bronze versions 0..1 hold 10" in v for v in result.violations)
+
+
+def test_quarantine_must_hold_what_the_batch_quarantined():
+    commits = [_silver(0, 0, 1, 4, upserted=1, quarantined=3)]
+    assert any("quarantined 3 records but the quarantine commit holds 2" in v
+               for v in _check_transform(commits, None, {0: 4}, 0, {(0, 0): 2}).violations)  # fmt: skip
+    written_earlier = _check_transform(commits, None, {0: 4}, 0, {})
+    assert written_earlier.ok and "an earlier attempt wrote it" in written_earlier.notes[0]
+
+
+def test_a_rebuilt_epoch_may_restart_at_the_version_silver_stood_at():
+    previous = _silver(4, 0, 3, 5, epoch=0, upserted=5)
+    result = _check_transform([_silver(0, 3, 4, 2, epoch=1, upserted=2)], previous, {3: 2}, 3)
+    assert result.ok, result.violations
+    assert "starts a new checkpoint epoch" in result.notes[0]
+
+
+def test_job_totals_must_match_the_commits():
+    commits = [_silver(0, 0, 1, 4, upserted=4)]
+    expected = {"read": 5, "upserted": 5, "batches": [{"skipped_replay": False}]}
+    result = _check_transform(commits, None, {0: 4}, 0, expected=expected)
+    assert any("the job reported" in v for v in result.violations)

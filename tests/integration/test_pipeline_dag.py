@@ -7,6 +7,7 @@ SQLite Airflow home.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import yaml
 
 from include import airflow_local, local_kafka, run_ledger, spark_cluster
 from include.kafka_admin import create_topic, delete_topic
-from tests.kafka_helpers import produce_numbered, produce_transactional, read_all
+from tests.kafka_helpers import produce, produce_numbered, produce_transactional, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -155,6 +156,71 @@ def test_full_run_then_no_data_then_transactional_data(pipeline, bootstrap):
     keys = p.bronze_keys()
     assert len(keys) == len(set(keys)) == 904
     assert _group_lags(bootstrap, f"kafka-delta-elt.{p.name}") == {0: "0", 1: "0", 2: "0"}
+    _assert_no_cluster_left(p)
+
+
+ORDERS_TRANSFORM = {
+    "schema": {
+        "order_id": {"type": "string", "required": True},
+        "amount": {"type": "decimal(10,2)", "required": True, "minimum": 0},
+        "event_time": {"type": "timestamp", "required": True},
+    },
+    "key": "order_id",
+    "ordering": "event_time",
+    "tombstones": "delete",
+    "new_fields": "add",
+}
+
+
+def _order(order_id: str, minute: int, amount: float, **extra) -> bytes:
+    return json.dumps({"order_id": order_id, "amount": amount,
+                       "event_time": f"2026-03-01T10:{minute:02d}:00Z", **extra}).encode()  # fmt: skip
+
+
+def test_transform_in_the_dag_applies_newest_per_key_quarantines_bad_records_and_reconciles(pipeline, bootstrap):
+    p = pipeline
+    p.write(transform=ORDERS_TRANSFORM)
+    good = [(i % 3, f"o{i}".encode(), _order(f"o{i}", i % 50, i)) for i in range(60)]
+    bad = [
+        (0, b"x1", b"{not json"), (1, b"x2", b'{"order_id": "x2", "amount": "ten", '
+                                              b'"event_time": "2026-03-01T10:00:00Z"}'),
+        (2, b"x3", b'{"amount": 1, "event_time": "2026-03-01T10:00:00Z"}'), (0, b"x4", b"\xc3\x28"),
+    ]  # fmt: skip
+    produce(bootstrap, p.topic, good + bad)
+
+    proc, log = p.run()
+    assert proc.returncode == 0, log[-5000:]
+    (first,) = p.ledger()
+    assert (first["outcome"], first["rows"], first["continuity"]) == ("success", 64, "CONTINUOUS")
+    assert (first["silver_read"], first["silver_upserted"], first["quarantined"]) == (64, 60, 4)
+    assert first["transform_json"]["check"]["ok"] is True
+    lines = airflow_local.summary_lines(log)
+    assert any(line.startswith("transform: read 64 from bronze: 60 upserted, 0 deleted, 4 quarantined") for line in lines), lines
+
+    # second run: late (older) and newer events, a tombstone, a new field
+    late = [(1, b"o1", _order("o1", 0, 999)), (0, b"o3", _order("o3", 59, 33, channel="web")), (2, b"o5", None)]
+    produce(bootstrap, p.topic, late)
+    proc, log = p.run()
+    assert proc.returncode == 0, log[-5000:]
+    second = p.ledger()[0]
+    assert second["continuity"] == "CONTINUOUS", second["continuity_json"]
+    assert (second["silver_read"], second["silver_upserted"], second["silver_deleted"], second["superseded"]) == (
+        3, 1, 1, 1,
+    )  # fmt: skip
+    assert second["silver_read"] == sum(second[k] for k in ("silver_upserted", "silver_deleted", "quarantined",
+                                                             "superseded"))  # fmt: skip
+    assert second["transform_json"]["job"]["fields_added"][0]["name"] == "channel"
+
+    from deltalake import DeltaTable
+
+    silver = {r["order_id"]: r for r in DeltaTable(str(p.lake / p.name / "silver")).to_pyarrow_table().to_pylist()}
+    assert len(silver) == 60
+    assert float(silver["o1"]["amount"]) == 1.0  # the late event at 10:00 lost to 10:01
+    assert (float(silver["o3"]["amount"]), silver["o3"]["channel"]) == (33.0, "web")
+    assert silver["o5"]["_deleted"] is True
+    quarantine = DeltaTable(str(p.lake / p.name / "quarantine")).to_pyarrow_table().to_pylist()
+    assert sorted(bytes(r["key"]) for r in quarantine) == [b"x1", b"x2", b"x3", b"x4"]
+    assert sorted(r["fields"][0] for r in quarantine) == ["amount", "order_id", "value", "value"]
     _assert_no_cluster_left(p)
 
 
