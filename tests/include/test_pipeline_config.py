@@ -88,7 +88,7 @@ def test_example_file_loads_with_its_declared_values():
     lake = settings.VAR_DIR / "lakehouse"
     assert cfg == PipelineConfig(
         name="demo_orders",
-        description="Order events from the demo shop, landed raw in bronze.",
+        description="Order events from the demo shop, landed raw in bronze, current state per order in silver.",
         kafka=KafkaConfig(
             connection_id="kafka_default",
             topics=("demo.orders",),
@@ -112,8 +112,21 @@ def test_example_file_loads_with_its_declared_values():
         data_loss_policy="fail",
         cluster=ClusterConfig("local_standalone", 1, 1, "1g", None),
         retries=2,
-        tags=("demo", "kafka", "bronze"),
-        transform=None,
+        tags=("demo", "kafka", "bronze", "silver"),
+        transform=TransformSpec(
+            fields=(
+                FieldSpec("order_id", "string", required=True),
+                FieldSpec("customer_id", "string", required=True),
+                FieldSpec("amount", "decimal(10,2)", required=True, minimum=0),
+                FieldSpec("currency", "string", allowed=("EUR", "USD", "GBP")),
+                FieldSpec("status", "string", allowed=("created", "paid", "shipped")),
+                FieldSpec("event_time", "timestamp", required=True),
+            ),
+            key=("order_id",),
+            ordering="event_time",
+            tombstones="delete",
+            new_fields="add",
+        ),
     )
 
 
