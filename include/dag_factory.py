@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Asset, Param, TriggerRule, task
+from airflow.sdk import DAG, Asset, Param, TriggerRule, chain, task
 
 from include import settings
 from include.pipeline_config import PipelineConfig, load_pipelines
@@ -198,29 +198,20 @@ def build_dag(cfg: PipelineConfig) -> DAG:
                 return {"stopped": stopped, "left": left}
 
             up = start_cluster()
-            master = "{{ ti.xcom_pull(task_ids='start_cluster')['master_url'] }}"
-            ingest = IngestOperator(task_id="ingest", pipeline=cfg, master=master, retries=cfg.retries,
-                                    execution_timeout=INGEST_TIMEOUT)  # fmt: skip
             down = stop_cluster()
-            checked >> up >> ingest
-            last_job = ingest
-            if cfg.transform:
-                last_job = TransformOperator(task_id="transform", pipeline=cfg, master=master, retries=cfg.retries,
-                                             execution_timeout=INGEST_TIMEOUT)  # fmt: skip
-                ingest >> last_job
-            last_job >> down
+        master = "{{ ti.xcom_pull(task_ids='start_cluster')['master_url'] }}" if transient else None
+        job = dict(pipeline=cfg, master=master, retries=cfg.retries, execution_timeout=INGEST_TIMEOUT)
+        ingest = IngestOperator(task_id="ingest", **job)
+        jobs = [ingest, TransformOperator(task_id="transform", **job)] if cfg.transform else [ingest]
+        chain(*jobs)
+        if transient:
+            checked >> up >> jobs[0]
+            jobs[-1] >> down
             down.as_teardown(setups=up)
-            after_ingest = [last_job, down]
+            after_ingest = [jobs[-1], down]
         else:
-            ingest = IngestOperator(task_id="ingest", pipeline=cfg, retries=cfg.retries,
-                                    execution_timeout=INGEST_TIMEOUT)  # fmt: skip
-            checked >> ingest
-            last_job = ingest
-            if cfg.transform:
-                last_job = TransformOperator(task_id="transform", pipeline=cfg, retries=cfg.retries,
-                                             execution_timeout=INGEST_TIMEOUT)  # fmt: skip
-                ingest >> last_job
-            after_ingest = [last_job]
+            checked >> jobs[0]
+            after_ingest = [jobs[-1]]
 
         @task(task_id="check_continuity", retries=cfg.retries)
         def check_continuity(**context: Any) -> dict:

@@ -65,12 +65,12 @@ def read_progress(path: str | Path, *, storage_options: dict[str, str] | None = 
 
 
 
-def commits_since(path: str | Path, version: int | None, *,
-                  storage_options: dict[str, str] | None = None) -> tuple[int | None, list[tuple[int, BronzeCommit]]]:  # fmt: skip
-    """The table's current version and our bronze commits after ``version`` (``None``: all), oldest first.
+def _entries_after(path: str | Path, version: int | None,
+                   storage_options: dict[str, str] | None) -> tuple[int | None, list[dict]]:  # fmt: skip
+    """The table's current version and its log entries after ``version`` (``None``: all), newest first.
 
-    Reads only the log entries after ``version``, so the cost follows the
-    number of new commits, not the table's history.
+    Reads only those entries, so the cost follows the number of new commits,
+    not the table's history. ``(None, [])`` when there is no table.
     """
     from deltalake import DeltaTable
 
@@ -82,11 +82,16 @@ def commits_since(path: str | Path, version: int | None, *,
     start = -1 if version is None else version
     if current <= start:
         return current, []
+    return current, [e for e in table.history(current - start) if int(e["version"]) > start]
+
+
+def commits_since(path: str | Path, version: int | None, *,
+                  storage_options: dict[str, str] | None = None) -> tuple[int | None, list[tuple[int, BronzeCommit]]]:  # fmt: skip
+    """The table's current version and our bronze commits after ``version`` (``None``: all), oldest first."""
+    current, entries = _entries_after(path, version, storage_options)
     found = []
-    for entry in table.history(current - start):
+    for entry in entries:
         v = int(entry["version"])
-        if v <= start:
-            continue
         commit = BronzeCommit.from_user_metadata(entry.get("userMetadata"), version=v)
         if commit is not None:
             found.append((v, commit))
@@ -138,23 +143,12 @@ def silver_commits_since(path: str | Path, version: int | None, *,
 def quarantine_rows_since(path: str | Path, version: int | None, *,
                           storage_options: dict[str, str] | None = None) -> dict[tuple[int, int], int]:  # fmt: skip
     """Rows each quarantine append after ``version`` holds, by ``(epoch, batch_id)``, from Delta's own metrics."""
-    from deltalake import DeltaTable
-
-    path = str(path)
-    if not DeltaTable.is_deltatable(path, storage_options=storage_options):
-        return {}
-    table = DeltaTable(path, storage_options=storage_options)
-    current = table.version()
-    start = -1 if version is None else version
-    if current <= start:
-        return {}
     found: dict[tuple[int, int], int] = {}
-    for entry in table.history(current - start):
+    for entry in _entries_after(path, version, storage_options)[1]:
         commit = SilverCommit.from_user_metadata(entry.get("userMetadata"), version=int(entry["version"]))
-        if commit is not None and int(entry["version"]) > start:
-            metrics = entry.get("operationMetrics") or {}
+        if commit is not None:
             key = (commit.epoch, commit.batch_id)
-            found[key] = found.get(key, 0) + int(metrics.get("numOutputRows", 0))
+            found[key] = found.get(key, 0) + int((entry.get("operationMetrics") or {}).get("numOutputRows", 0))
     return found
 
 

@@ -13,9 +13,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from include import delta_progress, kafka_state, settings, spark_checkpoint
+from include import continuity, delta_progress, kafka_state, settings, spark_checkpoint
 from include.continuity import ContinuityReport, TransformCheck, check_run
-from include.continuity import check_transform as continuity_check_transform
 from include.delta_progress import TableProgress
 from include.offsets import PositionMap
 from include.pipeline_config import PipelineConfig
@@ -120,7 +119,7 @@ def check_transform(cfg: PipelineConfig, *, before: dict, job_summary: dict | No
     else:
         bronze_version, rows = delta_progress.table_version(cfg.tables.bronze_path), {}
     quarantined = delta_progress.quarantine_rows_since(cfg.tables.quarantine_path, before.get("quarantine_version"))
-    return continuity_check_transform(
+    return continuity.check_transform(
         previous=previous, commits=commits, bronze_rows=rows, bronze_version=bronze_version,
         quarantine_rows=quarantined, expected=job_summary,
     )  # fmt: skip

@@ -108,11 +108,7 @@ def _transform_columns(summary: dict | None, checked: dict | None) -> dict[str, 
         "quarantined": source.get("quarantined"),
         "superseded": source.get("superseded"),
         "silver_version_after": (summary or {}).get("silver_version"),
-        "transform_json": {
-            "job": summary,
-            "check": checked,
-            "accounted": None if checked is None else checked.get("ok"),
-        },
+        "transform_json": {"job": summary, "check": checked},
     }
 
 

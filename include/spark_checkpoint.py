@@ -69,19 +69,32 @@ class CheckpointState:
         return self.committed if self.committed is not None else self.initial
 
 
-def read_state(path: Path) -> CheckpointState | None:
-    """The state of the checkpoint at ``path``; ``None`` if no query ever started there."""
+def batch_progress(path: Path) -> tuple[int | None, int | None] | None:
+    """``(last committed batch, first pending batch after it)`` of the checkpoint at ``path``.
+
+    ``None`` if no query ever started there. Independent of the source, so
+    the Kafka and the Delta-source checkpoints are read alike.
+    """
     path = Path(path)
     if not (path / "metadata").exists():
         return None
-    initial_file = path / "sources" / "0" / "0"
-    initial = _read_log_file(initial_file) if initial_file.exists() else None
     offsets = batch_ids(path / "offsets")
     commits = set(batch_ids(path / "commits"))
     committed_ids = [b for b in offsets if b in commits]
     last = committed_ids[-1] if committed_ids else None
     pending_ids = [b for b in offsets if b not in commits and (last is None or b > last)]
-    pending = pending_ids[0] if pending_ids else None
+    return last, pending_ids[0] if pending_ids else None
+
+
+def read_state(path: Path) -> CheckpointState | None:
+    """The state of the Kafka-source checkpoint at ``path``; ``None`` if no query ever started there."""
+    path = Path(path)
+    progress = batch_progress(path)
+    if progress is None:
+        return None
+    last, pending = progress
+    initial_file = path / "sources" / "0" / "0"
+    initial = _read_log_file(initial_file) if initial_file.exists() else None
     return CheckpointState(
         path=path,
         initial=initial,

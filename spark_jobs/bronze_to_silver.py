@@ -26,12 +26,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import signal
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from include import spark_checkpoint
@@ -43,14 +41,12 @@ from include.transform_spec import (
     SilverCommit,
     TransformSpec,
 )
+from spark_jobs.job_common import build_session, confirm_newest_commit, failpoint, newest_commit, root_message
 
 log = logging.getLogger("bronze_to_silver")
+#: Our errors, as found in Spark's wrapping of a failed batch.
+_ERROR_MARKERS = ("TransformError: ",)
 
-#: ``kill-after-silver-commit:<batch id>`` SIGKILLs spark-submit's whole process
-#: group right after that batch's silver commit, before Spark commits the batch
-#: to its checkpoint; ``kill-driver-after-silver-commit:<batch id>`` kills only
-#: this Python driver (under Airflow the group is the task runner's too).
-FAILPOINT_ENV = "KDE_FAILPOINT"
 
 
 class TransformError(RuntimeError):
@@ -105,15 +101,8 @@ class DeltaCheckpointState:
 
 def read_checkpoint(path: Path) -> DeltaCheckpointState | None:
     """The state of the checkpoint folder ``path``; ``None`` when no query ever ran there."""
-    path = Path(path)
-    if not (path / "metadata").exists():
-        return None
-    offsets = spark_checkpoint.batch_ids(path / "offsets")
-    commits = set(spark_checkpoint.batch_ids(path / "commits"))
-    committed = [b for b in offsets if b in commits]
-    last = committed[-1] if committed else None
-    pending = [b for b in offsets if b not in commits and (last is None or b > last)]
-    return DeltaCheckpointState(last, pending[0] if pending else None)
+    progress = spark_checkpoint.batch_progress(path)
+    return None if progress is None else DeltaCheckpointState(*progress)
 
 
 def batch_end(path: Path, batch_id: int) -> BronzePosition:
@@ -243,25 +232,6 @@ class TransformSummary:
 # --------------------------------------------------------------------------- Delta
 
 
-def latest_silver_commit(spark, path: str) -> SilverCommit | None:
-    """Silver's newest batch commit (``None``: no table or no batch yet); reads only recent history."""
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, path):
-        return None
-    table = DeltaTable.forPath(spark, path)
-    limit = 20
-    while True:
-        rows = table.history(limit).select("version", "userMetadata").collect()
-        for row in rows:  # newest first
-            commit = SilverCommit.from_user_metadata(row["userMetadata"], version=row["version"])
-            if commit is not None:
-                return commit
-        if len(rows) < limit:
-            return None
-        limit *= 10
-
-
 def _with_user_metadata(spark, metadata: str, action) -> None:
     """Run a Delta command whose commit must carry ``metadata`` (MERGE and ALTER take no write option)."""
     key = "spark.databricks.delta.commitInfo.userMetadata"
@@ -314,16 +284,6 @@ def add_fields(spark, path: str, added: list[FieldSpec], metadata: dict) -> None
 # --------------------------------------------------------------------------- the batch writer
 
 
-def _failpoint(batch_id: int) -> None:
-    point = os.environ.get(FAILPOINT_ENV)
-    if point in (f"kill-after-silver-commit:{batch_id}", f"kill-driver-after-silver-commit:{batch_id}"):
-        log.warning("failpoint %s: killing the job after the silver commit of batch %s", point, batch_id)
-        sys.stdout.flush()
-        if point.startswith("kill-driver"):
-            os.kill(os.getpid(), signal.SIGKILL)
-        os.killpg(os.getpgid(0), signal.SIGKILL)
-
-
 class SilverBatchWriter:
     """``foreachBatch`` sink: quarantine append, then one silver commit per micro-batch."""
 
@@ -359,7 +319,9 @@ class SilverBatchWriter:
         cached = [bronze]
         try:
             read = bronze.count()
-            decoded = silver_rules.decode(bronze, spec, self.fields)
+            # Decoded once and kept: the new-field scan and every step below read it.
+            decoded = silver_rules.decode(bronze, spec, self.fields).persist(StorageLevel.MEMORY_AND_DISK)
+            cached.append(decoded)
             added, ignored = silver_rules.plan_new_fields(decoded, spec, self.fields)
             if added:
                 add_fields(self.spark, cfg.silver_path, added,
@@ -369,9 +331,8 @@ class SilverBatchWriter:
                 self.summary.fields_added += [{"name": f.name, "type": f.type, "batch_id": batch_id} for f in added]
                 log.warning("batch %s: added field(s) to silver: %s", batch_id,
                             ", ".join(f"{f.name} {f.type}" for f in added))  # fmt: skip
-                decoded = silver_rules.decode(bronze, spec, self.fields)
-            decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
-            cached.append(decoded)
+                decoded = silver_rules.decode(bronze, spec, self.fields).persist(StorageLevel.MEMORY_AND_DISK)
+                cached.append(decoded)
 
             quarantine = silver_rules.quarantine_rows(decoded, cfg.run_id, self.plan.epoch, batch_id)
             replayed = 0
@@ -438,25 +399,13 @@ class SilverBatchWriter:
         finally:
             for frame in reversed(cached):
                 frame.unpersist()
-        version = self._committed_version(batch_id)
-        commit = SilverCommit(**{**commit.__dict__, "version": version})
-        _failpoint(batch_id)
+        version = confirm_newest_commit(self.spark, cfg.silver_path, SilverCommit.from_user_metadata,
+                                        self.plan.epoch, batch_id, TransformError)  # fmt: skip
+        commit = replace(commit, version=version)
+        failpoint("silver", batch_id)
         self.last = commit
         self.summary.batches.append(BatchResult(batch_id, commit, False, time.monotonic() - started))
         log.info("batch %s: read %s -> %s, silver version %s", batch_id, read, counts, version)
-
-    def _committed_version(self, batch_id: int) -> int:
-        from delta.tables import DeltaTable
-
-        row = DeltaTable.forPath(self.spark, self.cfg.silver_path).history(1).collect()[0]
-        commit = SilverCommit.from_user_metadata(row["userMetadata"], version=row["version"])
-        if commit is None or (commit.epoch, commit.batch_id) != (self.plan.epoch, batch_id):
-            raise TransformError(
-                f"{self.cfg.silver_path}: after batch {batch_id} of epoch {self.plan.epoch}, the newest commit "
-                f"(version {row['version']}) is not that batch; another writer is using the table"
-            )
-        return int(row["version"])
-
 
 def _is_delta(spark, path: str) -> bool:
     from delta.tables import DeltaTable
@@ -470,7 +419,7 @@ def _is_delta(spark, path: str) -> bool:
 def run(spark, cfg: TransformConfig) -> TransformSummary:
     """One transform run on an existing session; returns (and writes) its summary."""
     started = time.monotonic()
-    last = latest_silver_commit(spark, cfg.silver_path)
+    last = newest_commit(spark, cfg.silver_path, SilverCommit.from_user_metadata)
     root = Path(cfg.checkpoint_root)
     checkpoints = {e: read_checkpoint(p) for e, p in spark_checkpoint.epoch_dirs(root).items()}
     plan = plan_transform(last, checkpoints)
@@ -499,7 +448,7 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
         try:
             query.awaitTermination()
         except Exception as exc:  # StreamingQueryException carries the batch's cause
-            raise TransformError(f"transform of pipeline {cfg.pipeline!r} failed: {_root_message(exc)}") from exc
+            raise TransformError(f"transform of pipeline {cfg.pipeline!r} failed: {root_message(exc, _ERROR_MARKERS)}") from exc
     summary.duration_s = time.monotonic() - started
     if cfg.summary_path:
         Path(cfg.summary_path).parent.mkdir(parents=True, exist_ok=True)
@@ -507,17 +456,8 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
     return summary
 
 
-def _root_message(exc: BaseException) -> str:
-    text = str(exc)
-    if "TransformError: " in text:
-        return text.split("TransformError: ", 1)[1].split("\n", 1)[0]
-    return text.split("\n", 1)[0][:2000]
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point: args -> session -> run -> summary line; exit 2 on bad arguments."""
-    from spark_jobs.kafka_to_bronze import build_session
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = parse_config(sys.argv[1:] if argv is None else argv)

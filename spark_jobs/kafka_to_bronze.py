@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
 import sys
 import time
 import uuid
@@ -49,13 +47,18 @@ from spark_jobs.ingest_plan import (
     parse_config,
     plan_checkpoint,
 )
+from spark_jobs.job_common import (
+    build_session,
+    confirm_newest_commit,
+    failpoint,
+    newest_commit,
+    root_message,
+)
 
 log = logging.getLogger("kafka_to_bronze")
+#: Our errors, as found in Spark's wrapping of a failed batch.
+_ERROR_MARKERS = ("OffsetError: ", "KafkaSourceError: ", "CommitMetadataError: ")
 
-#: Set to ``kill-after-bronze-commit:<batch id>`` to SIGKILL the job's whole
-#: process group right after that batch's Delta commit, before Spark commits
-#: the batch to its checkpoint: the crash window exactly-once must survive.
-FAILPOINT_ENV = "KDE_FAILPOINT"
 
 
 class KafkaSourceError(RuntimeError):
@@ -193,45 +196,9 @@ def describe_source(spark, cfg: IngestConfig) -> dict[str, list[int]]:
 # --------------------------------------------------------------------------- Delta
 
 
-def latest_bronze_commit(spark, path: str) -> BronzeCommit | None:
-    """The newest commit of the table that carries our offsets (``None``: no table or none yet).
-
-    Reads only the last commits (growing the window only while the newest
-    ones are other writers', e.g. OPTIMIZE), never data files.
-    """
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, path):
-        return None
-    table = DeltaTable.forPath(spark, path)
-    limit = 20
-    while True:
-        rows = table.history(limit).select("version", "userMetadata").collect()
-        for row in rows:  # newest first
-            commit = BronzeCommit.from_user_metadata(row["userMetadata"], version=row["version"])
-            if commit is not None:
-                return commit
-        if len(rows) < limit:
-            return None
-        limit *= 10
-
-
 BRONZE_COLUMNS = (
     "topic", "partition", "offset", "timestamp", "timestampType", "key", "value", "headers",
 )  # fmt: skip
-
-
-def _failpoint(batch_id: int) -> None:
-    # Crash tests: "kill-after-bronze-commit:N" kills spark-submit's whole process
-    # group; "kill-driver-after-bronze-commit:N" only this Python driver (under
-    # Airflow, the group is the task runner's too).
-    point = os.environ.get(FAILPOINT_ENV)
-    if point in (f"kill-after-bronze-commit:{batch_id}", f"kill-driver-after-bronze-commit:{batch_id}"):
-        log.warning("failpoint %s: killing the job after the Delta commit of batch %s", point, batch_id)
-        sys.stdout.flush()
-        if point.startswith("kill-driver"):
-            os.kill(os.getpid(), signal.SIGKILL)
-        os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
 class BronzeBatchWriter:
@@ -338,8 +305,9 @@ class BronzeBatchWriter:
             )
         finally:
             rows.unpersist()
-        version = self._committed_version(batch_id)
-        _failpoint(batch_id)
+        version = confirm_newest_commit(self.spark, self.cfg.bronze_path, BronzeCommit.from_user_metadata,
+                                        self.plan.epoch, batch_id, OffsetError)  # fmt: skip
+        failpoint("bronze", batch_id)
         self.positions = next_positions
         self.last_commit = commit
         n = sum(r.rows for r in ranges)
@@ -348,20 +316,6 @@ class BronzeBatchWriter:
         )
         log.info("batch %s: %s rows in %s ranges -> bronze version %s", batch_id, n, len(ranges), version)
 
-    def _committed_version(self, batch_id: int) -> int:
-        from delta.tables import DeltaTable
-
-        row = DeltaTable.forPath(self.spark, self.cfg.bronze_path).history(1).collect()[0]
-        commit = BronzeCommit.from_user_metadata(row["userMetadata"], version=row["version"])
-        if commit is None or (commit.epoch, commit.batch_id) != (self.plan.epoch, batch_id):
-            raise OffsetError(
-                f"{self.cfg.bronze_path}: after writing batch {batch_id} of epoch {self.plan.epoch}, "
-                f"the newest commit (version {row['version']}) is not that batch; "
-                "another writer is using the table"
-            )
-        return int(row["version"])
-
-
 # --------------------------------------------------------------------------- run
 
 
@@ -369,7 +323,7 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
     """One ingestion run on an existing session; returns (and writes) its summary."""
     started = time.monotonic()
     partitions = describe_source(spark, cfg)
-    table = latest_bronze_commit(spark, cfg.bronze_path)
+    table = newest_commit(spark, cfg.bronze_path, BronzeCommit.from_user_metadata)
     root = Path(cfg.checkpoint_root)
     checkpoints = {e: spark_checkpoint.read_state(p) for e, p in spark_checkpoint.epoch_dirs(root).items()}
     plan = plan_checkpoint(
@@ -399,34 +353,13 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
     try:
         query.awaitTermination()
     except Exception as exc:  # StreamingQueryException carries the batch's cause
-        raise IngestionError(f"ingestion of pipeline {cfg.pipeline!r} failed: {_root_message(exc)}") from exc
+        raise IngestionError(f"ingestion of pipeline {cfg.pipeline!r} failed: {root_message(exc, _ERROR_MARKERS)}") from exc
     summary.next_offsets = writer.positions
     summary.duration_s = time.monotonic() - started
     if cfg.summary_path:
         Path(cfg.summary_path).parent.mkdir(parents=True, exist_ok=True)
         Path(cfg.summary_path).write_text(json.dumps(summary.to_json(), indent=2))
     return summary
-
-
-def _root_message(exc: BaseException) -> str:
-    text = str(exc)
-    # Spark wraps a Python foreachBatch error in a long JVM trace; keep our own message.
-    for marker in ("OffsetError: ", "KafkaSourceError: ", "CommitMetadataError: "):
-        if marker in text:
-            return marker + text.split(marker, 1)[1].split("\n", 1)[0]
-    return text.split("\n", 1)[0][:2000]
-
-
-def build_session(app_name: str):
-    """The job's SparkSession; master, jars and resources come from spark-submit."""
-    from pyspark.sql import SparkSession
-
-    return (
-        SparkSession.builder.appName(app_name)
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .getOrCreate()
-    )
 
 
 def main(argv: list[str] | None = None) -> int:

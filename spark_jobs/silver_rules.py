@@ -435,22 +435,6 @@ def silver_rows(classified, fields: Sequence[FieldSpec], spec: TransformSpec, ru
     )
 
 
-QUARANTINE_COLUMNS = (
-    ("topic", "string"),
-    ("partition", "int"),
-    ("offset", "bigint"),
-    ("timestamp", "timestamp"),
-    ("key", "binary"),
-    ("value", "binary"),
-    ("reason", "string"),
-    ("fields", "array<string>"),
-    ("run_id", "string"),
-    ("epoch", "int"),
-    ("batch_id", "bigint"),
-    ("quarantined_at", "timestamp"),
-)
-
-
 def quarantine_rows(decoded, run_id: str, epoch: int, batch_id: int):
     """Records with problems, with their raw bytes and every reason, for the quarantine table."""
     from pyspark.sql import functions as F

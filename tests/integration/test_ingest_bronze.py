@@ -21,7 +21,8 @@ from include.local_kafka import free_port
 from include.offsets import BronzeCommit, txn_app_id
 from include.spark_submit import submit_command, submit_environment
 from spark_jobs.ingest_plan import parse_config
-from spark_jobs.kafka_to_bronze import FAILPOINT_ENV, KafkaSourceError, main, run
+from spark_jobs.job_common import FAILPOINT_ENV
+from spark_jobs.kafka_to_bronze import KafkaSourceError, main, run
 from tests.kafka_helpers import (
     add_partitions,
     produce,

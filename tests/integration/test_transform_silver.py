@@ -23,6 +23,7 @@ from include.spark_submit import submit_command, submit_environment
 from include.transform_spec import SCHEMA_KIND, FieldSpec, SilverCommit, TransformSpec
 from spark_jobs import bronze_to_silver, kafka_to_bronze
 from spark_jobs.ingest_plan import parse_config
+from spark_jobs.job_common import FAILPOINT_ENV
 from tests.kafka_helpers import produce
 
 pytestmark = pytest.mark.integration
@@ -217,7 +218,7 @@ def test_batch_replayed_after_a_kill_between_silver_and_checkpoint_commits_appli
         "spark_jobs/bronze_to_silver.py", transform_args(lake, unique_name, files_per_trigger=1),
         master="local[1]", conf={"spark.ui.enabled": "false"},
     )  # fmt: skip
-    env = submit_environment({**os.environ, bronze_to_silver.FAILPOINT_ENV: "kill-after-silver-commit:2"})
+    env = submit_environment({**os.environ, FAILPOINT_ENV: "kill-after-silver-commit:2"})
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, start_new_session=True)
     assert proc.returncode == -signal.SIGKILL, f"the failpoint did not kill the job: {proc.stderr[-3000:]}"
     # The crash window: batch 2 is in silver, Spark never committed it to the checkpoint.
