@@ -417,6 +417,34 @@ def _read_first_records(call: _Call, consumer: Consumer, start: Mapping[tuple[st
         consumer.pause([TopicPartition(*key)])
 
 
+def offsets_for_times(config: Mapping[str, str], partitions: Iterable[tuple[str, int]], when: datetime, *,
+                      timeout_s: float = 10.0) -> dict[tuple[str, int], int | None]:  # fmt: skip
+    """Per partition, the earliest offset whose Kafka timestamp is at or after ``when`` (UTC).
+
+    ``None`` where no record is that new yet (Kafka answers -1): the caller
+    reads up to the partition's end. Kafka's own index lookup (ListOffsets by
+    timestamp, read_committed), so nothing is consumed.
+    """
+    keys = list(dict.fromkeys(partitions))
+    if not keys:
+        return {}
+    if when.tzinfo is None:
+        raise ValueError(f"offsets_for_times: {when!r} has no time zone")
+    ms = int((when - _EPOCH).total_seconds() * 1000)
+    call = _Call(config, timeout_s, f"looking up offsets for time {when.isoformat()}")
+    result: dict[tuple[str, int], int | None] = {}
+    with call.admin() as admin:
+        futures = admin.list_offsets(
+            {TopicPartition(t, p): OffsetSpec.for_timestamp(ms) for t, p in keys},
+            isolation_level=IsolationLevel.READ_COMMITTED,
+            request_timeout=call.remaining(),
+        )
+        for tp, future in futures.items():
+            offset = call.result(future, f"offset for time of {tp.topic} partition {tp.partition}").offset
+            result[(tp.topic, tp.partition)] = None if offset < 0 else offset
+    return {key: result[key] for key in keys}
+
+
 def commit_group_offsets(config: Mapping[str, str], group_id: str, positions: Mapping[tuple[str, int], int], *,
                          timeout_s: float = 10.0) -> None:  # fmt: skip
     """Set ``group_id``'s committed offsets of the given partitions to ``positions``.

@@ -260,3 +260,122 @@ def txn_app_id(pipeline: str, epoch: int) -> str:
     so each checkpoint gets its own app id.
     """
     return f"kafka-delta-elt:{pipeline}:bronze:epoch-{epoch}"
+
+
+#: Marks the metadata of a backfill's commit; such a commit is not progress of the chain.
+BACKFILL_FORMAT = "kafka-delta-elt/bronze-backfill"
+BACKFILL_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True, order=True)
+class BackfillRange:
+    """Offsets ``[from_offset, until_offset)`` of one partition a backfill re-read.
+
+    ``read`` records came back from Kafka (those inside the time window, for a
+    backfill by time); ``inserted`` of them were missing from bronze and were
+    added; the rest were there already.
+    """
+
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+    read: int = 0
+    inserted: int = 0
+
+    def __post_init__(self) -> None:
+        where = f"{self.topic}-{self.partition}"
+        if not 0 <= self.from_offset < self.until_offset:
+            raise OffsetError(f"{where}: backfill range [{self.from_offset}, {self.until_offset}) is not a valid "
+                              "offset range (expected 0 <= from < until)")  # fmt: skip
+        if not 0 <= self.inserted <= self.read <= self.until_offset - self.from_offset:
+            raise OffsetError(f"{where}: backfill range [{self.from_offset}, {self.until_offset}) cannot have read "
+                              f"{self.read} records and inserted {self.inserted}")  # fmt: skip
+
+    @property
+    def present(self) -> int:
+        """Records of the range bronze held already (not inserted again)."""
+        return self.read - self.inserted
+
+    def to_json(self) -> dict:
+        return {"topic": self.topic, "partition": self.partition, "from": self.from_offset,
+                "until": self.until_offset, "read": self.read, "inserted": self.inserted}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> BackfillRange:
+        return cls(data["topic"], int(data["partition"]), int(data["from"]), int(data["until"]),
+                   int(data.get("read", 0)), int(data.get("inserted", 0)))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BackfillCommit:
+    """What a backfill's bronze commit re-read and inserted, and who asked for it and why.
+
+    A backfill inserts only the ``(topic, partition, offset)`` rows bronze lacks
+    and never moves the table's position, so :func:`BronzeCommit.from_user_metadata`
+    does not take it for progress (it has its own format).
+    """
+
+    pipeline: str
+    run_id: str
+    run_type: str
+    action: str
+    reason: str
+    requested_by: str | None
+    ranges: tuple[BackfillRange, ...]
+    time_range: dict | None = None
+
+    @property
+    def read(self) -> int:
+        return sum(r.read for r in self.ranges)
+
+    @property
+    def inserted(self) -> int:
+        return sum(r.inserted for r in self.ranges)
+
+    def to_user_metadata(self) -> str:
+        return json.dumps(
+            {
+                "format": BACKFILL_FORMAT,
+                "version": BACKFILL_FORMAT_VERSION,
+                "pipeline": self.pipeline,
+                "run_id": self.run_id,
+                "run_type": self.run_type,
+                "action": self.action,
+                "reason": self.reason,
+                "requested_by": self.requested_by,
+                "ranges": [r.to_json() for r in sorted(self.ranges)],
+                "time_range": self.time_range,
+            },
+            separators=(",", ":"),
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_user_metadata(cls, text: str | None, *, version: int | None = None) -> BackfillCommit | None:
+        """Parse a commit's ``userMetadata``; ``None`` when it is not a backfill's."""
+        if not text:
+            return None
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or data.get("format") != BACKFILL_FORMAT:
+            return None
+        where = f"Delta commit version {version}" if version is not None else "commit metadata"
+        if data.get("version") != BACKFILL_FORMAT_VERSION:
+            raise CommitMetadataError(f"{where}: backfill commit format version {data.get('version')!r} is not "
+                                      f"supported (expected {BACKFILL_FORMAT_VERSION})")  # fmt: skip
+        try:
+            return cls(
+                pipeline=str(data["pipeline"]),
+                run_id=str(data["run_id"]),
+                run_type=str(data["run_type"]),
+                action=str(data["action"]),
+                reason=str(data.get("reason") or ""),
+                requested_by=data.get("requested_by"),
+                ranges=tuple(BackfillRange.from_json(r) for r in data["ranges"]),
+                time_range=data.get("time_range"),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CommitMetadataError(f"{where}: malformed backfill commit metadata: {exc!r}") from exc
