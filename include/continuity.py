@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from include.offsets import BronzeCommit, Gap, PositionMap, flatten
+from include.offsets import BackfillCommit, BackfillRange, BronzeCommit, Gap, PositionMap, flatten
 from include.transform_spec import COUNT_KEYS, BronzePosition, SilverCommit
 
 #: ``(topic, partition, from, until) -> committed records Kafka holds there``; may raise.
@@ -63,10 +63,12 @@ class ContinuityReport:
     violations: list[str]
     notes: list[str]
     transform: TransformCheck | None = None
+    backfill: BackfillCheck | None = None
 
     @property
     def ok(self) -> bool:
-        return not self.violations and (self.transform is None or self.transform.ok)
+        return (not self.violations and (self.transform is None or self.transform.ok)
+                and (self.backfill is None or self.backfill.ok))  # fmt: skip
 
     def to_json(self) -> dict:
         return {
@@ -75,9 +77,12 @@ class ContinuityReport:
             "commits": self.commits,
             "rows": self.rows,
             "partitions": [p.to_json() for p in self.partitions],
-            "violations": list(self.violations) + (self.transform.violations if self.transform else []),
-            "notes": list(self.notes) + (self.transform.notes if self.transform else []),
+            "violations": list(self.violations) + (self.transform.violations if self.transform else [])
+            + (self.backfill.violations if self.backfill else []),
+            "notes": list(self.notes) + (self.transform.notes if self.transform else [])
+            + (self.backfill.notes if self.backfill else []),
             "transform": self.transform.to_json() if self.transform else None,
+            "backfill": self.backfill.to_json() if self.backfill else None,
         }
 
     def summary_line(self) -> str:
@@ -86,6 +91,8 @@ class ContinuityReport:
         gaps = sum(len(p.gaps) for p in self.partitions)
         extra = f", {holes} offset holes" if holes else ""
         extra += f", {gaps} recorded gaps" if gaps else ""
+        if self.backfill is not None:
+            extra += f"; {self.backfill.summary_line()}"
         if self.transform is not None:
             extra += f"; {self.transform.summary_line()}"
         return (
@@ -287,9 +294,11 @@ def check_transform(
     start = commits[0].bronze_start if commits else position
     if commits and start.index == -1 and position.index == -1:
         in_bronze = sum(bronze_rows.get(v, 0) for v in range(start.version, position.version))
-        if read - counts["replayed"] != in_bronze:
+        # Whole versions were read: every row of them, including rows silver already held
+        # (a rebuilt epoch re-reading a version, or rows a backfill put back), was read once.
+        if read != in_bronze:
             violations.append(
-                f"the run's batches read {read - counts['replayed']} new records but bronze versions "
+                f"the run's batches read {read} records but bronze versions "
                 f"{start.version}..{position.version - 1} hold {in_bronze}"
             )
     elif commits:
@@ -301,3 +310,83 @@ def check_transform(
         if reported != found and not skipped:
             violations.append(f"the job reported {reported} but the run's silver commits hold {found}")
     return TransformCheck(len(commits), read, counts, violations, notes)
+
+
+@dataclass
+class BackfillCheck:
+    """Whether a backfill's commit says what Delta and Kafka confirm."""
+
+    commits: int
+    read: int
+    inserted: int
+    violations: list[str]
+    notes: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "commits": self.commits, "read": self.read, "inserted": self.inserted,
+                "present": self.read - self.inserted, "violations": list(self.violations),
+                "notes": list(self.notes)}  # fmt: skip
+
+    def summary_line(self) -> str:
+        verdict = "confirmed" if self.ok else "NOT CONFIRMED"
+        return (f"backfill {verdict}: {self.read} records re-read, {self.inserted} inserted, "
+                f"{self.read - self.inserted} were there already")  # fmt: skip
+
+
+def check_backfill(
+    *,
+    run_id: str,
+    commits: Sequence[tuple[int, BackfillCommit, dict]],
+    expected: dict | None,
+    count_records: RecordCounter | None = None,
+) -> BackfillCheck:
+    """Check a backfill run's bronze commit against Delta's metrics, the job and Kafka.
+
+    ``commits`` are the backfill commits after the run's starting version
+    (with Delta's operation metrics); ``expected`` is the job's summary. Per
+    range of a backfill by offsets, the records read must be all Kafka holds
+    there (:func:`_verify_holes` when fewer than the offsets). A backfill that
+    inserted nothing writes no commit.
+    """
+    violations: list[str] = []
+    notes: list[str] = []
+    mine = [(v, c, m) for v, c, m in commits if c.run_id == run_id]
+    for v, c, _ in commits:
+        if c.run_id != run_id:
+            notes.append(f"Delta version {v} is a backfill of another run ({c.run_id})")
+    if len(mine) > 1:
+        violations.append(f"the run wrote {len(mine)} backfill commits (versions "
+                          f"{', '.join(str(v) for v, _, _ in mine)}); expected at most one")  # fmt: skip
+    read = inserted = 0
+    checked: list[tuple[str, tuple[BackfillRange, ...], dict | None]] = []
+    for v, commit, metrics in mine:
+        where = f"Delta version {v}"
+        done = metrics.get("numTargetRowsInserted")
+        if done is None or int(done) != commit.inserted:
+            violations.append(f"{where} says it inserted {commit.inserted} rows but Delta's metrics say {done}")
+        read += commit.read
+        inserted += commit.inserted
+        checked.append((where, commit.ranges, commit.time_range))
+    if expected is not None:
+        if int(expected.get("inserted", 0)) != inserted:
+            violations.append(f"the job reported {expected.get('inserted')} rows inserted but the run's backfill "
+                              f"commits hold {inserted}")  # fmt: skip
+        if not mine:
+            read = int(expected.get("read", 0))
+            if not int(expected.get("inserted", 0)):
+                notes.append("nothing was missing, so the backfill wrote no commit")
+            ranges = tuple(BackfillRange.from_json(r) for r in expected.get("ranges") or ())
+            checked.append(("the backfill", ranges, expected.get("time_range")))
+    for where, ranges, time_range in checked:
+        if time_range:
+            notes.append(f"{where}: records inside the time window were not recounted in Kafka")
+            continue
+        for r in ranges:
+            if r.read < r.until_offset - r.from_offset:
+                _verify_holes(r.topic, r.partition, r.from_offset, r.until_offset, r.read, where,
+                              count_records, violations, notes)  # fmt: skip
+    return BackfillCheck(len(mine), read, inserted, violations, notes)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from include.offsets import BronzeCommit, PositionMap, txn_app_id
+from include.offsets import BackfillCommit, BronzeCommit, PositionMap, txn_app_id
 from include.transform_spec import SilverCommit
 
 
@@ -152,8 +152,29 @@ def quarantine_rows_since(path: str | Path, version: int | None, *,
     return found
 
 
+def backfill_commits_since(path: str | Path, version: int | None, *,
+                           storage_options: dict[str, str] | None = None) -> list[tuple[int, BackfillCommit, dict]]:  # fmt: skip
+    """Backfill commits after ``version`` (oldest first), each with Delta's own operation metrics."""
+    found = []
+    for entry in _entries_after(path, version, storage_options)[1]:
+        commit = BackfillCommit.from_user_metadata(entry.get("userMetadata"), version=int(entry["version"]))
+        if commit is not None:
+            found.append((int(entry["version"]), commit, dict(entry.get("operationMetrics") or {})))
+    return sorted(found, key=lambda item: item[0])
+
+
 def bronze_rows_by_version(path: str | Path, since: int, *,
                            storage_options: dict[str, str] | None = None) -> tuple[int | None, dict[int, int]]:  # fmt: skip
-    """Bronze's current version and the rows each of our bronze commits from version ``since`` on wrote."""
-    current, commits = commits_since(path, since - 1, storage_options=storage_options)
-    return current, {v: sum(r.rows for r in c.ranges) for v, c in commits}
+    """Bronze's current version and the rows each of our commits (ingestion and backfill) from ``since`` on wrote."""
+    current, entries = _entries_after(path, since - 1, storage_options)
+    rows: dict[int, int] = {}
+    for entry in entries:
+        v, meta = int(entry["version"]), entry.get("userMetadata")
+        commit = BronzeCommit.from_user_metadata(meta, version=v)
+        if commit is not None:
+            rows[v] = commit.rows
+            continue
+        backfill = BackfillCommit.from_user_metadata(meta, version=v)
+        if backfill is not None:
+            rows[v] = backfill.inserted
+    return current, rows

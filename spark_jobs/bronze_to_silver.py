@@ -41,7 +41,14 @@ from include.transform_spec import (
     SilverCommit,
     TransformSpec,
 )
-from spark_jobs.job_common import build_session, confirm_newest_commit, failpoint, newest_commit, root_message
+from spark_jobs.job_common import (
+    build_session,
+    confirm_newest_commit,
+    failpoint,
+    newest_commit,
+    root_message,
+    with_user_metadata,
+)
 
 log = logging.getLogger("bronze_to_silver")
 #: Our errors, as found in Spark's wrapping of a failed batch.
@@ -232,16 +239,6 @@ class TransformSummary:
 # --------------------------------------------------------------------------- Delta
 
 
-def _with_user_metadata(spark, metadata: str, action) -> None:
-    """Run a Delta command whose commit must carry ``metadata`` (MERGE and ALTER take no write option)."""
-    key = "spark.databricks.delta.commitInfo.userMetadata"
-    spark.conf.set(key, metadata)
-    try:
-        action()
-    finally:
-        spark.conf.unset(key)
-
-
 def _sql_path(path: str) -> str:
     return "delta.`" + path.replace("`", "``") + "`"
 
@@ -278,7 +275,7 @@ def add_fields(spark, path: str, added: list[FieldSpec], metadata: dict) -> None
     )
     meta = json.dumps({"kind": SCHEMA_KIND, **metadata, "fields_added": [{"name": f.name, "type": f.type} for f in added]})
     # Added columns land after the system columns; MERGE matches columns by name, so order is harmless.
-    _with_user_metadata(spark, meta, lambda: spark.sql(f"ALTER TABLE {_sql_path(path)} ADD COLUMNS ({cols})"))
+    with_user_metadata(spark, meta, lambda: spark.sql(f"ALTER TABLE {_sql_path(path)} ADD COLUMNS ({cols})"))
 
 
 # --------------------------------------------------------------------------- the batch writer
@@ -390,12 +387,12 @@ class SilverBatchWriter:
                     DeltaTable.forPath(self.spark, cfg.silver_path).alias("t")
                     .merge(rows.alias("s"), on).whenMatchedUpdateAll().whenNotMatchedInsertAll()
                 )  # fmt: skip
-                _with_user_metadata(self.spark, meta, merge.execute)
+                with_user_metadata(self.spark, meta, merge.execute)
             else:
                 # Nothing changed silver, but the batch still needs its commit: the completion mark.
                 mark = f"ALTER TABLE {_sql_path(cfg.silver_path)} SET TBLPROPERTIES ('kde.transform.batch' = " \
                        f"'{self.plan.epoch}:{batch_id}')"  # fmt: skip
-                _with_user_metadata(self.spark, meta, lambda: self.spark.sql(mark))
+                with_user_metadata(self.spark, meta, lambda: self.spark.sql(mark))
         finally:
             for frame in reversed(cached):
                 frame.unpersist()
@@ -434,7 +431,13 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
         fields = ensure_silver(spark, cfg.silver_path, cfg.spec)
         checkpoint = spark_checkpoint.epoch_dir(root, plan.epoch)
         writer = SilverBatchWriter(spark, cfg, plan, checkpoint, last, fields, summary)
-        reader = spark.readStream.format("delta").option("startingVersion", plan.start.version)
+        # A DELETE or UPDATE of bronze rows (e.g. an erasure request) rewrites files; without this
+        # the stream stops for good at such a commit. Its rows were read when they first came.
+        reader = (
+            spark.readStream.format("delta")
+            .option("startingVersion", plan.start.version)
+            .option("skipChangeCommits", "true")
+        )
         if cfg.max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", cfg.max_files_per_trigger)
         query = (

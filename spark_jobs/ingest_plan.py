@@ -55,6 +55,8 @@ class IngestConfig:
     #: Kafka topic ids seen by the preflight; recorded in every commit so the
     #: next preflight can tell a recreated topic from the one the table read.
     topic_ids: dict[str, str] = field(default_factory=dict)
+    #: Why a new checkpoint epoch was asked for (the trigger form's rebuild action), or ``None``.
+    rebuild_reason: str | None = None
 
     def source_options(self) -> dict[str, str]:
         """Options for ``readStream.format("kafka")`` (without the starting offsets)."""
@@ -115,6 +117,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--admin-timeout-s", type=_positive("--admin-timeout-s", float), default=30.0)
     p.add_argument("--kafka-options-file", default=None,
                    help="JSON object of extra Kafka client settings (e.g. security); not logged")  # fmt: skip
+    p.add_argument("--rebuild-checkpoint", default=None, metavar="REASON",
+                   help="start a new checkpoint epoch at the table's next offsets, for this reason")  # fmt: skip
     p.add_argument("--preflight-file", default=None,
                    help='JSON from the preflight check: {"topic_ids": {topic: id}, "accepted_gaps": [gap, ...]}')  # fmt: skip
     return p
@@ -135,16 +139,7 @@ def parse_config(argv: list[str]) -> IngestConfig:
             re.compile(args.topic_pattern)
         except re.error as exc:
             raise JobConfigError(f"--topic-pattern: not a valid regex ({exc}): {args.topic_pattern!r}") from None
-    kafka_options: dict[str, str] = {}
-    if args.kafka_options_file:
-        path = Path(args.kafka_options_file)
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise JobConfigError(f"--kafka-options-file {path}: cannot read a JSON object: {exc}") from None
-        if not isinstance(data, dict):
-            raise JobConfigError(f"--kafka-options-file {path}: expected a JSON object of settings")
-        kafka_options = {str(k): str(v) for k, v in data.items()}
+    kafka_options = read_kafka_options_file(args.kafka_options_file)
     gaps, topic_ids = _read_preflight_file(args.preflight_file)
     return IngestConfig(
         pipeline=args.pipeline,
@@ -162,7 +157,22 @@ def parse_config(argv: list[str]) -> IngestConfig:
         kafka_options=kafka_options,
         accepted_gaps=gaps,
         topic_ids=topic_ids,
+        rebuild_reason=(args.rebuild_checkpoint or "").strip() or None,
     )
+
+
+def read_kafka_options_file(name: str | None) -> dict[str, str]:
+    """The extra Kafka client settings of ``--kafka-options-file`` (empty without one)."""
+    if not name:
+        return {}
+    path = Path(name)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise JobConfigError(f"--kafka-options-file {path}: cannot read a JSON object: {exc}") from None
+    if not isinstance(data, dict):
+        raise JobConfigError(f"--kafka-options-file {path}: expected a JSON object of settings")
+    return {str(k): str(v) for k, v in data.items()}
 
 
 def _read_preflight_file(name: str | None) -> tuple[tuple[Gap, ...], dict[str, str]]:
@@ -235,6 +245,7 @@ def plan_checkpoint(
     partitions: Mapping[str, list[int]],
     starting_offsets: str,
     gaps: tuple[Gap, ...] = (),
+    rebuild: str | None = None,
 ) -> CheckpointPlan:
     """Decide the epoch and starting offsets of this run.
 
@@ -245,7 +256,8 @@ def plan_checkpoint(
     the table has not seen start at their earliest offset).
 
     Accepted ``gaps`` (records Kafka deleted before they were read) always
-    start a new epoch: the old checkpoint would resume inside the gap.
+    start a new epoch: the old checkpoint would resume inside the gap. So
+    does ``rebuild`` (the reason a user asked for a new checkpoint).
     """
     latest = max(checkpoints) if checkpoints else None
     reason: str | None
@@ -260,7 +272,9 @@ def plan_checkpoint(
             rebuilt_reason=f"continuing after accepted data-loss gaps: {described}",
             previous_epoch=latest,
         )
-    if latest is None:
+    if rebuild:
+        reason = f"rebuild requested: {rebuild}"
+    elif latest is None:
         reason = None if table is None else "no checkpoint found"
     else:
         state = checkpoints[latest]

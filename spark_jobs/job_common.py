@@ -85,6 +85,16 @@ def confirm_newest_commit(spark, path: str, parse: Parser, epoch: int, batch_id:
     return int(row["version"])
 
 
+def with_user_metadata(spark, metadata: str, action: Callable[[], object]) -> None:
+    """Run a Delta command whose commit must carry ``metadata`` (MERGE and ALTER take no write option)."""
+    key = "spark.databricks.delta.commitInfo.userMetadata"
+    spark.conf.set(key, metadata)
+    try:
+        action()
+    finally:
+        spark.conf.unset(key)
+
+
 def failpoint(stage: str, batch_id: int) -> None:
     """Kill the job if :data:`FAILPOINT_ENV` asks for it after ``stage``'s commit of ``batch_id``."""
     point = os.environ.get(FAILPOINT_ENV)

@@ -328,7 +328,7 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
     checkpoints = {e: spark_checkpoint.read_state(p) for e, p in spark_checkpoint.epoch_dirs(root).items()}
     plan = plan_checkpoint(
         table=table, checkpoints=checkpoints, partitions=partitions,
-        starting_offsets=cfg.starting_offsets, gaps=cfg.accepted_gaps,
+        starting_offsets=cfg.starting_offsets, gaps=cfg.accepted_gaps, rebuild=cfg.rebuild_reason,
     )  # fmt: skip
     checkpoint = spark_checkpoint.epoch_dir(root, plan.epoch)
     rebuilt = None

@@ -171,7 +171,7 @@ def test_transform_batches_must_chain_and_reach_the_end_of_bronze():
 
 def test_records_read_must_equal_what_bronze_holds_in_those_versions():
     result = _check_transform([_silver(0, 0, 2, 9, upserted=9)], None, {0: 5, 1: 5}, 1)
-    assert any("read 9 new records but bronze versions 0..1 hold 10" in v for v in result.violations)
+    assert any("read 9 records but bronze versions 0..1 hold 10" in v for v in result.violations)
 
 
 def test_quarantine_must_hold_what_the_batch_quarantined():
@@ -194,3 +194,12 @@ def test_job_totals_must_match_the_commits():
     expected = {"read": 5, "upserted": 5, "batches": [{"skipped_replay": False}]}
     result = _check_transform(commits, None, {0: 4}, 0, expected=expected)
     assert any("the job reported" in v for v in result.violations)
+
+
+def test_rows_a_backfill_put_back_count_as_read_even_when_silver_already_had_them():
+    # bronze version 3 is a backfill commit re-inserting 20 deleted rows; silver holds them already
+    previous = _silver(0, 0, 3, 30, upserted=30)
+    ok = _check_transform([_silver(1, 3, 4, 20, replayed=20)], previous, {3: 20}, 3)
+    assert ok.ok, ok.violations
+    short = _check_transform([_silver(1, 3, 4, 15, replayed=15)], previous, {3: 20}, 3)
+    assert short.violations == ["the run's batches read 15 records but bronze versions 3..3 hold 20"]
