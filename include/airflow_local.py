@@ -77,3 +77,41 @@ def summary_lines(output: str) -> list[str]:
         if "SUMMARY " in line:
             lines.append(line.split("SUMMARY ", 1)[1].strip())
     return lines
+
+
+def start_standalone(env: Mapping[str, str], *, port: int, log_file: Path) -> subprocess.Popen:
+    """``airflow standalone`` (scheduler, DAG processor, triggerer, API server; LocalExecutor) on ``port``.
+
+    Runs in its own process group, so :func:`stop_standalone` stops every
+    component and the task processes it started.
+    """
+    env = dict(env)
+    env.update({
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+    })  # fmt: skip
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    out = log_file.open("ab")
+    return subprocess.Popen(airflow_command("standalone"), env=env, stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+
+
+def stop_standalone(proc: subprocess.Popen, timeout_s: float = 60) -> None:
+    """Stop what :func:`start_standalone` started (SIGTERM to the group, then SIGKILL)."""
+    import os
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout_s)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    try:  # task processes and Spark clusters the components left behind
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()

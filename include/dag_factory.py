@@ -13,14 +13,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Asset, Param, TriggerRule, chain, task
+from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, TriggerRule, chain, task
 
 from include import settings
+from include.manual_ops import form_params
 from include.pipeline_config import PipelineConfig, load_pipelines
 from include.spark_operator import IngestOperator, TransformOperator
 
 #: A driver outlives a stopped cluster and would wait forever; the task must not.
 INGEST_TIMEOUT = timedelta(hours=4)
+#: How long a run waits for another run of its pipeline to finish before it gives up.
+LOCK_TIMEOUT = timedelta(hours=6)
 #: Folder of pipeline files; ``KDE_PIPELINES_DIR`` overrides it (tests, deployments).
 PIPELINES_ENV = "KDE_PIPELINES_DIR"
 
@@ -32,13 +35,18 @@ DOC = """\
 Source: {source} through Airflow connection `{conn}`. Bronze table: `{bronze}`.
 Run ledger: `{ledger}`. Pipeline file: `{file}`.
 
-Each run: **wait_for_lag** (Kafka admin + Delta log, no JVM; skipped when there is
-nothing new) → **preflight** (data loss by retention, recreated topics, offsets
+Each run: **check_request** (the trigger form's action checked against the pipeline, Kafka
+and the table; waits while another run of this pipeline holds its lock) → **wait_for_lag**
+(Kafka admin + Delta log, no JVM; skipped when there is nothing new) → **preflight** (data loss by retention, recreated topics, offsets
 going backwards, partitions added or gone; policy `{policy}`) →
 {cluster} → **ingest** (`Trigger.AvailableNow`, one Delta commit per micro-batch
 with its offset ranges) → {transform}**check_continuity** (ranges chain, rows match,
 checkpoint == table{transform_check}) → **mirror_offsets** (consumer group `{group}`) →
-**record_run** (run ledger row, Asset event).
+**record_run** (run ledger row, Asset event; gives the lock back).
+
+Trigger the DAG with a config to run a manual operation: backfill by offsets or by time,
+rebuild the checkpoint, or acknowledge a data-loss gap (each needs a reason, recorded
+in the ledger). `airflow backfill create` runs re-read their data interval by Kafka timestamp.
 """
 
 
@@ -95,7 +103,8 @@ def build_dag(cfg: PipelineConfig) -> DAG:
     with DAG(
         dag_id=cfg.name,
         description=(cfg.description or f"Kafka → Delta bronze: {cfg.name}")[:200],
-        schedule=cfg.schedule,
+        # Each scheduled or backfill run owns the interval [previous tick, this tick).
+        schedule=CronDataIntervalTimetable(cfg.schedule, timezone="UTC") if cfg.schedule else None,
         start_date=datetime(2024, 1, 1, tzinfo=UTC),
         catchup=False,
         max_active_runs=1,
@@ -107,16 +116,54 @@ def build_dag(cfg: PipelineConfig) -> DAG:
             "retry_exponential_backoff": True,
             "max_retry_delay": timedelta(minutes=10),
         },
-        params={
-            "reason": Param(
-                "",
-                type="string",
-                maxLength=500,
-                title="Reason",
-                description="Why this run was triggered by hand; recorded in the run ledger.",
-            ),
-        },
+        params=form_params(),
     ) as dag:
+
+        @task.sensor(
+            task_id="check_request",
+            mode="reschedule",
+            poke_interval=15,
+            timeout=LOCK_TIMEOUT.total_seconds(),
+            retries=0,
+        )
+        def check_request(**context: Any):
+            from airflow.sdk import PokeReturnValue
+            from airflow.sdk.exceptions import AirflowFailException
+            from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+            from include import connections, manual_ops, pipeline_run, run_lock
+            from include.spark_operator import job_run_type
+
+            dag_run, ti = context["dag_run"], context["ti"]
+            who = getattr(dag_run, "triggering_user_name", None)
+            try:
+                request = manual_ops.parse_request(
+                    context.get("params") or {}, run_type=job_run_type(context), requested_by=who,
+                    data_interval=(context.get("data_interval_start"), context.get("data_interval_end")),
+                )  # fmt: skip
+            except manual_ops.RequestError as exc:
+                ti.xcom_push(key="refused", value=str(exc))
+                raise AirflowFailException(f"pipeline {cfg.name!r}: the run's params were refused: {exc}") from None
+            lock = run_lock.lock_path(settings.VAR_DIR, cfg.name)
+            holder = run_lock.acquire(lock, dag_id=ti.dag_id, run_id=context["run_id"],
+                                      run_state=_run_state(RuntimeTaskInstance))  # fmt: skip
+            if holder is not None:
+                print(f"waiting: run {holder.get('run_id')} of pipeline {cfg.name} holds {lock} "
+                      f"since {holder.get('since')}")  # fmt: skip
+                return PokeReturnValue(is_done=False)
+            try:
+                client = connections.kafka_client_config(cfg.kafka.connection_id) if request.is_backfill else {}
+                plan = pipeline_run.plan_request(cfg, client, request)
+            except manual_ops.RequestError as exc:
+                ti.xcom_push(key="refused", value=str(exc))
+                raise AirflowFailException(f"pipeline {cfg.name!r}: {request.action} refused: {exc}") from None
+            for note in plan["notes"]:
+                print(f"check_request note: {note}")
+            text = plan["describe"]
+            if request.is_backfill:
+                text += f"; {len(plan['ranges'])} ranges, {plan['offsets']} offsets to re-read"
+            print(f"SUMMARY check_request: {text}; lock {lock.name} taken")
+            return PokeReturnValue(is_done=True, xcom_value=plan)
 
         @task.sensor(
             task_id="wait_for_lag",
@@ -129,9 +176,17 @@ def build_dag(cfg: PipelineConfig) -> DAG:
             from airflow.sdk import PokeReturnValue
             from airflow.sdk.exceptions import AirflowSkipException
 
-            from include import connections, pipeline_run
+            from include import connections, manual_ops, pipeline_run
             from include.preflight import lag_decision
 
+            plan = context["ti"].xcom_pull(task_ids="check_request") or {}
+            action = plan.get("action", manual_ops.NORMAL)
+            if action != manual_ops.NORMAL:
+                if action in manual_ops.BACKFILL_ACTIONS and not plan.get("ranges"):
+                    print(f"SUMMARY wait_for_lag: {action}: nothing the table has passed lies in the window")
+                    raise AirflowSkipException("nothing to backfill; no cluster started")
+                print(f"SUMMARY wait_for_lag: {action} runs now, whatever the lag")
+                return PokeReturnValue(is_done=True, xcom_value={"action": action})
             client = connections.kafka_client_config(cfg.kafka.connection_id)
             now = pipeline_run.utcnow()
             report, _, _ = pipeline_run.snapshot(cfg, client)
@@ -147,11 +202,14 @@ def build_dag(cfg: PipelineConfig) -> DAG:
             from airflow.sdk.exceptions import AirflowFailException
 
             from include import connections, pipeline_run
+            from include.manual_ops import RunRequest
             from include.offsets import positions_to_json
 
+            plan = context["ti"].xcom_pull(task_ids="check_request") or {}
+            request = RunRequest(plan.get("action", "normal"), plan.get("reason", ""), plan.get("requested_by"))
             client = connections.kafka_client_config(cfg.kafka.connection_id)
             now = pipeline_run.utcnow()
-            verdict, lag, progress = pipeline_run.run_preflight(cfg, client)
+            verdict, lag, progress = pipeline_run.run_preflight(cfg, client, request)
             for finding in verdict.findings:
                 print(f"preflight {finding.severity}: {finding.message}")
             print(f"SUMMARY {verdict.summary_line()}; {lag.summary_line(now)}")
@@ -168,9 +226,10 @@ def build_dag(cfg: PipelineConfig) -> DAG:
                 raise AirflowFailException(verdict.failure_message(cfg.name))
             return result
 
+        requested = check_request()
         lag = wait_for_lag()
         checked = run_preflight()
-        lag >> checked
+        requested >> lag >> checked
 
         if transient:
 
@@ -264,8 +323,23 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         mirrored = mirror_offsets()
         recorded = record_run()
         after_ingest >> continuity >> mirrored >> recorded
-        [lag, checked] >> recorded
+        [requested, lag, checked] >> recorded
     return dag
+
+
+def _run_state(runtime_ti: Any):
+    """``(dag_id, run_id) -> state`` through the Task SDK; ``None`` for a run Airflow does not know."""
+
+    def state(dag_id: str, run_id: str) -> str | None:
+        try:
+            return str(runtime_ti.get_dagrun_state(dag_id=dag_id, run_id=run_id)).rsplit(".", 1)[-1].lower()
+        except Exception as exc:
+            # A deleted run holds no lock; any other failure must not break a live one.
+            if "not found" in str(exc).lower() or "404" in str(exc):
+                return None
+            raise
+
+    return state
 
 
 def build_dags(folder: Path | None = None) -> tuple[dict[str, DAG], dict[str, str]]:

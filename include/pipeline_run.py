@@ -13,12 +13,13 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from include import continuity, delta_progress, kafka_state, settings, spark_checkpoint
+from include import continuity, delta_progress, kafka_state, manual_ops, settings, spark_checkpoint
 from include.continuity import ContinuityReport, TransformCheck, check_run
 from include.delta_progress import TableProgress
+from include.manual_ops import RunRequest
 from include.offsets import PositionMap
 from include.pipeline_config import PipelineConfig
-from include.preflight import LagReport, PreflightReport, measure_lag, preflight
+from include.preflight import BLOCKING, Finding, LagReport, PreflightReport, measure_lag, preflight
 
 #: Bound on every Kafka call a task makes, so a dead broker fails a task instead of hanging it.
 KAFKA_TIMEOUT_S = 20.0
@@ -51,18 +52,86 @@ def snapshot(cfg: PipelineConfig, client: dict[str, str]) -> tuple[LagReport, Ta
     return report, progress, topics
 
 
-def run_preflight(cfg: PipelineConfig, client: dict[str, str]) -> tuple[PreflightReport, LagReport, TableProgress | None]:
-    """The preflight verdict for the table and Kafka as they are now."""
+def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunRequest | None = None,
+                  ) -> tuple[PreflightReport, LagReport, TableProgress | None]:  # fmt: skip
+    """The preflight verdict for the table and Kafka as they are now, for what the run was asked to do.
+
+    ``acknowledge_gap`` turns the data loss found now into gaps recorded with
+    the request's reason (and fails when there is none to acknowledge). A
+    backfill leaves the table's position alone, so only findings that make
+    its offsets meaningless (a recreated or missing topic) stop it.
+    """
     report, progress, topics = snapshot(cfg, client)
     recorded = dict(progress.commit.extra.get("topic_ids") or {}) if progress else {}
+    action = request.action if request else manual_ops.NORMAL
+    acknowledging = action == manual_ops.ACKNOWLEDGE_GAP
     verdict = preflight(
         table_next=progress.next_offsets if progress else None,
         recorded_topic_ids=recorded,
         kafka=topics,
         configured_topics=cfg.kafka.topics,
-        policy=cfg.data_loss_policy,
+        policy="record_and_continue" if acknowledging else cfg.data_loss_policy,
     )
+    if acknowledging and request is not None:
+        if not verdict.accepted_gaps:
+            missing = Finding("nothing_to_acknowledge", BLOCKING, "", None, (
+                "acknowledge_gap: the preflight finds no data loss to acknowledge now: every partition "
+                "continues where the table stands (or Kafka still holds what it has not read)"
+            ))  # fmt: skip
+            verdict = replace(verdict, findings=(*verdict.findings, missing), blocking=(*verdict.blocking, missing))
+        else:
+            who = f" by {request.requested_by}" if request.requested_by else ""
+            gaps = tuple(replace(g, reason=f"{g.reason}; acknowledged{who}: {request.reason}")
+                         for g in verdict.accepted_gaps)  # fmt: skip
+            verdict = replace(verdict, accepted_gaps=gaps, policy=f"{cfg.data_loss_policy} (acknowledged)")
+    elif request is not None and request.is_backfill:
+        verdict = replace(verdict, accepted_gaps=(),
+                          blocking=tuple(f for f in verdict.findings if f.severity == BLOCKING))  # fmt: skip
     return verdict, report, progress
+
+
+def plan_request(cfg: PipelineConfig, client: dict[str, str], request: RunRequest) -> dict:
+    """What the run will do (XCom of ``check_request``): for a backfill, its offset ranges, checked
+    against the pipeline, Kafka and the table; raises :class:`manual_ops.RequestError`."""
+    plan: dict = {
+        "action": request.action, "reason": request.reason, "requested_by": request.requested_by,
+        "describe": request.describe(), "ranges": [], "time_range": None, "notes": [],
+    }  # fmt: skip
+    if not request.is_backfill:
+        return plan
+    progress = delta_progress.read_progress(cfg.tables.bronze_path)
+    table_next = progress.next_offsets if progress else None
+    names = sorted(set(cfg.kafka.topics) | set(table_next or {}))
+    topics = kafka_state.read_topics(client, topics=names, pattern=cfg.kafka.topic_pattern, timeout_s=KAFKA_TIMEOUT_S)
+    if request.action == manual_ops.BACKFILL_OFFSETS:
+        planned = manual_ops.plan_offsets_backfill(request, pipeline=cfg.name, kafka=topics, table_next=table_next)
+    else:
+        parts = [(t, p) for t in sorted(table_next or {}) if t in topics for p in topics[t].partitions]
+        assert request.from_time is not None and request.to_time is not None
+        start = kafka_state.offsets_for_times(client, parts, request.from_time, timeout_s=KAFKA_TIMEOUT_S)
+        end = kafka_state.offsets_for_times(client, parts, request.to_time, timeout_s=KAFKA_TIMEOUT_S)
+        args = dict(pipeline=cfg.name, kafka=topics, table_next=table_next, start_offsets=start, end_offsets=end)
+        try:
+            planned = manual_ops.plan_time_backfill(request, **args)
+        except manual_ops.RequestError:
+            # Say what Kafka holds: the time of each partition's first record.
+            first = kafka_state.record_timestamps(
+                client, {tp: topics[tp[0]].partitions[tp[1]].earliest for tp in parts}, timeout_s=KAFKA_TIMEOUT_S
+            )
+            planned = manual_ops.plan_time_backfill(request, **args, earliest_times=first)
+        plan["time_range"] = {"from": request.from_time.isoformat(), "to": request.to_time.isoformat()}
+    recorded = dict(progress.commit.extra.get("topic_ids") or {}) if progress else {}
+    for topic in sorted({r.topic for r in planned.ranges}):
+        now = topics[topic].topic_id
+        if recorded.get(topic) and now and recorded[topic] != now:
+            raise manual_ops.RequestError(
+                f"topic {topic!r} was deleted and recreated since the table read it (topic id {recorded[topic]}, "
+                f"now {now}): its offsets now name other records, so they cannot be backfilled"
+            )
+    plan["ranges"] = [r.to_json() for r in planned.ranges]
+    plan["notes"] = list(planned.notes)
+    plan["offsets"] = planned.offsets
+    return plan
 
 
 def checkpoint_position(cfg: PipelineConfig) -> dict | None:
@@ -89,14 +158,20 @@ def check_continuity(cfg: PipelineConfig, client: dict[str, str], *, run_id: str
     def count(topic: str, partition: int, frm: int, until: int) -> int:
         return kafka_state.count_records(client, topic, partition, frm, until, timeout_s=KAFKA_TIMEOUT_S)
 
+    backfill = job_summary is not None and job_summary.get("kind") == "backfill"
     report = check_run(
         run_id=run_id,
         start=start,
         commits=commits,
         checkpoint_position=checkpoint_position(cfg),
-        expected_rows=None if job_summary is None else int(job_summary["rows"]),
+        expected_rows=None if job_summary is None or backfill else int(job_summary["rows"]),
         count_records=count,
     )
+    if backfill:
+        report.backfill = continuity.check_backfill(
+            run_id=run_id, commits=delta_progress.backfill_commits_since(cfg.tables.bronze_path, version_before),
+            expected=job_summary, count_records=count,
+        )  # fmt: skip
     if cfg.transform is not None:
         report.transform = check_transform(cfg, before=transform_before or {}, job_summary=transform_summary)
     return report

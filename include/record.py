@@ -32,17 +32,21 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
     transform = xcoms.get("transform")
     continuity = xcoms.get("check_continuity") or xcoms.get("continuity_failed")
     cluster = xcoms.get("start_cluster") or {}
+    request = xcoms.get("check_request") or {}
     failed = sorted(t for t, s in states.items() if s in _FAILED and t != "record_run")
     if failed:
         outcome = "failed"
         first = [t for t in failed if states[t] == "failed"] or failed
         reason = f"failed at {', '.join(first)}"
+        if "check_request" in first and xcoms.get("request_refused"):
+            reason += ": " + xcoms["request_refused"]
         if "preflight" in first and checked.get("blocking"):
             reason += ": " + " | ".join(checked["blocking"])
         if "check_continuity" in first and continuity:
             reason += ": " + " | ".join(continuity["violations"])
     elif states.get("wait_for_lag") == "skipped":
-        outcome, reason = "skipped", "no new records"
+        nothing = request.get("action", "normal") != "normal"
+        outcome, reason = "skipped", "nothing to backfill in the window" if nothing else "no new records"
     else:
         outcome, reason = "success", ""
 
@@ -67,6 +71,9 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
         "run_id": run_id,
         "run_type": run_type,
         "dag_id": dag_id,
+        "action": request.get("action") or params.get("action") or "normal",
+        "requested_by": request.get("requested_by"),
+        "request_reason": request.get("reason") or params.get("reason") or None,
         "outcome": outcome,
         "reason": reason,
         "started_at": started_at,
@@ -79,7 +86,8 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
         "bronze_version_after": summary.get("bronze_version") if summary.get("bronze_version") is not None
         else version_before,
         "rows": summary.get("rows", 0),
-        "commits": sum(1 for b in summary.get("batches", []) if not b.get("skipped_replay")),
+        "commits": sum(1 for b in summary.get("batches", []) if not b.get("skipped_replay"))
+        + (1 if summary.get("kind") == "backfill" and summary.get("bronze_version") is not None else 0),
         "lag_before": lag_report.get("total_lag"),
         "lag_after": (lag_after or {}).get("total_lag"),
         "lost": sum(g["until"] - g["from"] for g in gaps) if gaps else lag_report.get("total_lost", 0),
@@ -92,6 +100,7 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
         "topic_ids_json": passed.get("topic_ids"),
         "tasks_json": states,
         "params_json": params,
+        "request_json": request or None,
     }
 
 
@@ -116,13 +125,15 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
     """Task body of ``record_run``: write the ledger row, then end as the run went."""
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-    from include import connections, pipeline_run, run_ledger
+    from include import connections, pipeline_run, run_ledger, run_lock, settings
     from include.spark_operator import job_run_type
 
     ti = context["ti"]
     run_id = context["run_id"]
     states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[run_id]).get(run_id, {})
     xcoms = {
+        "check_request": _xcom(ti, "check_request"),
+        "request_refused": _xcom(ti, "check_request", "refused"),
         "wait_for_lag": _xcom(ti, "wait_for_lag"),
         "wait_for_lag_skip": _xcom(ti, "wait_for_lag", "lag"),
         "preflight": _xcom(ti, "preflight"),
@@ -147,7 +158,12 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
         lag_after=lag_after, started_at=getattr(dag_run, "start_date", None), finished_at=pipeline_run.utcnow(),
         params={k: v for k, v in (context.get("params") or {}).items()},
     )  # fmt: skip
-    version = run_ledger.append_run(cfg.tables.ledger_path, row)
+    try:
+        version = run_ledger.append_run(cfg.tables.ledger_path, row)
+    finally:
+        # Whatever happened, the next run of this pipeline may go (include/run_lock.py).
+        released = run_lock.release(run_lock.lock_path(settings.VAR_DIR, cfg.name), run_id=run_id)
+        print(f"pipeline lock {'released' if released else 'was not held by this run'}")
     line = (
         f"SUMMARY record_run: {row['outcome']}{': ' + row['reason'] if row['reason'] else ''}; "
         f"{row['rows']} rows in {row['commits']} commits, lag {row['lag_before']} -> {row['lag_after']}, "

@@ -23,6 +23,10 @@ COLUMNS: dict[str, str] = {
     "run_id": "string",
     "run_type": "string",
     "dag_id": "string",
+    # what the run was asked to do (include/manual_ops.py), by whom and why
+    "action": "string",  # normal | backfill_offsets | backfill_time | airflow_backfill | rebuild_checkpoint | ...
+    "requested_by": "string",
+    "request_reason": "string",
     "outcome": "string",  # success | failed | skipped
     "reason": "string",
     "started_at": "timestamp",
@@ -54,6 +58,7 @@ COLUMNS: dict[str, str] = {
     "topic_ids_json": "string",
     "tasks_json": "string",
     "params_json": "string",
+    "request_json": "string",
 }
 
 

@@ -26,6 +26,7 @@ from airflow.sdk import BaseOperator
 from include.pipeline_config import PipelineConfig
 
 APPLICATION = "spark_jobs/kafka_to_bronze.py"
+BACKFILL_APPLICATION = "spark_jobs/kafka_backfill.py"
 TRANSFORM_APPLICATION = "spark_jobs/bronze_to_silver.py"
 
 
@@ -108,6 +109,10 @@ class SparkJobOperator(BaseOperator):
         """The task log's one-line summary of the job's result."""
         raise NotImplementedError
 
+    def application_for(self, context: Any) -> str:
+        """The job this run submits (a path under the project root)."""
+        return self.application
+
     def execute(self, context: Any) -> dict:
         from include import connections, jvm_deps, pipeline_run, settings
         from include.spark_submit import package_py_files, spark_home, spark_submit_binary
@@ -125,6 +130,7 @@ class SparkJobOperator(BaseOperator):
         folder.mkdir(parents=True, exist_ok=True)
         summary_path = folder / f"{self.task_id}-summary.json"
         summary_path.unlink(missing_ok=True)
+        application = self.application_for(context)
         args, private = self.job_args(context, folder, summary_path)
         common: dict[str, Any] = dict(
             conf=job_spark_conf(cfg, transient=transient),
@@ -143,9 +149,9 @@ class SparkJobOperator(BaseOperator):
             from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
             self._hook = SparkSubmitHook(conn_id=cfg.cluster.master_connection_id, **common)
-        self.log.info("submitting %s for pipeline %s to %s", self.application, cfg.name, master)
+        self.log.info("submitting %s for pipeline %s to %s", application, cfg.name, master)
         try:
-            self._hook.submit(str(settings.PROJECT_ROOT / self.application))
+            self._hook.submit(str(settings.PROJECT_ROOT / application))
         finally:
             for f in private:
                 f.unlink(missing_ok=True)
@@ -159,36 +165,71 @@ class SparkJobOperator(BaseOperator):
 
 
 class IngestOperator(SparkJobOperator):
-    """Submit ``spark_jobs/kafka_to_bronze.py``; Kafka settings go in a file only its owner can read.
+    """Submit ``spark_jobs/kafka_to_bronze.py``, or ``spark_jobs/kafka_backfill.py`` when the run is a
+    backfill; Kafka settings go in a file only its owner can read.
 
     :param preflight_task_id: task whose XCom holds the preflight report.
+    :param request_task_id: task whose XCom holds the run's checked request (``check_request``).
     """
 
     application = APPLICATION
     job_name = "kafka_to_bronze"
 
-    def __init__(self, *, preflight_task_id: str = "preflight", **kwargs: Any) -> None:
+    def __init__(self, *, preflight_task_id: str = "preflight", request_task_id: str = "check_request",
+                 **kwargs: Any) -> None:  # fmt: skip
         super().__init__(**kwargs)
         self.preflight_task_id = preflight_task_id
+        self.request_task_id = request_task_id
+
+    def _plan(self, context: Any) -> dict:
+        return context["ti"].xcom_pull(task_ids=self.request_task_id) or {}
+
+    def application_for(self, context: Any) -> str:
+        from include.manual_ops import BACKFILL_ACTIONS
+
+        return BACKFILL_APPLICATION if self._plan(context).get("action") in BACKFILL_ACTIONS else APPLICATION
 
     def job_args(self, context: Any, folder: Path, summary_path: Path) -> tuple[list[str], list[Path]]:
-        from include import connections
+        from include import connections, manual_ops
 
         cfg = self.pipeline
+        plan = self._plan(context)
         client = connections.kafka_client_config(cfg.kafka.connection_id)
-        preflight = context["ti"].xcom_pull(task_ids=self.preflight_task_id) or {}
-        preflight_file = folder / "preflight.json"
-        preflight_file.write_text(json.dumps(preflight.get("job_file") or {}))
         options_file = folder / "kafka-options.json"
         options = {**cfg.kafka.options, **connections.spark_kafka_options(client)}
         _write_private(options_file, json.dumps(options))
-        args = cfg.ingest_job_args(
-            client["bootstrap.servers"], context["run_id"], job_run_type(context), str(summary_path)
-        )
+        run_type = job_run_type(context)
+        if plan.get("action") in manual_ops.BACKFILL_ACTIONS:
+            request_file = folder / "backfill-request.json"
+            request_file.write_text(json.dumps({k: plan.get(k) for k in
+                                                ("action", "reason", "requested_by", "ranges", "time_range")}))  # fmt: skip
+            args = [
+                f"--pipeline={cfg.name}", f"--bootstrap-servers={client['bootstrap.servers']}",
+                f"--bronze-path={cfg.tables.bronze_path}", f"--request-file={request_file}",
+                f"--run-id={context['run_id']}", f"--run-type={'backfill' if run_type == 'backfill' else 'manual'}",
+                f"--summary-path={summary_path}", f"--kafka-options-file={options_file}",
+            ]  # fmt: skip
+            return args, [options_file]
+        preflight = context["ti"].xcom_pull(task_ids=self.preflight_task_id) or {}
+        preflight_file = folder / "preflight.json"
+        preflight_file.write_text(json.dumps(preflight.get("job_file") or {}))
+        rebuild = plan.get("action") == manual_ops.REBUILD_CHECKPOINT
+        args = cfg.ingest_job_args(client["bootstrap.servers"], context["run_id"],
+                                   "rebuild_checkpoint" if rebuild else run_type, str(summary_path))  # fmt: skip
         args += [f"--kafka-options-file={options_file}", f"--preflight-file={preflight_file}"]
+        if rebuild:
+            who = f" by {plan['requested_by']}" if plan.get("requested_by") else ""
+            args.append(f"--rebuild-checkpoint=asked{who}: {plan.get('reason', '')}")
         return args, [options_file]
 
     def summary_line(self, summary: dict) -> str:
+        if summary.get("kind") == "backfill":
+            return (
+                f"SUMMARY ingest: backfill re-read {summary['read']} records in {len(summary['ranges'])} ranges, "
+                f"inserted {summary['inserted']} missing from bronze, {summary['present']} were there already; "
+                f"bronze version {summary['bronze_version']}, {summary['duration_s']:.1f}s in the job"
+                + "".join(f"; {n}" for n in summary.get("notes") or ())
+            )
         rebuilt = summary["checkpoint_rebuilt"]
         return (
             f"SUMMARY ingest: {summary['rows']} rows in {len(summary['batches'])} batches, epoch {summary['epoch']}, "

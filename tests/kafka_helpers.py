@@ -31,6 +31,19 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple[int, bytes | Non
     return n
 
 
+def produce_at(bootstrap: str, topic: str, records: Iterable[tuple[int, bytes | None, bytes | None, int]]) -> int:
+    """Produce ``(partition, key, value, timestamp_ms)`` records with those Kafka timestamps (CreateTime)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    n = 0
+    for partition, key, value, ts in records:
+        producer.produce(topic, key=key, value=value, partition=partition, timestamp=ts)
+        n += 1
+    remaining = producer.flush(30)
+    if remaining:
+        raise KafkaException(f"{remaining} records not delivered to {topic}")
+    return n
+
+
 def produce_numbered(bootstrap: str, topic: str, partitions: int, count: int, start: int = 0) -> int:
     """``count`` records ``key=i, value=event-i`` spread round-robin over the partitions."""
     return produce(

@@ -7,114 +7,17 @@ SQLite Airflow home.
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 
 import pytest
 import yaml
 
-from include import airflow_local, local_kafka, run_ledger, spark_cluster
+from include import airflow_local
 from include.kafka_admin import create_topic, delete_topic
+from tests.integration.dag_helpers import ORDERS_TRANSFORM, assert_no_cluster_left, group_lags, order
 from tests.kafka_helpers import produce, produce_numbered, produce_transactional, read_all
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="session")
-def airflow_home(tmp_path_factory) -> Path:
-    home = tmp_path_factory.mktemp("airflow")
-    airflow_local.migrate(airflow_local.environment(home))
-    return home
-
-
-class Pipeline:
-    """One pipeline of a test: its file, its tables and how to run its DAG."""
-
-    def __init__(self, root: Path, name: str, topic: str, bootstrap: str, airflow_home: Path) -> None:
-        self.name, self.topic, self.bootstrap = name, topic, bootstrap
-        self.dir = root / "pipelines"
-        self.lake = root / "lake"
-        self.var = root / "var"
-        self.dir.mkdir(parents=True)
-        self.airflow_home = airflow_home
-        self.runs = 0
-        self.write()
-
-    def write(self, **changes) -> None:
-        data = {
-            "name": self.name,
-            "kafka": {"connection_id": "kafka_default", "topics": [self.topic], "max_offsets_per_trigger": 400},
-            "schedule": None,
-            "lag": {"min_records": 1, "max_wait_minutes": 1},
-            "data_loss_policy": "fail",
-            "cluster": {"profile": "local_standalone", "workers": 1, "worker_cores": 1, "worker_memory": "512m"},
-            "retries": 0,
-            "tags": ["test"],
-        }
-        data.update(changes)
-        (self.dir / f"{self.name}.yaml").write_text(yaml.safe_dump(data))
-
-    def run(self, **env: str):
-        self.runs += 1
-        environment = airflow_local.environment(
-            self.airflow_home, kafka_bootstrap=self.bootstrap, pipelines_dir=self.dir,
-            extra={"KDE_LAKEHOUSE_ROOT": str(self.lake), "KDE_VAR_DIR": str(self.var), **env},
-        )  # fmt: skip
-        log = self.var / f"dag-run-{self.runs}.log"
-        proc = airflow_local.dags_test(environment, self.name, log_file=log)
-        return proc, log.read_text()
-
-    def ledger(self) -> list[dict]:
-        return run_ledger.read_runs(self.lake / self.name / "_runs")
-
-    def bronze_keys(self) -> list[tuple[int, int]]:
-        from deltalake import DeltaTable
-
-        table = DeltaTable(str(self.lake / self.name / "bronze")).to_pyarrow_table(columns=["partition", "offset"])
-        return list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True))
-
-    def run_dirs(self) -> list[Path]:
-        root = self.var / "runs" / self.name
-        return sorted(root.iterdir()) if root.exists() else []
-
-
-@pytest.fixture
-def pipeline(tmp_path, unique_name, bootstrap, airflow_home) -> Pipeline:
-    name = unique_name.replace("-", "_")
-    topic = f"{unique_name}.events"
-    create_topic(bootstrap, topic, 3)
-    return Pipeline(tmp_path, name, topic, bootstrap, airflow_home)
-
-
-def _spark_processes_under(folder: Path) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if str(folder) in cmdline:
-                found.append(int(entry.name))
-    return found
-
-
-def _group_lags(bootstrap: str, group: str) -> dict[int, str]:
-    proc = local_kafka.run_kafka_tool("consumer-groups", "--bootstrap-server", bootstrap, "--describe", "--group", group)
-    assert proc.returncode == 0, proc.stderr
-    lags = {}
-    for line in proc.stdout.splitlines():
-        parts = line.split()
-        if len(parts) >= 6 and parts[0] == group:
-            lags[int(parts[2])] = parts[5]
-    return lags
-
-
-def _assert_no_cluster_left(p: Pipeline) -> None:
-    for folder in p.run_dirs():
-        assert spark_cluster.running_processes(folder / "cluster") == []
-    assert _spark_processes_under(p.var) == [], "a Spark process of this test is still running"
 
 
 def test_full_run_then_no_data_then_transactional_data(pipeline, bootstrap):
@@ -131,8 +34,8 @@ def test_full_run_then_no_data_then_transactional_data(pipeline, bootstrap):
     lines = airflow_local.summary_lines(log)
     assert any(line.startswith("continuity: CONTINUOUS") for line in lines), lines
     assert any(line.startswith("ingest: 900 rows") for line in lines), lines
-    assert _group_lags(bootstrap, f"kafka-delta-elt.{p.name}") == {0: "0", 1: "0", 2: "0"}
-    _assert_no_cluster_left(p)
+    assert group_lags(bootstrap, f"kafka-delta-elt.{p.name}") == {0: "0", 1: "0", 2: "0"}
+    assert_no_cluster_left(p)
     assert sorted(p.bronze_keys()) == sorted((part, off) for part, off, _ in read_all(bootstrap, p.topic))
 
     # Nothing new: the run is skipped by the lag sensor and starts no cluster.
@@ -155,32 +58,14 @@ def test_full_run_then_no_data_then_transactional_data(pipeline, bootstrap):
     assert holes >= 4  # three commit markers + an aborted record + its abort marker
     keys = p.bronze_keys()
     assert len(keys) == len(set(keys)) == 904
-    assert _group_lags(bootstrap, f"kafka-delta-elt.{p.name}") == {0: "0", 1: "0", 2: "0"}
-    _assert_no_cluster_left(p)
-
-
-ORDERS_TRANSFORM = {
-    "schema": {
-        "order_id": {"type": "string", "required": True},
-        "amount": {"type": "decimal(10,2)", "required": True, "minimum": 0},
-        "event_time": {"type": "timestamp", "required": True},
-    },
-    "key": "order_id",
-    "ordering": "event_time",
-    "tombstones": "delete",
-    "new_fields": "add",
-}
-
-
-def _order(order_id: str, minute: int, amount: float, **extra) -> bytes:
-    return json.dumps({"order_id": order_id, "amount": amount,
-                       "event_time": f"2026-03-01T10:{minute:02d}:00Z", **extra}).encode()  # fmt: skip
+    assert group_lags(bootstrap, f"kafka-delta-elt.{p.name}") == {0: "0", 1: "0", 2: "0"}
+    assert_no_cluster_left(p)
 
 
 def test_transform_in_the_dag_applies_newest_per_key_quarantines_bad_records_and_reconciles(pipeline, bootstrap):
     p = pipeline
     p.write(transform=ORDERS_TRANSFORM)
-    good = [(i % 3, f"o{i}".encode(), _order(f"o{i}", i % 50, i)) for i in range(60)]
+    good = [(i % 3, f"o{i}".encode(), order(f"o{i}", i % 50, i)) for i in range(60)]
     bad = [
         (0, b"x1", b"{not json"), (1, b"x2", b'{"order_id": "x2", "amount": "ten", '
                                               b'"event_time": "2026-03-01T10:00:00Z"}'),
@@ -198,7 +83,7 @@ def test_transform_in_the_dag_applies_newest_per_key_quarantines_bad_records_and
     assert any(line.startswith("transform: read 64 from bronze: 60 upserted, 0 deleted, 4 quarantined") for line in lines), lines
 
     # second run: late (older) and newer events, a tombstone, a new field
-    late = [(1, b"o1", _order("o1", 0, 999)), (0, b"o3", _order("o3", 59, 33, channel="web")), (2, b"o5", None)]
+    late = [(1, b"o1", order("o1", 0, 999)), (0, b"o3", order("o3", 59, 33, channel="web")), (2, b"o5", None)]
     produce(bootstrap, p.topic, late)
     proc, log = p.run()
     assert proc.returncode == 0, log[-5000:]
@@ -221,7 +106,7 @@ def test_transform_in_the_dag_applies_newest_per_key_quarantines_bad_records_and
     quarantine = DeltaTable(str(p.lake / p.name / "quarantine")).to_pyarrow_table().to_pylist()
     assert sorted(bytes(r["key"]) for r in quarantine) == [b"x1", b"x2", b"x3", b"x4"]
     assert sorted(r["fields"][0] for r in quarantine) == ["amount", "order_id", "value", "value"]
-    _assert_no_cluster_left(p)
+    assert_no_cluster_left(p)
 
 
 def test_retention_loss_fails_before_the_cluster_then_is_recorded_with_record_and_continue(pipeline, bootstrap):
@@ -293,7 +178,7 @@ def test_job_killed_mid_run_tears_down_and_rerun_completes_exactly_once(pipeline
     failed = p.ledger()[0]
     assert failed["outcome"] == "failed" and failed["reason"].startswith("failed at ingest")
     assert failed["tasks_json"]["stop_cluster"] == "success"
-    _assert_no_cluster_left(p)
+    assert_no_cluster_left(p)
     assert 0 < len(p.bronze_keys()) < 1500  # two batches landed before the kill
 
     proc, log = p.run()
@@ -302,8 +187,8 @@ def test_job_killed_mid_run_tears_down_and_rerun_completes_exactly_once(pipeline
     assert ok["outcome"] == "success" and ok["continuity"] == "CONTINUOUS"
     keys = p.bronze_keys()
     assert len(keys) == len(set(keys)) == 1500
-    assert _group_lags(bootstrap, f"kafka-delta-elt.{p.name}") == {0: "0", 1: "0", 2: "0"}
-    _assert_no_cluster_left(p)
+    assert group_lags(bootstrap, f"kafka-delta-elt.{p.name}") == {0: "0", 1: "0", 2: "0"}
+    assert_no_cluster_left(p)
 
 
 def test_dag_integrity_and_a_bad_pipeline_file(tmp_path, airflow_home):
@@ -331,9 +216,10 @@ def test_dag_integrity_and_a_bad_pipeline_file(tmp_path, airflow_home):
     assert error_file.endswith("pipeline_file_errors.py")
     assert re.search(r"bad_one\.yaml: kafka\.max_offsets_per_trigger: expected a positive integer", message)
     dag = result["dags"]["good_one"]
-    assert dag["max_active_runs"] == 1 and "kafka-delta-elt" in dag["tags"] and "reason" in dag["params"]
+    assert dag["max_active_runs"] == 1 and "kafka-delta-elt" in dag["tags"]
+    assert {"action", "reason", "offset_ranges", "from_time", "to_time"} <= set(dag["params"])
     assert dag["doc_md"] and "*/5 * * * *" in dag["schedule"]
-    assert set(dag["tasks"]) == {"wait_for_lag", "preflight", "start_cluster", "ingest", "stop_cluster",
+    assert set(dag["tasks"]) == {"check_request", "wait_for_lag", "preflight", "start_cluster", "ingest", "stop_cluster",
                                  "check_continuity", "mirror_offsets", "record_run"}  # fmt: skip
     assert dag["teardowns"] == ["stop_cluster"] and dag["setups"] == ["start_cluster"]
 

@@ -1,0 +1,110 @@
+"""A test pipeline: its file, its tables and how to run its DAG (``airflow dags test``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from include import airflow_local, local_kafka, run_ledger, spark_cluster
+
+ORDERS_TRANSFORM = {
+    "schema": {
+        "order_id": {"type": "string", "required": True},
+        "amount": {"type": "decimal(10,2)", "required": True, "minimum": 0},
+        "event_time": {"type": "timestamp", "required": True},
+    },
+    "key": "order_id",
+    "ordering": "event_time",
+    "tombstones": "delete",
+    "new_fields": "add",
+}
+
+
+def order(order_id: str, minute: int, amount: float, **extra) -> bytes:
+    """An order event as the transform's schema expects it."""
+    return json.dumps({"order_id": order_id, "amount": amount,
+                       "event_time": f"2026-03-01T10:{minute:02d}:00Z", **extra}).encode()  # fmt: skip
+
+
+class Pipeline:
+    """One pipeline of a test: its file, its tables and how to run its DAG."""
+
+    def __init__(self, root: Path, name: str, topic: str, bootstrap: str, airflow_home: Path) -> None:
+        self.name, self.topic, self.bootstrap = name, topic, bootstrap
+        self.dir = root / "pipelines"
+        self.lake = root / "lake"
+        self.var = root / "var"
+        self.dir.mkdir(parents=True)
+        self.airflow_home = airflow_home
+        self.runs = 0
+        self.write()
+
+    def write(self, **changes) -> None:
+        data = {
+            "name": self.name,
+            "kafka": {"connection_id": "kafka_default", "topics": [self.topic], "max_offsets_per_trigger": 400},
+            "schedule": None,
+            "lag": {"min_records": 1, "max_wait_minutes": 1},
+            "data_loss_policy": "fail",
+            "cluster": {"profile": "local_standalone", "workers": 1, "worker_cores": 1, "worker_memory": "512m"},
+            "retries": 0,
+            "tags": ["test"],
+        }
+        data.update(changes)
+        (self.dir / f"{self.name}.yaml").write_text(yaml.safe_dump(data))
+
+    def run(self, conf: dict | None = None, **env: str):
+        """One DAG run with ``airflow dags test`` (``conf``: the trigger form's params); (process, log)."""
+        self.runs += 1
+        environment = airflow_local.environment(
+            self.airflow_home, kafka_bootstrap=self.bootstrap, pipelines_dir=self.dir,
+            extra={"KDE_LAKEHOUSE_ROOT": str(self.lake), "KDE_VAR_DIR": str(self.var), **env},
+        )  # fmt: skip
+        log = self.var / f"dag-run-{self.runs}.log"
+        proc = airflow_local.dags_test(environment, self.name, conf, log_file=log)
+        return proc, log.read_text()
+
+    def ledger(self) -> list[dict]:
+        return run_ledger.read_runs(self.lake / self.name / "_runs")
+
+    def bronze_keys(self) -> list[tuple[int, int]]:
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(self.lake / self.name / "bronze")).to_pyarrow_table(columns=["partition", "offset"])
+        return list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True))
+
+    def run_dirs(self) -> list[Path]:
+        root = self.var / "runs" / self.name
+        return sorted(root.iterdir()) if root.exists() else []
+
+
+def spark_processes_under(folder: Path) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(folder) in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+def group_lags(bootstrap: str, group: str) -> dict[int, str]:
+    proc = local_kafka.run_kafka_tool("consumer-groups", "--bootstrap-server", bootstrap, "--describe", "--group", group)
+    assert proc.returncode == 0, proc.stderr
+    lags = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 6 and parts[0] == group:
+            lags[int(parts[2])] = parts[5]
+    return lags
+
+
+def assert_no_cluster_left(p: Pipeline) -> None:
+    for folder in p.run_dirs():
+        assert spark_cluster.running_processes(folder / "cluster") == []
+    assert spark_processes_under(p.var) == [], "a Spark process of this test is still running"

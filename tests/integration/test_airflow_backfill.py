@@ -1,0 +1,106 @@
+"""``airflow backfill create`` over two past days, run by a real scheduler (``airflow standalone``).
+
+Backfill runs re-read the records of their data interval by Kafka timestamp and
+insert only what bronze lacks; the unpaused DAG's own scheduled run goes
+through the same per-pipeline lock.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from include import airflow_local
+from include.kafka_admin import create_topic
+from tests.integration.dag_helpers import Pipeline, assert_no_cluster_left
+from tests.kafka_helpers import produce_at
+
+pytestmark = pytest.mark.integration
+
+DAY_MS = 86_400_000
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _airflow(env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(airflow_local.airflow_command(*args), env=env, capture_output=True, text=True, timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"airflow {' '.join(args)} failed: {proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+    return proc
+
+
+def _runs(env: dict, dag_id: str) -> list[dict]:
+    out = _airflow(env, "dags", "list-runs", dag_id, "-o", "json").stdout
+    found = [line for line in out.splitlines() if line.startswith("[{") or line.strip() == "[]"]
+    return json.loads(found[-1]) if found else []
+
+
+def test_airflow_backfill_create_over_two_past_days_reinserts_only_what_is_missing(tmp_path, unique_name, bootstrap):
+    home = tmp_path / "airflow-home"
+    airflow_local.migrate(airflow_local.environment(home))
+    name = unique_name.replace("-", "_")
+    topic = f"{unique_name}.events"
+    create_topic(bootstrap, topic, 3)
+    p = Pipeline(tmp_path, name, topic, bootstrap, home)
+    p.write(schedule="0 0 * * *")
+
+    today = int(time.time() * 1000) // DAY_MS * DAY_MS
+    day1, day2 = today - 2 * DAY_MS, today - DAY_MS
+    records = [
+        (part, f"{part}-{i}".encode(), b"v", start + 3_600_000 + i * 60_000)
+        for start, count in ((day1, 10), (day2, 10))
+        for part in range(3)
+        for i in range(count)
+    ]  # fmt: skip
+    produce_at(bootstrap, topic, sorted(records, key=lambda r: (r[0], r[3])))
+    proc, log = p.run()
+    assert proc.returncode == 0, log[-5000:]
+    from deltalake import DeltaTable
+
+    bronze = DeltaTable(str(p.lake / p.name / "bronze"))
+    assert int(bronze.delete('"offset" < 10')["num_deleted_rows"]) == 30  # day 1's records, lost from bronze
+
+    env = airflow_local.environment(
+        home, kafka_bootstrap=bootstrap, pipelines_dir=p.dir,
+        extra={"KDE_LAKEHOUSE_ROOT": str(p.lake), "KDE_VAR_DIR": str(p.var)},
+    )  # fmt: skip
+    server = airflow_local.start_standalone(env, port=_free_port(), log_file=p.var / "standalone.log")
+    try:
+        deadline = time.monotonic() + 180
+        while _airflow(env, "dags", "unpause", name, check=False).returncode != 0:
+            assert time.monotonic() < deadline, "the DAG never reached the metadata database"
+            time.sleep(3)
+        fmt = "%Y-%m-%d"
+        _airflow(env, "backfill", "create", "--dag-id", name, "--max-active-runs", "1",
+                 "--from-date", datetime.fromtimestamp(day1 / 1000, UTC).strftime(fmt),
+                 "--to-date", datetime.fromtimestamp(day2 / 1000, UTC).strftime(fmt))  # fmt: skip
+        deadline = time.monotonic() + 900
+        while True:
+            backfills = [r for r in _runs(env, name) if r["run_id"].startswith("backfill__")]
+            if len(backfills) == 2 and all(r["state"] in ("success", "failed") for r in backfills):
+                break
+            assert time.monotonic() < deadline, f"backfill runs did not finish: {backfills}"
+            time.sleep(5)
+    finally:
+        airflow_local.stop_standalone(server)
+    assert [r["state"] for r in backfills] == ["success", "success"], (p.var / "standalone.log").read_text()[-5000:]
+
+    keys = p.bronze_keys()
+    assert len(keys) == len(set(keys)) == 60, "day 1's records are back and nothing was ingested twice"
+    ledger = [r for r in p.ledger() if r["run_type"] == "backfill"]
+    assert sorted((r["action"], r["rows"], r["outcome"], r["continuity"]) for r in ledger) == [
+        ("airflow_backfill", 0, "success", "CONTINUOUS"),  # day 2: all 30 records were there
+        ("airflow_backfill", 30, "success", "CONTINUOUS"),  # day 1: the 30 deleted ones
+    ]
+    windows = sorted(r["request_json"]["time_range"]["from"][:10] for r in ledger)
+    assert windows == [datetime.fromtimestamp(d / 1000, UTC).strftime("%Y-%m-%d") for d in (day1, day2)]
+    assert_no_cluster_left(p)

@@ -1,0 +1,224 @@
+"""Manual operations from the trigger form, through real DAG runs against the real broker, Spark and Delta.
+
+Each test triggers the pipeline's DAG with a run config (``airflow dags test -c``),
+as the trigger form does, and checks bronze, the ledger and the Delta log.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from include import airflow_local
+from include.offsets import BackfillCommit
+from tests.integration.dag_helpers import ORDERS_TRANSFORM, Pipeline, assert_no_cluster_left, order
+from tests.kafka_helpers import produce, produce_at, produce_numbered
+
+pytestmark = pytest.mark.integration
+
+
+def _bronze(p: Pipeline):
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(p.lake / p.name / "bronze"))
+
+
+def _delete_from_bronze(p: Pipeline, predicate: str) -> int:
+    """Delete rows from bronze with delta-rs (as a mistaken cleanup would); returns how many."""
+    return int(_bronze(p).delete(predicate)["num_deleted_rows"])
+
+
+def _backfill_commits(p: Pipeline) -> list[BackfillCommit]:
+    found = []
+    for entry in _bronze(p).history():
+        commit = BackfillCommit.from_user_metadata(entry.get("userMetadata"))
+        if commit is not None:
+            found.append(commit)
+    return found
+
+
+def _ok(proc, log: str) -> None:
+    assert proc.returncode == 0, log[-6000:]
+
+
+def test_backfill_by_offsets_inserts_only_missing_records_and_the_transform_picks_them_up(pipeline, bootstrap):
+    p = pipeline
+    p.write(transform=ORDERS_TRANSFORM)
+    produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order(f"o{i}", i % 60, i)) for i in range(150)])
+    _ok(*p.run())
+    removed = _delete_from_bronze(p, '"partition" = 1 AND "offset" >= 10 AND "offset" < 30')
+    assert removed == 20 and len(p.bronze_keys()) == 130
+
+    conf = {
+        "action": "backfill_offsets",
+        "reason": "restore rows a cleanup deleted by mistake",
+        "offset_ranges": [{"topic": p.topic, "partition": 0, "from": 0, "until": 50},  # all still there
+                          {"topic": p.topic, "partition": 1, "from": 0, "until": 50}],  # 20 of them gone
+    }  # fmt: skip
+    proc, log = p.run(conf)
+    _ok(proc, log)
+    keys = p.bronze_keys()
+    assert len(keys) == len(set(keys)) == 150
+    row = p.ledger()[0]
+    assert (row["outcome"], row["action"], row["request_reason"], row["rows"], row["continuity"]) == (
+        "success", "backfill_offsets", "restore rows a cleanup deleted by mistake", 20, "CONTINUOUS",
+    )  # fmt: skip
+    assert row["continuity_json"]["backfill"]["read"] == 100 and row["continuity_json"]["backfill"]["inserted"] == 20
+    assert row["request_json"]["ranges"][1] == {"topic": p.topic, "partition": 1, "from": 0, "until": 50,
+                                                "read": 0, "inserted": 0}  # fmt: skip
+    lines = airflow_local.summary_lines(log)
+    assert any("backfill re-read 100 records in 2 ranges, inserted 20 missing from bronze, 80 were there" in line
+               for line in lines), lines  # fmt: skip
+    # the transform read exactly the returned rows; silver already had them, so nothing changed there
+    assert row["silver_read"] == 20 and row["silver_upserted"] == 0 and row["transform_json"]["check"]["ok"]
+    (commit,) = _backfill_commits(p)
+    assert (commit.run_type, commit.action, commit.read, commit.inserted) == ("manual", "backfill_offsets", 100, 20)
+    assert {(r.partition, r.from_offset, r.until_offset, r.inserted) for r in commit.ranges} == {(0, 0, 50, 0),
+                                                                                                  (1, 0, 50, 20)}
+
+    version = _bronze(p).version()
+    _ok(*p.run(conf))  # the same backfill again
+    again = p.ledger()[0]
+    assert (again["outcome"], again["rows"], again["continuity_json"]["backfill"]["read"]) == ("success", 0, 100)
+    assert _bronze(p).version() == version, "a backfill with nothing missing writes no commit"
+    assert len(p.bronze_keys()) == 150
+    assert_no_cluster_left(p)
+
+
+def test_backfill_by_time_reinserts_exactly_the_records_stamped_in_the_window(pipeline, bootstrap):
+    p = pipeline
+    hour = 3_600_000
+    base = (int(time.time() * 1000) // hour - 4) * hour
+    records = []
+    for part in range(3):
+        for off in range(30):
+            ts = base + (off // 10) * hour + (off % 10) * 1000
+            if off == 15:
+                ts = base + 500  # a late record: stamped in the first hour, written in the second
+            records.append((part, f"{part}-{off}".encode(), f"v{off}".encode(), ts))
+    produce_at(bootstrap, p.topic, records)
+    _ok(*p.run())
+    assert _delete_from_bronze(p, '"offset" < 20') == 60
+
+    start, end = base + hour, base + 2 * hour
+    iso = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(start / 1000))
+    iso_end = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(end / 1000))
+    proc, log = p.run({"action": "backfill_time", "reason": "re-load the second hour", "from_time": iso,
+                       "to_time": iso_end})  # fmt: skip
+    _ok(proc, log)
+    expected = {(part, off) for part in range(3) for off in range(10, 20) if off != 15} | {
+        (part, off) for part in range(3) for off in range(20, 30)
+    }
+    keys = p.bronze_keys()
+    assert len(keys) == len(set(keys)) and set(keys) == expected
+    row = p.ledger()[0]
+    assert (row["action"], row["rows"], row["continuity"]) == ("backfill_time", 27, "CONTINUOUS")
+    assert row["request_json"]["time_range"]["from"].startswith(iso[:19])
+    (commit,) = _backfill_commits(p)
+    assert commit.time_range == row["request_json"]["time_range"] and commit.inserted == 27
+    assert {(r.partition, r.from_offset, r.until_offset) for r in commit.ranges} == {(q, 10, 20) for q in range(3)}
+
+
+def test_rebuild_checkpoint_then_normal_run_loses_and_duplicates_nothing(pipeline, bootstrap):
+    p = pipeline
+    produce_numbered(bootstrap, p.topic, 3, 300)
+    _ok(*p.run())
+    produce_numbered(bootstrap, p.topic, 3, 300, start=300)
+    proc, log = p.run({"action": "rebuild_checkpoint", "reason": "checkpoint folder restored from an old backup"})
+    _ok(proc, log)
+    rebuilt = p.ledger()[0]
+    assert (rebuilt["action"], rebuilt["epoch"], rebuilt["rows"], rebuilt["continuity"]) == (
+        "rebuild_checkpoint", 2, 300, "CONTINUOUS",
+    )  # fmt: skip
+    assert "checkpoint rebuilt: rebuild requested: asked" in log
+    assert "checkpoint folder restored from an old backup" in log
+
+    produce_numbered(bootstrap, p.topic, 3, 300, start=600)
+    _ok(*p.run())
+    last = p.ledger()[0]
+    assert (last["action"], last["epoch"], last["rows"], last["continuity"]) == ("normal", 2, 300, "CONTINUOUS")
+    keys = p.bronze_keys()
+    assert len(keys) == len(set(keys)) == 900
+    epochs = sorted(d.name for d in (p.lake / p.name / "_checkpoints" / "bronze").iterdir() if d.is_dir())
+    assert epochs == ["epoch=1", "epoch=2"]
+
+
+def test_data_loss_gap_acknowledged_through_the_form_is_recorded_with_its_reason(pipeline, bootstrap):
+    p = pipeline
+    produce_numbered(bootstrap, p.topic, 3, 60)
+    _ok(*p.run())
+    produce_numbered(bootstrap, p.topic, 3, 30, start=60)  # offsets 20..29 of each partition
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_records([TopicPartition(p.topic, 1, 25)])[TopicPartition(p.topic, 1, 25)].result(30)
+
+    proc, log = p.run()
+    assert proc.returncode == 1
+    assert "5 records (offsets 20 to 24) were deleted" in p.ledger()[0]["reason"]
+
+    proc, log = p.run({"action": "acknowledge_gap", "reason": "INC-42: broker disk lost, accepted by data owner"})
+    _ok(proc, log)
+    acked = p.ledger()[0]
+    assert (acked["outcome"], acked["action"], acked["lost"], acked["rows"], acked["continuity"]) == (
+        "success", "acknowledge_gap", 5, 25, "CONTINUOUS",
+    )  # fmt: skip
+    (gap,) = acked["gaps_json"]
+    assert (gap["partition"], gap["from"], gap["until"]) == (1, 20, 25)
+    assert gap["reason"].endswith("acknowledged by dag_test: INC-42: broker disk lost, accepted by data owner")
+    recorded = [g for part in acked["continuity_json"]["partitions"] for g in part["gaps"]]
+    assert recorded == [gap]
+
+    produce_numbered(bootstrap, p.topic, 3, 30, start=90)
+    _ok(*p.run())
+    after = p.ledger()[0]
+    assert (after["outcome"], after["action"], after["rows"], after["continuity"]) == ("success", "normal", 30,
+                                                                                       "CONTINUOUS")  # fmt: skip
+    keys = set(p.bronze_keys())
+    assert len(keys) == 115 and not {(1, o) for o in range(20, 25)} & keys
+
+
+def test_invalid_params_are_refused_before_any_spark_process_starts(pipeline, bootstrap):
+    p = pipeline
+    produce_numbered(bootstrap, p.topic, 3, 60)  # offsets 0..19 of each partition
+    _ok(*p.run())
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_records([TopicPartition(p.topic, 2, 5)])[TopicPartition(p.topic, 2, 5)].result(30)
+    t = p.topic
+    cases = [
+        ({"action": "backfill_offsets", "reason": "r", "offset_ranges": [{"topic": "nope", "from": 0, "until": 5}]},
+         f"topic 'nope' is not one pipeline {p.name!r} has ingested (its topics: {t})"),
+        ({"action": "backfill_offsets", "reason": "r",
+          "offset_ranges": [{"topic": t, "partition": 7, "from": 0, "until": 5}]},
+         f"topic {t!r} has no partition 7 (it has partitions 0, 1, 2)"),
+        ({"action": "backfill_offsets", "reason": "r", "offset_ranges": [{"topic": t, "from": 9, "until": 3}]},
+         "from 9 is not below until 3"),
+        ({"action": "backfill_offsets", "reason": "r",
+          "offset_ranges": [{"topic": t, "partition": 2, "from": 0, "until": 10}]},
+         f"partition {t}-2 from 0 is below Kafka's earliest offset 5 (older records were deleted by retention); "
+         "Kafka holds offsets [5, 20)"),
+        ({"action": "backfill_offsets", "reason": "r",
+          "offset_ranges": [{"topic": t, "partition": 0, "from": 0, "until": 999}]},
+         f"partition {t}-0 until 999 is past Kafka's end 20"),
+        ({"action": "backfill_time", "reason": "r", "from_time": "2020-01-01T00:00:00Z",
+          "to_time": "2020-01-02T00:00:00Z"},
+         "no record the table has passed has a Kafka timestamp in [2020-01-01T00:00:00+00:00, 2020-01-02"),
+        ({"action": "rebuild_checkpoint"}, "reason: required for action 'rebuild_checkpoint'"),
+        ({"action": "acknowledge_gap", "reason": "r"}, "the preflight finds no data loss to acknowledge now"),
+    ]  # fmt: skip
+    folders = p.run_dirs()
+    for conf, message in cases:
+        proc, log = p.run(conf)
+        assert proc.returncode == 1, conf
+        assert message in log, (conf, log[-4000:])
+        row = p.ledger()[0]
+        assert row["outcome"] == "failed" and message in row["reason"], row["reason"]
+        assert p.run_dirs() == folders, f"{conf}: a cluster was started"
+        assert_no_cluster_left(p)
+    # the form's own JSON-schema check refuses an unknown action before any run exists
+    runs = len(p.ledger())
+    proc, log = p.run({"action": "explode"})
+    assert proc.returncode != 0 and "explode" in log
+    assert len(p.ledger()) == runs
+    assert len(p.bronze_keys()) == 60
