@@ -178,6 +178,25 @@ def skip_gaps(positions: Mapping[str, Mapping[int, int]], gaps: Iterable[Gap]) -
     return result
 
 
+def _envelope(text: str | None, version: int | None, fmt: str, fmt_version: int,
+              kind: str) -> tuple[dict | None, str]:  # fmt: skip
+    """A commit's ``userMetadata`` as a dict if it is ours of format ``fmt`` (else ``None``), and where it is."""
+    where = f"Delta commit version {version}" if version is not None else "commit metadata"
+    if not text:
+        return None, where
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None, where
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        return None, where
+    if data.get("version") != fmt_version:
+        raise CommitMetadataError(
+            f"{where}: {kind} format version {data.get('version')!r} is not supported (expected {fmt_version})"
+        )
+    return data, where
+
+
 @dataclass(frozen=True)
 class BronzeCommit:
     """What one bronze commit wrote: its ranges and the table's position after it."""
@@ -223,20 +242,9 @@ class BronzeCommit:
         A commit that claims our format but is malformed raises
         :class:`CommitMetadataError` naming the Delta ``version``.
         """
-        if not text:
+        data, where = _envelope(text, version, COMMIT_FORMAT, COMMIT_FORMAT_VERSION, "bronze commit")
+        if data is None:
             return None
-        try:
-            data = json.loads(text)
-        except ValueError:
-            return None
-        if not isinstance(data, dict) or data.get("format") != COMMIT_FORMAT:
-            return None
-        where = f"Delta commit version {version}" if version is not None else "commit metadata"
-        if data.get("version") != COMMIT_FORMAT_VERSION:
-            raise CommitMetadataError(
-                f"{where}: bronze commit format version {data.get('version')!r} is not supported "
-                f"(expected {COMMIT_FORMAT_VERSION})"
-            )
         try:
             return cls(
                 pipeline=str(data["pipeline"]),
@@ -354,18 +362,9 @@ class BackfillCommit:
     @classmethod
     def from_user_metadata(cls, text: str | None, *, version: int | None = None) -> BackfillCommit | None:
         """Parse a commit's ``userMetadata``; ``None`` when it is not a backfill's."""
-        if not text:
+        data, where = _envelope(text, version, BACKFILL_FORMAT, BACKFILL_FORMAT_VERSION, "backfill commit")
+        if data is None:
             return None
-        try:
-            data = json.loads(text)
-        except ValueError:
-            return None
-        if not isinstance(data, dict) or data.get("format") != BACKFILL_FORMAT:
-            return None
-        where = f"Delta commit version {version}" if version is not None else "commit metadata"
-        if data.get("version") != BACKFILL_FORMAT_VERSION:
-            raise CommitMetadataError(f"{where}: backfill commit format version {data.get('version')!r} is not "
-                                      f"supported (expected {BACKFILL_FORMAT_VERSION})")  # fmt: skip
         try:
             return cls(
                 pipeline=str(data["pipeline"]),
