@@ -124,7 +124,7 @@ def build_dag(cfg: PipelineConfig) -> DAG:
             mode="reschedule",
             poke_interval=15,
             timeout=LOCK_TIMEOUT.total_seconds(),
-            retries=0,
+            retries=cfg.retries,  # a retry holding the lock takes it again (same run id)
         )
         def check_request(**context: Any):
             from airflow.sdk import PokeReturnValue
