@@ -15,6 +15,15 @@ from include.offsets import BackfillCommit, BronzeCommit, PositionMap, txn_app_i
 from include.transform_spec import SilverCommit
 
 
+def _open(path: str | Path, storage_options: dict[str, str] | None):
+    """The Delta table at ``path`` (delta-rs), or ``None`` when there is none yet."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path), storage_options=storage_options):
+        return None
+    return DeltaTable(str(path), storage_options=storage_options)
+
+
 @dataclass(frozen=True)
 class TableProgress:
     """Where a bronze table stands: its newest bronze commit and the table version."""
@@ -41,12 +50,9 @@ def read_progress(path: str | Path, *, storage_options: dict[str, str] | None = 
     skipped. The search window starts at the last 20 commits and widens only
     while it finds none of ours (``max_commits`` caps it).
     """
-    from deltalake import DeltaTable
-
-    path = str(path)
-    if not DeltaTable.is_deltatable(path, storage_options=storage_options):
+    table = _open(path, storage_options)
+    if table is None:
         return None
-    table = DeltaTable(path, storage_options=storage_options)
     version = table.version()
     limit = 20
     while True:
@@ -58,7 +64,7 @@ def read_progress(path: str | Path, *, storage_options: dict[str, str] | None = 
                     # Our writer always sets txnAppId with the metadata; its
                     # absence means the metadata was copied by another writer.
                     continue
-                return TableProgress(path, version, int(entry["version"]), commit)
+                return TableProgress(str(path), version, int(entry["version"]), commit)
         if len(entries) < limit or (max_commits is not None and limit >= max_commits):
             return None
         limit *= 10
@@ -72,12 +78,9 @@ def _entries_after(path: str | Path, version: int | None,
     Reads only those entries, so the cost follows the number of new commits,
     not the table's history. ``(None, [])`` when there is no table.
     """
-    from deltalake import DeltaTable
-
-    path = str(path)
-    if not DeltaTable.is_deltatable(path, storage_options=storage_options):
+    table = _open(path, storage_options)
+    if table is None:
         return None, []
-    table = DeltaTable(path, storage_options=storage_options)
     current = table.version()
     start = -1 if version is None else version
     if current <= start:
@@ -100,12 +103,8 @@ def commits_since(path: str | Path, version: int | None, *,
 
 def table_version(path: str | Path, *, storage_options: dict[str, str] | None = None) -> int | None:
     """The table's current version; ``None`` when there is no table yet."""
-    from deltalake import DeltaTable
-
-    path = str(path)
-    if not DeltaTable.is_deltatable(path, storage_options=storage_options):
-        return None
-    return DeltaTable(path, storage_options=storage_options).version()
+    table = _open(path, storage_options)
+    return None if table is None else table.version()
 
 
 def silver_commits_since(path: str | Path, version: int | None, *,
@@ -115,12 +114,9 @@ def silver_commits_since(path: str | Path, version: int | None, *,
     Reads the log entries after ``version``, and before it only as far back
     as the newest batch commit (schema changes and maintenance are skipped).
     """
-    from deltalake import DeltaTable
-
-    path = str(path)
-    if not DeltaTable.is_deltatable(path, storage_options=storage_options):
+    table = _open(path, storage_options)
+    if table is None:
         return None, []
-    table = DeltaTable(path, storage_options=storage_options)
     current = table.version()
     start = -1 if version is None else version
     limit = max(current - start, 0) + 20

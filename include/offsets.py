@@ -178,6 +178,11 @@ def skip_gaps(positions: Mapping[str, Mapping[int, int]], gaps: Iterable[Gap]) -
     return result
 
 
+def _seal(fmt: str, fmt_version: int, body: dict) -> str:
+    """``body`` marked as ours (format and its version), compact with a stable key order."""
+    return json.dumps({"format": fmt, "version": fmt_version, **body}, separators=(",", ":"), sort_keys=True)
+
+
 def _envelope(text: str | None, version: int | None, fmt: str, fmt_version: int,
               kind: str) -> tuple[dict | None, str]:  # fmt: skip
     """A commit's ``userMetadata`` as a dict if it is ours of format ``fmt`` (else ``None``), and where it is."""
@@ -216,22 +221,16 @@ class BronzeCommit:
 
     def to_user_metadata(self) -> str:
         """Serialise for Delta's ``userMetadata`` commit option (compact, stable key order)."""
-        return json.dumps(
-            {
-                "format": COMMIT_FORMAT,
-                "version": COMMIT_FORMAT_VERSION,
-                "pipeline": self.pipeline,
-                "run_id": self.run_id,
-                "run_type": self.run_type,
-                "epoch": self.epoch,
-                "batch_id": self.batch_id,
-                "ranges": [r.to_json() for r in sorted(self.ranges)],
-                "next_offsets": positions_to_json(self.next_offsets),
-                "extra": self.extra,
-            },
-            separators=(",", ":"),
-            sort_keys=True,
-        )
+        return _seal(COMMIT_FORMAT, COMMIT_FORMAT_VERSION, {
+            "pipeline": self.pipeline,
+            "run_id": self.run_id,
+            "run_type": self.run_type,
+            "epoch": self.epoch,
+            "batch_id": self.batch_id,
+            "ranges": [r.to_json() for r in sorted(self.ranges)],
+            "next_offsets": positions_to_json(self.next_offsets),
+            "extra": self.extra,
+        })  # fmt: skip
 
     @classmethod
     def from_user_metadata(cls, text: str | None, *, version: int | None = None) -> BronzeCommit | None:
@@ -342,22 +341,17 @@ class BackfillCommit:
         return sum(r.inserted for r in self.ranges)
 
     def to_user_metadata(self) -> str:
-        return json.dumps(
-            {
-                "format": BACKFILL_FORMAT,
-                "version": BACKFILL_FORMAT_VERSION,
-                "pipeline": self.pipeline,
-                "run_id": self.run_id,
-                "run_type": self.run_type,
-                "action": self.action,
-                "reason": self.reason,
-                "requested_by": self.requested_by,
-                "ranges": [r.to_json() for r in sorted(self.ranges)],
-                "time_range": self.time_range,
-            },
-            separators=(",", ":"),
-            sort_keys=True,
-        )
+        """Serialise for the backfill MERGE's ``userMetadata``."""
+        return _seal(BACKFILL_FORMAT, BACKFILL_FORMAT_VERSION, {
+            "pipeline": self.pipeline,
+            "run_id": self.run_id,
+            "run_type": self.run_type,
+            "action": self.action,
+            "reason": self.reason,
+            "requested_by": self.requested_by,
+            "ranges": [r.to_json() for r in sorted(self.ranges)],
+            "time_range": self.time_range,
+        })  # fmt: skip
 
     @classmethod
     def from_user_metadata(cls, text: str | None, *, version: int | None = None) -> BackfillCommit | None:

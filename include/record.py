@@ -86,8 +86,7 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
         "bronze_version_after": summary.get("bronze_version") if summary.get("bronze_version") is not None
         else version_before,
         "rows": summary.get("rows", 0),
-        "commits": sum(1 for b in summary.get("batches", []) if not b.get("skipped_replay"))
-        + (1 if summary.get("kind") == "backfill" and summary.get("bronze_version") is not None else 0),
+        "commits": summary.get("commits", 0),
         "lag_before": lag_report.get("total_lag"),
         "lag_after": (lag_after or {}).get("total_lag"),
         "lost": sum(g["until"] - g["from"] for g in gaps) if gaps else lag_report.get("total_lost", 0),

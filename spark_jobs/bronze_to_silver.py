@@ -42,12 +42,13 @@ from include.transform_spec import (
     TransformSpec,
 )
 from spark_jobs.job_common import (
-    build_session,
     confirm_newest_commit,
     failpoint,
+    job_main,
     newest_commit,
     root_message,
     with_user_metadata,
+    write_summary,
 )
 
 log = logging.getLogger("bronze_to_silver")
@@ -453,35 +454,20 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
         except Exception as exc:  # StreamingQueryException carries the batch's cause
             raise TransformError(f"transform of pipeline {cfg.pipeline!r} failed: {root_message(exc, _ERROR_MARKERS)}") from exc
     summary.duration_s = time.monotonic() - started
-    if cfg.summary_path:
-        Path(cfg.summary_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.summary_path).write_text(json.dumps(summary.to_json(), indent=2))
+    write_summary(cfg.summary_path, summary.to_json())
     return summary
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: args -> session -> run -> summary line; exit 2 on bad arguments."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        cfg = parse_config(sys.argv[1:] if argv is None else argv)
-    except TransformError as exc:
-        print(f"bronze_to_silver: {exc}", file=sys.stderr)
-        return 2
-    spark = build_session(f"bronze_to_silver:{cfg.pipeline}")
-    try:
-        summary = run(spark, cfg)
-    except TransformError as exc:
-        print(f"bronze_to_silver: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        spark.stop()
-    s = summary.to_json()
-    print(
-        f"bronze_to_silver: pipeline={cfg.pipeline} epoch={summary.epoch} read={s['read']} "
-        f"upserted={s['upserted']} deleted={s['deleted']} quarantined={s['quarantined']} "
-        f"superseded={s['superseded']} duration={summary.duration_s:.1f}s"
-    )
-    return 0
+
+    def describe(summary: TransformSummary) -> str:
+        s = summary.to_json()
+        return (f"epoch={summary.epoch} read={s['read']} upserted={s['upserted']} deleted={s['deleted']} "
+                f"quarantined={s['quarantined']} superseded={s['superseded']} duration={summary.duration_s:.1f}s")  # fmt: skip
+
+    return job_main("bronze_to_silver", argv, parse=parse_config, bad_argument=TransformError, run=run,
+                    failure=(TransformError,), describe=describe)  # fmt: skip
 
 
 if __name__ == "__main__":

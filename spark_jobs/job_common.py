@@ -8,12 +8,14 @@ right after it for crash tests.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 log = logging.getLogger("kde_jobs")
 
@@ -113,3 +115,37 @@ def root_message(exc: BaseException, markers: tuple[str, ...]) -> str:
         if marker in text:
             return marker + text.split(marker, 1)[1].split("\n", 1)[0]
     return text.split("\n", 1)[0][:2000]
+
+
+def write_summary(path: str | None, summary: dict) -> None:
+    """Write a job's summary JSON where the orchestrator reads it (nothing without a path)."""
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(summary, indent=2))
+
+
+def job_main(name: str, argv: list[str] | None, *, parse: Callable[[list[str]], Any],
+             bad_argument: type[Exception] | tuple[type[Exception], ...], run: Callable[[Any, Any], Any],
+             failure: tuple[type[Exception], ...], describe: Callable[[Any], str]) -> int:  # fmt: skip
+    """What every job's ``main`` does: args -> session -> run -> one result line.
+
+    Exit 2 on a ``bad_argument`` (before any session starts), 1 on a
+    ``failure`` of the run (its message on stderr), 0 with ``describe(result)``
+    printed otherwise. The session is stopped in every case.
+    """
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = parse(sys.argv[1:] if argv is None else argv)
+    except bad_argument as exc:
+        print(f"{name}: bad argument: {exc}", file=sys.stderr)
+        return 2
+    spark = build_session(f"{name}:{cfg.pipeline}")
+    try:
+        result = run(spark, cfg)
+    except failure as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+    print(f"{name}: pipeline={cfg.pipeline} {describe(result)}")
+    return 0

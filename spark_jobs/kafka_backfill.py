@@ -34,7 +34,7 @@ from pathlib import Path
 
 from include.offsets import BackfillCommit, BackfillRange, BronzeCommit, OffsetError, PositionMap
 from spark_jobs.ingest_plan import JobConfigError, _Parser, _positive, read_kafka_options_file
-from spark_jobs.job_common import build_session, newest_commit, with_user_metadata
+from spark_jobs.job_common import job_main, newest_commit, with_user_metadata, write_summary
 from spark_jobs.kafka_to_bronze import BRONZE_COLUMNS
 
 log = logging.getLogger("kafka_backfill")
@@ -268,37 +268,25 @@ def run(spark, cfg: BackfillConfig) -> dict:
         "inserted": result.inserted,
         "present": result.read - result.inserted,
         "rows": result.inserted,
+        "commits": 0 if version is None else 1,
         "partitions": {t: {str(r.partition): {"from": r.from_offset, "until": r.until_offset, "rows": r.inserted}
                            for r in result.ranges if r.topic == t} for t in sorted({r.topic for r in result.ranges})},
         "bronze_version": version,
         "notes": notes,
         "duration_s": round(time.monotonic() - started, 3),
     }  # fmt: skip
-    if cfg.summary_path:
-        Path(cfg.summary_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.summary_path).write_text(json.dumps(summary, indent=2))
+    write_summary(cfg.summary_path, summary)
     return summary
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: args -> session -> run -> summary line; exit 2 on bad arguments."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        cfg = parse_config(sys.argv[1:] if argv is None else argv)
-    except JobConfigError as exc:
-        print(f"kafka_backfill: bad argument: {exc}", file=sys.stderr)
-        return 2
-    spark = build_session(f"kafka_backfill:{cfg.pipeline}")
-    try:
-        summary = run(spark, cfg)
-    except (BackfillError, OffsetError) as exc:
-        print(f"kafka_backfill: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        spark.stop()
-    print(f"kafka_backfill: pipeline={cfg.pipeline} read={summary['read']} inserted={summary['inserted']} "
-          f"present={summary['present']} version={summary['bronze_version']}")  # fmt: skip
-    return 0
+    return job_main(
+        "kafka_backfill", argv, parse=parse_config, bad_argument=JobConfigError, run=run,
+        failure=(BackfillError, OffsetError),
+        describe=lambda s: (f"read={s['read']} inserted={s['inserted']} present={s['present']} "
+                            f"version={s['bronze_version']}"),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

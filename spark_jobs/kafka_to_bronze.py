@@ -19,7 +19,6 @@ and ``txnAppId``/``txnVersion`` -> write the run summary.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
@@ -48,11 +47,12 @@ from spark_jobs.ingest_plan import (
     plan_checkpoint,
 )
 from spark_jobs.job_common import (
-    build_session,
     confirm_newest_commit,
     failpoint,
+    job_main,
     newest_commit,
     root_message,
+    write_summary,
 )
 
 log = logging.getLogger("kafka_to_bronze")
@@ -119,6 +119,7 @@ class RunSummary:
             "epoch": self.epoch,
             "checkpoint_rebuilt": self.checkpoint_rebuilt,
             "rows": self.rows,
+            "commits": sum(1 for b in self.batches if not b.skipped_replay),
             "batches": [
                 {
                     "batch_id": b.batch_id,
@@ -356,33 +357,17 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
         raise IngestionError(f"ingestion of pipeline {cfg.pipeline!r} failed: {root_message(exc, _ERROR_MARKERS)}") from exc
     summary.next_offsets = writer.positions
     summary.duration_s = time.monotonic() - started
-    if cfg.summary_path:
-        Path(cfg.summary_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.summary_path).write_text(json.dumps(summary.to_json(), indent=2))
+    write_summary(cfg.summary_path, summary.to_json())
     return summary
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: args -> session -> run -> summary line; exit 2 on bad arguments."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        cfg = parse_config(sys.argv[1:] if argv is None else argv)
-    except JobConfigError as exc:
-        print(f"kafka_to_bronze: bad argument: {exc}", file=sys.stderr)
-        return 2
-    spark = build_session(f"kafka_to_bronze:{cfg.pipeline}")
-    try:
-        summary = run(spark, cfg)
-    except (KafkaSourceError, IngestionError, OffsetError) as exc:
-        print(f"kafka_to_bronze: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        spark.stop()
-    print(
-        f"kafka_to_bronze: pipeline={cfg.pipeline} epoch={summary.epoch} rows={summary.rows} "
-        f"batches={len(summary.batches)} duration={summary.duration_s:.1f}s"
-    )
-    return 0
+    return job_main(
+        "kafka_to_bronze", argv, parse=parse_config, bad_argument=JobConfigError, run=run,
+        failure=(KafkaSourceError, IngestionError, OffsetError),
+        describe=lambda s: f"epoch={s.epoch} rows={s.rows} batches={len(s.batches)} duration={s.duration_s:.1f}s",
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

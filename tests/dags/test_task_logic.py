@@ -99,7 +99,7 @@ def test_record_success_carries_rows_ranges_and_lag(cfg):
         cfg, {"wait_for_lag": "success", "preflight": "success", "ingest": "success", "record_run": "running"},
         preflight={"lag": {"total_lag": 7, "partitions": [{"topic": "t", "partition": 0, "lag": 7}]},
                    "table_version": 3, "accepted_gaps": [], "findings": []},
-        ingest={"rows": 7, "epoch": 1, "bronze_version": 4, "batches": [{"skipped_replay": False}],
+        ingest={"rows": 7, "epoch": 1, "bronze_version": 4, "commits": 1, "batches": [{"skipped_replay": False}],
                 "partitions": {"t": {"0": {"from": 10, "until": 17, "rows": 7}}}},
         check_continuity={"ok": True, "violations": []},
     )  # fmt: skip
