@@ -177,7 +177,9 @@ def start(data_dir: Path, *, heap: str = "1g", timeout_s: float = 90.0) -> Local
         uuid.uuid4().bytes
     ).decode().rstrip("=")
     fmt = run_kafka_tool(
-        "storage", "format", "-t", cluster_id, "-c", str(config), "--ignore-formatted"
+        # "--cluster-id=": an id may start with "-" (URL-safe base64), which the
+        # tool would otherwise take for an option.
+        "storage", "format", f"--cluster-id={cluster_id}", "-c", str(config), "--ignore-formatted"
     )
     if fmt.returncode != 0:
         raise BrokerError(f"formatting Kafka storage in {data_dir} failed: {fmt.stderr or fmt.stdout}")
