@@ -110,6 +110,8 @@ def read_runs(path: str | Path, *, limit: int | None = None,
     rows.sort(key=lambda r: r["finished_at"] or epoch, reverse=True)
     for r in rows:
         for name in COLUMNS:
-            if name.endswith("_json") and r[name] is not None:
-                r[name] = json.loads(r[name])
+            # A ledger written before a column was added lacks it until its next append.
+            value = r.setdefault(name, None)
+            if name.endswith("_json") and value is not None:
+                r[name] = json.loads(value)
     return rows[:limit] if limit is not None else rows
