@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo ui test lint bench lock clean
+.PHONY: setup browser demo ui test lint bench lock clean
 
 $(STAMP): requirements.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -18,13 +18,20 @@ $(STAMP): requirements.txt constraints.txt
 setup: $(STAMP)
 	$(PY) -m include.jvm_deps
 
+# Debian's chromium and chromedriver for the UI plugin's browser test (never a downloaded browser).
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+	    --no-install-recommends chromium chromium-driver >/dev/null; }
+
 demo: setup
 	$(PY) -m include.demo
 
 ui: setup
 	$(PY) -m include.ui
 
-test: setup
+test: setup browser
 	$(PY) -m ruff check .
 	$(PY) -m pytest
 

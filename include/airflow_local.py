@@ -85,6 +85,19 @@ def start_standalone(env: Mapping[str, str], *, port: int, log_file: Path) -> su
     Runs in its own process group, so :func:`stop_standalone` stops every
     component and the task processes it started.
     """
+    return _start_server(env, ("standalone",), port=port, log_file=log_file)
+
+
+def start_api_server(env: Mapping[str, str], *, port: int, log_file: Path) -> subprocess.Popen:
+    """``airflow api-server`` alone (UI, REST API and plugins, no scheduler) on 127.0.0.1:``port``.
+
+    Stop it with :func:`stop_standalone`; wait for it with :func:`wait_until_serving`.
+    """
+    return _start_server(env, ("api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
+                         port=port, log_file=log_file)  # fmt: skip
+
+
+def _start_server(env: Mapping[str, str], args: tuple[str, ...], *, port: int, log_file: Path) -> subprocess.Popen:
     env = dict(env)
     env.update({
         "AIRFLOW__API__PORT": str(port),
@@ -94,8 +107,29 @@ def start_standalone(env: Mapping[str, str], *, port: int, log_file: Path) -> su
     })  # fmt: skip
     log_file.parent.mkdir(parents=True, exist_ok=True)
     out = log_file.open("ab")
-    return subprocess.Popen(airflow_command("standalone"), env=env, stdout=out, stderr=subprocess.STDOUT,
+    return subprocess.Popen(airflow_command(*args), env=env, stdout=out, stderr=subprocess.STDOUT,
                             start_new_session=True)  # fmt: skip
+
+
+def wait_until_serving(proc: subprocess.Popen, port: int, *, timeout_s: float = 180, log_file: Path | None = None) -> None:
+    """Wait until the API server on ``port`` answers its health endpoint; raise if it exits or never does."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            tail = log_file.read_text()[-3000:] if log_file and log_file.exists() else ""
+            raise RuntimeError(f"the Airflow API server exited with {proc.returncode} before serving:\n{tail}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=5) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the Airflow API server did not answer on port {port} within {timeout_s:.0f}s")
+        time.sleep(1)
 
 
 def stop_standalone(proc: subprocess.Popen, timeout_s: float = 60) -> None:

@@ -13,6 +13,9 @@ Nothing here runs at DAG-parse time: DAG files only name connection ids.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 #: librdkafka settings that the Java client (the Spark job) takes under the same name.
 _SHARED_WITH_JAVA = ("security.protocol", "client.id", "client.dns.lookup")
 
@@ -34,9 +37,29 @@ def _get_connection(conn_id: str):
         ) from None
 
 
-def kafka_client_config(conn_id: str) -> dict[str, str]:
-    """confluent-kafka settings of the Kafka connection ``conn_id`` (bootstrap servers and security)."""
-    conn = _get_connection(conn_id)
+def server_connection(conn_id: str):
+    """The connection ``conn_id`` as Airflow's server processes see it (no task context needed).
+
+    The API server (where the monitoring plugin runs) is not a task: the Task
+    SDK's lookup is for workers, so this asks Airflow core's secrets search
+    (environment, secrets backends, metadata database) directly.
+    """
+    from airflow.exceptions import AirflowNotFoundException
+    from airflow.models.connection import Connection
+
+    try:
+        return Connection.get_connection_from_secrets(conn_id)
+    except AirflowNotFoundException:
+        raise ConnectionConfigError(f"Airflow connection {conn_id!r} does not exist") from None
+
+
+def kafka_client_config(conn_id: str, *, get_connection: Callable[[str], Any] = _get_connection) -> dict[str, str]:
+    """confluent-kafka settings of the Kafka connection ``conn_id`` (bootstrap servers and security).
+
+    ``get_connection`` looks the connection up; the default is the Task SDK's
+    (tasks), :func:`server_connection` is for Airflow's server processes.
+    """
+    conn = get_connection(conn_id)
     extra = conn.extra_dejson or {}
     config = {str(k): str(v) for k, v in extra.items()}
     if not config.get("bootstrap.servers"):
