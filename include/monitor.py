@@ -238,8 +238,9 @@ def pipeline_snapshot(
     progress = None
     try:
         progress = delta_progress.read_progress(cfg.tables.bronze_path)
-        snap["table"] = {"ok": True, "error": None, "exists": delta_progress.table_version(cfg.tables.bronze_path)
-                         is not None, "version": progress.table_version if progress else None,
+        # The table is opened a second time only when it holds none of our commits (or is absent).
+        version = progress.table_version if progress else delta_progress.table_version(cfg.tables.bronze_path)
+        snap["table"] = {"ok": True, "error": None, "exists": version is not None, "version": version,
                          "epoch": progress.epoch if progress else None}  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - shown on the page; the other sources still are
         snap["table"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "exists": None, "version": None,

@@ -139,10 +139,8 @@ def _roots(request: Request) -> tuple[str, str]:
 def _rooted(snap: dict, ui_root: str) -> dict:
     if ui_root:
         snap["links"] = {k: (ui_root + v if v else v) for k, v in snap["links"].items()}
-        for run in snap["runs"]:
+        for run in snap["runs"]:  # last_run is runs[0], the same dict
             run["link"] = ui_root + run["link"]
-        if snap["last_run"] is not None:
-            snap["last_run"]["link"] = snap["runs"][0]["link"]
     return snap
 
 

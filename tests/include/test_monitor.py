@@ -150,16 +150,12 @@ def test_snapshot_with_an_unreachable_broker_answers_in_bounded_time_from_the_ta
     assert snap["table"] == {"ok": True, "error": None, "exists": False, "version": None, "epoch": None}
 
 
-def test_snapshot_without_connection_settings_says_why():
-    cfg_text = "name: q\nkafka: {connection_id: missing, topics: [t]}\nschedule: null\n"
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as d:
-        file = Path(d) / "q.yaml"
-        file.write_text(cfg_text + f"tables: {{lakehouse_root: '{d}/lake'}}\n")
-        snap = monitor.pipeline_snapshot(load_pipeline(file), None,
-                                         kafka_error="Airflow connection 'missing' does not exist")  # fmt: skip
+def test_snapshot_without_connection_settings_says_why(tmp_path):
+    file = tmp_path / "q.yaml"
+    file.write_text("name: q\nkafka: {connection_id: missing, topics: [t]}\nschedule: null\n"
+                    f"tables: {{lakehouse_root: '{tmp_path}/lake'}}\n")  # fmt: skip
+    snap = monitor.pipeline_snapshot(load_pipeline(file), None,
+                                     kafka_error="Airflow connection 'missing' does not exist")  # fmt: skip
     assert snap["kafka"] == {"ok": False, "notes": [],
                              "error": "Kafka not asked: Airflow connection 'missing' does not exist"}  # fmt: skip
     assert snap["health"]["state"] == "failing"
