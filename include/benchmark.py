@@ -1,10 +1,13 @@
-"""Ingestion throughput, side by side: Kafka's own consumer, a plain Spark job, the project's job.
+"""Ingestion throughput side by side (Kafka's own consumer, a plain Spark job, the project's job),
+then what a DAG run costs with little or nothing to read, and as history grows.
 
     make bench BENCH_ARGS="--records 500000 --repetitions 2"
     .venv/bin/python -m include.benchmark [--records N] [--partitions P] [--record-bytes B]
                                           [--repetitions R] [--bootstrap-servers HOST:PORT]
+                                          [--parts throughput,runs] [--small-records N]
+                                          [--history 10,200] [--run-repetitions R]
 
-One run, so every figure comes from the same machine state:
+One run, so every figure comes from the same machine state. Throughput:
 
 1. starts a local broker in a temporary folder (or uses ``--bootstrap-servers``),
    creates one topic and produces the backlog once with confluent-kafka
@@ -21,6 +24,9 @@ One run, so every figure comes from the same machine state:
    over repetitions, project/plain and project/ceiling ratios) and writes it
    to ``--output``; Spark logs go next to it;
 4. stops the broker it started, always.
+
+DAG runs (``--parts runs``, on a topic of their own): see
+:mod:`include.benchmark_runs`; their tables are added to the same report.
 """
 
 from __future__ import annotations
@@ -42,11 +48,21 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from include import local_kafka, settings
+from include import airflow_local, local_kafka, settings
+from include.benchmark_runs import (
+    DagRunBench,
+    DagRunTiming,
+    RunBenchmarkError,
+    RunParams,
+    render_runs_markdown,
+)
 from include.kafka_admin import create_topic, delete_topic, watermarks
 from include.spark_submit import submit_command, submit_environment
 
 #: The three things measured, in the order of each repetition and of the table.
+#: The halves of the benchmark, as ``--parts`` names them.
+PARTS = ("throughput", "runs")
+
 JOBS: dict[str, str] = {
     "ceiling": "Kafka consumer-perf-test (ceiling)",
     "plain": "plain Spark job (plain_kafka_to_delta.py)",
@@ -76,6 +92,9 @@ class BenchmarkParams:
     master: str = "local[2]"
     project_max_offsets_per_trigger: int | None = None
     job_timeout_s: float = 3600.0
+    parts: tuple[str, ...] = PARTS
+    runs: RunParams = field(default_factory=RunParams)
+    airflow_home: Path | None = None
 
     @property
     def value_bytes(self) -> int:
@@ -110,6 +129,7 @@ class BenchmarkReport:
     load_before: str = ""
     load_after: str = ""
     total_s: float = 0.0
+    runs: list[DagRunTiming] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- machine
@@ -387,22 +407,38 @@ def _progress_breakdown(ms: list[Measurement]) -> str | None:
 
 
 def render_markdown(report: BenchmarkReport) -> str:
-    """The report as markdown: header, one row per job, ratios, definitions."""
+    """The report as markdown: header, then each part that ran (throughput: one row per job, ratios,
+    definitions; DAG runs: :func:`include.benchmark_runs.render_runs_markdown`)."""
     p = report.params
-    by_job = {job: [m for m in report.measurements if m.job == job] for job in JOBS}
-    mb = p.value_bytes / 1e6
     lines = [
         "# Kafka -> Delta ingestion benchmark",
         "",
         f"- machine: {report.machine}; load average {report.load_before} at start, {report.load_after} at end",
+        f"- broker: {report.broker}",
+        f"- total benchmark wall time: {report.total_s:.0f}s",
+    ]
+    if report.measurements:
+        lines += ["", *_throughput_lines(report)]
+    text = "\n".join(lines) + "\n"
+    if report.runs:
+        text += "\n" + render_runs_markdown(report.runs, p.runs)
+    return text
+
+
+def _throughput_lines(report: BenchmarkReport) -> list[str]:
+    p = report.params
+    by_job = {job: [m for m in report.measurements if m.job == job] for job in JOBS}
+    mb = p.value_bytes / 1e6
+    lines = [
+        "## Throughput",
+        "",
         f"- parameters: {p.records:,} records x {p.record_bytes} B values ({mb:,.1f} MB of values, no keys) "
         f"in {p.partitions} partitions of topic `{report.topic}`; {p.repetitions} repetition(s); "
         f"Spark `{p.master}`, spark-submit via include.spark_submit (driver memory 1g, UI off)"
         + (f"; project --max-offsets-per-trigger {p.project_max_offsets_per_trigger}"
            if p.project_max_offsets_per_trigger else "; no maxOffsetsPerTrigger for either Spark job"),
-        f"- broker: {report.broker}; backlog produced once with confluent-kafka in {report.produce_s:.1f}s "
+        f"- backlog produced once with confluent-kafka in {report.produce_s:.1f}s "
         f"({p.records / report.produce_s:,.0f} records/s)",
-        f"- total benchmark wall time: {report.total_s:.0f}s",
         "",
         "| job | rows checked | drain s | drain records/s | drain MB/s | wall s | wall records/s | wall MB/s |",
         "|---|---|---|---|---|---|---|---|",
@@ -452,7 +488,7 @@ def render_markdown(report: BenchmarkReport) -> str:
             "- project: median seconds inside its foreachBatch writer (count/min/max per partition, "
             f"Delta write, history read): {statistics.median(m.detail['batch_s'] for m in project):.1f}s"
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 # --------------------------------------------------------------------------- run
@@ -463,7 +499,8 @@ def _log(message: str) -> None:
 
 
 def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
-    """Start/reuse the broker, produce once, measure every repetition; always stop what it started."""
+    """Start/reuse the broker, then each part: throughput (produce once, measure every repetition),
+    DAG runs (:class:`include.benchmark_runs.DagRunBench`); always stop what it started."""
     started = time.monotonic()
     load_before = load_average()
     work = Path(params.work_dir or tempfile.mkdtemp(prefix="kde-benchmark-")).resolve()
@@ -473,8 +510,9 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
         shutil.rmtree(log_dir)
     log_dir.mkdir(parents=True)
     topic = f"benchmark-{uuid.uuid4().hex[:8]}"
+    runs_topic = f"{topic}-runs"
     broker: local_kafka.LocalBroker | None = None
-    topic_created = False
+    created: list[str] = []
     try:
         if params.bootstrap_servers:
             bootstrap = params.bootstrap_servers
@@ -484,31 +522,26 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
             broker = local_kafka.start(work / "kafka")
             bootstrap = broker.bootstrap_servers
             broker_text = f"started by the benchmark (local_kafka, KRaft, heap 1g), {bootstrap}"
-        create_topic(bootstrap, topic, params.partitions)
-        topic_created = True
-        _log(f"producing {params.records:,} records of {params.record_bytes} B to {topic}")
-        produce_s = produce_backlog(bootstrap, topic, params.records, params.partitions, params.record_bytes)
-        size = sum(high - low for low, high in watermarks(bootstrap, topic).values())
-        if size != params.records:
-            raise BenchmarkError(f"topic {topic} holds {size} records after producing {params.records}")
-        _log(f"produced in {produce_s:.1f}s")
-        report = BenchmarkReport(params, machine_description(), topic, broker_text, produce_s,
-                                 load_before=load_before)  # fmt: skip
-        for rep in range(1, params.repetitions + 1):
-            rep_dir = work / f"rep{rep}"
-            for job in JOBS:
-                _log(f"repetition {rep}/{params.repetitions}: {JOBS[job]}")
-                if job == "ceiling":
-                    m = measure_ceiling(bootstrap, topic, params.records, rep, params.job_timeout_s)
-                elif job == "plain":
-                    m = measure_plain(bootstrap, topic, rep_dir, params, rep, log_dir)
-                else:
-                    m = measure_project(bootstrap, topic, rep_dir, params, rep, log_dir)
-                report.measurements.append(m)
-                _log(f"  {m.rows:,} rows, drain {m.drain_s:.1f}s ({params.records / m.drain_s:,.0f} records/s), "
-                     f"wall {m.wall_s:.1f}s")  # fmt: skip
-            if not params.keep_work_dir:
-                shutil.rmtree(rep_dir, ignore_errors=True)
+        report = BenchmarkReport(
+            params, machine_description(), topic, broker_text, 0.0, load_before=load_before
+        )
+        if "throughput" in params.parts:
+            create_topic(bootstrap, topic, params.partitions)
+            created.append(topic)
+            _measure_throughput(report, bootstrap, work, log_dir)
+        if "runs" in params.parts:
+            r = params.runs
+            create_topic(bootstrap, runs_topic, r.partitions)
+            created.append(runs_topic)
+            _log(f"DAG runs on topic {runs_topic}: fixed cost, then history {list(r.history)}")
+            bench = DagRunBench(
+                work / "runs", bootstrap, runs_topic, r, airflow_home=params.airflow_home, log=_log,
+                produce=lambda n: produce_backlog(bootstrap, runs_topic, n, r.partitions, r.record_bytes),
+            )  # fmt: skip
+            if params.airflow_home is None:
+                _log(f"preparing an embedded Airflow in {bench.home}")
+                airflow_local.migrate(bench.env)
+            report.runs = bench.measure()
         report.load_after = load_average()
         report.total_s = time.monotonic() - started
         return report
@@ -516,13 +549,42 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
         if broker is not None:
             _log("stopping the broker")
             broker.stop()
-        elif topic_created:
-            try:
-                delete_topic(bootstrap, topic)
-            except Exception as exc:  # noqa: BLE001 - cleanup must not hide the result
-                _log(f"could not delete topic {topic}: {exc}")
+        else:
+            for name in created:
+                try:
+                    delete_topic(bootstrap, name)
+                except Exception as exc:  # noqa: BLE001 - cleanup must not hide the result
+                    _log(f"could not delete topic {name}: {exc}")
         if not params.keep_work_dir and params.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _measure_throughput(report: BenchmarkReport, bootstrap: str, work: Path, log_dir: Path) -> None:
+    """Produce the backlog once, then read it with each job per repetition (into ``report``)."""
+    params, topic = report.params, report.topic
+    _log(f"producing {params.records:,} records of {params.record_bytes} B to {topic}")
+    report.produce_s = produce_backlog(
+        bootstrap, topic, params.records, params.partitions, params.record_bytes
+    )
+    size = sum(high - low for low, high in watermarks(bootstrap, topic).values())
+    if size != params.records:
+        raise BenchmarkError(f"topic {topic} holds {size} records after producing {params.records}")
+    _log(f"produced in {report.produce_s:.1f}s")
+    for rep in range(1, params.repetitions + 1):
+        rep_dir = work / f"rep{rep}"
+        for job in JOBS:
+            _log(f"repetition {rep}/{params.repetitions}: {JOBS[job]}")
+            if job == "ceiling":
+                m = measure_ceiling(bootstrap, topic, params.records, rep, params.job_timeout_s)
+            elif job == "plain":
+                m = measure_plain(bootstrap, topic, rep_dir, params, rep, log_dir)
+            else:
+                m = measure_project(bootstrap, topic, rep_dir, params, rep, log_dir)
+            report.measurements.append(m)
+            _log(f"  {m.rows:,} rows, drain {m.drain_s:.1f}s ({params.records / m.drain_s:,.0f} records/s), "
+                 f"wall {m.wall_s:.1f}s")  # fmt: skip
+        if not params.keep_work_dir:
+            shutil.rmtree(rep_dir, ignore_errors=True)
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -577,6 +639,41 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--job-timeout-s", type=float, default=d.job_timeout_s, help="per job run (default %(default)s)"
     )
+
+    def parts(text: str) -> tuple[str, ...]:
+        chosen = tuple(x.strip() for x in text.split(",") if x.strip())
+        unknown = [x for x in chosen if x not in PARTS]
+        if not chosen or unknown:
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated list of {', '.join(PARTS)}, got {text!r}"
+            )
+        return chosen
+
+    def levels(text: str) -> tuple[int, ...]:
+        try:
+            values = tuple(int(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            values = ()
+        if not values or any(v <= 0 for v in values) or list(values) != sorted(set(values)):
+            raise argparse.ArgumentTypeError(
+                f"expected increasing positive commit counts like 10,200, got {text!r}"
+            )
+        return values
+
+    r = d.runs
+    g = p.add_argument_group("DAG runs (--parts runs)")
+    p.add_argument("--parts", type=parts, default=d.parts,
+                   help=f"what to measure, comma-separated (default {','.join(d.parts)})")  # fmt: skip
+    g.add_argument("--small-records", type=positive, default=r.small_records,
+                   help="records of the small DAG run (default %(default)s)")  # fmt: skip
+    g.add_argument("--history", type=levels, default=r.history,
+                   help="bronze commit counts at which the small run is measured again "
+                        f"(default {','.join(map(str, r.history))})")  # fmt: skip
+    g.add_argument("--run-repetitions", type=positive, default=r.repetitions,
+                   help="measured runs of each kind (default %(default)s)")  # fmt: skip
+    g.add_argument("--airflow-home", type=Path, default=None,
+                   help="an Airflow home whose SQLite database is already migrated (default: a new one "
+                        "in the work folder)")  # fmt: skip
     return p
 
 
@@ -598,10 +695,20 @@ def main(argv: list[str] | None = None) -> int:
         master=args.master,
         project_max_offsets_per_trigger=args.project_max_offsets_per_trigger,
         job_timeout_s=args.job_timeout_s,
+        parts=args.parts,
+        runs=RunParams(
+            small_records=args.small_records,
+            history=args.history,
+            repetitions=args.run_repetitions,
+            partitions=args.partitions,
+            record_bytes=args.record_bytes,
+            timeout_s=args.job_timeout_s,
+        ),
+        airflow_home=args.airflow_home,
     )
     try:
         report = run_benchmark(params)
-    except (BenchmarkError, local_kafka.BrokerError) as exc:
+    except (BenchmarkError, RunBenchmarkError, local_kafka.BrokerError) as exc:
         print(f"benchmark FAILED: {exc}", file=sys.stderr)
         return 1
     text = render_markdown(report)

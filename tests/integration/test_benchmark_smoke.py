@@ -58,3 +58,39 @@ def test_benchmark_measures_all_three_jobs(bootstrap: str, tmp_path: Path, capsy
     assert re.search(r"^\| project / ceiling \| [0-9.]+ \| [0-9.]+ \|$", markdown, re.M)
     assert (tmp_path / "ingest-logs" / "rep1-plain.log").exists()
     assert (tmp_path / "ingest-logs" / "rep1-project-summary.json").exists()
+
+
+def _section_rows(markdown: str, heading: str) -> list[list[str]]:
+    """Data rows of the first table under ``heading`` (cells stripped)."""
+    section = markdown.split(heading, 1)[1].split("\n## ", 1)[0]
+    table = [line for line in section.splitlines() if line.startswith("|")]
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in table[2:]]
+
+
+def test_benchmark_measures_dag_runs(bootstrap: str, airflow_home: Path, tmp_path: Path) -> None:
+    """The DAG-run half on a tiny scale: fixed cost (no cluster without data) and one history level."""
+    output = tmp_path / "runs.md"
+    code = benchmark.main([
+        "--bootstrap-servers", bootstrap, "--parts", "runs", "--partitions", "2", "--small-records", "40",
+        "--history", "4", "--run-repetitions", "1", "--airflow-home", str(airflow_home),
+        "--output", str(output), "--work-dir", str(tmp_path / "work"),
+    ])  # fmt: skip
+    assert code == 0
+    markdown = output.read_text()
+    assert "## Throughput" not in markdown
+
+    fixed = {row[0]: row for row in _section_rows(markdown, "## Fixed cost of a DAG run")}
+    assert set(fixed) == {"first run (creates the table)", "no new records", "40 new records"}
+    assert fixed["no new records"][1] == "no"
+    assert fixed["40 new records"][1] == "yes"
+    for row in fixed.values():
+        dags_test_s, end_to_end_s = float(row[2]), float(row[3])
+        assert 0 < end_to_end_s < dags_test_s, row
+    assert float(fixed["40 new records"][4]) > 0  # start_cluster
+    assert float(fixed["no new records"][4]) == 0  # skipped, never started
+
+    history = _section_rows(markdown, "## Cost of the checks as history grows")
+    commits = [row[0] for row in history]
+    # The fixed-cost small run (after the first run's one commit), then the run after history was built to 4.
+    assert commits[0] == "1" and int(commits[1]) >= 4, commits
+    assert re.search(r"Checks total at \d+ commits / at 1 commits: \*\*[0-9.]+x\*\*", markdown)
