@@ -69,9 +69,32 @@ def silver_asset(cfg: PipelineConfig) -> Asset:
     return Asset(name=f"kafka-delta-elt.{cfg.name}.silver", uri=uri)
 
 
+def cluster_doc(cfg: PipelineConfig) -> str:
+    """The DAG doc's words for where the Spark jobs run (profile ``cluster.profile``)."""
+    c = cfg.cluster
+    if c.profile == "local_standalone":
+        return (
+            f"**start_cluster** (setup: Spark standalone master + {c.workers} worker(s) x {c.worker_cores} "
+            f"core(s), {c.worker_memory} on 127.0.0.1; **stop_cluster** is its teardown) "
+        )
+    if c.profile == "existing_master":
+        return (
+            f"existing Spark master from connection `{c.master_connection_id}` (profile existing_master: "
+            f"client mode, the driver runs on the Airflow worker, {c.workers} executor(s); no cluster is "
+            "started or stopped) "
+        )
+    k8s = c.kubernetes
+    where = f"image `{k8s.image}`, namespace `{k8s.namespace}`" if k8s else ""
+    return (
+        f"Kubernetes in cluster mode through connection `{c.master_connection_id}` (profile kubernetes: "
+        f"Spark creates a driver pod and {c.workers} executor pod(s) per job, {where}, and removes them; "
+        "no start/stop cluster task) "
+    )
+
+
 def build_dag(cfg: PipelineConfig) -> DAG:
     """The DAG of one pipeline."""
-    transient = cfg.cluster.profile == "local_standalone"
+    transient = cfg.cluster.transient
     max_wait_s = cfg.lag.max_wait_minutes * 60
     doc = DOC.format(
         name=cfg.name,
@@ -82,11 +105,7 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         ledger=cfg.tables.ledger_path,
         file=cfg.source_path,
         policy=cfg.data_loss_policy,
-        cluster=(
-            f"**start_cluster** (setup: Spark standalone master + {cfg.cluster.workers} worker(s) on 127.0.0.1) "
-            if transient
-            else f"existing Spark master from connection `{cfg.cluster.master_connection_id}` "
-        ),
+        cluster=cluster_doc(cfg),
         group=cfg.consumer_group,
         transform=(
             f"**transform** (bronze → silver `{cfg.tables.silver_path}` by key `{', '.join(cfg.transform.key)}`, "

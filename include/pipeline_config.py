@@ -60,7 +60,9 @@ LAKEHOUSE_ROOT_ENV = "KDE_LAKEHOUSE_ROOT"
 
 STARTING_OFFSETS = ("earliest", "latest")
 DATA_LOSS_POLICIES = ("fail", "record_and_continue")
-CLUSTER_PROFILES = ("local_standalone", "existing_master")
+CLUSTER_PROFILES = ("local_standalone", "existing_master", "kubernetes")
+#: ``cluster.kubernetes.delete_driver_pod`` choices: when the operator removes a finished driver pod.
+DRIVER_POD_DELETION = ("on_success", "always", "never")
 #: Airflow's cron presets (``airflow.utils.dates.cron_presets``). ``@once`` and
 #: ``@continuous`` are left out: a pipeline runs on a cron or by hand (null).
 SCHEDULE_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
@@ -84,6 +86,12 @@ TAG_MAX_LEN = 100
 _OPTION_KEY = re.compile(r"^[a-z][a-z0-9]*(\.[a-z0-9]+)*$")
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _MEMORY = re.compile(r"^(\d+)([kmgt])b?$", re.IGNORECASE)
+#: Kubernetes names: a DNS-1123 label (namespaces) and subdomain (service
+#: accounts, claims, secrets); secret keys are file names.
+_K8S_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_K8S_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_K8S_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+_IMAGE = re.compile(r"^[^\s]+$")
 #: Spark refuses executors with less than 1.5 x its 300 MiB reserved memory.
 _MIN_MEMORY_BYTES = 450 * 1024**2
 #: Largest ``transform.max_value_bytes``: 64 MiB.
@@ -220,25 +228,124 @@ class LagConfig:
 
 
 @dataclass(frozen=True)
+class KubernetesConfig:
+    """Kubernetes settings of the cluster (section ``cluster.kubernetes``).
+
+    With profile ``kubernetes`` (cluster mode), ``spark-submit`` asks the
+    Kubernetes API for a driver pod per job, the driver asks for
+    ``cluster.workers`` executor pods, and Spark deletes the executor pods
+    when the job ends; the operator then deletes the driver pod (see
+    ``delete_driver_pod``). The driver runs in a pod, not on the Airflow
+    worker, so:
+
+    - the job code is baked into ``image`` (nothing is uploaded): the
+      project's ``spark_jobs/`` folder and the ``--py-files`` archive
+      ``kde_jobs.zip`` (``include.spark_submit.package_py_files``) under
+      ``app_dir``, and the Kafka connector and Delta jars that
+      ``include/jvm_deps.py`` pins in the image's ``$SPARK_HOME/jars``;
+    - the run's request files (preflight result, backfill request,
+      transform spec) and the job's summary JSON go through ``shared_dir``,
+      a volume mounted at that same path on the Airflow workers and, from
+      the claim ``shared_volume_claim``, in the driver and executor pods;
+      checkpoints and local table paths must lie inside it too;
+    - Kafka client settings come from the Kubernetes secret
+      ``kafka_options_secret``, mounted in the driver pod only; they never
+      pass through Airflow or the command line.
+
+    Not exercised on a real Kubernetes cluster here: the submit command is
+    unit-tested only.
+
+    With profile ``existing_master`` and a ``k8s://`` master (client mode:
+    the driver stays on the Airflow worker), only ``image`` and
+    ``namespace`` may be given; ``image`` is then required for the executor
+    pods (checked when the task runs, as only then is the master known).
+
+    Attributes:
+        image: Required. Container image of the driver and executor pods
+            (``spark.kubernetes.container.image``), e.g.
+            ``registry.example/kafka-delta-elt:1.4``.
+        namespace: Kubernetes namespace of the pods
+            (``spark.kubernetes.namespace``): a DNS label. Required with
+            profile ``kubernetes``; optional with ``existing_master`` (the
+            Spark connection's ``namespace`` extra, else ``default``).
+        service_account: Service account of the driver pod, allowed to
+            create and delete pods, services and config maps in
+            ``namespace`` (``spark.kubernetes.authenticate.driver.serviceAccountName``).
+            Required with profile ``kubernetes``.
+        app_dir: Absolute path of the project inside ``image``, default
+            ``/opt/kafka-delta-elt``: it holds ``spark_jobs/*.py`` and
+            ``kde_jobs.zip``, submitted as ``local://`` URIs.
+        shared_volume_claim: Required with profile ``kubernetes``: name of a
+            ReadWriteMany persistent volume claim in ``namespace``, mounted at
+            ``shared_dir`` in the driver and executor pods.
+        shared_dir: Required with profile ``kubernetes``: absolute path where
+            that volume is mounted, the same on the Airflow workers and in
+            the pods. Run files live in ``<shared_dir>/runs/<name>/<run>``.
+            ``tables.checkpoint_root`` and ``tables.transform_checkpoint_root``
+            must lie inside it, and so must ``tables.bronze_path``,
+            ``silver_path`` and ``quarantine_path`` unless they are URIs.
+        kafka_options_secret: Name of a Kubernetes secret in ``namespace``
+            whose key ``kafka_options_key`` holds the job's Kafka client
+            settings as a JSON object in the Java client's names (e.g.
+            ``security.protocol``, ``sasl.mechanism``, ``sasl.jaas.config``),
+            with any non-secret consumer settings besides. Mounted read-only
+            in the driver pod at ``/etc/kafka-delta-elt/kafka``. Optional
+            (a plaintext broker needs none). With profile ``kubernetes``,
+            ``kafka.options`` must be empty: put them in this secret.
+        kafka_options_key: Key of that secret, default ``kafka-options.json``.
+        delete_driver_pod: ``on_success`` (default): the operator deletes a
+            driver pod that finished well and keeps a failed one for
+            ``kubectl logs``; ``always``; ``never``.
+    """
+
+    image: str
+    namespace: str | None = None
+    service_account: str | None = None
+    app_dir: str = "/opt/kafka-delta-elt"
+    shared_volume_claim: str | None = None
+    shared_dir: str | None = None
+    kafka_options_secret: str | None = None
+    kafka_options_key: str = "kafka-options.json"
+    delete_driver_pod: str = "on_success"
+
+
+@dataclass(frozen=True)
 class ClusterConfig:
     """The Spark cluster a run uses (section ``cluster``).
 
     Attributes:
         profile: ``local_standalone`` (default): each run starts a Spark
-            standalone master and workers on this machine and stops them
-            afterwards. ``existing_master``: submit to a running cluster named
-            by ``master_connection_id``.
+            standalone master and ``workers`` workers on 127.0.0.1 and stops
+            them afterwards (setup and teardown tasks). ``existing_master``:
+            submit in client mode (the driver runs on the Airflow worker) to
+            the running cluster named by ``master_connection_id``
+            (``spark://``, ``yarn`` or ``k8s://``); no cluster is started or
+            stopped. ``kubernetes``: submit in cluster mode to the
+            ``k8s://`` master of ``master_connection_id``; Spark creates the
+            driver and executor pods of each job and removes them (see
+            :class:`KubernetesConfig`; unit-tested only, not run here).
         workers: Integer from 1 to 8, default 1: number of workers a
-            ``local_standalone`` run starts; with ``existing_master``, the
-            number of executors requested.
-        worker_cores: Positive integer, default 1: cores per worker.
+            ``local_standalone`` run starts (one executor each); with the
+            other profiles, the number of executors requested
+            (``spark.executor.instances``).
+        worker_cores: Positive integer, default 1: cores per worker, which is
+            also each executor's ``spark.executor.cores``.
         worker_memory: Spark size string with a unit (``k``, ``m``, ``g`` or
             ``t``, e.g. ``"512m"``, ``"2g"``), default ``"1g"``, at least
-            ``450m`` (Spark's minimum for an executor). Stored lower-case
-            without a trailing ``b``.
+            ``450m`` (Spark's minimum for an executor): what each worker
+            offers, and each executor's ``spark.executor.memory``. Stored
+            lower-case without a trailing ``b``.
         master_connection_id: Id of the Airflow Spark connection whose host is
             the master URL (``spark://``, ``yarn``, ``k8s://``). Required with
-            ``existing_master``, refused with ``local_standalone``.
+            ``existing_master`` and ``kubernetes`` (where it must name a
+            ``k8s://https://...`` master), refused with ``local_standalone``.
+            With ``existing_master``, the connection's ``queue`` extra (YARN)
+            and ``namespace`` extra (Kubernetes) are used; its
+            ``deploy-mode`` extra is overridden by the profile.
+        kubernetes: Section: Kubernetes settings (see
+            :class:`KubernetesConfig`). Required with ``kubernetes``;
+            optional with ``existing_master`` (``image``, ``namespace``);
+            refused with ``local_standalone``. Null when absent.
     """
 
     profile: str = "local_standalone"
@@ -246,6 +353,12 @@ class ClusterConfig:
     worker_cores: int = 1
     worker_memory: str = "1g"
     master_connection_id: str | None = None
+    kubernetes: KubernetesConfig | None = None
+
+    @property
+    def transient(self) -> bool:
+        """Whether each run starts and stops its own cluster (setup and teardown tasks)."""
+        return self.profile == "local_standalone"
 
 
 @dataclass(frozen=True)
@@ -601,7 +714,31 @@ _TYPE_ALIASES = {
     "object": "json",
 }
 _LAG_KEYS = ("min_records", "max_wait_minutes")
-_CLUSTER_KEYS = ("profile", "workers", "worker_cores", "worker_memory", "master_connection_id")
+_CLUSTER_KEYS = ("profile", "workers", "worker_cores", "worker_memory", "master_connection_id", "kubernetes")
+_KUBERNETES_KEYS = (
+    "image",
+    "namespace",
+    "service_account",
+    "app_dir",
+    "shared_volume_claim",
+    "shared_dir",
+    "kafka_options_secret",
+    "kafka_options_key",
+    "delete_driver_pod",
+)
+#: What profile ``kubernetes`` needs in ``cluster.kubernetes``.
+_KUBERNETES_REQUIRED = ("image", "namespace", "service_account", "shared_volume_claim", "shared_dir")
+#: What ``existing_master`` (client mode) may set there: the executors' image and namespace.
+_KUBERNETES_CLIENT_KEYS = ("image", "namespace")
+#: Table locations the pods of profile ``kubernetes`` read or write: key, and
+#: whether a URI is allowed (checkpoints are read with local file I/O).
+_POD_LOCATIONS = (
+    ("bronze_path", True),
+    ("checkpoint_root", False),
+    ("silver_path", True),
+    ("quarantine_path", True),
+    ("transform_checkpoint_root", False),
+)
 
 _SECRET_WORDS = (
     "password",
@@ -682,7 +819,9 @@ class _Checker:
             key_path = _child(path, key)
             if not isinstance(key, str):
                 raise self.expected(key_path, "a text key (quote it)", key)
-            if _is_connection_setting(key):
+            # A declared key is never a connection setting, even when its name
+            # holds such a word (cluster.kubernetes.kafka_options_secret).
+            if key not in keys and _is_connection_setting(key):
                 raise self.error(key_path, _connection_setting_problem(key))
             if key not in keys:
                 close = difflib.get_close_matches(key, keys, n=1)
@@ -759,6 +898,8 @@ class _Checker:
             top.get("data_loss_policy", _MISSING), "data_loss_policy", DATA_LOSS_POLICIES, "fail"
         )
         cluster = self.cluster(top.get("cluster", _MISSING))
+        if cluster.profile == "kubernetes":
+            self.pod_reachable(tables, kafka, cluster.kubernetes)
         retries = self.integer(top.get("retries", _MISSING), "retries", 2, 0, 10)
         tags = self.tags(top.get("tags", _MISSING))
         transform = self.transform(top.get("transform", _MISSING))
@@ -968,11 +1109,11 @@ class _Checker:
         cores = self.integer(data.get("worker_cores", _MISSING), "cluster.worker_cores", 1, 1)
         memory = self.memory(data.get("worker_memory", _MISSING), "cluster.worker_memory")
         master = data.get("master_connection_id", _MISSING)
-        if profile == "existing_master":
+        if profile != "local_standalone":
             if master is _MISSING or master is None:
                 raise self.expected(
                     "cluster.master_connection_id",
-                    "the id of an Airflow Spark connection (required with profile existing_master)",
+                    f"the id of an Airflow Spark connection (required with profile {profile})",
                     master,
                 )
             master = self.connection_id(master, "cluster.master_connection_id", "Spark")
@@ -982,10 +1123,110 @@ class _Checker:
             raise self.expected(
                 "cluster.master_connection_id",
                 "no master connection with profile local_standalone (set "
-                "cluster.profile: existing_master to use one)",
+                "cluster.profile: existing_master or kubernetes to use one)",
                 master,
             )
-        return ClusterConfig(profile, workers, cores, memory, master)
+        kubernetes = self.kubernetes(data.get("kubernetes", _MISSING), profile)
+        return ClusterConfig(profile, workers, cores, memory, master, kubernetes)
+
+    def kubernetes(self, value: Any, profile: str) -> KubernetesConfig | None:
+        path = "cluster.kubernetes"
+        if value is _MISSING or value is None:
+            if profile == "kubernetes":
+                raise self.expected(
+                    path,
+                    f"a mapping with keys {', '.join(_KUBERNETES_REQUIRED)} (required with profile kubernetes)",
+                    value,
+                )
+            return None
+        if profile == "local_standalone":
+            raise self.expected(
+                path,
+                "no kubernetes section with profile local_standalone (it runs on this machine)",
+                value,
+            )
+        data = self.mapping(value, path, _KUBERNETES_KEYS, optional=False)
+        if profile == "existing_master":
+            for key in data:
+                if key not in _KUBERNETES_CLIENT_KEYS:
+                    raise self.error(
+                        f"{path}.{key}",
+                        f"expected only {', '.join(_KUBERNETES_CLIENT_KEYS)} with profile existing_master "
+                        f"(client mode: the driver runs on the Airflow worker), got {key!r}; "
+                        "it applies to profile kubernetes",
+                    )
+        required = _KUBERNETES_REQUIRED if profile == "kubernetes" else ("image",)
+        for key in required:
+            if data.get(key) is None:
+                raise self.expected(
+                    f"{path}.{key}", f"a value (required with profile {profile})", data.get(key, _MISSING)
+                )
+
+        def name(key: str, pattern: re.Pattern[str], what: str) -> str | None:
+            given = data.get(key)
+            if given is None:
+                return None
+            if not isinstance(given, str) or not pattern.fullmatch(given):
+                raise self.expected(f"{path}.{key}", what, given)
+            return given
+
+        def folder(key: str, default: str | None) -> str | None:
+            given = data.get(key)
+            if given is None:
+                return default
+            if not isinstance(given, str) or not given.startswith("/") or "//" in given or ":" in given:
+                raise self.expected(f"{path}.{key}", "an absolute path (e.g. /mnt/kde)", given)
+            return os.path.normpath(given)
+
+        dns_label = "a Kubernetes namespace name (lower-case letters, digits and '-', at most 63 characters)"
+        dns_name = (
+            "a Kubernetes object name (lower-case letters, digits, '-' and '.', at most 253 characters)"
+        )
+        image = name("image", _IMAGE, "a container image reference without spaces, e.g. 'registry/app:1.0'")
+        delete = self.choice(
+            data.get("delete_driver_pod", _MISSING),
+            f"{path}.delete_driver_pod",
+            DRIVER_POD_DELETION,
+            "on_success",
+        )
+        return KubernetesConfig(
+            image=image or "",
+            namespace=name("namespace", _K8S_LABEL, dns_label),
+            service_account=name("service_account", _K8S_SUBDOMAIN, dns_name),
+            app_dir=folder("app_dir", KubernetesConfig.app_dir) or KubernetesConfig.app_dir,
+            shared_volume_claim=name("shared_volume_claim", _K8S_SUBDOMAIN, dns_name),
+            shared_dir=folder("shared_dir", None),
+            kafka_options_secret=name("kafka_options_secret", _K8S_SUBDOMAIN, dns_name),
+            kafka_options_key=name(
+                "kafka_options_key", _K8S_SECRET_KEY, "a secret key (letters, digits, '-', '_' and '.')"
+            )
+            or KubernetesConfig.kafka_options_key,
+            delete_driver_pod=delete,
+        )
+
+    def pod_reachable(self, tables: TablesConfig, kafka: KafkaConfig, k8s: KubernetesConfig | None) -> None:
+        """Profile ``kubernetes``: what the driver pod reads must be in the image, the shared volume or a secret."""
+        if k8s is None or k8s.shared_dir is None:  # cluster() already refused it
+            return
+        for key, uri_ok in _POD_LOCATIONS:
+            location = getattr(tables, key)
+            if uri_ok and _URI.match(location):
+                continue
+            if not _is_within(location, k8s.shared_dir):
+                allowed = "a URI or a path" if uri_ok else "a path"
+                raise self.expected(
+                    f"tables.{key}",
+                    f"{allowed} inside cluster.kubernetes.shared_dir {k8s.shared_dir!r} with profile "
+                    "kubernetes (the driver and executor pods see only that volume)",
+                    location,
+                )
+        if kafka.options:
+            raise self.error(
+                "kafka.options",
+                "expected no options with profile kubernetes, got "
+                f"{', '.join(sorted(kafka.options))}; the driver pod reads its Kafka settings only from "
+                "the secret cluster.kubernetes.kafka_options_secret, so put them in its JSON",
+            )
 
     def memory(self, value: Any, path: str) -> str:
         if value is _MISSING:

@@ -23,6 +23,7 @@ from include import pipeline_config, settings
 from include.pipeline_config import (
     ClusterConfig,
     KafkaConfig,
+    KubernetesConfig,
     LagConfig,
     PipelineConfig,
     PipelineConfigError,
@@ -159,7 +160,7 @@ def test_config_is_frozen(tmp_path):
 
 
 def test_every_field_is_documented_in_its_class_docstring():
-    for cls in (PipelineConfig, KafkaConfig, TablesConfig, LagConfig, ClusterConfig):
+    for cls in (PipelineConfig, KafkaConfig, TablesConfig, LagConfig, ClusterConfig, KubernetesConfig):
         doc = cls.__doc__ or ""
         missing = [f.name for f in dataclasses.fields(cls) if f"\n        {f.name}: " not in doc]
         assert missing == [], f"{cls.__name__} docstring lacks {missing}"

@@ -1,0 +1,486 @@
+"""The spark-submit command of each cluster profile, as the Spark provider's hook builds it, and the
+``cluster`` keys of pipeline files that choose it.
+
+No Spark, broker or Kubernetes: the operator runs ``execute`` with the hook's
+``submit`` replaced by a recorder of ``_build_spark_submit_command`` (the
+exact list the hook would hand to ``Popen``). Connections come from
+``AIRFLOW_CONN_*`` variables. The Kafka connection carries a fake SASL
+password that must appear nowhere in any command.
+
+Profile ``kubernetes`` is unit-tested only: nothing here talks to a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+
+from include import dag_factory, jvm_deps, settings, spark_submit
+from include.pipeline_config import PipelineConfigError, load_pipeline
+from include.spark_operator import (
+    K8S_PIPELINE_LABEL,
+    K8S_RUN_LABEL,
+    IngestOperator,
+    TransformOperator,
+    k8s_pod_base,
+)
+
+RUN_ID = "manual__2026-03-01T10:00:00+00:00"
+FAKE_SASL_PASSWORD = "FAKE-sasl-pw-7731"
+FAKE_JARS = ["/cache/jars/spark-sql-kafka.jar", "/cache/jars/delta-spark.jar"]
+FAKE_PY_FILES = "/cache/build/kde_jobs.zip"
+K8S_MASTER = "k8s://https://api.example:6443"
+K8S = {
+    "image": "registry.example/kafka-delta-elt:1.4",
+    "namespace": "data",
+    "service_account": "spark-driver",
+    "shared_volume_claim": "kde-shared",
+    "kafka_options_secret": "kde-kafka",
+}
+SUMMARY = {"rows": 3, "batches": [1], "epoch": 0, "bronze_version": 1, "duration_s": 1.0,
+           "checkpoint_rebuilt": None}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _env(tmp_path, monkeypatch):
+    """Connections as the task would see them; run folders under ``tmp_path``; no jar resolution."""
+    monkeypatch.delenv("KDE_LAKEHOUSE_ROOT", raising=False)
+    monkeypatch.setattr(settings, "VAR_DIR", tmp_path / "var")
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_TEST", json.dumps({"conn_type": "kafka", "extra": {
+        "bootstrap.servers": "b1:9092", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+        "sasl.username": "svc", "sasl.password": FAKE_SASL_PASSWORD}}))  # fmt: skip
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_STANDALONE", json.dumps(
+        {"conn_type": "spark", "host": "spark://10.0.0.5", "port": 7077, "extra": {"deploy-mode": "cluster"}}))  # fmt: skip
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", json.dumps(
+        {"conn_type": "spark", "host": "yarn", "extra": {"queue": "etl", "deploy-mode": "cluster"}}))  # fmt: skip
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_K8S", json.dumps(
+        {"conn_type": "spark", "host": K8S_MASTER, "extra": {"namespace": "from-connection"}}))  # fmt: skip
+    monkeypatch.setattr(jvm_deps, "spark_jars", lambda: [Path(j) for j in FAKE_JARS])
+    monkeypatch.setattr(spark_submit, "package_py_files", lambda *a, **k: Path(FAKE_PY_FILES))
+
+
+@pytest.fixture
+def kube_client(monkeypatch):
+    """Stands in for the cncf.kubernetes provider, without which the Spark hook refuses k8s:// masters."""
+    from airflow.providers.apache.spark.hooks import spark_submit as hook_module
+
+    monkeypatch.setattr(hook_module, "kube_client", object(), raising=False)
+
+
+def _pipeline(tmp_path: Path, cluster: dict, **top: Any):
+    data = {"name": "orders", "kafka": {"connection_id": "kafka_test", "topics": ["orders.v1", "refunds"],
+                                         "max_offsets_per_trigger": 50},
+            "schedule": None, "cluster": cluster, **top}  # fmt: skip
+    path = tmp_path / "orders.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_pipeline(path)
+
+
+def _kubernetes(tmp_path: Path, **k8s: Any):
+    shared = tmp_path / "shared"
+    return _pipeline(
+        tmp_path,
+        {"profile": "kubernetes", "master_connection_id": "spark_k8s", "workers": 3, "worker_cores": 2,
+         "worker_memory": "2g", "kubernetes": {**K8S, "shared_dir": str(shared), **k8s}},
+        tables={"lakehouse_root": str(shared / "lake")},
+    )  # fmt: skip
+
+
+class _TI:
+    try_number = 1
+
+    def __init__(self, xcoms: dict[str, Any]) -> None:
+        self.xcoms = xcoms
+
+    def xcom_pull(self, task_ids: str, key: str = "return_value") -> Any:
+        return self.xcoms.get(task_ids)
+
+
+def _context(**xcoms: Any) -> dict[str, Any]:
+    xcoms.setdefault("preflight", {"job_file": {"topic_ids": {}, "accepted_gaps": []}})
+    return {"run_id": RUN_ID, "ti": _TI(xcoms), "dag_run": SimpleNamespace(run_type="manual")}
+
+
+def _run(monkeypatch, op, *, fail: bool = False) -> tuple[list[str], list[list[str]]]:
+    """``op.execute`` with the hook's submit recording its command; (the command, the kill commands run)."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from include import spark_operator
+
+    commands: list[list[str]] = []
+    kills: list[list[str]] = []
+
+    def submit(hook, application: str = "", **kwargs: Any) -> None:
+        cmd = hook._build_spark_submit_command(application)
+        commands.append(cmd)
+        # Client modes: the Kafka settings (secrets included) are in a file only
+        # its owner can read, there while spark-submit runs.
+        for arg in cmd:
+            if arg.startswith("--kafka-options-file=") and not arg.startswith("--kafka-options-file=/etc/"):
+                assert Path(arg.split("=", 1)[1]).stat().st_mode & 0o777 == 0o600
+        if fail:
+            raise RuntimeError("spark-submit failed")
+        summary = next(a.split("=", 1)[1] for a in cmd if a.startswith("--summary-path="))
+        Path(summary).write_text(json.dumps(SUMMARY))
+
+    monkeypatch.setattr(SparkSubmitHook, "submit", submit)
+    monkeypatch.setattr(spark_operator.subprocess, "run",
+                        lambda cmd, **kw: kills.append(cmd) or SimpleNamespace(returncode=0, stdout="", stderr=""))  # fmt: skip
+    if fail:
+        with pytest.raises(RuntimeError, match="spark-submit failed"):
+            op.execute(_context())
+    else:
+        assert op.execute(_context()) == SUMMARY
+    (cmd,) = commands
+    return cmd, kills
+
+
+def _flag(cmd: list[str], flag: str) -> str | None:
+    return cmd[cmd.index(flag) + 1] if flag in cmd else None
+
+
+def _confs(cmd: list[str]) -> dict[str, str]:
+    confs = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--conf"]
+    return dict(c.split("=", 1) for c in confs)
+
+
+def _app_args(cmd: list[str], application: str) -> list[str]:
+    return cmd[cmd.index(application) + 1 :]
+
+
+def _assert_no_secret(cmd: list[str], hook_env: Any = None) -> None:
+    text = " ".join(cmd) + json.dumps(hook_env or {})
+    assert FAKE_SASL_PASSWORD not in text
+    assert "sasl.password" not in text and "sasl.username" not in text
+
+
+# --------------------------------------------------------------------------- the commands
+
+
+def test_local_standalone_submits_to_the_runs_master_with_one_executor_per_worker(tmp_path, monkeypatch):
+    cfg = _pipeline(tmp_path, {"workers": 2, "worker_cores": 1, "worker_memory": "512m"})
+    op = IngestOperator(task_id="ingest", pipeline=cfg, master="spark://127.0.0.1:41234")
+    cmd, kills = _run(monkeypatch, op)
+    application = str(settings.PROJECT_ROOT / "spark_jobs" / "kafka_to_bronze.py")
+    assert cmd[0] == spark_submit.spark_submit_binary()
+    assert _flag(cmd, "--master") == "spark://127.0.0.1:41234" and "--deploy-mode" not in cmd
+    conf = _confs(cmd)
+    assert (conf["spark.cores.max"], conf["spark.executor.cores"], conf["spark.executor.memory"]) == ("2", "1", "512m")
+    assert conf["spark.scheduler.minRegisteredResourcesRatio"] == "1.0"
+    assert conf["spark.driver.host"] == "127.0.0.1" and conf["spark.pyspark.python"] == sys.executable
+    assert "spark.executor.instances" not in conf
+    assert _flag(cmd, "--jars") == ",".join(FAKE_JARS) and _flag(cmd, "--py-files") == FAKE_PY_FILES
+    folder = settings.VAR_DIR / "runs" / "orders" / re.sub(r"[^A-Za-z0-9_.-]+", "_", RUN_ID)
+    args = _app_args(cmd, application)
+    assert args[:3] == ["--pipeline=orders", "--bootstrap-servers=b1:9092", "--topics=orders.v1,refunds"]
+    assert f"--run-id={RUN_ID}" in args and "--max-offsets-per-trigger=50" in args
+    assert f"--summary-path={folder / 'ingest-summary.json'}" in args
+    assert f"--kafka-options-file={folder / 'kafka-options.json'}" in args
+    assert not (folder / "kafka-options.json").exists(), "the private options file outlives the submit"
+    assert kills == []
+    _assert_no_secret(cmd, op._hook._env_vars)
+
+
+def test_existing_standalone_master_is_client_mode_whatever_the_connection_says(tmp_path, monkeypatch):
+    cfg = _pipeline(tmp_path, {"profile": "existing_master", "master_connection_id": "spark_standalone",
+                               "workers": 2, "worker_cores": 2})  # fmt: skip
+    cmd, _ = _run(monkeypatch, IngestOperator(task_id="ingest", pipeline=cfg))
+    assert _flag(cmd, "--master") == "spark://10.0.0.5:7077"
+    # The connection asks for cluster mode; the summary file is read here, so the driver runs here.
+    assert _flag(cmd, "--deploy-mode") == "client"
+    conf = _confs(cmd)
+    assert (conf["spark.executor.instances"], conf["spark.executor.cores"]) == ("2", "2")
+    assert "spark.cores.max" not in conf and "spark.driver.host" not in conf
+    assert _flag(cmd, "--jars") == ",".join(FAKE_JARS)
+    _assert_no_secret(cmd)
+
+
+def test_existing_yarn_master_takes_the_queue_and_sends_no_local_environment(tmp_path, monkeypatch):
+    cfg = _pipeline(tmp_path, {"profile": "existing_master", "master_connection_id": "spark_yarn"})
+    op = IngestOperator(task_id="ingest", pipeline=cfg)
+    cmd, _ = _run(monkeypatch, op)
+    assert _flag(cmd, "--master") == "yarn" and _flag(cmd, "--queue") == "etl"
+    assert _flag(cmd, "--deploy-mode") == "client"
+    assert not [k for k in _confs(cmd) if k.startswith("spark.yarn.appMasterEnv.")]
+    assert op._hook._env is None, "this machine's SPARK_HOME would reach the YARN application master"
+    _assert_no_secret(cmd)
+
+
+def test_existing_k8s_master_in_client_mode_needs_the_image_from_the_pipeline_file(
+    tmp_path, monkeypatch, kube_client
+):
+    cfg = _pipeline(tmp_path, {"profile": "existing_master", "master_connection_id": "spark_k8s",
+                               "kubernetes": {"image": K8S["image"]}})  # fmt: skip
+    cmd, kills = _run(monkeypatch, IngestOperator(task_id="ingest", pipeline=cfg))
+    assert _flag(cmd, "--master") == K8S_MASTER and _flag(cmd, "--deploy-mode") == "client"
+    conf = _confs(cmd)
+    assert conf["spark.kubernetes.container.image"] == K8S["image"]
+    assert conf["spark.kubernetes.namespace"] == "from-connection"  # the connection's extra, read by the hook
+    # Executors run the image's Python; the local driver runs this one.
+    assert "spark.pyspark.python" not in conf and conf["spark.pyspark.driver.python"] == sys.executable
+    assert not [k for k in conf if k.startswith("spark.kubernetes.driverEnv.")]
+    assert kills == [] and "spark.kubernetes.driver.pod.name" not in conf
+    _assert_no_secret(cmd)
+
+
+def test_existing_k8s_master_without_an_image_is_refused_before_submitting(tmp_path, monkeypatch, kube_client):
+    cfg = _pipeline(tmp_path, {"profile": "existing_master", "master_connection_id": "spark_k8s"})
+    with pytest.raises(ValueError, match=r"'spark_k8s' is a Kubernetes master .* set cluster.kubernetes.image"):
+        _run(monkeypatch, IngestOperator(task_id="ingest", pipeline=cfg))
+
+
+def test_k8s_master_without_the_kubernetes_provider_is_a_clear_error(tmp_path, monkeypatch):
+    from airflow.providers.apache.spark.hooks import spark_submit as hook_module
+
+    monkeypatch.delattr(hook_module, "kube_client", raising=False)
+    cfg = _kubernetes(tmp_path)
+    with pytest.raises(RuntimeError, match="apache-airflow-providers-cncf-kubernetes"):
+        _run(monkeypatch, IngestOperator(task_id="ingest", pipeline=cfg))
+
+
+def test_kubernetes_cluster_mode_command(tmp_path, monkeypatch, kube_client):
+    cfg = _kubernetes(tmp_path)
+    op = IngestOperator(task_id="ingest", pipeline=cfg)
+    cmd, kills = _run(monkeypatch, op)
+    application = "local:///opt/kafka-delta-elt/spark_jobs/kafka_to_bronze.py"
+    assert _flag(cmd, "--master") == K8S_MASTER and _flag(cmd, "--deploy-mode") == "cluster"
+    assert _flag(cmd, "--py-files") == "local:///opt/kafka-delta-elt/kde_jobs.zip" and "--jars" not in cmd
+    conf = _confs(cmd)
+    pod = conf["spark.kubernetes.driver.pod.name"]
+    base = k8s_pod_base("orders", "ingest", RUN_ID, 1)
+    assert pod == f"{base}-driver" and conf["spark.kubernetes.executor.podNamePrefix"] == base
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", pod) and len(pod) <= 63 and len(base) <= 38
+    # The hook finds the pod to delete on kill by this shape of name in spark-submit's log.
+    assert re.search(r"\s*pod name: ((.+?)-([a-z0-9]+)-driver$)", f"pod name: {pod}")
+    shared = str(tmp_path / "shared")
+    expected = {
+        "spark.kubernetes.container.image": K8S["image"],
+        "spark.kubernetes.namespace": "data",  # the file's, not the connection's
+        "spark.kubernetes.authenticate.driver.serviceAccountName": "spark-driver",
+        "spark.executor.instances": "3", "spark.executor.cores": "2", "spark.executor.memory": "2g",
+        "spark.kubernetes.executor.deleteOnTermination": "true",
+        "spark.kubernetes.submission.waitAppCompletion": "true",
+        f"spark.kubernetes.driver.label.{K8S_PIPELINE_LABEL}": "orders",
+        f"spark.kubernetes.executor.label.{K8S_PIPELINE_LABEL}": "orders",
+        f"spark.kubernetes.driver.label.{K8S_RUN_LABEL}": "manual__2026-03-01T10_00_00_00_00",
+        "spark.kubernetes.driver.annotation.kafka-delta-elt/run-id": RUN_ID,
+        "spark.kubernetes.driver.volumes.persistentVolumeClaim.kde-shared.options.claimName": "kde-shared",
+        "spark.kubernetes.driver.volumes.persistentVolumeClaim.kde-shared.mount.path": shared,
+        "spark.kubernetes.executor.volumes.persistentVolumeClaim.kde-shared.mount.path": shared,
+        "spark.kubernetes.driver.secrets.kde-kafka": "/etc/kafka-delta-elt/kafka",
+    }  # fmt: skip
+    assert {k: conf.get(k) for k in expected} == expected
+    assert not [k for k in conf if k.startswith("spark.kubernetes.executor.secrets.")], "executors need no secret"
+    # Nothing of this machine reaches the pods: no interpreter, no SPARK_HOME, no project path.
+    assert "spark.pyspark.python" not in conf and "spark.pyspark.driver.python" not in conf
+    assert not [k for k in conf if k.startswith("spark.kubernetes.driverEnv.")]
+    assert str(settings.PROJECT_ROOT) not in " ".join(cmd[1:]) and sys.executable not in " ".join(cmd[1:])
+    folder = f"{shared}/runs/orders/{re.sub(r'[^A-Za-z0-9_.-]+', '_', RUN_ID)}"
+    args = _app_args(cmd, application)
+    assert args[:3] == ["--pipeline=orders", "--bootstrap-servers=b1:9092", "--topics=orders.v1,refunds"]
+    assert f"--bronze-path={shared}/lake/orders/bronze" in args
+    assert f"--checkpoint-root={shared}/lake/orders/_checkpoints/bronze" in args
+    assert f"--summary-path={folder}/ingest-summary.json" in args
+    assert f"--preflight-file={folder}/preflight.json" in args and Path(folder, "preflight.json").is_file()
+    assert "--kafka-options-file=/etc/kafka-delta-elt/kafka/kafka-options.json" in args
+    assert not Path(folder, "kafka-options.json").exists(), "Airflow must not hold the pod's Kafka settings"
+    _assert_no_secret(cmd, op._hook._env_vars)
+    # The finished driver pod is deleted by Spark's own --kill, in the file's namespace.
+    assert kills == [[spark_submit.spark_submit_binary(), "--master", K8S_MASTER, "--conf",
+                      "spark.kubernetes.namespace=data", "--kill", f"data:{pod}"]]  # fmt: skip
+
+
+@pytest.mark.parametrize(("policy", "fail", "deleted"), [
+    ("on_success", False, True), ("on_success", True, False), ("always", True, True), ("never", False, False),
+])  # fmt: skip
+def test_kubernetes_driver_pod_deletion_policy(tmp_path, monkeypatch, kube_client, policy, fail, deleted):
+    cfg = _kubernetes(tmp_path, delete_driver_pod=policy)
+    _, kills = _run(monkeypatch, IngestOperator(task_id="ingest", pipeline=cfg), fail=fail)
+    assert bool(kills) is deleted
+
+
+def test_kubernetes_without_a_kafka_secret_passes_no_options_file(tmp_path, monkeypatch, kube_client):
+    cfg = _kubernetes(tmp_path, kafka_options_secret=None)
+    cmd, _ = _run(monkeypatch, IngestOperator(task_id="ingest", pipeline=cfg))
+    assert not [a for a in cmd if a.startswith("--kafka-options-file")]
+    assert not [k for k in _confs(cmd) if k.startswith("spark.kubernetes.driver.secrets.")]
+
+
+def test_kubernetes_transform_job_reads_its_spec_from_the_shared_volume(tmp_path, monkeypatch, kube_client):
+    transform = {"schema": {"id": {"type": "string", "required": True}, "ts": "timestamp"},
+                 "key": "id", "ordering": "ts"}  # fmt: skip
+    shared = tmp_path / "shared"
+    cfg = _pipeline(
+        tmp_path, {"profile": "kubernetes", "master_connection_id": "spark_k8s",
+                   "kubernetes": {**K8S, "shared_dir": str(shared)}},
+        tables={"lakehouse_root": str(shared / "lake")}, transform=transform,
+    )  # fmt: skip
+    op = TransformOperator(task_id="transform", pipeline=cfg)
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    seen: list[list[str]] = []
+
+    def submit(hook, application: str = "", **kwargs: Any) -> None:
+        seen.append(hook._build_spark_submit_command(application))
+        summary = next(a.split("=", 1)[1] for a in seen[0] if a.startswith("--summary-path="))
+        Path(summary).write_text(json.dumps({"read": 0, "upserted": 0, "deleted": 0, "quarantined": 0,
+                                             "superseded": 0, "silver_version": 0, "epoch": 0, "duration_s": 1}))  # fmt: skip
+
+    monkeypatch.setattr(SparkSubmitHook, "submit", submit)
+    from include import spark_operator
+
+    monkeypatch.setattr(spark_operator.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=0))
+    op.execute(_context())
+    (cmd,) = seen
+    args = _app_args(cmd, "local:///opt/kafka-delta-elt/spark_jobs/bronze_to_silver.py")
+    spec = next(a.split("=", 1)[1] for a in args if a.startswith("--spec-file="))
+    assert spec.startswith(f"{shared}/runs/orders/") and json.loads(Path(spec).read_text())["key"] == ["id"]
+    assert _confs(cmd)["spark.kubernetes.driver.pod.name"].startswith("kde-orders-transform-")
+
+
+def test_pod_names_fit_kubernetes_for_any_pipeline_name_and_differ_per_try():
+    long_name = "Orders_EU.v2-" + "x" * 180
+    base = k8s_pod_base(long_name, "ingest", RUN_ID, 1)
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", base) and len(base) <= 38
+    assert base.startswith("kde-orders-eu-v2-")
+    assert base != k8s_pod_base(long_name, "ingest", RUN_ID, 2), "a retry would collide with a kept pod"
+    assert base != k8s_pod_base(long_name, "transform", RUN_ID, 1)
+
+
+# --------------------------------------------------------------------------- the DAG
+
+
+@pytest.mark.parametrize(("profile", "cluster_tasks", "words"), [
+    ("local_standalone", True, "start_cluster"),
+    ("existing_master", False, "client mode"),
+    ("kubernetes", False, "Kubernetes in cluster mode"),
+])  # fmt: skip
+def test_dag_has_cluster_tasks_only_for_the_transient_profile(tmp_path, profile, cluster_tasks, words):
+    if profile == "kubernetes":
+        cfg = _kubernetes(tmp_path)
+    elif profile == "existing_master":
+        cfg = _pipeline(tmp_path, {"profile": profile, "master_connection_id": "spark_yarn"})
+    else:
+        cfg = _pipeline(tmp_path, {"workers": 2})
+    dag = dag_factory.build_dag(cfg)
+    assert {"start_cluster", "stop_cluster"} <= set(dag.task_ids) if cluster_tasks else \
+        not {"start_cluster", "stop_cluster"} & set(dag.task_ids)  # fmt: skip
+    assert words in dag.doc_md
+    after_preflight = dag.get_task("preflight").downstream_task_ids
+    assert ("start_cluster" in after_preflight) is cluster_tasks and ("ingest" in after_preflight) is not cluster_tasks
+
+
+# --------------------------------------------------------------------------- the pipeline file
+
+
+def _error(tmp_path: Path, cluster: dict, **top: Any) -> PipelineConfigError:
+    with pytest.raises(PipelineConfigError) as info:
+        _pipeline(tmp_path, cluster, **top)
+    assert info.value.file.endswith("orders.yaml")
+    return info.value
+
+
+def _k8s_cluster(tmp_path: Path, **k8s: Any) -> dict:
+    return {"profile": "kubernetes", "master_connection_id": "spark_k8s",
+            "kubernetes": {**K8S, "shared_dir": str(tmp_path / "shared"), **k8s}}  # fmt: skip
+
+
+def _lake(tmp_path: Path) -> dict:
+    return {"lakehouse_root": str(tmp_path / "shared" / "lake")}
+
+
+def test_kubernetes_profile_loads_with_defaults(tmp_path):
+    cfg = _kubernetes(tmp_path)
+    k8s = cfg.cluster.kubernetes
+    assert (cfg.cluster.profile, cfg.cluster.transient) == ("kubernetes", False)
+    assert (k8s.image, k8s.namespace, k8s.service_account) == (K8S["image"], "data", "spark-driver")
+    assert (k8s.app_dir, k8s.kafka_options_key, k8s.delete_driver_pod) == (
+        "/opt/kafka-delta-elt", "kafka-options.json", "on_success")  # fmt: skip
+    assert k8s.shared_dir == str(tmp_path / "shared") and k8s.kafka_options_secret == "kde-kafka"
+
+
+@pytest.mark.parametrize("key", ["image", "namespace", "service_account", "shared_volume_claim", "shared_dir"])
+def test_kubernetes_profile_requires_each_key(tmp_path, key):
+    cluster = _k8s_cluster(tmp_path)
+    del cluster["kubernetes"][key]
+    err = _error(tmp_path, cluster, tables=_lake(tmp_path))
+    assert err.field == f"cluster.kubernetes.{key}"
+    assert err.problem == "expected a value (required with profile kubernetes), got nothing (the key is missing)"
+
+
+@pytest.mark.parametrize(("changes", "field", "expected", "got"), [
+    ({"namespace": "Data_NS"}, "namespace", "a Kubernetes namespace name", "'Data_NS' (str)"),
+    ({"namespace": "n" * 64}, "namespace", "a Kubernetes namespace name", "(str)"),
+    ({"service_account": "Spark Driver"}, "service_account", "a Kubernetes object name", "'Spark Driver' (str)"),
+    ({"shared_volume_claim": 7}, "shared_volume_claim", "a Kubernetes object name", "7 (int)"),
+    ({"kafka_options_secret": "kde_kafka"}, "kafka_options_secret", "a Kubernetes object name", "'kde_kafka'"),
+    ({"kafka_options_key": "a/b.json"}, "kafka_options_key", "a secret key", "'a/b.json' (str)"),
+    ({"image": "my image"}, "image", "a container image reference", "'my image' (str)"),
+    ({"app_dir": "opt/kde"}, "app_dir", "an absolute path", "'opt/kde' (str)"),
+    ({"shared_dir": "s3a://bucket/x"}, "shared_dir", "an absolute path", "'s3a://bucket/x' (str)"),
+    ({"delete_driver_pod": "sometimes"}, "delete_driver_pod", "one of 'on_success', 'always', 'never'",
+     "'sometimes' (str)"),
+    ({"kafka_password": "x"}, "kafka_password", "no broker addresses or security settings", "'kafka_password'"),
+    ({"imagee": "x"}, "imagee", "one of image, namespace", "unknown key 'imagee'; did you mean 'image'?"),
+])  # fmt: skip
+def test_kubernetes_keys_are_validated_with_file_field_and_expectation(tmp_path, changes, field, expected, got):
+    err = _error(tmp_path, _k8s_cluster(tmp_path, **changes), tables=_lake(tmp_path))
+    assert err.field == f"cluster.kubernetes.{field}"
+    assert expected in err.problem and got in err.problem, err.problem
+    assert "hunter" not in err.problem
+
+
+def test_kubernetes_profile_needs_its_section_and_a_master_connection(tmp_path):
+    err = _error(tmp_path, {"profile": "kubernetes", "master_connection_id": "spark_k8s"})
+    assert err.field == "cluster.kubernetes" and "required with profile kubernetes" in err.problem
+    cluster = _k8s_cluster(tmp_path)
+    del cluster["master_connection_id"]
+    err = _error(tmp_path, cluster, tables=_lake(tmp_path))
+    assert err.field == "cluster.master_connection_id"
+    assert "(required with profile kubernetes), got nothing" in err.problem
+
+
+def test_kubernetes_section_is_refused_where_it_does_not_apply(tmp_path):
+    err = _error(tmp_path, {"kubernetes": {"image": "i"}})
+    assert err.field == "cluster.kubernetes" and "no kubernetes section with profile local_standalone" in err.problem
+    err = _error(tmp_path, {"profile": "existing_master", "master_connection_id": "spark_k8s",
+                            "kubernetes": {"image": "i", "shared_dir": "/mnt/kde"}})  # fmt: skip
+    assert err.field == "cluster.kubernetes.shared_dir"
+    assert "expected only image, namespace with profile existing_master" in err.problem
+    err = _error(tmp_path, {"profile": "existing_master", "master_connection_id": "spark_k8s",
+                            "kubernetes": {"namespace": "data"}})  # fmt: skip
+    assert err.field == "cluster.kubernetes.image" and "required with profile existing_master" in err.problem
+    ok = _pipeline(tmp_path, {"profile": "existing_master", "master_connection_id": "spark_k8s",
+                              "kubernetes": {"image": "i", "namespace": "data"}})  # fmt: skip
+    assert (ok.cluster.kubernetes.image, ok.cluster.kubernetes.namespace) == ("i", "data")
+
+
+def test_kubernetes_tables_must_be_reachable_from_the_pods(tmp_path):
+    # Default lakehouse (this machine's var/ folder): the pods cannot see it.
+    err = _error(tmp_path, _k8s_cluster(tmp_path))
+    assert err.field == "tables.bronze_path"
+    assert f"inside cluster.kubernetes.shared_dir {str(tmp_path / 'shared')!r}" in err.problem
+    # Tables may be URIs; checkpoints are read with file I/O and may not.
+    ok = _pipeline(tmp_path, _k8s_cluster(tmp_path), tables={**_lake(tmp_path), "bronze_path": "s3a://b/bronze"})
+    assert ok.tables.bronze_path == "s3a://b/bronze"
+    err = _error(tmp_path, _k8s_cluster(tmp_path), tables={**_lake(tmp_path), "checkpoint_root": "s3a://b/ckpt"})
+    assert err.field == "tables.checkpoint_root" and "expected a path inside" in err.problem
+
+
+def test_kubernetes_refuses_kafka_options_the_pod_could_not_receive(tmp_path):
+    data_kafka = {"connection_id": "kafka_test", "topics": ["t"], "options": {"max.poll.records": "500"}}
+    err = _error(tmp_path, _k8s_cluster(tmp_path), tables=_lake(tmp_path), kafka=data_kafka)
+    assert err.field == "kafka.options" and "kafka_options_secret" in err.problem and "max.poll.records" in err.problem
+
+
+def test_local_standalone_still_refuses_a_master_connection(tmp_path):
+    err = _error(tmp_path, {"master_connection_id": "spark_k8s"})
+    assert err.field == "cluster.master_connection_id"
+    assert "existing_master or kubernetes" in err.problem
