@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup browser demo ui test lint bench lock clean
+.PHONY: setup test-tools demo ui test lint bench lock clean
 
 $(STAMP): requirements.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -18,12 +18,15 @@ $(STAMP): requirements.txt constraints.txt
 setup: $(STAMP)
 	$(PY) -m include.jvm_deps
 
-# Debian's chromium and chromedriver for the UI plugin's browser test (never a downloaded browser).
-browser:
-	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+# Debian packages the tests use (never a downloaded browser): chromium and chromedriver for
+# the UI plugin's browser test; docker-compose for the Compose specification schema that
+# tests/test_compose.py validates docker-compose.yaml against (no Docker engine needed).
+COMPOSE_SCHEMA := /usr/lib/python3/dist-packages/compose/config/compose_spec.json
+test-tools:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null && [ -f $(COMPOSE_SCHEMA) ] || { \
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
-	    --no-install-recommends chromium chromium-driver >/dev/null; }
+	    --no-install-recommends chromium chromium-driver docker-compose >/dev/null; }
 
 demo: setup
 	$(PY) -m include.demo
@@ -31,7 +34,7 @@ demo: setup
 ui: setup
 	$(PY) -m include.ui
 
-test: setup browser
+test: setup test-tools
 	$(PY) -m ruff check .
 	$(PY) -m pytest
 
