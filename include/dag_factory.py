@@ -227,6 +227,12 @@ def build_dag(cfg: PipelineConfig) -> DAG:
             plan = context["ti"].xcom_pull(task_ids="check_request") or {}
             request = RunRequest(plan.get("action", "normal"), plan.get("reason", ""), plan.get("requested_by"))
             client = connections.kafka_client_config(cfg.kafka.connection_id)
+            try:
+                # The Spark job's settings are derived in ingest; refuse settings it cannot
+                # take now, before a cluster starts.
+                connections.spark_kafka_options(client)
+            except connections.ConnectionConfigError as exc:
+                raise AirflowFailException(f"pipeline {cfg.name!r}: {exc}") from None
             now = pipeline_run.utcnow()
             verdict, lag, progress = pipeline_run.run_preflight(cfg, client, request)
             for finding in verdict.findings:

@@ -8,6 +8,13 @@ The broker runs from the official Apache Kafka jars (resolved by
 
 Kafka's own command-line tools run from the same jars through
 :func:`run_kafka_tool`, e.g. ``ConsumerGroupCommand`` for consumer lag.
+
+By default clients connect in PLAINTEXT. ``start(..., sasl_user=SaslPlainUser(name, password))``
+(or ``start DIR --sasl-plain-user NAME`` with the password in
+``$KDE_KAFKA_SASL_PASSWORD``) makes the client listener SASL_PLAINTEXT with
+mechanism PLAIN and that one user; the controller listener stays PLAINTEXT
+on 127.0.0.1. Clients then need :meth:`SaslPlainUser.client_config`, Kafka's
+tools a ``--command-config`` file from :func:`write_tool_config`.
 """
 
 from __future__ import annotations
@@ -16,16 +23,24 @@ import argparse
 import base64
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from include import jvm_deps
+from include.connections import jaas_config, jaas_quote
+
+#: Environment variable the command line reads the SASL user's password from (never an argument).
+SASL_PASSWORD_ENV = "KDE_KAFKA_SASL_PASSWORD"
+#: A JAAS option name is ``user_<name>``; other characters would end the name.
+_SASL_USERNAME = re.compile(r"^[A-Za-z0-9_-]+$")
+_PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 
 #: Main classes of Kafka's command-line tools (what the bin/*.sh scripts run).
 KAFKA_TOOLS = {
@@ -42,12 +57,41 @@ class BrokerError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class SaslPlainUser:
+    """The one SASL/PLAIN user of a broker started with ``sasl_user``: its name and password."""
+
+    username: str
+    password: str = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not _SASL_USERNAME.fullmatch(self.username):
+            raise ValueError(f"SASL username: expected letters, digits, '_' or '-', got {self.username!r}")
+        if not self.password:
+            raise ValueError(f"SASL user {self.username!r}: expected a non-empty password")
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka (confluent-kafka) settings that authenticate as this user; add ``bootstrap.servers``."""
+        return {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": self.username,
+            "sasl.password": self.password,
+        }
+
+    def jaas_config(self) -> str:
+        """The Java clients' ``sasl.jaas.config`` for this user."""
+        return jaas_config("PLAIN", self.username, self.password)
+
+
+@dataclass(frozen=True)
 class LocalBroker:
     """A started broker: where it listens and which process it is."""
 
     bootstrap_servers: str
     pid: int
     data_dir: Path
+    #: What clients speak on ``bootstrap_servers``: PLAINTEXT, or SASL_PLAINTEXT (mechanism PLAIN).
+    security_protocol: str = "PLAINTEXT"
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """Stop this broker (SIGTERM, then SIGKILL after ``timeout_s``)."""
@@ -77,7 +121,48 @@ def _state_file(data_dir: Path) -> Path:
     return data_dir / "broker.json"
 
 
-def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
+def _properties_value(value: str) -> str:
+    """``value`` escaped for a ``.properties`` file (read as ISO-8859-1, backslash escapes)."""
+    out = []
+    for i, ch in enumerate(value):
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == " " and i == 0:
+            out.append("\\ ")
+        elif ch in "\n\r\t\f":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}[ch])
+        elif not " " <= ch <= "~":
+            out.extend(f"\\u{unit:04x}" for unit in _utf16_units(ch))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _utf16_units(ch: str) -> list[int]:
+    data = ch.encode("utf-16-be")
+    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
+
+
+def _sasl_properties(port: int, controller_port: int, user: SaslPlainUser) -> dict[str, str]:
+    """What differs from the PLAINTEXT broker: the client (and inter-broker) listener speaks SASL/PLAIN."""
+    # The broker authenticates to itself as the same user (inter-broker traffic).
+    jaas = (
+        f"{_PLAIN_LOGIN} required username={jaas_quote(user.username)} password={jaas_quote(user.password)} "
+        f"user_{user.username}={jaas_quote(user.password)};"
+    )
+    return {
+        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
+        "inter.broker.listener.name": "SASL_PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": _properties_value(jaas),
+    }
+
+
+def _server_properties(data_dir: Path, port: int, controller_port: int,
+                       sasl_user: SaslPlainUser | None = None) -> str:  # fmt: skip
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -104,7 +189,25 @@ def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
         # Retention checks run often so tests can see deleted segments quickly.
         "log.retention.check.interval.ms": "1000",
     }
+    if sasl_user is not None:
+        props.update(_sasl_properties(port, controller_port, sasl_user))
     return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def write_tool_config(path: Path, user: SaslPlainUser) -> Path:
+    """A ``--command-config`` file (owner-only) for Kafka's tools to reach a SASL broker as ``user``."""
+    text = (
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        f"sasl.jaas.config={_properties_value(user.jaas_config())}\n"
+    )
+    _write_private(Path(path), text)
+    return Path(path)
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(text)
 
 
 _LOG4J2 = """status = warn
@@ -118,7 +221,8 @@ rootLogger.appenderRef.file.ref = file
 """
 
 
-def _wait_until_ready(bootstrap: str, proc: subprocess.Popen, log: Path, timeout_s: float) -> None:
+def _wait_until_ready(bootstrap: str, proc: subprocess.Popen, log: Path, timeout_s: float,
+                      client_config: dict[str, str] | None = None) -> None:  # fmt: skip
     from confluent_kafka.admin import AdminClient
 
     host, port = bootstrap.rsplit(":", 1)
@@ -133,7 +237,7 @@ def _wait_until_ready(bootstrap: str, proc: subprocess.Popen, log: Path, timeout
             # Probe the port first: librdkafka would log every refused connection.
             with socket.create_connection((host, int(port)), timeout=1):
                 pass
-            admin = admin or AdminClient({"bootstrap.servers": bootstrap})
+            admin = admin or AdminClient({"bootstrap.servers": bootstrap, **(client_config or {})})
             if admin.list_topics(timeout=2).brokers:
                 return
         except Exception as exc:  # noqa: BLE001 - any failure means "not ready yet"
@@ -153,12 +257,16 @@ def _existing_cluster_id(data_dir: Path) -> str | None:
     return None
 
 
-def start(data_dir: Path, *, heap: str = "1g", timeout_s: float = 90.0) -> LocalBroker:
+def start(data_dir: Path, *, heap: str = "1g", timeout_s: float = 90.0,
+          sasl_user: SaslPlainUser | None = None) -> LocalBroker:  # fmt: skip
     """Start a broker on free ports with its storage in ``data_dir`` (formatted on first use).
 
     A folder that held a broker before keeps its topics and offsets.
 
     Refuses to start a second broker on a folder whose broker is still alive.
+
+    With ``sasl_user`` clients must authenticate with SASL/PLAIN as that user
+    (``server.properties`` then holds the password and is owner-only).
     """
     data_dir = Path(data_dir).resolve()
     existing = status(data_dir)
@@ -170,7 +278,10 @@ def start(data_dir: Path, *, heap: str = "1g", timeout_s: float = 90.0) -> Local
     data_dir.mkdir(parents=True, exist_ok=True)
     port, controller_port = free_port(), free_port()
     config = data_dir / "server.properties"
-    config.write_text(_server_properties(data_dir, port, controller_port))
+    if sasl_user is None:
+        config.write_text(_server_properties(data_dir, port, controller_port))
+    else:
+        _write_private(config, _server_properties(data_dir, port, controller_port, sasl_user))
     log = data_dir / "broker.log"
     (data_dir / "log4j2.properties").write_text(_LOG4J2.format(log=log))
     cluster_id = _existing_cluster_id(data_dir) or base64.urlsafe_b64encode(
@@ -194,13 +305,16 @@ def start(data_dir: Path, *, heap: str = "1g", timeout_s: float = 90.0) -> Local
         # the broker under a running test or demo; stop() does.
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     bootstrap = f"127.0.0.1:{port}"
-    _state_file(data_dir).write_text(json.dumps({"pid": proc.pid, "bootstrap_servers": bootstrap}))
+    state = {"pid": proc.pid, "bootstrap_servers": bootstrap}
+    if sasl_user is not None:
+        state["security_protocol"] = "SASL_PLAINTEXT"  # never the password
+    _state_file(data_dir).write_text(json.dumps(state))
     try:
-        _wait_until_ready(bootstrap, proc, log, timeout_s)
+        _wait_until_ready(bootstrap, proc, log, timeout_s, sasl_user.client_config() if sasl_user else None)
     except BaseException:
         stop(data_dir)
         raise
-    return LocalBroker(bootstrap, proc.pid, data_dir)
+    return LocalBroker(bootstrap, proc.pid, data_dir, state.get("security_protocol", "PLAINTEXT"))
 
 
 def _alive(pid: int) -> bool:
@@ -226,7 +340,8 @@ def status(data_dir: Path) -> LocalBroker | None:
     info = json.loads(state.read_text())
     if not _alive(info["pid"]):
         return None
-    return LocalBroker(info["bootstrap_servers"], info["pid"], Path(data_dir).resolve())
+    return LocalBroker(info["bootstrap_servers"], info["pid"], Path(data_dir).resolve(),
+                       info.get("security_protocol", "PLAINTEXT"))
 
 
 def stop(data_dir: Path, timeout_s: float = 20.0) -> bool:
@@ -250,13 +365,22 @@ def stop(data_dir: Path, timeout_s: float = 20.0) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``start DIR`` prints the bootstrap address; ``stop DIR``; ``status DIR``."""
-    parser = argparse.ArgumentParser(prog="python -m include.local_kafka", description=__doc__)
+    """Command line: ``start DIR [--sasl-plain-user NAME]`` prints the bootstrap address; ``stop DIR``; ``status DIR``."""
+    parser = argparse.ArgumentParser(prog="python -m include.local_kafka", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("action", choices=["start", "stop", "status"])
     parser.add_argument("data_dir", type=Path)
+    parser.add_argument("--sasl-plain-user", metavar="NAME", default=None,
+                        help=f"start with a SASL_PLAINTEXT listener (PLAIN) for this user; password from ${SASL_PASSWORD_ENV}")  # fmt: skip
     args = parser.parse_args(argv)
     if args.action == "start":
-        broker = start(args.data_dir)
+        user = None
+        if args.sasl_plain_user:
+            password = os.environ.get(SASL_PASSWORD_ENV, "")
+            if not password:
+                parser.error(f"--sasl-plain-user needs the password in ${SASL_PASSWORD_ENV}")
+            user = SaslPlainUser(args.sasl_plain_user, password)
+        broker = start(args.data_dir, sasl_user=user)
         print(broker.bootstrap_servers)
     elif args.action == "stop":
         print("stopped" if stop(args.data_dir) else "not running")

@@ -49,7 +49,9 @@ class IngestConfig:
     run_type: str = "manual"
     summary_path: str | None = None
     admin_timeout_s: float = 30.0
-    kafka_options: dict[str, str] = field(default_factory=dict)
+    #: Kafka client settings from ``--kafka-options-file``, applied as ``kafka.<name>``; they may hold
+    #: secrets (a JAAS config, a private key), so the config's repr leaves them out.
+    kafka_options: dict[str, str] = field(default_factory=dict, repr=False)
     #: Data-loss gaps the orchestrator's preflight accepted for this run.
     accepted_gaps: tuple[Gap, ...] = ()
     #: Kafka topic ids seen by the preflight; recorded in every commit so the

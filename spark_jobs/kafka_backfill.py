@@ -61,7 +61,9 @@ class BackfillConfig:
     run_id: str = "manual"
     run_type: str = "manual"
     summary_path: str | None = None
-    kafka_options: dict[str, str] = field(default_factory=dict)
+    #: Kafka client settings from ``--kafka-options-file``, applied as ``kafka.<name>``; they may hold
+    #: secrets (a JAAS config, a private key), so the config's repr leaves them out.
+    kafka_options: dict[str, str] = field(default_factory=dict, repr=False)
 
     def window_micros(self) -> tuple[int, int] | None:
         """``[from, to)`` of the time window in microseconds since the epoch, or ``None``."""

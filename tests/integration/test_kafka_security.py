@@ -1,0 +1,169 @@
+"""A pipeline DAG against a broker that demands SASL/PLAIN, with the secret kept out of every log.
+
+The broker (started here, in ``tmp_path``) has one SASL_PLAINTEXT listener and
+one user; the Airflow connection ``kafka_default`` carries the librdkafka
+settings with a random password. The password holds a quote, a backslash and
+a non-ASCII letter so every quoting layer (connection JSON, the broker's
+properties file, the Java client's JAAS config) is exercised; a random hex
+token inside it is what the leak checks look for, since escaped forms of the
+whole password would slip past a plain search.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from include import airflow_local, local_kafka
+from tests.integration.dag_helpers import Pipeline, assert_no_cluster_left
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+
+@dataclass(frozen=True)
+class SaslBroker:
+    broker: local_kafka.LocalBroker
+    user: local_kafka.SaslPlainUser
+    #: Random hex inside the password: found in any encoding of it (raw, JSON, JAAS-escaped).
+    token: str
+
+    def client_config(self, password: str | None = None) -> dict[str, str]:
+        config = {"bootstrap.servers": self.broker.bootstrap_servers, **self.user.client_config()}
+        if password is not None:
+            config["sasl.password"] = password
+        return config
+
+    def connection(self, password: str | None = None) -> str:
+        """``AIRFLOW_CONN_KAFKA_DEFAULT``: the Kafka provider's connection in its JSON form."""
+        return json.dumps({"conn_type": "kafka", "extra": self.client_config(password)})
+
+
+@pytest.fixture
+def sasl_broker(tmp_path) -> Iterator[SaslBroker]:
+    """A broker of this test only: the session broker speaks PLAINTEXT."""
+    token = secrets.token_hex(12)
+    user = local_kafka.SaslPlainUser("kde-etl", f'kde-{token}-"q\\ü')
+    broker = local_kafka.start(tmp_path / "kafka", heap="512m", sasl_user=user)
+    try:
+        yield SaslBroker(broker, user, token)
+    finally:
+        broker.stop()
+
+
+def create_topic(config: dict[str, str], topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(config)
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=60)
+
+
+def produce(config: dict[str, str], topic: str, count: int, partitions: int) -> set[tuple[int, int]]:
+    """Produce ``count`` records as the SASL user; returns the ``(partition, offset)`` Kafka assigned."""
+    from confluent_kafka import Producer
+
+    delivered: set[tuple[int, int]] = set()
+
+    def on_delivery(err, msg) -> None:
+        assert err is None, err
+        delivered.add((msg.partition(), msg.offset()))
+
+    producer = Producer({**config, "linger.ms": 5})
+    for i in range(count):
+        producer.produce(topic, key=str(i).encode(), value=f"secure-{i}".encode(), partition=i % partitions,
+                         on_delivery=on_delivery)  # fmt: skip
+    assert producer.flush(30) == 0
+    assert len(delivered) == count
+    return delivered
+
+
+def files_holding(root: Path, needles: tuple[str, ...]) -> list[str]:
+    """Files under ``root`` whose bytes hold one of ``needles``."""
+    found = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            data = path.read_bytes()
+            found += [f"{path} holds {n!r}" for n in needles if n.encode() in data]
+    return found
+
+
+def test_sasl_connection_reaches_admin_clients_and_spark_job_and_the_secret_never_shows(tmp_path, sasl_broker):
+    s = sasl_broker
+    home = tmp_path / "airflow"
+    airflow_local.migrate(airflow_local.environment(home))
+    name = f"sasl_{uuid.uuid4().hex[:8]}"
+    topic = f"{name}.events"
+    create_topic(s.client_config(), topic, 2)
+    produced = produce(s.client_config(), topic, 150, 2)
+    p = Pipeline(tmp_path, name, topic, s.broker.bootstrap_servers, home)
+
+    # Right password: the sensor, preflight, continuity and mirror (librdkafka) and the
+    # Spark job (Java client) all authenticate: the broker has no other listener.
+    proc, log = p.run(AIRFLOW_CONN_KAFKA_DEFAULT=s.connection())
+    assert proc.returncode == 0, log[-5000:]
+    (first,) = p.ledger()
+    assert (first["outcome"], first["rows"], first["continuity"]) == ("success", 150, "CONTINUOUS")
+    assert sorted(p.bronze_keys()) == sorted(produced)
+    lines = airflow_local.summary_lines(log)
+    assert any(line.startswith("ingest: 150 rows") for line in lines), lines
+    # The Java client logged its configuration, with the JAAS config as Kafka's [hidden].
+    assert "sasl.mechanism = PLAIN" in log and "sasl.jaas.config = [hidden]" in log, log[-5000:]
+    # The offsets mirror committed through SASL; Kafka's own tools read it with a command config.
+    tool_config = local_kafka.write_tool_config(tmp_path / "kafka" / "tool.properties", s.user)
+    group = local_kafka.run_kafka_tool("consumer-groups", "--bootstrap-server", s.broker.bootstrap_servers,
+                                       "--command-config", str(tool_config), "--describe", "--group",
+                                       f"kafka-delta-elt.{p.name}")  # fmt: skip
+    assert group.returncode == 0, group.stderr[-3000:]
+    rows = [line.split() for line in group.stdout.splitlines()]
+    lags = {int(f[2]): f[5] for f in rows if f and f[0] == f"kafka-delta-elt.{p.name}"}
+    assert lags == {0: "0", 1: "0"}, group.stdout
+    assert_no_cluster_left(p)
+
+    # Wrong password: refused by the broker, and the run says so.
+    produce(s.client_config(), topic, 10, 2)
+    wrong_token = secrets.token_hex(12)
+    proc, bad_log = p.run(AIRFLOW_CONN_KAFKA_DEFAULT=s.connection(f"wrong-{wrong_token}"))
+    assert proc.returncode != 0, bad_log[-5000:]
+    (failure,) = [line for line in bad_log.splitlines() if line.startswith("include.kafka_state.KafkaUnavailableError")]
+    assert "SASL authentication error: Authentication failed: Invalid username or password" in failure, failure
+    assert p.ledger()[0]["outcome"] != "success"
+    assert sorted(p.bronze_keys()) == sorted(produced), "a refused run read nothing"
+    assert_no_cluster_left(p)
+
+    # A setting the Spark job's client cannot be given (Kerberos under PLAIN: librdkafka ignores it,
+    # so the Airflow side authenticates) stops the run at preflight, before any cluster starts.
+    extra = {**s.client_config(), "sasl.kerberos.service.name": "kafka"}
+    proc, refused_log = p.run(AIRFLOW_CONN_KAFKA_DEFAULT=json.dumps({"conn_type": "kafka", "extra": extra}))
+    assert proc.returncode != 0, refused_log[-5000:]
+    assert "SUMMARY wait_for_lag:" in refused_log and "SUMMARY start_cluster" not in refused_log
+    refusals = [line for line in refused_log.splitlines() if "sasl.kerberos.service.name" in line]
+    assert refusals and all("'kafka_default'" in line and "Kerberos" in line for line in refusals), refusals
+    assert sorted(p.bronze_keys()) == sorted(produced)
+    assert_no_cluster_left(p)
+
+    # The secrets: nowhere in the output, the logs, the run folders, the tables or the metadata DB.
+    needles = (s.token, wrong_token)
+    for text in (log, bad_log, refused_log):
+        assert not [n for n in needles if n in text]
+    assert list(p.var.rglob("kafka-options.json")) == [], "the private options file outlived its job"
+    # `airflow dags test` runs tasks in its own process and prints their logs (checked above); the
+    # logs folder is scanned all the same, for whatever Airflow writes there.
+    logs = home / "logs"
+    assert logs.is_dir()
+    # Spark's master, worker and executor logs live in the run folders; the executors' Kafka
+    # consumers printed their configuration too, the JAAS config hidden.
+    executor_logs = [f for f in (p.var / "runs").rglob("stderr") if f.is_file()]
+    assert any("sasl.jaas.config = [hidden]" in f.read_text(errors="replace") for f in executor_logs), executor_logs
+    leaks = files_holding(logs, needles) + files_holding(p.var, needles) + files_holding(p.lake, needles)
+    leaks += [f"{f} holds a secret" for f in home.glob("airflow.db*") if any(n.encode() in f.read_bytes() for n in needles)]
+    assert leaks == []
+    with sqlite3.connect(home / "airflow.db") as db:
+        rendered = db.execute("SELECT task_id, rendered_fields FROM rendered_task_instance_fields").fetchall()
+    assert {task for task, _ in rendered} >= {"ingest"}, rendered
+    assert [task for task, fields in rendered if any(n in str(fields) for n in needles)] == []
