@@ -79,6 +79,10 @@ class BatchRecord:
     delta_version: int | None
     skipped_replay: bool
     duration_s: float
+    #: Seconds per step of the writer (``stats``: reading the batch into the
+    #: cache and counting it; ``write``: the Delta commit; ``confirm``: the
+    #: history read), for profiling against a plain job.
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -128,6 +132,7 @@ class RunSummary:
                     "delta_version": b.delta_version,
                     "skipped_replay": b.skipped_replay,
                     "duration_s": round(b.duration_s, 3),
+                    "phases": {k: round(v, 3) for k, v in b.phases.items()},
                 }
                 for b in self.batches
             ],
@@ -263,7 +268,9 @@ class BronzeBatchWriter:
             F.lit(epoch).alias("epoch"),
             F.current_timestamp().alias("ingested_at"),
         ).persist(StorageLevel.MEMORY_AND_DISK)
+        phases: dict[str, float] = {}
         try:
+            mark = time.monotonic()
             stats = {
                 (r["topic"], r["partition"]): (r["rows"], r["low"], r["high"])
                 for r in rows.groupBy("topic", "partition")
@@ -271,6 +278,7 @@ class BronzeBatchWriter:
                      F.max("offset").alias("high"))  # fmt: skip
                 .collect()
             }
+            phases["stats"] = time.monotonic() - mark
             ranges = batch_ranges(start=start, end=end, stats=stats, batch_id=batch_id)
             next_positions = advance(self.positions, ranges)
             for topic, parts in end.items():  # partitions with no new offsets keep their place
@@ -296,6 +304,7 @@ class BronzeBatchWriter:
                 next_offsets=next_positions,
                 extra=extra,
             )
+            mark = time.monotonic()
             (
                 rows.write.format("delta")
                 .mode("append")
@@ -304,16 +313,19 @@ class BronzeBatchWriter:
                 .option("userMetadata", commit.to_user_metadata())
                 .save(self.cfg.bronze_path)
             )
+            phases["write"] = time.monotonic() - mark
         finally:
             rows.unpersist()
+        mark = time.monotonic()
         version = confirm_newest_commit(self.spark, self.cfg.bronze_path, BronzeCommit.from_user_metadata,
                                         self.plan.epoch, batch_id, OffsetError)  # fmt: skip
+        phases["confirm"] = time.monotonic() - mark
         failpoint("bronze", batch_id)
         self.positions = next_positions
         self.last_commit = commit
         n = sum(r.rows for r in ranges)
         self.summary.batches.append(
-            BatchRecord(batch_id, n, ranges, version, False, time.monotonic() - started)
+            BatchRecord(batch_id, n, ranges, version, False, time.monotonic() - started, phases)
         )
         log.info("batch %s: %s rows in %s ranges -> bronze version %s", batch_id, n, len(ranges), version)
 
