@@ -36,7 +36,7 @@ def _median(cell: str) -> float:
 def test_benchmark_measures_all_three_jobs(bootstrap: str, tmp_path: Path, capsys) -> None:
     output = tmp_path / "ingest.md"
     code = benchmark.main([
-        "--bootstrap-servers", bootstrap, "--records", str(RECORDS), "--partitions", "2",
+        "--bootstrap-servers", bootstrap, "--parts", "throughput", "--records", str(RECORDS), "--partitions", "2",
         "--repetitions", "1", "--output", str(output), "--work-dir", str(tmp_path / "work"),
     ])  # fmt: skip
     assert code == 0
@@ -44,6 +44,7 @@ def test_benchmark_measures_all_three_jobs(bootstrap: str, tmp_path: Path, capsy
     markdown = output.read_text()
     assert capsys.readouterr().out == markdown
     assert "nproc" in markdown and "CPU" in markdown
+    assert "## Throughput" in markdown and "## Fixed cost" not in markdown
 
     header = next(line for line in markdown.splitlines() if line.startswith("| job |"))
     columns = [c.strip() for c in header.strip().strip("|").split("|")]
