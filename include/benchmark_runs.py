@@ -36,7 +36,7 @@ from pathlib import Path
 
 import yaml
 
-from include import airflow_local, run_ledger
+from include import airflow_local, delta_progress, run_ledger
 
 #: Tasks of a bronze-only pipeline on a transient cluster, in DAG order.
 DAG_TASKS = (
@@ -190,9 +190,8 @@ class DagRunBench:
 
     def commits(self) -> int:
         """Commits in the bronze table (0 before the first run)."""
-        from deltalake import DeltaTable
-
-        return DeltaTable(str(self.bronze)).version() + 1 if DeltaTable.is_deltatable(str(self.bronze)) else 0
+        version = delta_progress.table_version(self.bronze)
+        return 0 if version is None else version + 1
 
     def run(self, kind: str, repetition: int, *, expect_rows: int | None) -> DagRunTiming:
         """One ``airflow dags test`` run; raises unless it succeeded and read ``expect_rows`` rows

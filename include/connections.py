@@ -90,16 +90,6 @@ def server_connection(conn_id: str):
         raise ConnectionConfigError(f"Airflow connection {conn_id!r} does not exist") from None
 
 
-class KafkaClientConfig(dict):
-    """confluent-kafka settings (a plain ``dict`` to every client) that remember their connection's id.
-
-    The id lets :func:`spark_kafka_options` name the connection in its errors
-    when a caller hands it only the settings.
-    """
-
-    conn_id: str | None = None
-
-
 def kafka_client_config(conn_id: str, *, get_connection: Callable[[str], Any] = _get_connection) -> dict[str, str]:
     """confluent-kafka settings of the Kafka connection ``conn_id`` (bootstrap servers and security).
 
@@ -110,8 +100,7 @@ def kafka_client_config(conn_id: str, *, get_connection: Callable[[str], Any] = 
     """
     conn = get_connection(conn_id)
     extra = conn.extra_dejson or {}
-    config = KafkaClientConfig({str(k): str(v) for k, v in extra.items()})
-    config.conn_id = conn_id
+    config = {str(k): str(v) for k, v in extra.items()}
     if not config.get("bootstrap.servers"):
         if conn.host:
             config["bootstrap.servers"] = f"{conn.host}:{conn.port}" if conn.port else conn.host
@@ -346,12 +335,12 @@ def _unsupported_why(key: str) -> str:
     return "its meaning differs or it has no Java equivalent"
 
 
-def spark_kafka_options(client_config: Mapping[str, str], conn_id: str | None = None, *,
+def spark_kafka_options(client_config: Mapping[str, str], conn_id: str, *,
                         read_pem: Callable[[str], str] = _read_pem) -> dict[str, str]:  # fmt: skip
     """The Java Kafka client settings the Spark job gets (without ``kafka.`` prefix, bootstrap excluded).
 
-    ``client_config`` holds librdkafka settings (:func:`kafka_client_config`);
-    errors name ``conn_id``, by default the connection it was read from.
+    ``client_config`` holds the librdkafka settings of connection ``conn_id``
+    (:func:`kafka_client_config`); errors name that connection.
     Carried over:
 
     - ``security.protocol`` (upper-cased), ``client.id``, ``client.dns.lookup``;
@@ -376,8 +365,7 @@ def spark_kafka_options(client_config: Mapping[str, str], conn_id: str | None = 
     with librdkafka meanings and are left out. Derived secrets (the JAAS
     config, a private key) are registered with Airflow's log masker.
     """
-    name = conn_id or getattr(client_config, "conn_id", None) or "<unnamed>"
-    return _Translation(name, client_config, read_pem).translate()
+    return _Translation(conn_id, client_config, read_pem).translate()
 
 
 def spark_master(conn_id: str) -> str:

@@ -230,7 +230,7 @@ def build_dag(cfg: PipelineConfig) -> DAG:
             try:
                 # The Spark job's settings are derived in ingest; refuse settings it cannot
                 # take now, before a cluster starts.
-                connections.spark_kafka_options(client)
+                connections.spark_kafka_options(client, cfg.kafka.connection_id)
             except connections.ConnectionConfigError as exc:
                 raise AirflowFailException(f"pipeline {cfg.name!r}: {exc}") from None
             now = pipeline_run.utcnow()

@@ -40,7 +40,6 @@ from include.connections import jaas_config, jaas_quote
 SASL_PASSWORD_ENV = "KDE_KAFKA_SASL_PASSWORD"
 #: A JAAS option name is ``user_<name>``; other characters would end the name.
 _SASL_USERNAME = re.compile(r"^[A-Za-z0-9_-]+$")
-_PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 
 #: Main classes of Kafka's command-line tools (what the bin/*.sh scripts run).
 KAFKA_TOOLS = {
@@ -146,10 +145,7 @@ def _utf16_units(ch: str) -> list[int]:
 def _sasl_properties(port: int, controller_port: int, user: SaslPlainUser) -> dict[str, str]:
     """What differs from the PLAINTEXT broker: the client (and inter-broker) listener speaks SASL/PLAIN."""
     # The broker authenticates to itself as the same user (inter-broker traffic).
-    jaas = (
-        f"{_PLAIN_LOGIN} required username={jaas_quote(user.username)} password={jaas_quote(user.password)} "
-        f"user_{user.username}={jaas_quote(user.password)};"
-    )
+    jaas = user.jaas_config().removesuffix(";") + f" user_{user.username}={jaas_quote(user.password)};"
     return {
         "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
         "advertised.listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",

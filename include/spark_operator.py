@@ -463,7 +463,7 @@ class IngestOperator(SparkJobOperator):
         if cfg.cluster.profile == "kubernetes" and k8s is not None:
             return kafka_options_path(k8s), []
         options_file = folder / "kafka-options.json"
-        options = {**cfg.kafka.options, **connections.spark_kafka_options(client)}
+        options = {**cfg.kafka.options, **connections.spark_kafka_options(client, cfg.kafka.connection_id)}
         _write_private(options_file, json.dumps(options))
         return str(options_file), [options_file]
 

@@ -33,7 +33,7 @@ def test_kafka_connection_from_environment(monkeypatch):
     config = connections.kafka_client_config("kafka_test")
     assert config["bootstrap.servers"] == "b1:9092"
     # Only settings the Java client names the same way go to Spark; secrets never do by accident.
-    assert connections.spark_kafka_options(config) == {"security.protocol": "SSL"}
+    assert connections.spark_kafka_options(config, "kafka_test") == {"security.protocol": "SSL"}
 
 
 def test_kafka_connection_without_bootstrap_names_the_connection(monkeypatch):

@@ -141,13 +141,13 @@ def test_plaintext_connection_gives_the_job_nothing_but_what_it_shares():
     }
 
 
-def test_errors_name_the_connection_the_settings_came_from(monkeypatch):
+def test_errors_name_the_connection():
     conn = SimpleNamespace(extra_dejson={"bootstrap.servers": "b:9092", "security.protocol": "SASL_SSL",
                                          "sasl.mechanism": "GSSAPI"}, host=None, port=None)  # fmt: skip
     client = connections.kafka_client_config("kafka_prod", get_connection=lambda _: conn)
     assert client == {"bootstrap.servers": "b:9092", "security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI"}
     with pytest.raises(ConnectionConfigError, match=r"^Airflow connection 'kafka_prod': extra setting 'sasl.mechanism'"):
-        spark_kafka_options(client)
+        spark_kafka_options(client, "kafka_prod")
 
 
 def test_secrets_never_appear_in_error_messages():

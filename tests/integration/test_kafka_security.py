@@ -93,10 +93,10 @@ def files_holding(root: Path, needles: tuple[str, ...]) -> list[str]:
     return found
 
 
-def test_sasl_connection_reaches_admin_clients_and_spark_job_and_the_secret_never_shows(tmp_path, sasl_broker):
+def test_sasl_connection_reaches_admin_clients_and_spark_job_and_the_secret_never_shows(tmp_path, sasl_broker,
+                                                                                        airflow_home):
     s = sasl_broker
-    home = tmp_path / "airflow"
-    airflow_local.migrate(airflow_local.environment(home))
+    home = airflow_home
     name = f"sasl_{uuid.uuid4().hex[:8]}"
     topic = f"{name}.events"
     create_topic(s.client_config(), topic, 2)
@@ -164,6 +164,7 @@ def test_sasl_connection_reaches_admin_clients_and_spark_job_and_the_secret_neve
     leaks += [f"{f} holds a secret" for f in home.glob("airflow.db*") if any(n.encode() in f.read_bytes() for n in needles)]
     assert leaks == []
     with sqlite3.connect(home / "airflow.db") as db:
-        rendered = db.execute("SELECT task_id, rendered_fields FROM rendered_task_instance_fields").fetchall()
+        rendered = db.execute("SELECT task_id, rendered_fields FROM rendered_task_instance_fields WHERE dag_id = ?",
+                              (p.name,)).fetchall()
     assert {task for task, _ in rendered} >= {"ingest"}, rendered
     assert [task for task, fields in rendered if any(n in str(fields) for n in needles)] == []
