@@ -1,17 +1,21 @@
 """The bronze table's progress, read from the Delta log with delta-rs (no JVM).
 
 Cost: opening the table reads its last log checkpoint and the commits after
-it; the progress itself comes from the newest commits' ``userMetadata``
-(``history(limit)``), so the answer does not get slower as runs accumulate.
-Nothing here reads data files.
+it; where the table stands comes from its state (txn actions, see
+:mod:`include.table_stand`) and the newest commits' ``userMetadata``
+(``history(limit)``), so the answer does not get slower as runs accumulate
+and survives Delta's log cleanup. Nothing here reads data files.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from include import table_stand
 from include.offsets import BackfillCommit, BronzeCommit, PositionMap, txn_app_id
+from include.table_stand import Restore, Stand, history_entries
 from include.transform_spec import SilverCommit
 
 
@@ -26,49 +30,103 @@ def _open(path: str | Path, storage_options: dict[str, str] | None):
 
 @dataclass(frozen=True)
 class TableProgress:
-    """Where a bronze table stands: its newest bronze commit and the table version."""
+    """Where a bronze table stands (:class:`include.table_stand.Stand`) and the table's version."""
 
     path: str
     table_version: int
-    commit_version: int
-    commit: BronzeCommit
+    stand: Stand
+
+    @property
+    def commit(self) -> BronzeCommit:
+        return self.stand.commit
+
+    @property
+    def commit_version(self) -> int | None:
+        return self.stand.commit_version
 
     @property
     def next_offsets(self) -> PositionMap:
-        return self.commit.next_offsets
+        return self.stand.next_offsets
 
     @property
     def epoch(self) -> int:
-        return self.commit.epoch
+        return self.stand.epoch
+
+    @property
+    def restore(self) -> Restore | None:
+        return self.stand.restore
 
 
-def read_progress(path: str | Path, *, storage_options: dict[str, str] | None = None,
-                  max_commits: int | None = None) -> TableProgress | None:  # fmt: skip
-    """The newest bronze commit of the table at ``path``; ``None`` for no table or no progress yet.
+def _has_rows(table) -> bool:
+    import pyarrow as pa
 
-    Commits without our metadata (OPTIMIZE, VACUUM, a manual MERGE) are
-    skipped. The search window starts at the last 20 commits and widens only
-    while it finds none of ours (``max_commits`` caps it).
+    counts = pa.table(table.get_add_actions(flatten=True)).column("num_records")
+    return any((n or 0) > 0 for n in counts.to_pylist())
+
+
+def read_progress(path: str | Path, pipeline: str, topics: Mapping[str, Iterable[int]] | None = None, *,
+                  storage_options: dict[str, str] | None = None) -> TableProgress | None:  # fmt: skip
+    """Where the bronze table at ``path`` stands for ``pipeline``; ``None`` for no table, or no progress and no rows.
+
+    Reads the table's state (txn actions, carried by every log checkpoint)
+    for ``topics`` (``{topic: partitions}``; those the newest commit names
+    are added), and the newest commits of its history: only as far back as
+    the last progress commit, so the cost does not grow with the history.
+    Raises :class:`include.table_stand.PositionUnknownError` when the table
+    holds rows but no position can be read.
     """
     table = _open(path, storage_options)
     if table is None:
         return None
     version = table.version()
+    probe = table.transaction_version
+    wanted: dict[str, set[int]] = {t: set(p) for t, p in (topics or {}).items()}
     limit = 20
     while True:
-        entries = table.history(limit)
-        for entry in entries:  # newest first
-            commit = BronzeCommit.from_user_metadata(entry.get("userMetadata"), version=entry["version"])
-            if commit is not None:
-                if table.transaction_version(txn_app_id(commit.pipeline, commit.epoch)) is None:
-                    # Our writer always sets txnAppId with the metadata; its
-                    # absence means the metadata was copied by another writer.
-                    continue
-                return TableProgress(str(path), version, int(entry["version"]), commit)
-        if len(entries) < limit or (max_commits is not None and limit >= max_commits):
-            return None
-        limit *= 10
+        raw = table.history(limit)
+        entries = history_entries(raw)
+        complete = len(raw) < limit
+        for entry in entries:  # the newest of our commits names the topics it knew
+            commit = BronzeCommit.from_user_metadata(entry.user_metadata, version=entry.version)
+            if commit is not None and commit.pipeline == pipeline:
+                for t, parts in commit.next_offsets.items():
+                    wanted.setdefault(t, set()).update(parts)
+                break
+        state = table_stand.read_state(probe, pipeline, wanted)
+        reach = version - state.commit_version + 2 if state is not None else None
+        found = any(BronzeCommit.from_user_metadata(e.user_metadata, version=e.version) for e in entries)
+        if complete or (reach is not None and limit >= reach) or (reach is None and found):
+            break
+        limit = min(limit * 10, reach) if reach is not None else limit * 10
+    stand = table_stand.resolve(
+        pipeline=pipeline, state=state, history=entries,
+        has_rows=_has_rows(table),
+        txn_seen=lambda c: probe(txn_app_id(c.pipeline, c.epoch)) is not None,
+        path=str(path),
+    )  # fmt: skip
+    return None if stand is None else TableProgress(str(path), version, stand)
 
+
+def positions_from_rows(path: str | Path, *, storage_options: dict[str, str] | None = None) -> PositionMap:
+    """Max offset + 1 of every topic-partition among the rows of the bronze table at ``path``.
+
+    Reads the ``topic``, ``partition`` and ``offset`` columns of every file:
+    a full scan, done once when an operator asks to re-establish a position
+    that the table's state and history no longer hold.
+    """
+    import pyarrow.dataset as ds
+
+    table = _open(path, storage_options)
+    if table is None:
+        return {}
+    found: PositionMap = {}
+    data = ds.dataset(table.file_uris(), format="parquet")
+    result = data.to_table(columns=["topic", "partition", "offset"]).group_by(["topic", "partition"]).aggregate(
+        [("offset", "max")]
+    )
+    for row in result.to_pylist():
+        found.setdefault(row["topic"], {})[int(row["partition"])] = int(row["offset_max"]) + 1
+    return found
 
 
 def _entries_after(path: str | Path, version: int | None,

@@ -1,13 +1,18 @@
 """Manual operations: what a DAG run was asked to do, checked against the pipeline and Kafka
 before any cluster starts.
 
-The trigger form (the DAG's params) offers five actions:
+The trigger form (the DAG's params) offers these actions:
 
 - ``normal``: read what is new (the default; scheduled runs are normal runs);
 - ``backfill_offsets``: re-read ``[from, until)`` of some partitions;
 - ``backfill_time``: re-read the records whose Kafka timestamps fall in ``[from_time, to_time)``;
 - ``rebuild_checkpoint``: start a new checkpoint epoch at the table's next offsets;
-- ``acknowledge_gap``: accept the data loss the preflight finds now, with a reason.
+- ``acknowledge_gap``: accept the data loss the preflight finds now, with a reason;
+- ``reestablish_position``: bronze holds rows but no readable position: take it from
+  the rows (max offset + 1 per partition) and continue in a new checkpoint epoch;
+- ``reread_after_restore`` / ``keep_position_after_restore``: after a RESTORE undid
+  progress commits, read again from the restored position, or keep the position
+  and record what the restore undid.
 
 Runs of type backfill (``airflow backfill create``) are ``airflow_backfill``:
 a backfill by time over the run's data interval.
@@ -24,6 +29,7 @@ and passes what it found, so every rule has a unit test without a broker.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -39,6 +45,9 @@ BACKFILL_OFFSETS = "backfill_offsets"
 BACKFILL_TIME = "backfill_time"
 REBUILD_CHECKPOINT = "rebuild_checkpoint"
 ACKNOWLEDGE_GAP = "acknowledge_gap"
+REESTABLISH_POSITION = "reestablish_position"
+REREAD_AFTER_RESTORE = "reread_after_restore"
+KEEP_POSITION_AFTER_RESTORE = "keep_position_after_restore"
 AIRFLOW_BACKFILL = "airflow_backfill"
 
 #: The trigger form's actions and how the form shows them.
@@ -48,9 +57,22 @@ ACTIONS: dict[str, str] = {
     BACKFILL_TIME: "Backfill by time: re-read records by Kafka timestamp",
     REBUILD_CHECKPOINT: "Rebuild checkpoint: new checkpoint at the table's next offsets",
     ACKNOWLEDGE_GAP: "Acknowledge data loss: accept the gap the preflight finds, with a reason",
+    REESTABLISH_POSITION: "Re-establish the position from bronze's own rows (max offset + 1), new checkpoint",
+    REREAD_AFTER_RESTORE: "After a RESTORE: read again from the restored table's position, new checkpoint",
+    KEEP_POSITION_AFTER_RESTORE: "After a RESTORE: keep the position, record what the restore undid",
 }
 BACKFILL_ACTIONS = (BACKFILL_OFFSETS, BACKFILL_TIME, AIRFLOW_BACKFILL)
+#: Actions that set where the table stands (a new checkpoint epoch starting there), chosen at preflight.
+POSITION_ACTIONS = (REESTABLISH_POSITION, REREAD_AFTER_RESTORE, KEEP_POSITION_AFTER_RESTORE)
 REASON_MAX = 500
+
+
+def action_hint(dag_id: str, action: str, reason: str = "<why>") -> str:
+    """How to trigger ``action``: its name in the trigger form and the exact CLI command."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown trigger-form action {action!r}")
+    conf = json.dumps({"action": action, "reason": reason})
+    return f"the trigger form's action {action!r} (airflow dags trigger {dag_id} -c '{conf}')"
 
 
 class RequestError(ValueError):

@@ -237,14 +237,18 @@ def pipeline_snapshot(
 
     progress = None
     try:
-        progress = delta_progress.read_progress(cfg.tables.bronze_path)
+        # Kafka is read after the table (it may be down): the configured topics, and what the newest
+        # commit names, are looked up in the table's state.
+        progress = delta_progress.read_progress(cfg.tables.bronze_path, cfg.name, {t: () for t in cfg.kafka.topics})
         # The table is opened a second time only when it holds none of our commits (or is absent).
         version = progress.table_version if progress else delta_progress.table_version(cfg.tables.bronze_path)
         snap["table"] = {"ok": True, "error": None, "exists": version is not None, "version": version,
-                         "epoch": progress.epoch if progress else None}  # fmt: skip
+                         "epoch": progress.epoch if progress else None,
+                         "position_from": progress.stand.source if progress else None,
+                         "restored": progress.restore.restored_to if progress and progress.restore else None}  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - shown on the page; the other sources still are
         snap["table"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "exists": None, "version": None,
-                         "epoch": None}  # fmt: skip
+                         "epoch": None, "position_from": None, "restored": None}  # fmt: skip
 
     try:
         rows = run_ledger.read_runs(cfg.tables.ledger_path)

@@ -13,13 +13,22 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from include import continuity, delta_progress, kafka_state, manual_ops, settings, spark_checkpoint
+from include import (
+    continuity,
+    delta_progress,
+    kafka_state,
+    manual_ops,
+    settings,
+    spark_checkpoint,
+    table_stand,
+)
 from include.continuity import ContinuityReport, TransformCheck, check_run
 from include.delta_progress import TableProgress
 from include.manual_ops import RunRequest
-from include.offsets import PositionMap
+from include.offsets import PositionMap, positions_from_json, positions_to_json
 from include.pipeline_config import PipelineConfig
 from include.preflight import BLOCKING, Finding, LagReport, PreflightReport, measure_lag, preflight
+from include.table_stand import PositionUnknownError
 
 #: Bound on every Kafka call a task makes, so a dead broker fails a task instead of hanging it.
 KAFKA_TIMEOUT_S = 20.0
@@ -31,18 +40,35 @@ def run_dir(cfg: PipelineConfig, run_id: str) -> Path:
     return settings.VAR_DIR / "runs" / cfg.name / safe
 
 
+def read_progress(cfg: PipelineConfig, topics: dict) -> TableProgress | None:
+    """Where bronze stands for ``cfg``'s pipeline, looking at the partitions Kafka has now (``topics``)."""
+    return delta_progress.read_progress(
+        cfg.tables.bronze_path, cfg.name, {t: list(s.partitions) for t, s in topics.items()}
+    )
+
+
 def snapshot(cfg: PipelineConfig, client: dict[str, str]) -> tuple[LagReport, TableProgress | None, dict]:
-    """Lag of the table against Kafka, with the age of the oldest pending record."""
-    progress = delta_progress.read_progress(cfg.tables.bronze_path)
+    """Lag of the table against Kafka, with the age of the oldest pending record.
+
+    A table whose position cannot be read, or was restored, is reported on
+    the lag report (:attr:`LagReport.position_problem`), for the preflight
+    to refuse with the action that fixes it; the lag is then not measured.
+    """
     topics = kafka_state.read_topics(
         client, topics=cfg.kafka.topics, pattern=cfg.kafka.topic_pattern, timeout_s=KAFKA_TIMEOUT_S
     )
+    try:
+        progress = read_progress(cfg, topics)
+    except PositionUnknownError as exc:
+        return LagReport((), delta_progress.table_version(cfg.tables.bronze_path), position_problem=str(exc)), None, topics
     report = measure_lag(
         progress.next_offsets if progress else None,
         topics,
         table_version=progress.table_version if progress else None,
         starting_offsets=cfg.kafka.starting_offsets,
     )
+    if progress is not None and progress.restore is not None:
+        report = replace(report, position_problem=restore_problem(cfg, progress))
     pending = {(p.topic, p.partition): p.start for p in report.partitions if p.lag}
     if pending:
         stamps = kafka_state.record_timestamps(client, pending, timeout_s=KAFKA_TIMEOUT_S)
@@ -62,16 +88,24 @@ def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunReque
     its offsets meaningless (a recreated or missing topic) stop it.
     """
     report, progress, topics = snapshot(cfg, client)
-    recorded = dict(progress.commit.extra.get("topic_ids") or {}) if progress else {}
+    recorded = recorded_topic_ids(progress, topics)
     action = request.action if request else manual_ops.NORMAL
     acknowledging = action == manual_ops.ACKNOWLEDGE_GAP
+    reset, refusal = position_choice(cfg, report, progress, request)
+    table_next = progress.next_offsets if progress else None
+    if reset is not None:
+        table_next = positions_from_json(reset["positions"])
     verdict = preflight(
-        table_next=progress.next_offsets if progress else None,
+        table_next=table_next,
         recorded_topic_ids=recorded,
         kafka=topics,
         configured_topics=cfg.kafka.topics,
         policy="record_and_continue" if acknowledging else cfg.data_loss_policy,
     )
+    if refusal is not None:
+        verdict = replace(verdict, findings=(*verdict.findings, refusal), blocking=(*verdict.blocking, refusal))
+    if reset is not None:
+        verdict = replace(verdict, position_reset=reset)
     if acknowledging and request is not None:
         if not verdict.accepted_gaps:
             missing = Finding("nothing_to_acknowledge", BLOCKING, "", None, (
@@ -90,6 +124,55 @@ def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunReque
     return verdict, report, progress
 
 
+def position_choice(cfg: PipelineConfig, report: LagReport, progress: TableProgress | None,
+                    request: RunRequest | None) -> tuple[dict | None, Finding | None]:  # fmt: skip
+    """Where a position action asks the table to stand (the job's ``position_reset``), or the refusal.
+
+    With no such action, a table whose position is unusable is refused,
+    naming the action that fixes it; an action the table's state does not
+    call for is refused too (it would move a good position).
+    """
+    action = request.action if request else manual_ops.NORMAL
+    restore = progress.restore if progress is not None else None
+    unknown = report.position_problem is not None and progress is None
+    if action not in manual_ops.POSITION_ACTIONS:
+        if unknown:
+            return None, Finding("position_unknown", BLOCKING, "", None, (
+                f"{report.position_problem}. Nothing was read. To continue from the rows bronze holds "
+                f"(max offset + 1 per partition, in a new checkpoint epoch), trigger "
+                f"{manual_ops.action_hint(cfg.name, manual_ops.REESTABLISH_POSITION)}"
+            ))  # fmt: skip
+        if restore is not None:
+            return None, Finding("table_restored", BLOCKING, "", None, report.position_problem or "")
+        return None, None
+    assert request is not None
+    who = f" by {request.requested_by}" if request.requested_by else ""
+    why = f"{action}{who}: {request.reason}"
+    if action == manual_ops.REESTABLISH_POSITION and (unknown or restore is not None):
+        positions = delta_progress.positions_from_rows(cfg.tables.bronze_path)
+        return {"action": action, "reason": why, "positions": positions_to_json(positions)}, None
+    if action == manual_ops.REREAD_AFTER_RESTORE and restore is not None and restore.restored_commit is not None:
+        version, commit = restore.restored_commit
+        return {"action": action, "reason": f"{why}; reading again from Delta version {version}'s position",
+                "positions": positions_to_json(commit.next_offsets)}, None  # fmt: skip
+    if action == manual_ops.KEEP_POSITION_AFTER_RESTORE and restore is not None and progress is not None:
+        undone = []
+        if restore.restored_commit is not None:
+            back = restore.restored_commit[1].next_offsets
+            undone = [{"topic": t, "partition": p, "from": back.get(t, {}).get(p, 0), "until": o}
+                      for t, parts in sorted(progress.next_offsets.items()) for p, o in sorted(parts.items())
+                      if back.get(t, {}).get(p, 0) < o]  # fmt: skip
+        return {"action": action, "reason": why, "positions": positions_to_json(progress.next_offsets),
+                "undone": undone, "restore": {"version": restore.version, "restored_to": restore.restored_to}}, None  # fmt: skip
+    state = ("its position is readable and no RESTORE undid it" if not unknown and restore is None
+             else "the restored version's position is no longer in the table's history")  # fmt: skip
+    hint = manual_ops.action_hint(cfg.name, manual_ops.REESTABLISH_POSITION)
+    return None, Finding("position_action_refused", BLOCKING, "", None, (
+        f"{action}: not applied to bronze table {cfg.tables.bronze_path}: {state}"
+        + (f"; {hint} takes the position from the table's rows instead" if restore is not None else "")
+    ))  # fmt: skip
+
+
 def plan_request(cfg: PipelineConfig, client: dict[str, str], request: RunRequest) -> dict:
     """What the run will do (XCom of ``check_request``): for a backfill, its offset ranges, checked
     against the pipeline, Kafka and the table; raises :class:`manual_ops.RequestError`."""
@@ -99,10 +182,13 @@ def plan_request(cfg: PipelineConfig, client: dict[str, str], request: RunReques
     }  # fmt: skip
     if not request.is_backfill:
         return plan
-    progress = delta_progress.read_progress(cfg.tables.bronze_path)
+    topics = kafka_state.read_topics(client, topics=cfg.kafka.topics, pattern=cfg.kafka.topic_pattern,
+                                     timeout_s=KAFKA_TIMEOUT_S)  # fmt: skip
+    progress = read_progress(cfg, topics)
     table_next = progress.next_offsets if progress else None
-    names = sorted(set(cfg.kafka.topics) | set(table_next or {}))
-    topics = kafka_state.read_topics(client, topics=names, pattern=cfg.kafka.topic_pattern, timeout_s=KAFKA_TIMEOUT_S)
+    names = sorted(set(table_next or {}) - set(topics))
+    if names:  # topics the table read that no longer match: asked for by name, so their absence shows
+        topics = {**topics, **kafka_state.read_topics(client, topics=names, pattern=None, timeout_s=KAFKA_TIMEOUT_S)}
     if request.action == manual_ops.BACKFILL_OFFSETS:
         planned = manual_ops.plan_offsets_backfill(request, pipeline=cfg.name, kafka=topics, table_next=table_next)
     else:
@@ -120,7 +206,7 @@ def plan_request(cfg: PipelineConfig, client: dict[str, str], request: RunReques
             )
             planned = manual_ops.plan_time_backfill(request, **args, earliest_times=first)
         plan["time_range"] = {"from": request.from_time.isoformat(), "to": request.to_time.isoformat()}
-    recorded = dict(progress.commit.extra.get("topic_ids") or {}) if progress else {}
+    recorded = recorded_topic_ids(progress, topics)
     for topic in sorted({r.topic for r in planned.ranges}):
         now = topics[topic].topic_id
         if recorded.get(topic) and now and recorded[topic] != now:
@@ -202,12 +288,45 @@ def check_transform(cfg: PipelineConfig, *, before: dict, job_summary: dict | No
 
 def mirror_offsets(cfg: PipelineConfig, client: dict[str, str]) -> dict[str, dict[str, int]]:
     """Commit the table's next offsets as the pipeline's consumer-group offsets; returns them."""
-    progress = delta_progress.read_progress(cfg.tables.bronze_path)
+    topics = kafka_state.read_topics(client, topics=cfg.kafka.topics, pattern=cfg.kafka.topic_pattern,
+                                     timeout_s=KAFKA_TIMEOUT_S)  # fmt: skip
+    progress = read_progress(cfg, topics)
     if progress is None:
         return {}
     positions = {(t, p): o for t, parts in progress.next_offsets.items() for p, o in parts.items()}
     kafka_state.commit_group_offsets(client, cfg.consumer_group, positions, timeout_s=KAFKA_TIMEOUT_S)
     return {t: {str(p): o for p, o in sorted(parts.items())} for t, parts in sorted(progress.next_offsets.items())}
+
+
+def recorded_topic_ids(progress: TableProgress | None, topics: dict) -> dict[str, str]:
+    """The topic ids the table's last progress read, comparable with Kafka's now."""
+    if progress is None:
+        return {}
+    return table_stand.recorded_topic_ids(progress.commit, {t: s.topic_id for t, s in topics.items() if s.topic_id})
+
+
+def restore_problem(cfg: PipelineConfig, progress: TableProgress) -> str:
+    """What a RESTORE after the last progress commit means for the pipeline, and the two ways on."""
+    restore = progress.restore
+    assert restore is not None
+    if restore.restored_commit is not None:
+        version, commit = restore.restored_commit
+        back = (f"the restored table stands where Delta version {version} left it "
+                f"({_positions_text(commit.next_offsets)})")  # fmt: skip
+    else:
+        back = "the commit it went back to is no longer in the table's history, so its position is unknown"
+    return (
+        f"bronze table {cfg.tables.bronze_path} was restored to {restore.restored_to} (Delta version "
+        f"{restore.version}) after the pipeline's last progress commit, which stood at "
+        f"{_positions_text(progress.next_offsets)}; {back}. Nothing was read. Choose: "
+        f"{manual_ops.action_hint(cfg.name, manual_ops.REREAD_AFTER_RESTORE)} to read again what the restore "
+        f"undid, or {manual_ops.action_hint(cfg.name, manual_ops.KEEP_POSITION_AFTER_RESTORE)} to keep the "
+        "position and record what the restore undid"
+    )
+
+
+def _positions_text(positions: PositionMap) -> str:
+    return ", ".join(f"{t}-{p} {o}" for t, parts in sorted(positions.items()) for p, o in sorted(parts.items())) or "nothing"
 
 
 def utcnow() -> datetime:

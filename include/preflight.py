@@ -73,6 +73,12 @@ class LagReport:
     partitions: tuple[PartitionLag, ...]
     table_version: int | None
     oldest_pending: datetime | None = None
+    #: Why the table's position cannot be used as it is (unreadable, or undone by a RESTORE); the
+    #: preflight refuses the run with the action that fixes it.
+    position_problem: str | None = None
+    #: ``starting_offsets: latest`` and the table has not fixed where "latest" was yet: the next
+    #: run records it, so records produced after that moment are read.
+    start_unfixed: bool = False
 
     @property
     def total_lag(self) -> int:
@@ -95,10 +101,14 @@ class LagReport:
             "table_version": self.table_version,
             "oldest_pending": self.oldest_pending.isoformat() if self.oldest_pending else None,
             "oldest_pending_age_s": None if now is None else self.oldest_pending_age_s(now),
+            "position_problem": self.position_problem,
+            "start_unfixed": self.start_unfixed,
             "partitions": [p.to_json() for p in self.partitions],
         }
 
     def summary_line(self, now: datetime) -> str:
+        if self.position_problem:
+            return f"position of the table unusable: {self.position_problem}"
         age = self.oldest_pending_age_s(now)
         busy = sum(1 for p in self.partitions if p.lag)
         text = f"lag {self.total_lag} records over {busy}/{len(self.partitions)} partitions"
@@ -106,6 +116,8 @@ class LagReport:
             text += f", oldest pending record {age:.0f}s old"
         if self.total_lost:
             text += f", {self.total_lost} records lost to retention"
+        if self.start_unfixed:
+            text += "; the starting position 'latest' is not fixed in the table yet"
         return text
 
 
@@ -119,7 +131,8 @@ def measure_lag(
     """Per-partition lag of the table (``None`` = no table yet) against Kafka.
 
     On a first run with ``starting_offsets == "latest"`` the job starts at the
-    end of each partition, so there is no lag to read.
+    end of each partition, so there is no lag to read; the report says the
+    start is not fixed yet, so the run goes on and the job records it.
     """
     rows = []
     for topic in sorted(kafka):
@@ -129,7 +142,8 @@ def measure_lag(
             if nxt is None and table_next is None and starting_offsets == "latest":
                 nxt = state.latest
             rows.append(PartitionLag(topic, p, nxt, state.earliest, state.latest))
-    return LagReport(tuple(rows), table_version)
+    unfixed = table_next is None and starting_offsets == "latest"
+    return LagReport(tuple(rows), table_version, start_unfixed=unfixed)
 
 
 @dataclass(frozen=True)
@@ -147,6 +161,10 @@ def lag_decision(report: LagReport, *, min_records: int, max_wait_s: float, now:
     records always proceed, so the preflight reports them.
     """
     total = report.total_lag
+    if report.position_problem:
+        return Decision("proceed", "the table's position is unusable; preflight decides")
+    if report.start_unfixed:
+        return Decision("proceed", "starting_offsets is latest and no run has fixed where that was; this run does")
     if report.total_lost:
         return Decision("proceed", f"{report.total_lost} records were lost to retention; preflight decides")
     if total == 0:
@@ -185,6 +203,9 @@ class PreflightReport:
     blocking: tuple[Finding, ...]
     topic_ids: dict[str, str]
     policy: str
+    #: Where a position action (re-establish, after a RESTORE) makes the table stand: the job records
+    #: it in a commit of its own and starts a new checkpoint epoch there.
+    position_reset: dict | None = None
 
     @property
     def ok(self) -> bool:
@@ -203,11 +224,15 @@ class PreflightReport:
             "blocking": [f.message for f in self.blocking],
             "accepted_gaps": [g.to_json() for g in self.accepted_gaps],
             "topic_ids": dict(self.topic_ids),
+            "position_reset": self.position_reset,
         }
 
     def job_file(self) -> dict:
         """What the ingestion job's ``--preflight-file`` takes."""
-        return {"topic_ids": dict(self.topic_ids), "accepted_gaps": [g.to_json() for g in self.accepted_gaps]}
+        found = {"topic_ids": dict(self.topic_ids), "accepted_gaps": [g.to_json() for g in self.accepted_gaps]}
+        if self.position_reset is not None:
+            found["position_reset"] = dict(self.position_reset)
+        return found
 
     def summary_line(self) -> str:
         if not self.findings:

@@ -21,6 +21,7 @@ _SHIPPED = (
     "include/__init__.py",
     "include/offsets.py",
     "include/spark_checkpoint.py",
+    "include/table_stand.py",
     "include/transform_spec.py",
 )
 

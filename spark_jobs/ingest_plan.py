@@ -20,6 +20,7 @@ from include.offsets import (
     OffsetRange,
     PositionMap,
     flatten,
+    positions_from_json,
     positions_to_json,
     skip_gaps,
 )
@@ -59,6 +60,9 @@ class IngestConfig:
     topic_ids: dict[str, str] = field(default_factory=dict)
     #: Why a new checkpoint epoch was asked for (the trigger form's rebuild action), or ``None``.
     rebuild_reason: str | None = None
+    #: Where a position action chosen at preflight makes the table stand (``positions``, ``reason``,
+    #: ``action``, maybe ``undone``), or ``None``.
+    position_reset: dict | None = None
 
     def source_options(self) -> dict[str, str]:
         """Options for ``readStream.format("kafka")`` (without the starting offsets)."""
@@ -142,7 +146,7 @@ def parse_config(argv: list[str]) -> IngestConfig:
         except re.error as exc:
             raise JobConfigError(f"--topic-pattern: not a valid regex ({exc}): {args.topic_pattern!r}") from None
     kafka_options = read_kafka_options_file(args.kafka_options_file)
-    gaps, topic_ids = _read_preflight_file(args.preflight_file)
+    gaps, topic_ids, reset = _read_preflight_file(args.preflight_file)
     return IngestConfig(
         pipeline=args.pipeline,
         bootstrap_servers=args.bootstrap_servers,
@@ -160,6 +164,7 @@ def parse_config(argv: list[str]) -> IngestConfig:
         accepted_gaps=gaps,
         topic_ids=topic_ids,
         rebuild_reason=(args.rebuild_checkpoint or "").strip() or None,
+        position_reset=reset,
     )
 
 
@@ -177,9 +182,9 @@ def read_kafka_options_file(name: str | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()}
 
 
-def _read_preflight_file(name: str | None) -> tuple[tuple[Gap, ...], dict[str, str]]:
+def _read_preflight_file(name: str | None) -> tuple[tuple[Gap, ...], dict[str, str], dict | None]:
     if not name:
-        return (), {}
+        return (), {}, None
     path = Path(name)
     try:
         data = json.loads(path.read_text())
@@ -187,11 +192,17 @@ def _read_preflight_file(name: str | None) -> tuple[tuple[Gap, ...], dict[str, s
             raise TypeError("expected a JSON object")
         gaps = tuple(Gap.from_json(g) for g in data.get("accepted_gaps") or ())
         topic_ids = {str(k): str(v) for k, v in (data.get("topic_ids") or {}).items()}
+        reset = data.get("position_reset")
+        if reset is not None:
+            reset = dict(reset)
+            reset["positions"] = positions_to_json(positions_from_json(reset["positions"]))
+            reset["reason"] = str(reset["reason"])
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise JobConfigError(
-            f"--preflight-file {path}: expected {{'topic_ids': {{topic: id}}, 'accepted_gaps': [...]}}: {exc!r}"
+            f"--preflight-file {path}: expected {{'topic_ids': {{topic: id}}, 'accepted_gaps': [...], "
+            f"'position_reset': {{'positions': ..., 'reason': ...}} or none}}: {exc!r}"
         ) from None
-    return gaps, topic_ids
+    return gaps, topic_ids, reset
 
 
 @dataclass(frozen=True)

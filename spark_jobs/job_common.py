@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -70,6 +71,80 @@ def newest_commit(spark, path: str, parse: Parser) -> C | None:
         if len(rows) < limit:
             return None
         limit *= 10
+
+
+def _jvm_seq(jvm, items: list):
+    """A Scala immutable ``Seq`` of ``items`` (py4j proxies)."""
+    values = jvm.java.util.ArrayList()
+    for item in items:
+        values.add(item)
+    return jvm.scala.jdk.javaapi.CollectionConverters.asScala(values).toList()
+
+
+def read_table_stand(spark, path: str, pipeline: str, partitions: dict[str, list[int]]):
+    """Where the bronze table stands (:func:`include.table_stand.resolve`), read through Spark's Delta.
+
+    The same decision the Airflow side makes with delta-rs: the table's state
+    (its txn actions, every one of them, so partitions Kafka no longer has
+    are seen too), the newest commits back to the last progress commit, and
+    whether the table has files. ``None``: no table, or no progress and no rows.
+    """
+    from delta.tables import DeltaTable
+
+    from include import table_stand
+    from include.offsets import txn_app_id
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return None
+    jvm = spark.sparkContext._jvm
+    snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+    txns = dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(snapshot.transactions()))
+    topics = {t: set(p) for t, p in partitions.items()}
+    for topic, partition in table_stand.recorded_partitions(txns, pipeline):
+        topics.setdefault(topic, set()).add(partition)
+    state = table_stand.read_state(txns.get, pipeline, topics)
+    version = int(snapshot.version())
+    limit = 20 if state is None else max(20, version - state.commit_version + 2)
+    table = DeltaTable.forPath(spark, path)
+    while True:
+        rows = table.history(limit).select("version", "operation", "operationParameters", "userMetadata").collect()
+        entries = table_stand.history_entries([r.asDict() for r in rows])
+        if state is not None or len(rows) < limit or any(
+            table_stand.progress_commit(e, pipeline) for e in entries
+        ):
+            break
+        limit *= 10
+    return table_stand.resolve(
+        pipeline=pipeline, state=state, history=entries, has_rows=int(snapshot.numOfFiles()) > 0,
+        txn_seen=lambda c: txn_app_id(c.pipeline, c.epoch) in txns, path=path,
+    )  # fmt: skip
+
+
+def commit_with_stand(spark, path: str, df, *, txns_for, user_metadata: str, idempotency: tuple[str, int] | None) -> int | None:
+    """Append ``df`` (or nothing, for ``None``) to the Delta table at ``path`` in one commit with txn actions.
+
+    ``txns_for(read_version)`` gives the ``(app id, version)`` actions that
+    travel in the same atomic commit as the rows (where the table stands, see
+    :mod:`include.table_stand`); Spark's DataFrame writer can set only one.
+    ``idempotency`` is ``(app id, version)``: when the table already records
+    that version or a later one, nothing is written and ``None`` returned
+    (a replayed batch), as Delta's ``txnAppId``/``txnVersion`` options do.
+    Returns the committed table version.
+    """
+    jvm = spark.sparkContext._jvm
+    delta = jvm.org.apache.spark.sql.delta
+    txn = delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
+    if idempotency is not None and txn.txnVersion(idempotency[0]) >= idempotency[1]:
+        return None
+    files = txn.writeFiles(df._jdf) if df is not None else _jvm_seq(jvm, [])
+    now = jvm.scala.Some(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
+    marks = [delta.actions.SetTransaction(app, int(v), now) for app, v in txns_for(int(txn.readVersion()))]
+    none = jvm.scala.Option.empty()
+    operation = getattr(delta, "DeltaOperations$Write")(
+        jvm.org.apache.spark.sql.SaveMode.Append, none, none, jvm.scala.Some(user_metadata),
+        none, none, none, none, none,
+    )  # fmt: skip
+    return int(txn.commit(files.toList().appendedAll(_jvm_seq(jvm, marks)), operation))
 
 
 def confirm_newest_commit(spark, path: str, parse: Parser, epoch: int, batch_id: int,

@@ -19,6 +19,7 @@ and ``txnAppId``/``txnVersion`` -> write the run summary.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -34,10 +35,12 @@ from include.offsets import (
     PositionMap,
     advance,
     flatten,
+    positions_from_json,
     positions_to_json,
     skip_gaps,
     txn_app_id,
 )
+from include.table_stand import PositionUnknownError, stand_actions
 from spark_jobs.ingest_plan import (
     CheckpointPlan,
     IngestConfig,
@@ -45,12 +48,13 @@ from spark_jobs.ingest_plan import (
     batch_ranges,
     parse_config,
     plan_checkpoint,
+    resume_offsets,
 )
 from spark_jobs.job_common import (
-    confirm_newest_commit,
+    commit_with_stand,
     failpoint,
     job_main,
-    newest_commit,
+    read_table_stand,
     root_message,
     write_summary,
 )
@@ -147,6 +151,18 @@ class RunSummary:
 # --------------------------------------------------------------------------- Kafka
 
 
+def _admin(jvm, cfg: IngestConfig):
+    """Kafka's Java admin client with the Spark source's settings (security included), bounded in time."""
+    props = jvm.java.util.Properties()
+    for key, value in cfg.kafka_options.items():
+        props.put(key, value)
+    timeout_ms = int(cfg.admin_timeout_s * 1000)
+    props.put("bootstrap.servers", cfg.bootstrap_servers)
+    props.put("request.timeout.ms", str(timeout_ms))
+    props.put("default.api.timeout.ms", str(timeout_ms))
+    return jvm.org.apache.kafka.clients.admin.Admin.create(props)
+
+
 def describe_source(spark, cfg: IngestConfig) -> dict[str, list[int]]:
     """``{topic: [partitions]}`` of the configured topics, asked with Kafka's Java admin client.
 
@@ -159,14 +175,8 @@ def describe_source(spark, cfg: IngestConfig) -> dict[str, list[int]]:
     from py4j.protocol import Py4JJavaError
 
     jvm = spark.sparkContext._jvm
-    props = jvm.java.util.Properties()
-    for key, value in cfg.kafka_options.items():
-        props.put(key, value)
     timeout_ms = int(cfg.admin_timeout_s * 1000)
-    props.put("bootstrap.servers", cfg.bootstrap_servers)
-    props.put("request.timeout.ms", str(timeout_ms))
-    props.put("default.api.timeout.ms", str(timeout_ms))
-    admin = jvm.org.apache.kafka.clients.admin.Admin.create(props)
+    admin = _admin(jvm, cfg)
     unit = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
     try:
         names = set(admin.listTopics().names().get(timeout_ms, unit))
@@ -261,13 +271,7 @@ class BronzeBatchWriter:
                 )
 
         run_id, epoch = self.cfg.run_id, self.plan.epoch
-        rows = df.select(
-            *BRONZE_COLUMNS,
-            F.lit(run_id).alias("run_id"),
-            F.lit(batch_id).cast("long").alias("batch_id"),
-            F.lit(epoch).alias("epoch"),
-            F.current_timestamp().alias("ingested_at"),
-        ).persist(StorageLevel.MEMORY_AND_DISK)
+        rows = bronze_rows(df, run_id, batch_id, epoch).persist(StorageLevel.MEMORY_AND_DISK)
         phases: dict[str, float] = {}
         try:
             mark = time.monotonic()
@@ -305,21 +309,22 @@ class BronzeBatchWriter:
                 extra=extra,
             )
             mark = time.monotonic()
-            (
-                rows.write.format("delta")
-                .mode("append")
-                .option("txnAppId", self.app_id)
-                .option("txnVersion", batch_id)
-                .option("userMetadata", commit.to_user_metadata())
-                .save(self.cfg.bronze_path)
-            )
+            version = commit_with_stand(
+                self.spark, self.cfg.bronze_path, rows, user_metadata=commit.to_user_metadata(),
+                txns_for=lambda read_version: stand_actions(
+                    pipeline=self.cfg.pipeline, epoch=epoch, batch_id=batch_id, read_version=read_version,
+                    next_offsets=next_positions, topic_ids=self.cfg.topic_ids,
+                ),
+                idempotency=(self.app_id, batch_id),
+            )  # fmt: skip
             phases["write"] = time.monotonic() - mark
         finally:
             rows.unpersist()
-        mark = time.monotonic()
-        version = confirm_newest_commit(self.spark, self.cfg.bronze_path, BronzeCommit.from_user_metadata,
-                                        self.plan.epoch, batch_id, OffsetError)  # fmt: skip
-        phases["confirm"] = time.monotonic() - mark
+        if version is None:
+            log.warning("batch %s of epoch %s: the table's txn already holds it; skipping its replay",
+                        batch_id, self.plan.epoch)  # fmt: skip
+            self.summary.batches.append(BatchRecord(batch_id, 0, [], None, True, time.monotonic() - started))
+            return
         failpoint("bronze", batch_id)
         self.positions = next_positions
         self.last_commit = commit
@@ -332,17 +337,113 @@ class BronzeBatchWriter:
 # --------------------------------------------------------------------------- run
 
 
+def create_table(spark, cfg: IngestConfig) -> None:
+    """Create the empty bronze table with the rows' schema, so every later commit is an append with txn actions."""
+    from delta.tables import DeltaTable
+
+    if DeltaTable.isDeltaTable(spark, cfg.bronze_path):
+        return
+    source = spark.readStream.format("kafka").options(**cfg.source_options()).load()
+    empty = spark.createDataFrame([], source.schema)
+    bronze_rows(empty, cfg.run_id, 0, 0).write.format("delta").mode("append").save(cfg.bronze_path)
+
+
+def bronze_rows(df, run_id: str, batch_id: int, epoch: int):
+    """The bronze table's columns for the Kafka rows ``df`` of one batch."""
+    from pyspark.sql import functions as F
+
+    return df.select(
+        *BRONZE_COLUMNS,
+        F.lit(run_id).alias("run_id"),
+        F.lit(batch_id).cast("long").alias("batch_id"),
+        F.lit(epoch).alias("epoch"),
+        F.current_timestamp().alias("ingested_at"),
+    )
+
+
+def record_position(spark, cfg: IngestConfig, partitions: dict[str, list[int]], checkpoints: dict,
+                    table: BronzeCommit | None, positions: PositionMap, note: dict) -> tuple[BronzeCommit, CheckpointPlan]:  # fmt: skip
+    """Record in the table (state and metadata, no rows) that it stands at ``positions``, and plan a new epoch there.
+
+    Used when the position is set rather than reached: ``starting_offsets:
+    latest`` fixed on the first run, or a position action an operator chose
+    at preflight. The record is written before any batch, so it holds even
+    when no new record arrives in this run.
+    """
+    epoch = max([0, *checkpoints, *([table.epoch] if table else [])]) + 1
+    extra = {"position_set": note, **({"topic_ids": dict(cfg.topic_ids)} if cfg.topic_ids else {})}
+    commit = BronzeCommit(pipeline=cfg.pipeline, run_id=cfg.run_id, run_type=cfg.run_type, epoch=epoch,
+                          batch_id=-1, ranges=(), next_offsets=positions, extra=extra)  # fmt: skip
+    commit_with_stand(
+        spark, cfg.bronze_path, None, user_metadata=commit.to_user_metadata(),
+        txns_for=lambda read_version: stand_actions(
+            pipeline=cfg.pipeline, epoch=epoch, batch_id=-1, read_version=read_version,
+            next_offsets=positions, topic_ids=cfg.topic_ids,
+        ),
+        idempotency=None,
+    )  # fmt: skip
+    log.warning("position set (epoch %s): %s: %s", epoch, note.get("reason"), positions_to_json(positions))
+    return commit, CheckpointPlan(epoch, json.dumps(resume_offsets(positions, partitions)))
+
+
+def latest_offsets(spark, cfg: IngestConfig, partitions: dict[str, list[int]]) -> PositionMap:
+    """Kafka's last stable offset (what a read_committed reader reaches) of every partition, via the Java admin client."""
+    jvm = spark.sparkContext._jvm
+    kafka = jvm.org.apache.kafka
+    admin = _admin(jvm, cfg)
+    timeout_ms = int(cfg.admin_timeout_s * 1000)
+    try:
+        specs = jvm.java.util.HashMap()
+        for topic, parts in partitions.items():
+            for p in parts:
+                specs.put(kafka.common.TopicPartition(topic, p), kafka.clients.admin.OffsetSpec.latest())
+        options = kafka.clients.admin.ListOffsetsOptions(kafka.common.IsolationLevel.READ_COMMITTED)
+        found = admin.listOffsets(specs, options).all().get(timeout_ms, jvm.java.util.concurrent.TimeUnit.MILLISECONDS)
+        result: PositionMap = {}
+        for tp in found.keySet():
+            result.setdefault(tp.topic(), {})[int(tp.partition())] = int(found.get(tp).offset())
+        return result
+    finally:
+        admin.close(jvm.java.time.Duration.ofSeconds(2))
+
+
 def run(spark, cfg: IngestConfig) -> RunSummary:
     """One ingestion run on an existing session; returns (and writes) its summary."""
     started = time.monotonic()
     partitions = describe_source(spark, cfg)
-    table = newest_commit(spark, cfg.bronze_path, BronzeCommit.from_user_metadata)
+    reset = cfg.position_reset
+    try:
+        stand = read_table_stand(spark, cfg.bronze_path, cfg.pipeline, partitions)
+    except PositionUnknownError:
+        if reset is None:
+            raise
+        stand = None
+    if stand is not None and stand.restore is not None and reset is None:
+        raise OffsetError(
+            f"bronze table {cfg.bronze_path} was restored ({stand.restore.restored_to}, Delta version "
+            f"{stand.restore.version}) after its last progress commit; run the preflight, which names the choices"
+        )
+    table = stand.commit if stand is not None else None
     root = Path(cfg.checkpoint_root)
     checkpoints = {e: spark_checkpoint.read_state(p) for e, p in spark_checkpoint.epoch_dirs(root).items()}
-    plan = plan_checkpoint(
-        table=table, checkpoints=checkpoints, partitions=partitions,
-        starting_offsets=cfg.starting_offsets, gaps=cfg.accepted_gaps, rebuild=cfg.rebuild_reason,
-    )  # fmt: skip
+    create_table(spark, cfg)
+    if reset is not None:
+        table, plan = record_position(spark, cfg, partitions, checkpoints, table,
+                                      positions_from_json(reset["positions"]), reset)  # fmt: skip
+        plan = CheckpointPlan(plan.epoch, plan.starting_offsets, reset["reason"], max(checkpoints, default=None))
+        if cfg.accepted_gaps:  # data loss found from the new position: a further epoch starts after it
+            plan = plan_checkpoint(table=table, checkpoints=checkpoints, partitions=partitions,
+                                   starting_offsets=cfg.starting_offsets, gaps=cfg.accepted_gaps)  # fmt: skip
+    elif table is None and cfg.starting_offsets == "latest" and not cfg.accepted_gaps:
+        latest = latest_offsets(spark, cfg, partitions)
+        table, plan = record_position(spark, cfg, partitions, checkpoints, None, latest, {
+            "action": "starting_offsets", "reason": "starting_offsets: latest, fixed on the pipeline's first run",
+        })  # fmt: skip
+    else:
+        plan = plan_checkpoint(
+            table=table, checkpoints=checkpoints, partitions=partitions,
+            starting_offsets=cfg.starting_offsets, gaps=cfg.accepted_gaps, rebuild=cfg.rebuild_reason,
+        )  # fmt: skip
     checkpoint = spark_checkpoint.epoch_dir(root, plan.epoch)
     rebuilt = None
     if plan.rebuilt_reason:

@@ -94,7 +94,8 @@ def test_backfill_time_request_accepts_z_and_is_described():
 
 def test_unknown_action_names_the_allowed_ones():
     with pytest.raises(RequestError, match=r"action: expected one of normal, backfill_offsets, backfill_time, "
-                                           r"rebuild_checkpoint, acknowledge_gap, got 'delete'"):  # fmt: skip
+                                           r"rebuild_checkpoint, acknowledge_gap, reestablish_position, reread_after_restore, "
+                                               r"keep_position_after_restore, got 'delete'"):  # fmt: skip
         parse_request({"action": "delete", "reason": "x"}, run_type="manual")
 
 

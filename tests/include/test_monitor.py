@@ -147,7 +147,8 @@ def test_snapshot_with_an_unreachable_broker_answers_in_bounded_time_from_the_ta
     assert snap["health"]["state"] == "failing" and "Kafka unreachable" in snap["health"]["reasons"]
     assert snap["lag"]["records"] is None and snap["partitions"] == []
     assert [(r["run_id"], r["rows"]) for r in snap["runs"]] == [("r1", 4)]
-    assert snap["table"] == {"ok": True, "error": None, "exists": False, "version": None, "epoch": None}
+    assert snap["table"] == {"ok": True, "error": None, "exists": False, "version": None, "epoch": None,
+                             "position_from": None, "restored": None}
 
 
 def test_snapshot_without_connection_settings_says_why(tmp_path):

@@ -85,7 +85,7 @@ def test_two_runs_read_only_new_records_exactly_once(spark, bootstrap, make_topi
     assert second.start_offsets == first.next_offsets
 
     _assert_exactly_once(spark, lake, bootstrap, topic, 450)
-    progress = read_progress(str(lake / "bronze"))
+    progress = read_progress(str(lake / "bronze"), unique_name)
     assert progress.next_offsets == {topic: {0: 150, 1: 150, 2: 150}}
 
     third = run(spark, _cfg(bootstrap, lake, unique_name, topic))
@@ -168,7 +168,7 @@ def test_deleted_checkpoint_resumes_at_table_offsets_with_new_epoch(spark, boots
     assert second.checkpoint_rebuilt["reason"] == "no checkpoint found"
     assert second.rows == 60
 
-    progress = read_progress(str(lake / "bronze"))
+    progress = read_progress(str(lake / "bronze"), unique_name)
     assert progress.epoch == second.epoch  # the new epoch's writes landed, not skipped
     assert progress.commit.extra["checkpoint_rebuilt"]["reason"] == "no checkpoint found"
     from deltalake import DeltaTable
@@ -196,7 +196,7 @@ def test_kill_after_delta_commit_before_checkpoint_commit(spark, bootstrap, make
     assert proc.returncode == -signal.SIGKILL, f"the failpoint did not kill the job: {proc.stderr[-3000:]}"
 
     # The crash window: batch 1 is in the table, Spark never committed it.
-    progress = read_progress(str(lake / "bronze"))
+    progress = read_progress(str(lake / "bronze"), unique_name)
     assert (progress.epoch, progress.commit.batch_id) == (1, 1)
     state = spark_checkpoint.read_state(spark_checkpoint.epoch_dir(lake / "checkpoints", 1))
     assert (state.last_committed_batch, state.pending_batch) == (0, 1)
@@ -245,7 +245,7 @@ def test_summary_file_is_written_for_the_orchestrator(spark, bootstrap, make_top
     assert summary["partitions"][topic] == {"0": {"from": 0, "until": 5, "rows": 5},
                                             "1": {"from": 0, "until": 5, "rows": 5}}  # fmt: skip
     assert summary["next_offsets"] == {topic: {"0": 5, "1": 5}}
-    assert summary["bronze_version"] == 0
+    assert summary["bronze_version"] == 1  # version 0 creates the table
 
 
 def test_progress_skips_other_writers_commits_and_survives_log_checkpoints(
@@ -260,8 +260,8 @@ def test_progress_skips_other_writers_commits_and_survives_log_checkpoints(
     assert (lake / "bronze" / "_delta_log" / "00000000000000000010.checkpoint.parquet").exists()
 
     DeltaTable.forPath(spark, str(lake / "bronze")).optimize().executeCompaction()
-    progress = read_progress(str(lake / "bronze"))  # delta-rs, no JVM
-    assert progress.table_version == 12 and progress.commit_version == 11
+    progress = read_progress(str(lake / "bronze"), unique_name)  # delta-rs, no JVM
+    assert progress.table_version == 13 and progress.commit_version == 12  # version 0 creates the table
     assert progress.next_offsets == {topic: {0: 120, 1: 120}}
 
     produce_numbered(bootstrap, topic, 2, 10, start=240)
