@@ -157,8 +157,12 @@ class HistoryEntry:
 def history_entries(raw: list[dict]) -> list[HistoryEntry]:
     """delta-rs ``history()`` rows (or Spark's, as dicts) as :class:`HistoryEntry`, newest first."""
     return [
-        HistoryEntry(int(e["version"]), e.get("operation"), dict(e.get("operationParameters") or {}),
-                     e.get("userMetadata"))  # fmt: skip
+        HistoryEntry(
+            int(e["version"]),
+            e.get("operation"),
+            dict(e.get("operationParameters") or {}),
+            e.get("userMetadata"),
+        )  # fmt: skip
         for e in sorted(raw, key=lambda e: -int(e["version"]))
     ]
 
@@ -203,7 +207,7 @@ def recorded_partitions(app_ids: Iterable[str], pipeline: str) -> list[tuple[str
     found = []
     for app in app_ids:
         if app.startswith(head):
-            topic, _, partition = app[len(head):].rpartition(":")
+            topic, _, partition = app[len(head) :].rpartition(":")
             if topic and partition.isdigit():
                 found.append((topic, int(partition)))
     return sorted(found)
@@ -235,7 +239,9 @@ def resolve(*, pipeline: str, state: StateStand | None, history: Sequence[Histor
     if state is None:
         if newest is not None:
             # Written before stands were kept in the state: history is all there is.
-            return Stand(newest[1], newest[0], "history", _restore_after(newest[0], history, pipeline, txn_seen))
+            return Stand(
+                newest[1], newest[0], "history", _restore_after(newest[0], history, pipeline, txn_seen)
+            )
         if has_rows:
             raise PositionUnknownError(
                 f"bronze table {path} holds rows but neither its state nor its retained history records "
@@ -273,7 +279,11 @@ def _restore_after(version: int, history: Sequence[HistoryEntry], pipeline: str,
         if (entry.operation or "").upper() != "RESTORE":
             continue
         target = entry.parameters.get("version")
-        restored_to = f"version {target}" if target not in (None, "") else f"timestamp {entry.parameters.get('timestamp')}"
+        restored_to = (
+            f"version {target}"
+            if target not in (None, "")
+            else f"timestamp {entry.parameters.get('timestamp')}"
+        )
         found = None
         if target not in (None, ""):
             for older in history:

@@ -1,0 +1,188 @@
+"""Where bronze stands survives Delta's log cleanup and notices a RESTORE (real broker, Spark, Delta).
+
+Time is made to pass the way Delta measures it: the modification times of
+the ``_delta_log`` files, aged in version order, each later than the one
+before (Spark's cleanup adjusts equal times and would then keep everything).
+Every test compares bronze with an independent read of the topic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from include.delta_progress import positions_from_rows, read_progress
+from include.offsets import BronzeCommit, OffsetError, positions_to_json
+from include.table_stand import PositionUnknownError
+from spark_jobs.ingest_plan import parse_config
+from spark_jobs.kafka_to_bronze import run
+from tests.kafka_helpers import produce_numbered, read_all
+
+pytestmark = pytest.mark.integration
+DAY = 86400
+
+
+def _cfg(bootstrap, lake: Path, pipeline: str, topic: str, *extra: str, bronze: str = "bronze"):
+    return parse_config([
+        "--pipeline", pipeline, "--bootstrap-servers", bootstrap, "--topics", topic,
+        "--bronze-path", str(lake / bronze), "--checkpoint-root", str(lake / "checkpoints"), *extra,
+    ])  # fmt: skip
+
+
+def _with_reset(lake: Path, positions: dict, action: str, **more) -> str:
+    path = lake / f"preflight-{action}.json"
+    reset = {"action": action, "reason": f"{action} by the test", "positions": positions_to_json(positions), **more}
+    path.write_text(json.dumps({"position_reset": reset}))
+    return str(path)
+
+
+def _bronze(spark, path: Path) -> list[tuple[int, int, bytes]]:
+    rows = spark.read.format("delta").load(str(path)).select("partition", "offset", "value").collect()
+    return [(r["partition"], r["offset"], bytes(r["value"])) for r in rows]
+
+
+def _assert_exactly(spark, path: Path, expected: set) -> None:
+    rows = _bronze(spark, path)
+    assert len(rows) == len(set(rows)), f"bronze holds {len(rows) - len(set(rows))} duplicates"
+    assert set(rows) == expected
+
+
+def _other_writer_commits(spark, path: Path, count: int, start: int = 0) -> None:
+    """Commits with no progress, as OPTIMIZE, VACUUM or the maintenance step write them."""
+    for i in range(start, start + count):
+        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('test.note' = '{i}')")
+
+
+def _age_log(path: Path, days: int) -> None:
+    """Make every log file ``days`` older, oldest version first, each a second after the one before."""
+    log = path / "_delta_log"
+    files = sorted((f for f in log.iterdir() if f.name[:20].isdigit()), key=lambda f: (int(f.name[:20]), f.name))
+    base = time.time() - days * DAY
+    for i, f in enumerate(files):
+        os.utime(f, (base + i, base + i))
+
+
+def _log_versions(path: Path) -> set[int]:
+    return {int(f.name[:20]) for f in (path / "_delta_log").glob("*.json")}
+
+
+@pytest.mark.parametrize("cleanup", ["delta-rs", "spark"])
+def test_after_log_cleanup_a_run_reads_exactly_the_new_records(spark, bootstrap, make_topic, unique_name, lake,
+                                                                 cleanup):  # fmt: skip
+    topic = make_topic(unique_name, partitions=3)
+    bronze = lake / "bronze"
+    produce_numbered(bootstrap, topic, 3, 900)
+    first = run(spark, _cfg(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "300"))
+    assert first.rows == 900 and len(first.batches) == 3  # versions 1-3 carry the offsets
+
+    _other_writer_commits(spark, bronze, 8)  # versions 4-11; Delta's log checkpoint at 10
+    _age_log(bronze, 31)
+    if cleanup == "delta-rs":
+        from deltalake import DeltaTable
+
+        DeltaTable(str(bronze)).cleanup_metadata()
+    else:  # Spark's Delta cleans up at its next checkpoint (version 20); the Spark checkpoint goes too
+        _other_writer_commits(spark, bronze, 10, start=8)
+        shutil.rmtree(lake / "checkpoints")
+    assert _log_versions(bronze).isdisjoint({1, 2, 3}), "the commits that carried the offsets are still there"
+
+    progress = read_progress(str(bronze), unique_name, {topic: [0, 1, 2]})  # delta-rs, no JVM
+    assert progress.stand.source == "state"
+    assert progress.next_offsets == {topic: {0: 300, 1: 300, 2: 300}}
+
+    produce_numbered(bootstrap, topic, 3, 300, start=900)
+    second = run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    assert second.rows == 300
+    assert second.start_offsets == {topic: {0: 300, 1: 300, 2: 300}}
+    _assert_exactly(spark, bronze, read_all(bootstrap, topic))
+
+
+def test_restore_is_refused_then_reread_brings_back_exactly_what_it_undid(spark, bootstrap, make_topic, unique_name,
+                                                                         lake):  # fmt: skip
+    from delta.tables import DeltaTable
+
+    topic = make_topic(unique_name, partitions=3)
+    bronze = lake / "bronze"
+    produce_numbered(bootstrap, topic, 3, 900)
+    run(spark, _cfg(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "300"))
+    DeltaTable.forPath(spark, str(bronze)).restoreToVersion(1)  # undoes batches 1 and 2
+    restored_rows = len(_bronze(spark, bronze))
+    assert 0 < restored_rows < 900
+    produce_numbered(bootstrap, topic, 3, 300, start=900)
+
+    progress = read_progress(str(bronze), unique_name, {topic: [0, 1, 2]})
+    assert progress.restore is not None and progress.restore.restored_to == "version 1"
+    version, back = progress.restore.restored_commit
+    assert version == 1 and sum(back.next_offsets[topic].values()) == restored_rows
+
+    with pytest.raises(OffsetError, match=r"was restored \(version 1, Delta version 4\)"):
+        run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    assert len(_bronze(spark, bronze)) == restored_rows  # refused: nothing written
+
+    preflight = _with_reset(lake, back.next_offsets, "reread_after_restore")
+    again = run(spark, _cfg(bootstrap, lake, unique_name, topic, "--preflight-file", preflight))
+    assert again.rows == 1200 - restored_rows
+    assert again.checkpoint_rebuilt["reason"] == "reread_after_restore by the test"
+    _assert_exactly(spark, bronze, read_all(bootstrap, topic))
+
+    produce_numbered(bootstrap, topic, 3, 30, start=1200)
+    after = run(spark, _cfg(bootstrap, lake, unique_name, topic))  # the restore is behind the stand now
+    assert (after.rows, after.epoch, after.checkpoint_rebuilt) == (30, again.epoch, None)
+    _assert_exactly(spark, bronze, read_all(bootstrap, topic))
+
+
+def test_restore_kept_position_records_what_it_undid(spark, bootstrap, make_topic, unique_name, lake):
+    from delta.tables import DeltaTable
+
+    topic = make_topic(unique_name, partitions=3)
+    bronze = lake / "bronze"
+    produce_numbered(bootstrap, topic, 3, 900)
+    run(spark, _cfg(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "300"))
+    DeltaTable.forPath(spark, str(bronze)).restoreToVersion(1)
+    kept = set(_bronze(spark, bronze))
+    produce_numbered(bootstrap, topic, 3, 300, start=900)
+
+    progress = read_progress(str(bronze), unique_name, {topic: [0, 1, 2]})
+    undone = [{"topic": topic, "partition": p, "from": o, "until": 300}
+              for p, o in progress.restore.restored_commit[1].next_offsets[topic].items()]  # fmt: skip
+    preflight = _with_reset(lake, progress.next_offsets, "keep_position_after_restore", undone=undone)
+    summary = run(spark, _cfg(bootstrap, lake, unique_name, topic, "--preflight-file", preflight))
+    assert summary.rows == 300
+    new = {r for r in read_all(bootstrap, topic) if r[1] >= 300}
+    _assert_exactly(spark, bronze, kept | new)
+
+    marks = [
+        BronzeCommit.from_user_metadata(h["userMetadata"])
+        for h in DeltaTable.forPath(spark, str(bronze)).history().collect()
+    ]  # fmt: skip
+    recorded = [m.extra["position_set"] for m in marks if m is not None and "position_set" in m.extra]
+    assert recorded[0]["action"] == "keep_position_after_restore" and recorded[0]["undone"] == undone
+
+
+def test_rows_without_a_readable_position_are_refused_until_reestablished(spark, bootstrap, make_topic, unique_name,
+                                                                         lake):  # fmt: skip
+    topic = make_topic(unique_name, partitions=2)
+    produce_numbered(bootstrap, topic, 2, 400)
+    run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    # Another tool copies the table: rows come along, the log's state and history do not.
+    spark.read.format("delta").load(str(lake / "bronze")).write.format("delta").save(str(lake / "copy"))
+    shutil.rmtree(lake / "checkpoints")
+    produce_numbered(bootstrap, topic, 2, 100, start=400)
+
+    with pytest.raises(PositionUnknownError, match=r"copy holds rows but neither its state nor"):
+        read_progress(str(lake / "copy"), unique_name, {topic: [0, 1]})
+    with pytest.raises(PositionUnknownError):
+        run(spark, _cfg(bootstrap, lake, unique_name, topic, bronze="copy"))
+
+    positions = positions_from_rows(str(lake / "copy"))
+    assert positions == {topic: {0: 200, 1: 200}}
+    preflight = _with_reset(lake, positions, "reestablish_position")
+    summary = run(spark, _cfg(bootstrap, lake, unique_name, topic, "--preflight-file", preflight, bronze="copy"))
+    assert summary.rows == 100
+    _assert_exactly(spark, lake / "copy", read_all(bootstrap, topic))
+    assert read_progress(str(lake / "copy"), unique_name, {topic: [0, 1]}).next_offsets == {topic: {0: 250, 1: 250}}
