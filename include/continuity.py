@@ -135,6 +135,16 @@ def check_run(
                 f"{where} was written by run {commit.run_id!r}, not by this run {run_id!r}: another "
                 "writer committed to the table during the run"
             )
+        reset = commit.extra.get("position_set")
+        if reset is not None and not commit.ranges:
+            # A recorded reset (starting_offsets latest, or an operator's position action): the
+            # chain continues from where it says, and the report says so.
+            moved = [f"{t}-{p} {position.get((t, p))} -> {o}" for (t, p), o in sorted(flatten(commit.next_offsets).items())
+                     if position.get((t, p)) != o]  # fmt: skip
+            notes.append(f"{where} sets the position ({reset.get('reason', '')}): " + ("; ".join(moved[:10]) or "unchanged"))
+            position.update(flatten(commit.next_offsets))
+            last = commit
+            continue
         for g in (Gap.from_json(g) for g in commit.extra.get("gaps", ())):
             tp = (g.topic, g.partition)
             if position.get(tp, g.from_offset) != g.from_offset:

@@ -18,6 +18,7 @@ from include import (
     delta_progress,
     kafka_state,
     manual_ops,
+    run_ledger,
     settings,
     spark_checkpoint,
     table_stand,
@@ -27,7 +28,15 @@ from include.delta_progress import TableProgress
 from include.manual_ops import RunRequest
 from include.offsets import PositionMap, positions_from_json, positions_to_json
 from include.pipeline_config import PipelineConfig
-from include.preflight import BLOCKING, Finding, LagReport, PreflightReport, measure_lag, preflight
+from include.preflight import (
+    BLOCKING,
+    Finding,
+    LagReport,
+    PreflightReport,
+    ledger_overlap,
+    measure_lag,
+    preflight,
+)
 from include.table_stand import PositionUnknownError
 
 #: Bound on every Kafka call a task makes, so a dead broker fails a task instead of hanging it.
@@ -102,6 +111,8 @@ def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunReque
         configured_topics=cfg.kafka.topics,
         policy="record_and_continue" if acknowledging else cfg.data_loss_policy,
     )
+    if reset is None and refusal is None and (report.position_problem is None):
+        refusal = ledger_witness(cfg, table_next)
     if refusal is not None:
         verdict = replace(verdict, findings=(*verdict.findings, refusal), blocking=(*verdict.blocking, refusal))
     if reset is not None:
@@ -122,6 +133,21 @@ def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunReque
         verdict = replace(verdict, accepted_gaps=(),
                           blocking=tuple(f for f in verdict.findings if f.severity == BLOCKING))  # fmt: skip
     return verdict, report, progress
+
+
+def ledger_witness(cfg: PipelineConfig, table_next: PositionMap | None) -> Finding | None:
+    """The run ledger's last successful run against where the table stands now (see :func:`ledger_overlap`)."""
+    for row in run_ledger.newest_runs(cfg.tables.ledger_path):  # newest first
+        if row["outcome"] != "success":
+            continue
+        end: PositionMap = {}
+        for part in row.get("partitions_json") or ():
+            if part.get("next_offset") is not None:
+                end.setdefault(part["topic"], {})[int(part["partition"])] = int(part["next_offset"])
+        where = f"{row['run_id']!r} (finished {row['finished_at']})"
+        return ledger_overlap(table_next, end, run=where,
+                              fix=manual_ops.action_hint(cfg.name, manual_ops.REESTABLISH_POSITION))  # fmt: skip
+    return None
 
 
 def position_choice(cfg: PipelineConfig, report: LagReport, progress: TableProgress | None,

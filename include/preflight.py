@@ -366,3 +366,28 @@ def _loss_finding(topic: str, partition: int, frm: int, until: int, policy: str)
         f"(retention or delete-records) before the pipeline read them. {todo}",
         {"from": frm, "until": until, "lost": lost},
     )  # fmt: skip
+
+
+def ledger_overlap(table_next: PositionMap | None, ledger_end: PositionMap, *, run: str, fix: str) -> Finding | None:
+    """The run ledger as a second witness: a start below the end its last successful ``run`` recorded is an overlap.
+
+    ``ledger_end`` is that run's next offset per partition. Reading from the
+    table's lower position would write those offsets a second time, so the
+    run is refused with both numbers per partition and ``fix`` (the action
+    that re-establishes a position both agree on).
+    """
+    behind = []
+    for topic, parts in sorted(ledger_end.items()):
+        for p, end in sorted(parts.items()):
+            start = (table_next or {}).get(topic, {}).get(p)
+            if start is None or start < end:
+                behind.append((topic, p, start, end))
+    if not behind:
+        return None
+    listed = "; ".join(f"{t}-{p} table {'none' if s is None else s} < ledger {e}" for t, p, s, e in behind[:10])
+    return Finding(
+        "ledger_ahead", BLOCKING, behind[0][0], behind[0][1],
+        f"the bronze table stands below where the run ledger says run {run} left it ({listed}); starting there "
+        f"would ingest those offsets a second time. Nothing was read. If the table lost those commits, trigger {fix}",
+        {"partitions": [{"topic": t, "partition": p, "table": s, "ledger": e} for t, p, s, e in behind]},
+    )  # fmt: skip

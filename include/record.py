@@ -97,6 +97,7 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
         "findings_json": checked.get("findings", []),
         "continuity_json": continuity,
         "topic_ids_json": passed.get("topic_ids"),
+        "position_set_json": summary.get("position_set"),
         "tasks_json": states,
         "params_json": params,
         "request_json": request or None,

@@ -56,6 +56,8 @@ COLUMNS: dict[str, str] = {
     "findings_json": "string",
     "continuity_json": "string",
     "topic_ids_json": "string",
+    # where the run set the table's position rather than reached it (starting_offsets latest, a position action)
+    "position_set_json": "string",
     "tasks_json": "string",
     "params_json": "string",
     "request_json": "string",
@@ -98,14 +100,26 @@ def append_run(path: str | Path, record: dict[str, Any], *, storage_options: dic
     return DeltaTable(str(path), storage_options=storage_options).version()
 
 
-def read_runs(path: str | Path, *, limit: int | None = None,
-              storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
-    """The ledger's rows, newest first (JSON columns decoded); empty when there is no ledger yet."""
+def newest_runs(path: str | Path, *, files: int = 20, storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The rows of the ledger's ``files`` newest data files, newest first: the latest runs, at a cost
+    that does not grow with the ledger (each run appends one file)."""
+    import pyarrow as pa
     from deltalake import DeltaTable
 
     if not DeltaTable.is_deltatable(str(path), storage_options=storage_options):
         return []
-    rows = DeltaTable(str(path), storage_options=storage_options).to_pyarrow_table().to_pylist()
+    table = DeltaTable(str(path), storage_options=storage_options)
+    adds = pa.table(table.get_add_actions(flatten=True))
+    if "min.finished_at" not in adds.column_names or None in adds.column("min.finished_at").to_pylist():
+        return _decoded(table.to_pyarrow_table().to_pylist())  # no statistics to skip files with
+    # The files holding the newest runs by their finished_at statistics, read whole: Delta skips the rest.
+    spans = sorted(zip(adds.column("max.finished_at").to_pylist(), adds.column("min.finished_at").to_pylist(),
+                       strict=True), reverse=True)[:files]  # fmt: skip
+    since = min(low for _, low in spans)
+    return _decoded(table.to_pyarrow_table(filters=[("finished_at", ">=", since)]).to_pylist())
+
+
+def _decoded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     epoch = datetime.min.replace(tzinfo=UTC)
     rows.sort(key=lambda r: r["finished_at"] or epoch, reverse=True)
     for r in rows:
@@ -114,4 +128,15 @@ def read_runs(path: str | Path, *, limit: int | None = None,
             value = r.setdefault(name, None)
             if name.endswith("_json") and value is not None:
                 r[name] = json.loads(value)
+    return rows
+
+
+def read_runs(path: str | Path, *, limit: int | None = None,
+              storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """The ledger's rows, newest first (JSON columns decoded); empty when there is no ledger yet."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path), storage_options=storage_options):
+        return []
+    rows = _decoded(DeltaTable(str(path), storage_options=storage_options).to_pyarrow_table().to_pylist())
     return rows[:limit] if limit is not None else rows

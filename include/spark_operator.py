@@ -480,6 +480,8 @@ class IngestOperator(SparkJobOperator):
             f"SUMMARY ingest: {summary['rows']} rows in {len(summary['batches'])} batches, epoch {summary['epoch']}, "
             f"bronze version {summary['bronze_version']}, {summary['duration_s']:.1f}s in the job"
             + (f", checkpoint rebuilt: {rebuilt['reason']}" if rebuilt else "")
+            + (f"; position set ({summary['position_set']['reason']}): {summary['position_set']['positions']}"
+               if summary.get("position_set") else "")
         )
 
 

@@ -102,6 +102,8 @@ class RunSummary:
     next_offsets: PositionMap
     batches: list[BatchRecord] = field(default_factory=list)
     duration_s: float = 0.0
+    #: Where this run set the table's position (``starting_offsets: latest``, a position action), or ``None``.
+    position_set: dict | None = None
 
     @property
     def rows(self) -> int:
@@ -126,6 +128,7 @@ class RunSummary:
             "run_type": self.run_type,
             "epoch": self.epoch,
             "checkpoint_rebuilt": self.checkpoint_rebuilt,
+            "position_set": self.position_set,
             "rows": self.rows,
             "commits": sum(1 for b in self.batches if not b.skipped_replay),
             "batches": [
@@ -427,9 +430,11 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
     root = Path(cfg.checkpoint_root)
     checkpoints = {e: spark_checkpoint.read_state(p) for e, p in spark_checkpoint.epoch_dirs(root).items()}
     create_table(spark, cfg)
+    position_set = None
     if reset is not None:
         table, plan = record_position(spark, cfg, partitions, checkpoints, table,
                                       positions_from_json(reset["positions"]), reset)  # fmt: skip
+        position_set = table
         plan = CheckpointPlan(plan.epoch, plan.starting_offsets, reset["reason"], max(checkpoints, default=None))
         if cfg.accepted_gaps:  # data loss found from the new position: a further epoch starts after it
             plan = plan_checkpoint(table=table, checkpoints=checkpoints, partitions=partitions,
@@ -439,6 +444,7 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
         table, plan = record_position(spark, cfg, partitions, checkpoints, None, latest, {
             "action": "starting_offsets", "reason": "starting_offsets: latest, fixed on the pipeline's first run",
         })  # fmt: skip
+        position_set = table
     else:
         plan = plan_checkpoint(
             table=table, checkpoints=checkpoints, partitions=partitions,
@@ -452,6 +458,9 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
     start_positions = dict(table.next_offsets) if table else {}
     summary = RunSummary(cfg.pipeline, cfg.run_id, cfg.run_type, plan.epoch, rebuilt,
                          start_positions, start_positions)  # fmt: skip
+    if position_set is not None:
+        summary.position_set = {**position_set.extra["position_set"],
+                                "positions": positions_to_json(position_set.next_offsets)}  # fmt: skip
     writer = BronzeBatchWriter(spark, cfg, plan, checkpoint, table, summary)
 
     reader = spark.readStream.format("kafka").options(**cfg.source_options())

@@ -448,3 +448,18 @@ def test_empty_time_plan_of_a_vanished_topic_names_the_topic():
     with pytest.raises(RequestError) as info:
         plan_time(start={}, end={}, table={"orders": {0: 180}}, kafka={})
     assert "'orders' no longer exists in Kafka" in str(info.value)
+
+
+def test_every_hint_names_an_action_of_the_form_with_the_exact_command():
+    import json
+    import re
+
+    from include.manual_ops import ACTIONS, action_hint
+
+    for action in ACTIONS:
+        hint = action_hint("orders", action, "disk was full")
+        conf = re.search(r"airflow dags trigger orders -c '(.+)'\)$", hint)
+        assert conf is not None and json.loads(conf.group(1)) == {"action": action, "reason": "disk was full"}
+        assert f"action {action!r}" in hint
+    with pytest.raises(ValueError, match="unknown trigger-form action 'rebuild'"):
+        action_hint("orders", "rebuild")

@@ -150,3 +150,31 @@ def test_pattern_topic_gone_is_blocking_and_new_topic_is_info():
 
 def test_first_run_has_no_findings_even_when_retention_already_deleted_records():
     assert run(None, kafka(p0=(100, 200))).findings == ()
+
+
+def test_a_start_below_the_ledgers_last_end_is_refused_with_both_numbers():
+    from include.preflight import ledger_overlap
+
+    finding = ledger_overlap({"t": {0: 100, 1: 250}}, {"t": {0: 100, 1: 300}}, run="'r9'", fix="ACTION")
+    assert finding is not None and finding.severity == BLOCKING and finding.kind == "ledger_ahead"
+    assert "t-1 table 250 < ledger 300" in finding.message and "t-0" not in finding.message
+    assert finding.message.endswith("trigger ACTION")
+    assert finding.numbers["partitions"] == [{"topic": "t", "partition": 1, "table": 250, "ledger": 300}]
+    assert ledger_overlap({"t": {0: 100, 1: 300}}, {"t": {0: 100, 1: 300}}, run="r", fix="A") is None
+    assert ledger_overlap({"t": {0: 120, 1: 300}}, {"t": {0: 100, 1: 300}}, run="r", fix="A") is None  # a gap moved on
+    lost = ledger_overlap(None, {"t": {0: 5}}, run="r", fix="A")
+    assert lost is not None and "t-0 table none < ledger 5" in lost.message
+
+
+def test_an_unfixed_latest_start_or_an_unusable_position_proceeds_to_the_preflight():
+    from datetime import UTC, datetime
+
+    from include.preflight import LagReport, lag_decision
+
+    now = datetime.now(UTC)
+    unfixed = LagReport((), None, start_unfixed=True)
+    assert lag_decision(unfixed, min_records=10, max_wait_s=60, now=now).action == "proceed"
+    assert "starting position 'latest' is not fixed" in unfixed.summary_line(now)
+    broken = LagReport((), 3, position_problem="restored")
+    assert lag_decision(broken, min_records=10, max_wait_s=60, now=now).action == "proceed"
+    assert lag_decision(LagReport((), 3), min_records=10, max_wait_s=60, now=now).action == "skip"
