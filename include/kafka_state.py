@@ -460,8 +460,17 @@ def commit_group_offsets(config: Mapping[str, str], group_id: str, positions: Ma
         return
     call = _Call(config, timeout_s, f"committing offsets of consumer group {group_id!r}")
     with call.admin() as admin:
-        future = admin.describe_consumer_groups([group_id], request_timeout=call.remaining())[group_id]
-        description = call.result(future, f"consumer group {group_id!r}")
+        while True:
+            future = admin.describe_consumer_groups([group_id], request_timeout=call.remaining())[group_id]
+            try:
+                description = call.result(future, f"consumer group {group_id!r}")
+                break
+            except KafkaUnavailableError:
+                # A broker's first group waits for __consumer_offsets to be created and its
+                # coordinator to load; ask again within the bound.
+                if call.remaining() < 1.0:
+                    raise
+                time.sleep(0.5)
         if description.members:
             raise _group_active(group_id, f"{len(description.members)} active member(s)")
         request = ConsumerGroupTopicPartitions(
