@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from include.offsets import PositionMap, positions_from_json
 
 _EPOCH_DIR = re.compile(r"^epoch=(\d+)$")
+T = TypeVar("T")
 
 
 class CheckpointError(RuntimeError):
@@ -117,6 +120,58 @@ def initial_offsets(path: Path) -> PositionMap | None:
     return _read_log_file(f) if f.exists() else None
 
 
+def _log_entry_damage(path: Path, *, binary_prefix: bool = False) -> str | None:
+    """Why Spark could not parse the metadata-log entry ``path`` ("v1" then JSON lines), or ``None``."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return f"{path}: cannot be read ({exc})"
+    text = data.decode("utf-8", errors="replace")
+    lines = [ln.strip("\x00 \t") for ln in text.splitlines() if ln.strip("\x00 \t")]
+    if binary_prefix and lines:
+        lines[0] = lines[0][lines[0].find("v"):] if "v" in lines[0] else lines[0]
+    if not lines or not lines[0].startswith("v"):
+        return f"{path}: expected a version line ('v1') first, found {text[:40]!r} ({len(data)} bytes)"
+    if len(lines) < 2:
+        return f"{path}: holds only its version line ({len(data)} bytes): truncated"
+    for n, line in enumerate(lines[1:], 2):
+        try:
+            json.loads(line)
+        except ValueError as exc:
+            return f"{path}: line {n} is not JSON ({exc}): truncated or garbled"
+    return None
+
+
+def damage(path: Path) -> str | None:
+    """Why Spark could not resume the checkpoint at ``path``, naming the file and what is wrong; ``None`` if whole.
+
+    Checks what a restart reads: ``metadata``, the newest two ``offsets``
+    entries, the newest ``commits`` entry and ``sources/0/0``. A truncated or
+    garbled file (a full disk, a bad copy) makes Spark fail on every start.
+    """
+    path = Path(path)
+    meta = path / "metadata"
+    if meta.exists():
+        try:
+            json.loads(meta.read_text(encoding="utf-8").strip().splitlines()[0])
+        except (OSError, ValueError, IndexError) as exc:
+            return f"{meta}: not the query's JSON metadata ({exc})"
+    offsets = batch_ids(path / "offsets")
+    for batch in offsets[-2:]:
+        why = _log_entry_damage(path / "offsets" / str(batch))
+        if why:
+            return why
+    commits = batch_ids(path / "commits")
+    if commits:
+        why = _log_entry_damage(path / "commits" / str(commits[-1]))
+        if why:
+            return why
+    source = path / "sources" / "0" / "0"
+    if source.exists():
+        return _log_entry_damage(source, binary_prefix=True)
+    return None
+
+
 def epoch_dirs(root: Path) -> dict[int, Path]:
     """``{epoch: folder}`` for every ``epoch=N`` folder under a pipeline's checkpoint root."""
     root = Path(root)
@@ -128,6 +183,27 @@ def epoch_dirs(root: Path) -> dict[int, Path]:
         if m and p.is_dir():
             found[int(m.group(1))] = p
     return found
+
+
+def read_epochs(root: Path, read: Callable[[Path], T]) -> tuple[dict[int, T | None], dict[int, str]]:
+    """Each epoch folder under ``root`` read with ``read``, and why the damaged ones cannot be resumed.
+
+    A damaged checkpoint (see :func:`damage`) reads as ``None``, like an empty
+    one: the table is the source of truth, so the job starts a new epoch where
+    the table stands, and the reason names the file and what was wrong.
+    """
+    states: dict[int, T | None] = {}
+    damaged: dict[int, str] = {}
+    for epoch, folder in epoch_dirs(root).items():
+        why = damage(folder)
+        if why is None:
+            try:
+                states[epoch] = read(folder)
+                continue
+            except CheckpointError as exc:
+                why = str(exc)
+        states[epoch], damaged[epoch] = None, why
+    return states, damaged
 
 
 def epoch_dir(root: Path, epoch: int) -> Path:

@@ -134,13 +134,14 @@ class TransformPlan:
     previous_epoch: int | None = None
 
 
-def plan_transform(last: SilverCommit | None, checkpoints: dict[int, DeltaCheckpointState | None]) -> TransformPlan:
+def plan_transform(last: SilverCommit | None, checkpoints: dict[int, DeltaCheckpointState | None],
+                   damaged: dict[int, str] | None = None) -> TransformPlan:  # fmt: skip
     """Resume the newest checkpoint if it agrees with silver's last batch commit, else start a new epoch.
 
     Silver is the source of truth. The checkpoint agrees when it committed that
     batch, or stopped just before committing it (killed between the silver
     commit and Spark's checkpoint commit: Spark replays the batch and the job
-    skips it). A new epoch starts at the bronze version after the last one
+    skips it). A newest checkpoint in ``damaged`` is replaced by a new epoch. A new epoch starts at the bronze version after the last one
     silver read whole; a partly read version is read again, and the rows it
     already applied are recognised (``replayed``) instead of applied twice.
     """
@@ -152,7 +153,9 @@ def plan_transform(last: SilverCommit | None, checkpoints: dict[int, DeltaCheckp
         reason = "no checkpoint found"
     else:
         state = checkpoints[latest]
-        if state is None:
+        if state is None and latest in (damaged or {}):
+            reason = f"checkpoint of epoch {latest} is damaged: {(damaged or {})[latest]}"
+        elif state is None:
             reason = f"checkpoint of epoch {latest} was never started or is empty"
         elif last is None:
             if state.last_committed_batch is None:
@@ -419,8 +422,8 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
     started = time.monotonic()
     last = newest_commit(spark, cfg.silver_path, SilverCommit.from_user_metadata)
     root = Path(cfg.checkpoint_root)
-    checkpoints = {e: read_checkpoint(p) for e, p in spark_checkpoint.epoch_dirs(root).items()}
-    plan = plan_transform(last, checkpoints)
+    checkpoints, damaged = spark_checkpoint.read_epochs(root, read_checkpoint)
+    plan = plan_transform(last, checkpoints, damaged)
     rebuilt = None
     if plan.rebuilt_reason:
         rebuilt = {"reason": plan.rebuilt_reason, "previous_epoch": plan.previous_epoch}

@@ -259,6 +259,7 @@ def plan_checkpoint(
     starting_offsets: str,
     gaps: tuple[Gap, ...] = (),
     rebuild: str | None = None,
+    damaged: Mapping[int, str] | None = None,
 ) -> CheckpointPlan:
     """Decide the epoch and starting offsets of this run.
 
@@ -270,7 +271,8 @@ def plan_checkpoint(
 
     Accepted ``gaps`` (records Kafka deleted before they were read) always
     start a new epoch: the old checkpoint would resume inside the gap. So
-    does ``rebuild`` (the reason a user asked for a new checkpoint).
+    does ``rebuild`` (the reason a user asked for a new checkpoint), and a
+    newest checkpoint in ``damaged`` (epoch -> which file, what is wrong).
     """
     latest = max(checkpoints) if checkpoints else None
     reason: str | None
@@ -291,7 +293,9 @@ def plan_checkpoint(
         reason = None if table is None else "no checkpoint found"
     else:
         state = checkpoints[latest]
-        if state is None:
+        if state is None and latest in (damaged or {}):
+            reason = f"checkpoint of epoch {latest} is damaged: {(damaged or {})[latest]}"
+        elif state is None:
             reason = f"checkpoint of epoch {latest} was never started or is empty"
         elif table is not None and table.epoch > latest:
             reason = f"checkpoint of epoch {table.epoch} that wrote the table's last commit is gone"

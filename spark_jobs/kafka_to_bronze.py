@@ -428,7 +428,7 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
         )
     table = stand.commit if stand is not None else None
     root = Path(cfg.checkpoint_root)
-    checkpoints = {e: spark_checkpoint.read_state(p) for e, p in spark_checkpoint.epoch_dirs(root).items()}
+    checkpoints, damaged = spark_checkpoint.read_epochs(root, spark_checkpoint.read_state)
     create_table(spark, cfg)
     position_set = None
     if reset is not None:
@@ -449,6 +449,7 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
         plan = plan_checkpoint(
             table=table, checkpoints=checkpoints, partitions=partitions,
             starting_offsets=cfg.starting_offsets, gaps=cfg.accepted_gaps, rebuild=cfg.rebuild_reason,
+            damaged=damaged,
         )  # fmt: skip
     checkpoint = spark_checkpoint.epoch_dir(root, plan.epoch)
     rebuilt = None

@@ -13,6 +13,7 @@ plus ``.N.crc`` checksum files next to each log entry on a local file system.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -379,3 +380,55 @@ def test_read_state_of_each_epoch(tmp_path):
     assert states[2].position == {"t": {0: 5}}
     assert states[2].last_committed_batch is None
     assert states[3] is None
+
+
+# --------------------------------------------------------------------------- damage and read_epochs
+
+
+def _whole(ckpt: FakeCheckpoint) -> FakeCheckpoint:
+    return ckpt.initial({"t": {"0": 0}}).offsets(0, {"t": {"0": 5}}).commit(0).offsets(1, {"t": {"0": 9}}).commit(1)
+
+
+def test_a_whole_checkpoint_has_no_damage(ckpt):
+    from include.spark_checkpoint import damage
+
+    assert damage(_whole(ckpt).path) is None
+
+
+@pytest.mark.parametrize(
+    ("file", "cut", "expected"),
+    [
+        ("offsets/1", 30, r"offsets/1: line 2 is not JSON .*truncated or garbled"),
+        ("offsets/0", 2, r"offsets/0: holds only its version line"),
+        ("commits/1", 8, r"commits/1: line 2 is not JSON"),
+        ("commits/1", 0, r"commits/1: expected a version line \('v1'\) first, found '' \(0 bytes\)"),
+        ("sources/0/0", 10, r"sources/0/0: line 2 is not JSON"),
+        ("metadata", 5, r"metadata: not the query's JSON metadata"),
+    ],
+)
+def test_a_truncated_file_is_named_with_what_is_wrong(ckpt, file, cut, expected):
+    from include.spark_checkpoint import damage
+
+    path = _whole(ckpt).path / file
+    path.write_bytes(path.read_bytes()[:cut])
+    assert re.search(expected, damage(ckpt.path) or "")
+
+
+def test_an_older_damaged_file_spark_does_not_read_is_not_damage(ckpt):
+    from include.spark_checkpoint import damage
+
+    _whole(ckpt).offsets(2, {"t": {"0": 12}}).commit(2)
+    (ckpt.path / "commits" / "0").write_text("v1\n{")
+    assert damage(ckpt.path) is None
+
+
+def test_read_epochs_reads_the_whole_ones_and_names_the_damaged(tmp_path):
+    from include.spark_checkpoint import read_epochs
+
+    root = tmp_path / "checkpoints"
+    _whole(FakeCheckpoint(root / "epoch=1"))
+    bad = _whole(FakeCheckpoint(root / "epoch=2")).path / "offsets" / "1"
+    bad.write_text(bad.read_text()[:50])
+    states, damaged = read_epochs(root, read_state)
+    assert states[1] is not None and states[1].committed == {"t": {0: 9}}
+    assert states[2] is None and list(damaged) == [2] and "epoch=2/offsets/1: line 2 is not JSON" in damaged[2]

@@ -111,3 +111,60 @@ def test_restore_is_refused_before_a_cluster_then_reread_and_an_older_copy_is_re
     assert "'reestablish_position'" in ahead["reason"]
     assert len(p.bronze_keys()) == 900
     assert_no_cluster_left(p)
+
+
+def _newest(folder, kind: str):
+    from include import spark_checkpoint
+
+    epochs = spark_checkpoint.epoch_dirs(folder)
+    newest = epochs[max(epochs)] / kind
+    return newest / str(spark_checkpoint.batch_ids(newest)[-1])
+
+
+def test_damaged_or_lost_checkpoints_heal_from_the_tables_exactly_once(pipeline, bootstrap):
+    from deltalake import DeltaTable
+
+    from include import airflow_local
+    from tests.integration.dag_helpers import ORDERS_TRANSFORM, order
+    from tests.kafka_helpers import produce
+
+    p = pipeline
+    p.write(transform=ORDERS_TRANSFORM)
+    checkpoints = p.lake / p.name / "_checkpoints"
+    produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order(f"o{i}", i % 50, i)) for i in range(90)])
+    proc, log = p.run()
+    assert proc.returncode == 0, log[-5000:]
+
+    offsets, commits = _newest(checkpoints / "bronze", "offsets"), _newest(checkpoints / "silver", "commits")
+    offsets.write_bytes(offsets.read_bytes()[:40])  # a full disk: the newest entries cut short
+    commits.write_bytes(b"")
+    produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order(f"o{i}", i % 50, i)) for i in range(90, 150)])
+    proc, log = p.run()
+    assert proc.returncode == 0, log[-5000:]
+    healed = p.ledger()[0]
+    assert (healed["outcome"], healed["rows"], healed["continuity"]) == ("success", 60, "CONTINUOUS")
+    lines = airflow_local.summary_lines(log)
+    assert any(f"checkpoint rebuilt: checkpoint of epoch 1 is damaged: {offsets}: line 2 is not JSON" in line
+               for line in lines), lines  # fmt: skip
+    assert healed["transform_json"]["job"]["checkpoint_rebuilt"]["reason"].startswith(
+        f"checkpoint of epoch 0 is damaged: {commits}: expected a version line"
+    )
+
+    commits = _newest(checkpoints / "bronze", "commits")
+    commits.write_bytes(commits.read_bytes()[:4])
+    shutil.rmtree(checkpoints / "silver")
+    produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order(f"o{i}", i % 50, i)) for i in range(150, 180)])
+    proc, log = p.run()
+    assert proc.returncode == 0, log[-5000:]
+    third = p.ledger()[0]
+    assert (third["outcome"], third["rows"], third["continuity"]) == ("success", 30, "CONTINUOUS")
+    assert "is damaged" in third["transform_json"]["job"]["checkpoint_rebuilt"]["reason"] or (
+        third["transform_json"]["job"]["checkpoint_rebuilt"]["reason"] == "no checkpoint found"
+    )
+
+    keys = p.bronze_keys()
+    assert len(keys) == len(set(keys)) == 180
+    assert set(keys) == {(part, off) for part, off, _ in read_all(bootstrap, p.topic)}
+    silver = DeltaTable(str(p.lake / p.name / "silver")).to_pyarrow_table(columns=["order_id"]).column(0).to_pylist()
+    assert sorted(silver) == sorted(f"o{i}" for i in range(180))
+    assert_no_cluster_left(p)

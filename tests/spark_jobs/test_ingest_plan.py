@@ -414,6 +414,19 @@ def test_checkpoint_folder_empty_with_table_progress():
     assert json.loads(plan.starting_offsets) == {"t": {"0": 10, "1": 20}}
 
 
+def test_a_damaged_checkpoint_heals_with_a_new_epoch_at_the_table_naming_the_file():
+    plan = plan_checkpoint(
+        table=table({"t": {0: 10, 1: 20}}, epoch=1),
+        checkpoints={1: None},
+        partitions=PARTS,
+        starting_offsets="earliest",
+        damaged={1: "/c/epoch=1/offsets/3: line 2 is not JSON"},
+    )
+    assert (plan.epoch, plan.previous_epoch) == (2, 1)
+    assert plan.rebuilt_reason == "checkpoint of epoch 1 is damaged: /c/epoch=1/offsets/3: line 2 is not JSON"
+    assert json.loads(plan.starting_offsets) == {"t": {"0": 10, "1": 20}}
+
+
 def test_checkpoint_folder_empty_without_table_progress_uses_configured_offsets():
     plan = plan_checkpoint(table=None, checkpoints={1: None}, partitions=PARTS, starting_offsets="latest")
     assert plan.epoch == 2
