@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from include import manual_ops
 from include.offsets import BackfillCommit, BackfillRange, BronzeCommit, Gap, PositionMap, flatten
 from include.transform_spec import COUNT_KEYS, BronzePosition, SilverCommit
 
@@ -109,6 +110,7 @@ def check_run(
     checkpoint_position: PositionMap | None,
     expected_rows: int | None = None,
     count_records: RecordCounter | None = None,
+    dag_id: str = "<dag_id>",
 ) -> ContinuityReport:
     """Check the commits one run wrote, in Delta version order, against the table's prior position.
 
@@ -161,9 +163,15 @@ def check_run(
             if expected is not None and r.from_offset != expected:
                 kind = "gap" if r.from_offset > expected else "overlap"
                 missing = abs(r.from_offset - expected)
+                todo = ""
+                if kind == "gap":  # the skipped offsets can be read again on request
+                    todo = "; if bronze lacks those records, trigger " + manual_ops.action_hint(
+                        dag_id, manual_ops.BACKFILL_OFFSETS, offset_ranges=[
+                            {"topic": r.topic, "partition": r.partition, "from": expected, "until": r.from_offset}],
+                    )  # fmt: skip
                 violations.append(
                     f"{r.topic}-{r.partition}: {where} range [{r.from_offset}, {r.until_offset}) does not "
-                    f"continue at {expected}: {kind} of {missing} offsets"
+                    f"continue at {expected}: {kind} of {missing} offsets{todo}"
                 )
             if pr.from_offset is None:
                 pr.from_offset = r.from_offset

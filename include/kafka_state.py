@@ -86,6 +86,16 @@ class KafkaUnavailableError(RuntimeError):
     """Kafka did not answer within the timeout (unreachable, down, or too slow)."""
 
 
+class KafkaAuthenticationError(KafkaUnavailableError):
+    """The broker refused the client's credentials or TLS handshake; raised as soon as it says so."""
+
+
+#: Errors no retry within the call's bound can mend: wrong credentials, a TLS mismatch.
+_REFUSED_CODES = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL})
+#: How often a waiting call looks for such an error.
+_REFUSAL_CHECK_S = 0.25
+
+
 @dataclass(frozen=True)
 class PartitionState:
     """One partition's readable range: ``[earliest, latest)``."""
@@ -183,12 +193,44 @@ class _Call:
             f"Kafka at {self.servers}, {self.what}, {subject}: {error.str() if error else exc}"
         )
 
+    def refused(self) -> None:
+        """Raise :class:`KafkaAuthenticationError` if the broker has refused the client's credentials."""
+        if self._admin is not None:
+            self._admin.poll(0)  # an admin client delivers error callbacks only when polled
+        if self.last_error is not None and self.last_error.code() in _REFUSED_CODES:
+            raise KafkaAuthenticationError(
+                f"Kafka at {self.servers} refused the client while {self.what}: {self.last_error.str()}. "
+                "Check the security settings (SASL mechanism, username and password, TLS) of the Airflow "
+                "connection the pipeline names"
+            )
+
     def result(self, future: concurrent.futures.Future, subject: str) -> Any:
-        """``future``'s result; a future that never completes becomes :class:`KafkaUnavailableError`."""
-        try:
-            return future.result(timeout=self.remaining() + _FUTURE_GRACE_S)
-        except (concurrent.futures.TimeoutError, KafkaException) as exc:
-            raise self.failed(exc, subject) from exc
+        """``future``'s result; a future that never completes becomes :class:`KafkaUnavailableError`.
+
+        While it waits, a refusal by the broker (wrong credentials, TLS) ends the
+        wait at once with the broker's reason instead of at the deadline.
+        """
+        end = time.monotonic() + self.remaining() + _FUTURE_GRACE_S
+        while True:
+            try:
+                return future.result(timeout=max(0.0, min(_REFUSAL_CHECK_S, end - time.monotonic())))
+            except concurrent.futures.TimeoutError as exc:
+                self.refused()
+                if time.monotonic() >= end:
+                    raise self.failed(exc, subject) from exc
+            except KafkaException as exc:
+                self.refused()
+                raise self.failed(exc, subject) from exc
+
+    def list_topics(self, admin: AdminClient) -> Any:
+        """The cluster's metadata, asked in short slices so a refusal ends the wait at once."""
+        while True:
+            try:
+                return admin.list_topics(timeout=min(1.0, self.remaining()))
+            except KafkaException as exc:
+                self.refused()
+                if self.expired() or _error_code(exc) != KafkaError._TIMED_OUT:
+                    raise self.failed(exc, "the cluster's topic list") from exc
 
     @contextmanager
     def admin(self) -> Iterator[AdminClient]:
@@ -325,10 +367,7 @@ def read_topics(config: Mapping[str, str], *, topics: Sequence[str] = (), patter
     with call.admin() as admin:
         if pattern is not None:
             regex = re.compile(pattern)
-            try:
-                cluster = admin.list_topics(timeout=call.remaining())
-            except KafkaException as exc:
-                raise call.failed(exc, "the cluster's topic list") from exc
+            cluster = call.list_topics(admin)
             matched = sorted(t for t in cluster.topics if not t.startswith("__") and regex.fullmatch(t))
             names = list(dict.fromkeys(names + matched))
         if not names:

@@ -67,11 +67,11 @@ POSITION_ACTIONS = (REESTABLISH_POSITION, REREAD_AFTER_RESTORE, KEEP_POSITION_AF
 REASON_MAX = 500
 
 
-def action_hint(dag_id: str, action: str, reason: str = "<why>") -> str:
-    """How to trigger ``action``: its name in the trigger form and the exact CLI command."""
+def action_hint(dag_id: str, action: str, reason: str = "<why>", **params: Any) -> str:
+    """How to trigger ``action``: its name in the trigger form and the exact CLI command (with ``params``)."""
     if action not in ACTIONS:
         raise ValueError(f"unknown trigger-form action {action!r}")
-    conf = json.dumps({"action": action, "reason": reason})
+    conf = json.dumps({"action": action, "reason": reason, **params})
     return f"the trigger form's action {action!r} (airflow dags trigger {dag_id} -c '{conf}')"
 
 

@@ -110,6 +110,7 @@ def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunReque
         kafka=topics,
         configured_topics=cfg.kafka.topics,
         policy="record_and_continue" if acknowledging else cfg.data_loss_policy,
+        dag_id=cfg.name,
     )
     if reset is None and refusal is None and (report.position_problem is None):
         refusal = ledger_witness(cfg, table_next)
@@ -278,6 +279,7 @@ def check_continuity(cfg: PipelineConfig, client: dict[str, str], *, run_id: str
         checkpoint_position=checkpoint_position(cfg),
         expected_rows=None if job_summary is None or backfill else int(job_summary["rows"]),
         count_records=count,
+        dag_id=cfg.name,
     )
     if backfill:
         report.backfill = continuity.check_backfill(

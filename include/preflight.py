@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from include import manual_ops
 from include.kafka_state import TopicState
 from include.offsets import Gap, PositionMap
 
@@ -253,6 +254,7 @@ def preflight(
     kafka: Mapping[str, TopicState],
     configured_topics: tuple[str, ...],
     policy: str,
+    dag_id: str = "<dag_id>",
 ) -> PreflightReport:
     """Compare the table's next offsets with what Kafka holds now, per partition.
 
@@ -260,6 +262,7 @@ def preflight(
     ``configured_topics`` the pipeline's topic list (empty for a pattern).
     ``policy`` is the pipeline's ``data_loss_policy``: ``fail`` makes lost
     records blocking, ``record_and_continue`` turns them into accepted gaps.
+    ``dag_id`` names the DAG in the actions a refusal offers.
     """
     findings: list[Finding] = []
     gaps: list[Gap] = []
@@ -289,8 +292,9 @@ def preflight(
                 "topic_recreated", BLOCKING, topic, None,
                 f"topic {topic!r} was deleted and recreated: the table read topic id {recorded}, Kafka "
                 f"now has {state.topic_id}. Nothing was written. Its offsets restart and cannot continue "
-                "the table's chain; if the recreation was intended, start the pipeline afresh on the new "
-                "topic (new pipeline name or new tables)",
+                "the table's chain, and no trigger-form action can join them: if the recreation was "
+                "intended, give the pipeline a new name in its file (new tables, read from the new "
+                "topic's start), or move this pipeline's bronze table and checkpoints aside",
                 {"recorded_topic_id": recorded, "topic_id": state.topic_id},
             ))  # fmt: skip
             continue
@@ -315,7 +319,7 @@ def preflight(
                 ))  # fmt: skip
             elif nxt < kp.earliest:
                 gaps.append(Gap(topic, p, nxt, kp.earliest, "deleted by Kafka before it was read"))
-                findings.append(_loss_finding(topic, p, nxt, kp.earliest, policy))
+                findings.append(_loss_finding(topic, p, nxt, kp.earliest, policy, dag_id))
         for p in sorted(set(state.partitions) - set(parts)):
             kp = state.partitions[p]
             findings.append(Finding(
@@ -327,7 +331,7 @@ def preflight(
             if kp.earliest > 0:
                 # A new partition starts at offset 0: anything below earliest is gone.
                 gaps.append(Gap(topic, p, 0, kp.earliest, "deleted by Kafka before it was read"))
-                findings.append(_loss_finding(topic, p, 0, kp.earliest, policy))
+                findings.append(_loss_finding(topic, p, 0, kp.earliest, policy, dag_id))
 
     if table_next is not None:
         for topic in sorted(set(kafka) - set(positions)):
@@ -349,14 +353,15 @@ def preflight(
     )
 
 
-def _loss_finding(topic: str, partition: int, frm: int, until: int, policy: str) -> Finding:
+def _loss_finding(topic: str, partition: int, frm: int, until: int, policy: str, dag_id: str) -> Finding:
     lost = until - frm
     where = f"{topic}-{partition}"
     if policy == "fail":
         todo = (
-            "Nothing was written. To accept the loss and go on, set data_loss_policy: record_and_continue "
-            "in the pipeline file for one run (the gap is then recorded), or raise the topic's "
-            "retention.ms so the pipeline keeps up"
+            f"Nothing was written. To accept the loss and go on, trigger "
+            f"{manual_ops.action_hint(dag_id, manual_ops.ACKNOWLEDGE_GAP)}: the gap is recorded with your "
+            "reason and the run continues after it. Or set data_loss_policy: record_and_continue in the "
+            "pipeline file, and raise the topic's retention.ms so the pipeline keeps up"
         )
     else:
         todo = "data_loss_policy is record_and_continue: the gap is recorded and the run continues after it"

@@ -19,6 +19,7 @@ from include import jvm_deps, settings
 _SHIPPED = (
     "spark_jobs",
     "include/__init__.py",
+    "include/manual_ops.py",
     "include/offsets.py",
     "include/spark_checkpoint.py",
     "include/table_stand.py",

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from include import spark_checkpoint
+from include.manual_ops import REBUILD_CHECKPOINT, action_hint
 from include.offsets import (
     BronzeCommit,
     OffsetError,
@@ -269,8 +270,9 @@ class BronzeBatchWriter:
             if tp in table_pos and table_pos[tp] != offset:
                 raise OffsetError(
                     f"{tp[0]}-{tp[1]}: batch {batch_id} of epoch {self.plan.epoch} starts at "
-                    f"{offset} but the bronze table stands at {table_pos[tp]}; refusing to write "
-                    "(rebuild the checkpoint from the table)"
+                    f"{offset} but the bronze table stands at {table_pos[tp]}; refusing to write. To start a "
+                    "new checkpoint where the table stands, trigger "
+                    + action_hint(self.cfg.pipeline, REBUILD_CHECKPOINT)
                 )
 
         run_id, epoch = self.cfg.run_id, self.plan.epoch

@@ -39,7 +39,10 @@ def test_two_chained_batches_are_continuous():
 def test_gap_between_runs_is_a_violation_with_numbers():
     report = check([(5, commit([("t", 0, 12, 15, 3)], {"t": {0: 15, 1: 20}}))])
     assert report.violations == [
-        "t-0: Delta version 5 range [12, 15) does not continue at 10: gap of 2 offsets"
+        "t-0: Delta version 5 range [12, 15) does not continue at 10: gap of 2 offsets; if bronze lacks those "
+        "records, trigger the trigger form's action 'backfill_offsets' (airflow dags trigger <dag_id> -c "
+        '\'{"action": "backfill_offsets", "reason": "<why>", "offset_ranges": [{"topic": "t", "partition": 0, '
+        '"from": 10, "until": 12}]}\')'
     ]
 
 

@@ -98,7 +98,9 @@ def test_data_loss_fails_by_default_and_names_partition_and_count():
     assert finding.kind == "data_loss" and finding.partition == 1
     assert finding.numbers == {"from": 7, "until": 10, "lost": 3}
     assert "t-1: 3 records (offsets 7 to 9) were deleted" in finding.message
-    assert "record_and_continue" in finding.message  # tells the operator what to do
+    # tells the operator what to do: the recorded form action first, with the exact command, then the file
+    ack = finding.message.index("the trigger form's action 'acknowledge_gap' (airflow dags trigger <dag_id> -c")
+    assert ack < finding.message.index("record_and_continue")
     assert report.accepted_gaps == ()
     assert "t-1: 3 records" in report.failure_message("orders")
 

@@ -157,6 +157,7 @@ def test_data_loss_gap_acknowledged_through_the_form_is_recorded_with_its_reason
     proc, log = p.run()
     assert proc.returncode == 1
     assert "5 records (offsets 20 to 24) were deleted" in p.ledger()[0]["reason"]
+    assert f"""airflow dags trigger {p.name} -c '{{"action": "acknowledge_gap", """ in p.ledger()[0]["reason"]
 
     proc, log = p.run({"action": "acknowledge_gap", "reason": "INC-42: broker disk lost, accepted by data owner"})
     _ok(proc, log)
