@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from include.offsets import BackfillCommit, BackfillRange, BronzeCommit, OffsetError, PositionMap
+from include.offsets import BackfillCommit, BackfillRange, OffsetError, PositionMap
 from spark_jobs.ingest_plan import JobConfigError, _Parser, _positive, read_kafka_options_file
-from spark_jobs.job_common import job_main, newest_commit, with_user_metadata, write_summary
+from spark_jobs.job_common import job_main, read_table_stand, with_user_metadata, write_summary
 from spark_jobs.kafka_to_bronze import BRONZE_COLUMNS
 
 log = logging.getLogger("kafka_backfill")
@@ -187,10 +187,13 @@ def run(spark, cfg: BackfillConfig) -> dict:
     from pyspark.sql import functions as F
 
     started = time.monotonic()
-    table = newest_commit(spark, cfg.bronze_path, BronzeCommit.from_user_metadata)
-    if table is None:
+    partitions: dict[str, list[int]] = {}
+    for r in cfg.ranges:
+        partitions.setdefault(r.topic, []).append(r.partition)
+    stand = read_table_stand(spark, cfg.bronze_path, cfg.pipeline, partitions)
+    if stand is None:
         raise BackfillError(f"bronze table {cfg.bronze_path} has no progress yet; nothing to backfill")
-    ranges, notes = cap_at_position(cfg.ranges, table.next_offsets)
+    ranges, notes = cap_at_position(cfg.ranges, stand.next_offsets)
     result = BackfillCommit(cfg.pipeline, cfg.run_id, cfg.run_type, cfg.action, cfg.reason, cfg.requested_by,
                             tuple(ranges), cfg.time_range)  # fmt: skip
     version = None
