@@ -179,7 +179,8 @@ def test_topic_id_string_is_kafkas_url_safe_form():
 
 
 def test_latest_is_the_last_stable_offset_while_a_transaction_is_open(bootstrap, make_topic, unique_name):
-    topic = make_topic(unique_name, partitions=1)
+    # T0 is years old: without this, the broker's 1 s retention check may delete the records mid-test.
+    topic = make_topic(unique_name, partitions=1, **{"retention.ms": "-1"})
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"open-{topic}"})
     producer.init_transactions(30)
     producer.begin_transaction()
@@ -217,7 +218,7 @@ def test_latest_is_the_last_stable_offset_while_a_transaction_is_open(bootstrap,
 
 
 def test_record_timestamps_are_the_produced_ones_and_none_at_the_end(bootstrap, make_topic, unique_name):
-    topic = make_topic(unique_name, partitions=3)
+    topic = make_topic(unique_name, partitions=3, **{"retention.ms": "-1"})
     stamps = [T0 + timedelta(minutes=i, milliseconds=i) for i in range(4)]
     produce_at(bootstrap, topic, [(0, stamps[0]), (0, stamps[1]), (0, stamps[2]), (1, stamps[3])])
 
