@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -120,7 +121,8 @@ def read_table_stand(spark, path: str, pipeline: str, partitions: dict[str, list
     )  # fmt: skip
 
 
-def commit_with_stand(spark, path: str, df, *, txns_for, user_metadata: str, idempotency: tuple[str, int] | None) -> int | None:
+def commit_with_stand(spark, path: str, df, *, txns_for, user_metadata: str, idempotency: tuple[str, int] | None,
+                      schema=None) -> int | None:  # fmt: skip
     """Append ``df`` (or nothing, for ``None``) to the Delta table at ``path`` in one commit with txn actions.
 
     ``txns_for(read_version)`` gives the ``(app id, version)`` actions that
@@ -129,6 +131,9 @@ def commit_with_stand(spark, path: str, df, *, txns_for, user_metadata: str, ide
     ``idempotency`` is ``(app id, version)``: when the table already records
     that version or a later one, nothing is written and ``None`` returned
     (a replayed batch), as Delta's ``txnAppId``/``txnVersion`` options do.
+    A table that does not exist yet is created by this commit, with the
+    schema of ``df`` (or ``schema``, a PySpark ``StructType``, when there are
+    no rows), all columns nullable as Delta's writer makes them.
     Returns the committed table version.
     """
     jvm = spark.sparkContext._jvm
@@ -136,6 +141,16 @@ def commit_with_stand(spark, path: str, df, *, txns_for, user_metadata: str, ide
     txn = delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
     if idempotency is not None and txn.txnVersion(idempotency[0]) >= idempotency[1]:
         return None
+    if int(txn.readVersion()) < 0:
+        jschema = df._jdf.schema() if df is not None else jvm.org.apache.spark.sql.types.DataType.fromJson(schema.json())
+        schema_json = jschema.asNullable().json()
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        no_options = loader.loadClass("scala.collection.immutable.Map$").getField("MODULE$").get(None).empty()
+        created = jvm.scala.Some(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
+        txn.updateMetadataForNewTable(delta.actions.Metadata(
+            str(uuid.uuid4()), None, None, delta.actions.Format("parquet", no_options), schema_json,
+            _jvm_seq(jvm, []), no_options, created,
+        ))  # fmt: skip
     files = txn.writeFiles(df._jdf) if df is not None else _jvm_seq(jvm, [])
     now = jvm.scala.Some(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
     marks = [delta.actions.SetTransaction(app, int(v), now) for app, v in txns_for(int(txn.readVersion()))]

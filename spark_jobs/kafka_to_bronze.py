@@ -342,15 +342,10 @@ class BronzeBatchWriter:
 # --------------------------------------------------------------------------- run
 
 
-def create_table(spark, cfg: IngestConfig) -> None:
-    """Create the empty bronze table with the rows' schema, so every later commit is an append with txn actions."""
-    from delta.tables import DeltaTable
-
-    if DeltaTable.isDeltaTable(spark, cfg.bronze_path):
-        return
+def bronze_schema(spark, cfg: IngestConfig):
+    """The bronze table's schema (for a position commit that creates the table without rows); no job runs."""
     source = spark.readStream.format("kafka").options(**cfg.source_options()).load()
-    empty = spark.createDataFrame([], source.schema)
-    bronze_rows(empty, cfg.run_id, 0, 0).write.format("delta").mode("append").save(cfg.bronze_path)
+    return bronze_rows(spark.createDataFrame([], source.schema), cfg.run_id, 0, 0).schema
 
 
 def bronze_rows(df, run_id: str, batch_id: int, epoch: int):
@@ -385,7 +380,7 @@ def record_position(spark, cfg: IngestConfig, partitions: dict[str, list[int]], 
             pipeline=cfg.pipeline, epoch=epoch, batch_id=-1, read_version=read_version,
             next_offsets=positions, topic_ids=cfg.topic_ids,
         ),
-        idempotency=None,
+        idempotency=None, schema=bronze_schema(spark, cfg),
     )  # fmt: skip
     log.warning("position set (epoch %s): %s: %s", epoch, note.get("reason"), positions_to_json(positions))
     return commit, CheckpointPlan(epoch, json.dumps(resume_offsets(positions, partitions)))
@@ -431,7 +426,6 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
     table = stand.commit if stand is not None else None
     root = Path(cfg.checkpoint_root)
     checkpoints, damaged = spark_checkpoint.read_epochs(root, spark_checkpoint.read_state)
-    create_table(spark, cfg)
     position_set = None
     if reset is not None:
         table, plan = record_position(spark, cfg, partitions, checkpoints, table,

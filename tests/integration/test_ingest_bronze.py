@@ -245,7 +245,7 @@ def test_summary_file_is_written_for_the_orchestrator(spark, bootstrap, make_top
     assert summary["partitions"][topic] == {"0": {"from": 0, "until": 5, "rows": 5},
                                             "1": {"from": 0, "until": 5, "rows": 5}}  # fmt: skip
     assert summary["next_offsets"] == {topic: {"0": 5, "1": 5}}
-    assert summary["bronze_version"] == 1  # version 0 creates the table
+    assert summary["bronze_version"] == 0
 
 
 def test_progress_skips_other_writers_commits_and_survives_log_checkpoints(
@@ -261,7 +261,7 @@ def test_progress_skips_other_writers_commits_and_survives_log_checkpoints(
 
     DeltaTable.forPath(spark, str(lake / "bronze")).optimize().executeCompaction()
     progress = read_progress(str(lake / "bronze"), unique_name)  # delta-rs, no JVM
-    assert progress.table_version == 13 and progress.commit_version == 12  # version 0 creates the table
+    assert progress.table_version == 12 and progress.commit_version == 11
     assert progress.next_offsets == {topic: {0: 120, 1: 120}}
 
     produce_numbered(bootstrap, topic, 2, 10, start=240)

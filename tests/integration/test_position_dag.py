@@ -78,7 +78,7 @@ def test_restore_is_refused_before_a_cluster_then_reread_and_an_older_copy_is_re
     backup = p.lake / "bronze-backup"
     shutil.copytree(bronze, backup)  # a file-level backup: rows, log and state as they are now
 
-    DeltaTable.forPath(spark, str(bronze)).restoreToVersion(1)  # undoes all but the first batch
+    DeltaTable.forPath(spark, str(bronze)).restoreToVersion(1)  # undoes the last of the three batches
     produce_numbered(bootstrap, p.topic, 3, 300, start=900)
     folders = p.run_dirs()
     proc, log = p.run()

@@ -78,9 +78,9 @@ def test_after_log_cleanup_a_run_reads_exactly_the_new_records(spark, bootstrap,
     bronze = lake / "bronze"
     produce_numbered(bootstrap, topic, 3, 900)
     first = run(spark, _cfg(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "300"))
-    assert first.rows == 900 and len(first.batches) == 3  # versions 1-3 carry the offsets
+    assert first.rows == 900 and len(first.batches) == 3  # versions 0-2 carry the offsets
 
-    _other_writer_commits(spark, bronze, 8)  # versions 4-11; Delta's log checkpoint at 10
+    _other_writer_commits(spark, bronze, 8)  # versions 3-10; Delta's log checkpoint at 10
     _age_log(bronze, 31)
     if cleanup == "delta-rs":
         from deltalake import DeltaTable
@@ -89,7 +89,7 @@ def test_after_log_cleanup_a_run_reads_exactly_the_new_records(spark, bootstrap,
     else:  # Spark's Delta cleans up at its next checkpoint (version 20); the Spark checkpoint goes too
         _other_writer_commits(spark, bronze, 10, start=8)
         shutil.rmtree(lake / "checkpoints")
-    assert _log_versions(bronze).isdisjoint({1, 2, 3}), "the commits that carried the offsets are still there"
+    assert _log_versions(bronze).isdisjoint({0, 1, 2}), "the commits that carried the offsets are still there"
 
     progress = read_progress(str(bronze), unique_name, {topic: [0, 1, 2]})  # delta-rs, no JVM
     assert progress.stand.source == "state"
@@ -110,17 +110,17 @@ def test_restore_is_refused_then_reread_brings_back_exactly_what_it_undid(spark,
     bronze = lake / "bronze"
     produce_numbered(bootstrap, topic, 3, 900)
     run(spark, _cfg(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "300"))
-    DeltaTable.forPath(spark, str(bronze)).restoreToVersion(1)  # undoes batches 1 and 2
+    DeltaTable.forPath(spark, str(bronze)).restoreToVersion(0)  # undoes batches 1 and 2
     restored_rows = len(_bronze(spark, bronze))
     assert 0 < restored_rows < 900
     produce_numbered(bootstrap, topic, 3, 300, start=900)
 
     progress = read_progress(str(bronze), unique_name, {topic: [0, 1, 2]})
-    assert progress.restore is not None and progress.restore.restored_to == "version 1"
+    assert progress.restore is not None and progress.restore.restored_to == "version 0"
     version, back = progress.restore.restored_commit
-    assert version == 1 and sum(back.next_offsets[topic].values()) == restored_rows
+    assert version == 0 and sum(back.next_offsets[topic].values()) == restored_rows
 
-    with pytest.raises(OffsetError, match=r"was restored \(version 1, Delta version 4\)"):
+    with pytest.raises(OffsetError, match=r"was restored \(version 0, Delta version 3\)"):
         run(spark, _cfg(bootstrap, lake, unique_name, topic))
     assert len(_bronze(spark, bronze)) == restored_rows  # refused: nothing written
 
@@ -143,7 +143,7 @@ def test_restore_kept_position_records_what_it_undid(spark, bootstrap, make_topi
     bronze = lake / "bronze"
     produce_numbered(bootstrap, topic, 3, 900)
     run(spark, _cfg(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "300"))
-    DeltaTable.forPath(spark, str(bronze)).restoreToVersion(1)
+    DeltaTable.forPath(spark, str(bronze)).restoreToVersion(0)
     kept = set(_bronze(spark, bronze))
     produce_numbered(bootstrap, topic, 3, 300, start=900)
 
