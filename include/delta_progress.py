@@ -61,7 +61,8 @@ def _has_rows(table) -> bool:
     import pyarrow as pa
 
     counts = pa.table(table.get_add_actions(flatten=True)).column("num_records")
-    return any((n or 0) > 0 for n in counts.to_pylist())
+    # A file without statistics (another tool wrote it) may hold rows: never take it for an empty table.
+    return any(n is None or n > 0 for n in counts.to_pylist())
 
 
 def read_progress(path: str | Path, pipeline: str, topics: Mapping[str, Iterable[int]] | None = None, *,
