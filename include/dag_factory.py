@@ -109,7 +109,9 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         group=cfg.consumer_group,
         transform=(
             f"**transform** (bronze → silver `{cfg.tables.silver_path}` by key `{', '.join(cfg.transform.key)}`, "
-            f"newest by `{cfg.transform.ordering}`; bad records → quarantine `{cfg.tables.quarantine_path}`) → "
+            f"newest by `{cfg.transform.ordering}`; bad records → quarantine `{cfg.tables.quarantine_path}`; "
+            "it runs in ingest's Spark application, right after it, and this task reports it; a retry "
+            "submits it alone) → "
             if cfg.transform
             else ""
         ),

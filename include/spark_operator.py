@@ -43,6 +43,10 @@ from include.pipeline_config import KubernetesConfig, PipelineConfig
 APPLICATION = "spark_jobs/kafka_to_bronze.py"
 BACKFILL_APPLICATION = "spark_jobs/kafka_backfill.py"
 TRANSFORM_APPLICATION = "spark_jobs/bronze_to_silver.py"
+#: A run's steps (ingest or backfill, then transform) in one Spark application.
+RUN_STEPS_APPLICATION = "spark_jobs/run_steps.py"
+#: Where the run's application writes the transform step's failure (in the run folder).
+TRANSFORM_ERROR_FILE = "transform-error.json"
 #: Where the driver pod of profile ``kubernetes`` sees the Kafka options secret.
 K8S_SECRET_MOUNT = "/etc/kafka-delta-elt/kafka"
 #: Name of the shared volume in the pod specs (any DNS label would do).
@@ -91,10 +95,13 @@ def job_spark_conf(cfg: PipelineConfig, *, transient: bool, kubernetes_master: b
     driver) run in pods of ``cluster.kubernetes.image``, whose own Python
     runs the job: this machine's interpreter path means nothing there.
     """
-    from include.spark_submit import BASE_CONF
+    from include.spark_submit import BASE_CONF, driver_java_options
 
+    k8s = cfg.cluster.kubernetes
+    in_pod = kubernetes_master and cfg.cluster.profile == "kubernetes"
     conf = {
         **BASE_CONF,
+        "spark.driver.extraJavaOptions": driver_java_options(k8s.app_dir if in_pod and k8s else None),
         "spark.executor.cores": str(cfg.cluster.worker_cores),
         "spark.executor.memory": cfg.cluster.worker_memory,
     }
@@ -219,6 +226,8 @@ def submit_hook(
     local_env = {"SPARK_HOME": str(spark_home()), "PYSPARK_PYTHON": sys.executable,
                  "PYSPARK_DRIVER_PYTHON": sys.executable}  # fmt: skip
     if profile == "local_standalone":
+        # The run's cluster listens on 127.0.0.1; so does the driver (no hostname lookup, no warning).
+        local_env["SPARK_LOCAL_IP"] = "127.0.0.1"
         if not run_master:
             raise ValueError("no master URL from this run's cluster setup task")
         hook = _hook_class()(master=run_master, conf=job_spark_conf(cfg, transient=True), jars=jars,
@@ -317,6 +326,15 @@ class SparkJobOperator(BaseOperator):
         """The job this run submits (a path under the project root)."""
         return self.application
 
+    def submission(self, context: Any, folder: Path, summary_path: Path) -> tuple[str, list[str], list[Path]]:
+        """The application to submit, its arguments, and private files to delete once it ran."""
+        args, private = self.job_args(context, folder, summary_path)
+        return self.application_for(context), args, private
+
+    def done_despite(self, exc: BaseException, summary_path: Path) -> bool:
+        """Whether this task's step finished although the application failed after it (default: never)."""
+        return False
+
     def run_folder(self, context: Any) -> Path:
         """This run's folder of job files: the run folder here, or on the shared volume (``kubernetes``)."""
         from include import pipeline_run
@@ -338,8 +356,7 @@ class SparkJobOperator(BaseOperator):
         folder.mkdir(parents=True, exist_ok=True)
         summary_path = folder / f"{self.task_id}-summary.json"
         summary_path.unlink(missing_ok=True)
-        application = self.application_for(context)
-        args, private = self.job_args(context, folder, summary_path)
+        application, args, private = self.submission(context, folder, summary_path)
         pod_base = None
         if in_pod:
             ti = context.get("ti")
@@ -357,6 +374,9 @@ class SparkJobOperator(BaseOperator):
             try:
                 self._hook.submit(app_path)
                 ok = True
+            except Exception as exc:
+                if not self.done_despite(exc, summary_path):
+                    raise
             finally:
                 if in_pod and pod_base:
                     self._delete_driver_pod(f"{pod_base}-driver", succeeded=ok)
@@ -400,10 +420,11 @@ class IngestOperator(SparkJobOperator):
     job_name = "kafka_to_bronze"
 
     def __init__(self, *, preflight_task_id: str = "preflight", request_task_id: str = "check_request",
-                 **kwargs: Any) -> None:  # fmt: skip
+                 transform_task_id: str = "transform", **kwargs: Any) -> None:  # fmt: skip
         super().__init__(**kwargs)
         self.preflight_task_id = preflight_task_id
         self.request_task_id = request_task_id
+        self.transform_task_id = transform_task_id
 
     def _plan(self, context: Any) -> dict:
         return context["ti"].xcom_pull(task_ids=self.request_task_id) or {}
@@ -448,6 +469,40 @@ class IngestOperator(SparkJobOperator):
             args.append(f"--rebuild-checkpoint=asked{who}: {plan.get('reason', '')}")
         return args, private
 
+    def submission(self, context: Any, folder: Path, summary_path: Path) -> tuple[str, list[str], list[Path]]:
+        """With a transform: the run's application runs this step then the transform (one driver, one
+        session); the transform task reports the second step. Without: this step's job alone."""
+        application, args, private = super().submission(context, folder, summary_path)
+        cfg = self.pipeline
+        if cfg.transform is None:
+            return application, args, private
+        transform_summary = folder / f"{self.transform_task_id}-summary.json"
+        error_path = folder / TRANSFORM_ERROR_FILE
+        # Whatever a former try left must not pass for this one's outcome.
+        transform_summary.unlink(missing_ok=True)
+        error_path.unlink(missing_ok=True)
+        steps = {
+            "pipeline": cfg.name,
+            "steps": [
+                {"job": Path(application).stem, "args": args},
+                {"job": Path(TRANSFORM_APPLICATION).stem, "error_path": str(error_path),
+                 "args": transform_job_args(cfg, folder, context["run_id"], transform_summary)},
+            ],
+        }  # fmt: skip
+        steps_file = folder / "steps.json"
+        steps_file.write_text(json.dumps(steps, indent=2))
+        self.log.info("one Spark application for %s then the transform (%s)", Path(application).stem, steps_file)
+        return RUN_STEPS_APPLICATION, [f"--steps-file={steps_file}"], private
+
+    def done_despite(self, exc: BaseException, summary_path: Path) -> bool:
+        """The application failed after this step wrote its summary (so after its last commit): the
+        step is done; the transform task finds no outcome of its own step and submits it alone."""
+        if self.pipeline.transform is None or not summary_path.exists():
+            return False
+        self.log.warning("the run's Spark application failed after the ingest step finished (%s); bronze "
+                         "stands as the summary says, and the transform task submits the transform alone", exc)  # fmt: skip
+        return True
+
     def _kafka_options(self, folder: Path, client: dict[str, str]) -> tuple[str | None, list[Path]]:
         """Where the job reads its Kafka options, and the private files to delete after the submit.
 
@@ -486,27 +541,61 @@ class IngestOperator(SparkJobOperator):
 
 
 class TransformOperator(SparkJobOperator):
-    """Submit ``spark_jobs/bronze_to_silver.py``: bronze's new records into silver and quarantine."""
+    """The transform step: bronze's new records into silver and quarantine.
+
+    On its first try it reports the step the run's Spark application ran
+    after ingest (``spark_jobs/run_steps.py``): its summary, or its failure.
+    When that application never reached the step (it died after ingest), and
+    on every retry, it submits ``spark_jobs/bronze_to_silver.py`` alone.
+    """
 
     application = TRANSFORM_APPLICATION
     job_name = "bronze_to_silver"
 
     def job_args(self, context: Any, folder: Path, summary_path: Path) -> tuple[list[str], list[Path]]:
-        cfg = self.pipeline
-        if cfg.transform is None:
-            raise ValueError(f"pipeline {cfg.name!r} has no transform section")
-        spec_file = folder / "transform-spec.json"
-        spec_file.write_text(json.dumps(cfg.transform.to_json(), indent=2))
-        t = cfg.tables
-        args = [
-            f"--pipeline={cfg.name}", f"--bronze-path={t.bronze_path}", f"--silver-path={t.silver_path}",
-            f"--quarantine-path={t.quarantine_path}", f"--checkpoint-root={t.transform_checkpoint_root}",
-            f"--spec-file={spec_file}", f"--run-id={context['run_id']}", f"--summary-path={summary_path}",
-        ]  # fmt: skip
-        return args, []
+        return transform_job_args(self.pipeline, folder, context["run_id"], summary_path), []
 
     def summary_line(self, summary: dict) -> str:
         return "SUMMARY transform: " + transform_summary_text(summary)
+
+    def execute(self, context: Any) -> dict:
+        from airflow.sdk.exceptions import AirflowException
+
+        ti = context.get("ti")
+        if int(getattr(ti, "try_number", 1) or 1) == 1:
+            folder = self.run_folder(context)
+            summary_path = folder / f"{self.task_id}-summary.json"
+            error_path = folder / TRANSFORM_ERROR_FILE
+            if error_path.exists():
+                error = json.loads(error_path.read_text())
+                if error.get("traceback"):
+                    self.log.error("%s", error["traceback"])
+                raise AirflowException(
+                    f"transform of pipeline {self.pipeline.name!r} failed in the run's Spark application: "
+                    f"{error.get('error')} (bronze keeps what ingest committed; a retry of this task submits "
+                    "the transform alone)"
+                )
+            if summary_path.exists():
+                summary = json.loads(summary_path.read_text())
+                if summary.get("run_id") == context["run_id"]:
+                    print(self.summary_line(summary) + " (ran in the ingest task's Spark application)")
+                    return summary
+            self.log.info("the run's Spark application did not reach the transform; submitting it alone")
+        return super().execute(context)
+
+
+def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_path: Path) -> list[str]:
+    """``bronze_to_silver``'s arguments for this run; its spec goes in a file of the run folder."""
+    if cfg.transform is None:
+        raise ValueError(f"pipeline {cfg.name!r} has no transform section")
+    spec_file = folder / "transform-spec.json"
+    spec_file.write_text(json.dumps(cfg.transform.to_json(), indent=2))
+    t = cfg.tables
+    return [
+        f"--pipeline={cfg.name}", f"--bronze-path={t.bronze_path}", f"--silver-path={t.silver_path}",
+        f"--quarantine-path={t.quarantine_path}", f"--checkpoint-root={t.transform_checkpoint_root}",
+        f"--spec-file={spec_file}", f"--run-id={run_id}", f"--summary-path={summary_path}",
+    ]  # fmt: skip
 
 
 def transform_summary_text(s: dict) -> str:

@@ -42,6 +42,28 @@ BASE_CONF: dict[str, str] = {
 }
 
 
+#: The driver's log4j2 settings: Spark, Delta and Kafka at WARN, so the task log stays readable.
+LOG_CONFIG = "spark_jobs/log4j2.properties"
+#: ``KDE_SPARK_LOG_LEVEL=INFO`` (or DEBUG, ...) brings Spark's own INFO lines back into the task log.
+LOG_LEVEL_ENV = "KDE_SPARK_LOG_LEVEL"
+_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR")
+
+
+def driver_java_options(project_root: str | Path | None = None) -> str:
+    """``spark.driver.extraJavaOptions`` of every job: the project's log settings and level.
+
+    ``project_root``: where the driver sees the project (a container image's
+    app folder for a driver pod); this machine's project by default.
+    """
+    level = os.environ.get(LOG_LEVEL_ENV, "WARN").strip().upper() or "WARN"
+    if level not in _LOG_LEVELS:
+        raise ValueError(f"environment variable {LOG_LEVEL_ENV}={os.environ[LOG_LEVEL_ENV]!r}: expected one of "
+                         f"{', '.join(_LOG_LEVELS)} (unset it for WARN)")  # fmt: skip
+    root = settings.PROJECT_ROOT if project_root is None else project_root
+    config = f"{str(root).rstrip('/')}/{LOG_CONFIG}"
+    return f"-Dlog4j.configurationFile={config} -Dkde.spark.log.level={level}"
+
+
 def package_py_files(target_dir: Path | None = None) -> Path:
     """Zip the job code for ``--py-files``; rebuilt only when a source file changed."""
     target_dir = target_dir or (settings.CACHE_DIR / "build")
@@ -97,6 +119,7 @@ def submit_command(
         **BASE_CONF,
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
+        "spark.driver.extraJavaOptions": driver_java_options(),
         **(conf or {}),
     }
     cmd = [

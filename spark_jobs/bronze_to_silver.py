@@ -42,6 +42,7 @@ from include.transform_spec import (
     TransformSpec,
 )
 from spark_jobs.job_common import (
+    JobStep,
     confirm_newest_commit,
     failpoint,
     job_main,
@@ -461,16 +462,20 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
     return summary
 
 
+def _describe(summary: TransformSummary) -> str:
+    s = summary.to_json()
+    return (f"epoch={summary.epoch} read={s['read']} upserted={s['upserted']} deleted={s['deleted']} "
+            f"quarantined={s['quarantined']} superseded={s['superseded']} duration={summary.duration_s:.1f}s")  # fmt: skip
+
+
+#: The job as a step of a run's Spark application (``spark_jobs/run_steps.py``).
+STEP = JobStep("bronze_to_silver", parse=parse_config, bad_argument=TransformError,
+               run=run, failure=(TransformError,), describe=_describe)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: args -> session -> run -> summary line; exit 2 on bad arguments."""
-
-    def describe(summary: TransformSummary) -> str:
-        s = summary.to_json()
-        return (f"epoch={summary.epoch} read={s['read']} upserted={s['upserted']} deleted={s['deleted']} "
-                f"quarantined={s['quarantined']} superseded={s['superseded']} duration={summary.duration_s:.1f}s")  # fmt: skip
-
-    return job_main("bronze_to_silver", argv, parse=parse_config, bad_argument=TransformError, run=run,
-                    failure=(TransformError,), describe=describe)  # fmt: skip
+    return job_main(STEP, argv)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -214,28 +215,51 @@ def write_summary(path: str | None, summary: dict) -> None:
         Path(path).write_text(json.dumps(summary, indent=2))
 
 
-def job_main(name: str, argv: list[str] | None, *, parse: Callable[[list[str]], Any],
-             bad_argument: type[Exception] | tuple[type[Exception], ...], run: Callable[[Any, Any], Any],
-             failure: tuple[type[Exception], ...], describe: Callable[[Any], str]) -> int:  # fmt: skip
+@dataclass(frozen=True)
+class JobStep:
+    """One job of a run, as a step the driver can run on an existing session.
+
+    ``parse`` turns the job's arguments into its config (raising
+    ``bad_argument``); ``run(spark, cfg)`` does the work and writes the
+    summary; ``failure`` are the errors whose message is the whole story;
+    ``describe(result)`` is the one-line result.
+    """
+
+    name: str
+    parse: Callable[[list[str]], Any]
+    bad_argument: type[Exception] | tuple[type[Exception], ...]
+    run: Callable[[Any, Any], Any]
+    failure: tuple[type[Exception], ...]
+    describe: Callable[[Any], str]
+
+
+def job_main(step: JobStep, argv: list[str] | None) -> int:
     """What every job's ``main`` does: args -> session -> run -> one result line.
 
-    Exit 2 on a ``bad_argument`` (before any session starts), 1 on a
-    ``failure`` of the run (its message on stderr), 0 with ``describe(result)``
-    printed otherwise. The session is stopped in every case.
+    Exit 2 on a bad argument (before any session starts), 1 on a failure of
+    the run (its message on stderr), 0 with the result line printed
+    otherwise. The session is stopped in every case.
     """
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     try:
-        cfg = parse(sys.argv[1:] if argv is None else argv)
-    except bad_argument as exc:
-        print(f"{name}: bad argument: {exc}", file=sys.stderr)
+        cfg = step.parse(sys.argv[1:] if argv is None else argv)
+    except step.bad_argument as exc:
+        print(f"{step.name}: bad argument: {exc}", file=sys.stderr)
         return 2
-    spark = build_session(f"{name}:{cfg.pipeline}")
+    spark = build_session(f"{step.name}:{cfg.pipeline}")
     try:
-        result = run(spark, cfg)
-    except failure as exc:
-        print(f"{name}: {exc}", file=sys.stderr)
+        result = step.run(spark, cfg)
+    except step.failure as exc:
+        print(f"{step.name}: {exc}", file=sys.stderr)
         return 1
     finally:
         spark.stop()
-    print(f"{name}: pipeline={cfg.pipeline} {describe(result)}")
+    print(f"{step.name}: pipeline={cfg.pipeline} {step.describe(result)}")
     return 0
+
+
+def configure_logging() -> None:
+    """The jobs' own Python log lines: what each batch did, at INFO, one line each."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # py4j logs every call at INFO; nobody reads that in a task log.
+    logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from include.offsets import BackfillCommit, BackfillRange, OffsetError, PositionMap
 from spark_jobs.ingest_plan import JobConfigError, _Parser, _positive, read_kafka_options_file
-from spark_jobs.job_common import job_main, read_table_stand, with_user_metadata, write_summary
+from spark_jobs.job_common import JobStep, job_main, read_table_stand, with_user_metadata, write_summary
 from spark_jobs.kafka_to_bronze import BRONZE_COLUMNS
 
 log = logging.getLogger("kafka_backfill")
@@ -284,14 +284,17 @@ def run(spark, cfg: BackfillConfig) -> dict:
     return summary
 
 
+#: The job as a step of a run's Spark application (``spark_jobs/run_steps.py``).
+STEP = JobStep(
+    "kafka_backfill", parse=parse_config, bad_argument=JobConfigError, run=run,
+    failure=(BackfillError, OffsetError),
+    describe=lambda s: f"read={s['read']} inserted={s['inserted']} present={s['present']} version={s['bronze_version']}",
+)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: args -> session -> run -> summary line; exit 2 on bad arguments."""
-    return job_main(
-        "kafka_backfill", argv, parse=parse_config, bad_argument=JobConfigError, run=run,
-        failure=(BackfillError, OffsetError),
-        describe=lambda s: (f"read={s['read']} inserted={s['inserted']} present={s['present']} "
-                            f"version={s['bronze_version']}"),
-    )  # fmt: skip
+    return job_main(STEP, argv)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ from spark_jobs.ingest_plan import (
     resume_offsets,
 )
 from spark_jobs.job_common import (
+    JobStep,
     commit_with_stand,
     failpoint,
     job_main,
@@ -480,13 +481,17 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
     return summary
 
 
+#: The job as a step of a run's Spark application (``spark_jobs/run_steps.py``).
+STEP = JobStep(
+    "kafka_to_bronze", parse=parse_config, bad_argument=JobConfigError, run=run,
+    failure=(KafkaSourceError, IngestionError, OffsetError),
+    describe=lambda s: f"epoch={s.epoch} rows={s.rows} batches={len(s.batches)} duration={s.duration_s:.1f}s",
+)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: args -> session -> run -> summary line; exit 2 on bad arguments."""
-    return job_main(
-        "kafka_to_bronze", argv, parse=parse_config, bad_argument=JobConfigError, run=run,
-        failure=(KafkaSourceError, IngestionError, OffsetError),
-        describe=lambda s: f"epoch={s.epoch} rows={s.rows} batches={len(s.batches)} duration={s.duration_s:.1f}s",
-    )  # fmt: skip
+    return job_main(STEP, argv)
 
 
 if __name__ == "__main__":

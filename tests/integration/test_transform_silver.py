@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -298,3 +299,38 @@ def test_lost_checkpoint_restarts_where_silver_stands_with_a_new_epoch(
     assert len(rows) == 25
     assert all(float(rows[f"k{i}"]["amount"]) == 10.0 for i in range(25))
     assert_accounted(spark, lake)
+
+
+def test_one_application_runs_ingest_then_transform_and_a_failed_transform_leaves_bronze_and_its_error(
+    spark, bootstrap, make_topic, unique_name, lake
+):
+    """``spark_jobs/run_steps.py``: one spark-submit, both steps; the transform's failure is its own."""
+    topic = make_topic(unique_name, partitions=2)
+    produce(bootstrap, topic, [(i % 2, f"o{i}".encode(), order(f"o{i}", i)) for i in range(40)])
+    # Silver exists without the declared fields: the transform must refuse it, after ingest committed.
+    spark.createDataFrame([("x",)], "other string").write.format("delta").save(str(lake / "silver"))
+    ingest_summary, transform_summary, error = lake / "ingest.json", lake / "transform.json", lake / "error.json"
+    steps = {"pipeline": unique_name, "steps": [
+        {"job": "kafka_to_bronze", "args": [
+            "--pipeline", unique_name, "--bootstrap-servers", bootstrap, "--topics", topic,
+            "--bronze-path", str(lake / "bronze"), "--checkpoint-root", str(lake / "checkpoints" / "bronze"),
+            "--summary-path", str(ingest_summary)]},
+        {"job": "bronze_to_silver", "args": [*transform_args(lake, unique_name), "--summary-path",
+                                              str(transform_summary)], "error_path": str(error)},
+    ]}  # fmt: skip
+    steps_file = lake / "steps.json"
+    steps_file.write_text(json.dumps(steps))
+    cmd = submit_command("spark_jobs/run_steps.py", ["--steps-file", str(steps_file)], master="local[1]",
+                         conf={"spark.ui.enabled": "false"})  # fmt: skip
+    proc = subprocess.run(cmd, env=submit_environment(), capture_output=True, text=True, timeout=300)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    assert json.loads(ingest_summary.read_text())["rows"] == 40
+    assert bronze_rows(spark, lake) == 40
+    assert not transform_summary.exists()
+    failure = json.loads(error.read_text())
+    assert failure["job"] == "bronze_to_silver" and "silver has no column for declared field(s)" in failure["error"]
+    # The driver speaks at WARN: Spark's INFO lines stay out of the task log.
+    spark_info = [ln for ln in output.splitlines() if re.match(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ", ln)]
+    assert not spark_info, spark_info[:5]
+    assert "INFO kafka_to_bronze: batch 0: 40 rows" in output

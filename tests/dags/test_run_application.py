@@ -1,0 +1,227 @@
+"""One Spark application per run: what the ingest task submits, and what the transform task reports.
+
+Unit tests of the operators' logic with the hook's submit replaced; the
+application itself runs for real in ``tests/integration/test_transform_silver.py``
+and in every DAG test with a transform.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+
+from include import jvm_deps, settings, spark_submit
+from include.pipeline_config import load_pipeline
+from include.spark_operator import IngestOperator, TransformOperator
+from spark_jobs import run_steps
+
+RUN_ID = "manual__2026-03-01T10:00:00+00:00"
+INGEST = {"rows": 3, "batches": [1], "epoch": 0, "bronze_version": 1, "duration_s": 1.0, "checkpoint_rebuilt": None}
+TRANSFORM = {"run_id": RUN_ID, "read": 3, "upserted": 3, "deleted": 0, "quarantined": 0, "superseded": 0,
+             "silver_version": 1, "epoch": 0, "duration_s": 1.0}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _env(tmp_path, monkeypatch):
+    monkeypatch.delenv("KDE_LAKEHOUSE_ROOT", raising=False)
+    monkeypatch.delenv(spark_submit.LOG_LEVEL_ENV, raising=False)
+    monkeypatch.setattr(settings, "VAR_DIR", tmp_path / "var")
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_TEST", json.dumps({"conn_type": "kafka",
+                                                              "extra": {"bootstrap.servers": "b1:9092"}}))  # fmt: skip
+    monkeypatch.setattr(jvm_deps, "spark_jars", lambda: [Path("/cache/jars/delta-spark.jar")])
+    monkeypatch.setattr(spark_submit, "package_py_files", lambda *a, **k: Path("/cache/build/kde_jobs.zip"))
+
+
+def _pipeline(tmp_path: Path, transform: bool = True):
+    data: dict[str, Any] = {"name": "orders", "kafka": {"connection_id": "kafka_test", "topics": ["orders.v1"]},
+                            "schedule": None, "cluster": {"workers": 1}}  # fmt: skip
+    if transform:
+        data["transform"] = {"schema": {"id": {"type": "string", "required": True}, "ts": "timestamp"},
+                             "key": "id", "ordering": "ts"}  # fmt: skip
+    path = tmp_path / "orders.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_pipeline(path)
+
+
+class _TI:
+    def __init__(self, try_number: int = 1) -> None:
+        self.try_number = try_number
+
+    def xcom_pull(self, task_ids: str, key: str = "return_value") -> Any:
+        return {"preflight": {"job_file": {"topic_ids": {}, "accepted_gaps": []}}}.get(task_ids)
+
+
+def _context(try_number: int = 1) -> dict[str, Any]:
+    return {"run_id": RUN_ID, "ti": _TI(try_number), "dag_run": SimpleNamespace(run_type="manual")}
+
+
+def _submits(monkeypatch, outcome) -> list[list[str]]:
+    """Replace the hook's submit: record the command, then ``outcome(cmd)`` plays the application."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    seen: list[list[str]] = []
+
+    def submit(hook, application: str = "", **kwargs: Any) -> None:
+        cmd = hook._build_spark_submit_command(application)
+        seen.append(cmd)
+        outcome(cmd)
+
+    monkeypatch.setattr(SparkSubmitHook, "submit", submit)
+    return seen
+
+
+def _steps(cmd: list[str]) -> dict:
+    arg = next(a for a in cmd if a.startswith("--steps-file="))
+    return json.loads(Path(arg.split("=", 1)[1]).read_text())
+
+
+def _arg(args: list[str], name: str) -> str:
+    return next(a.split("=", 1)[1] for a in args if a.startswith(f"--{name}="))
+
+
+def test_with_a_transform_the_ingest_task_submits_both_steps_as_one_application(tmp_path, monkeypatch):
+    cfg = _pipeline(tmp_path)
+
+    def app(cmd):
+        steps = _steps(cmd)["steps"]
+        Path(_arg(steps[0]["args"], "summary-path")).write_text(json.dumps(INGEST))
+        Path(_arg(steps[1]["args"], "summary-path")).write_text(json.dumps(TRANSFORM))
+
+    seen = _submits(monkeypatch, app)
+    op = IngestOperator(task_id="ingest", pipeline=cfg, master="spark://127.0.0.1:7077")
+    assert op.execute(_context()) == INGEST
+    (cmd,) = seen
+    assert str(settings.PROJECT_ROOT / "spark_jobs" / "run_steps.py") in cmd
+    steps = _steps(cmd)
+    assert [s["job"] for s in steps["steps"]] == ["kafka_to_bronze", "bronze_to_silver"]
+    # Each step gets exactly the arguments its job takes alone (the run_steps parser checks them too).
+    assert _arg(steps["steps"][0]["args"], "pipeline") == "orders"
+    assert _arg(steps["steps"][1]["args"], "summary-path").endswith("transform-summary.json")
+    assert steps["steps"][1]["error_path"].endswith("transform-error.json")
+    pipeline, parsed = run_steps.read_steps(_arg(cmd, "steps-file"))
+    assert pipeline == "orders" and len(parsed) == 2
+
+    # The transform task reports that step; it submits nothing.
+    seen.clear()
+    assert TransformOperator(task_id="transform", pipeline=cfg).execute(_context()) == TRANSFORM
+    assert seen == []
+
+
+def test_without_a_transform_the_ingest_task_submits_its_job_alone(tmp_path, monkeypatch):
+    cfg = _pipeline(tmp_path, transform=False)
+    seen = _submits(monkeypatch, lambda cmd: Path(_arg(cmd, "summary-path")).write_text(json.dumps(INGEST)))
+    IngestOperator(task_id="ingest", pipeline=cfg, master="spark://127.0.0.1:7077").execute(_context())
+    assert str(settings.PROJECT_ROOT / "spark_jobs" / "kafka_to_bronze.py") in seen[0]
+
+
+def test_transform_failure_in_the_application_fails_the_transform_task_not_ingest(tmp_path, monkeypatch):
+    cfg = _pipeline(tmp_path)
+
+    def app(cmd):
+        steps = _steps(cmd)["steps"]
+        Path(_arg(steps[0]["args"], "summary-path")).write_text(json.dumps(INGEST))
+        Path(steps[1]["error_path"]).write_text(json.dumps({"job": "bronze_to_silver", "error": "silver is odd"}))
+
+    seen = _submits(monkeypatch, app)
+    assert IngestOperator(task_id="ingest", pipeline=cfg, master="spark://x:7077").execute(_context()) == INGEST
+    from airflow.sdk.exceptions import AirflowException
+
+    seen.clear()
+    with pytest.raises(AirflowException, match="failed in the run's Spark application: silver is odd"):
+        TransformOperator(task_id="transform", pipeline=cfg, master="spark://x:7077").execute(_context())
+    assert seen == []
+
+    # Its retry submits the transform alone.
+    seen_retry = _submits(monkeypatch, lambda cmd: Path(_arg(cmd, "summary-path")).write_text(json.dumps(TRANSFORM)))
+    op = TransformOperator(task_id="transform", pipeline=cfg, master="spark://x:7077")
+    assert op.execute(_context(try_number=2)) == TRANSFORM
+    assert str(settings.PROJECT_ROOT / "spark_jobs" / "bronze_to_silver.py") in seen_retry[0]
+
+
+def test_application_dying_after_ingest_keeps_ingest_and_the_transform_task_submits_alone(tmp_path, monkeypatch):
+    cfg = _pipeline(tmp_path)
+
+    def app(cmd):
+        steps = _steps(cmd)["steps"]
+        Path(_arg(steps[0]["args"], "summary-path")).write_text(json.dumps(INGEST))
+        raise RuntimeError("Cannot execute: spark-submit ... Error code is: -9.")
+
+    _submits(monkeypatch, app)
+    assert IngestOperator(task_id="ingest", pipeline=cfg, master="spark://x:7077").execute(_context()) == INGEST
+    alone = _submits(monkeypatch, lambda cmd: Path(_arg(cmd, "summary-path")).write_text(json.dumps(TRANSFORM)))
+    assert TransformOperator(task_id="transform", pipeline=cfg, master="spark://x:7077").execute(_context()) == TRANSFORM
+    assert len(alone) == 1 and str(settings.PROJECT_ROOT / "spark_jobs" / "bronze_to_silver.py") in alone[0]
+
+
+def test_application_dying_before_ingest_finished_fails_the_ingest_task(tmp_path, monkeypatch):
+    cfg = _pipeline(tmp_path)
+
+    def app(cmd):
+        raise RuntimeError("Cannot execute: spark-submit ... Error code is: -9.")
+
+    _submits(monkeypatch, app)
+    with pytest.raises(RuntimeError, match="Error code is: -9"):
+        IngestOperator(task_id="ingest", pipeline=cfg, master="spark://x:7077").execute(_context())
+
+
+def test_a_summary_left_by_a_former_try_is_never_taken_for_this_ones(tmp_path, monkeypatch):
+    cfg = _pipeline(tmp_path)
+    left: dict[str, Path] = {}
+
+    def app(cmd):
+        steps = _steps(cmd)["steps"]
+        left["transform"] = Path(_arg(steps[1]["args"], "summary-path"))
+        assert not left["transform"].exists(), "the former try's transform summary is still there"
+        raise RuntimeError("Error code is: 1")
+
+    folder = settings.VAR_DIR / "runs" / "orders"
+    folder.mkdir(parents=True)
+    _submits(monkeypatch, app)
+    op = IngestOperator(task_id="ingest", pipeline=cfg, master="spark://x:7077")
+    run_folder = op.run_folder(_context())
+    run_folder.mkdir(parents=True, exist_ok=True)
+    (run_folder / "transform-summary.json").write_text(json.dumps(TRANSFORM))
+    (run_folder / "ingest-summary.json").write_text(json.dumps(INGEST))
+    with pytest.raises(RuntimeError):
+        op.execute(_context())
+
+
+def test_driver_log_options_name_the_project_file_and_a_switchable_level(monkeypatch):
+    opts = spark_submit.driver_java_options()
+    assert f"-Dlog4j.configurationFile={settings.PROJECT_ROOT}/spark_jobs/log4j2.properties" in opts
+    assert "-Dkde.spark.log.level=WARN" in opts
+    assert (settings.PROJECT_ROOT / spark_submit.LOG_CONFIG).is_file()
+    monkeypatch.setenv(spark_submit.LOG_LEVEL_ENV, "info")
+    assert "-Dkde.spark.log.level=INFO" in spark_submit.driver_java_options("/opt/app/")
+    assert "-Dlog4j.configurationFile=/opt/app/spark_jobs/log4j2.properties" in spark_submit.driver_java_options("/opt/app/")
+    monkeypatch.setenv(spark_submit.LOG_LEVEL_ENV, "chatty")
+    with pytest.raises(ValueError, match="KDE_SPARK_LOG_LEVEL='chatty': expected one of TRACE, DEBUG, INFO, WARN"):
+        spark_submit.driver_java_options()
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("not json", "cannot read the steps file"),
+    (json.dumps({"steps": []}), "field 'steps' must be a non-empty list"),
+    (json.dumps({"steps": [{"job": "rm_rf", "args": []}]}), "steps\\[0\\].job is 'rm_rf'; expected one of"),
+    (json.dumps({"steps": [{"job": "kafka_to_bronze", "args": "--x"}]}), "steps\\[0\\].args must be a list"),
+    (json.dumps({"steps": [{"job": "kafka_to_bronze", "args": []}, {"job": "bronze_to_silver", "args": []}]}),
+     "steps\\[1\\].error_path is missing"),
+])  # fmt: skip
+def test_a_bad_steps_file_is_refused_naming_the_file_and_field(tmp_path, content, message):
+    path = tmp_path / "steps.json"
+    path.write_text(content)
+    with pytest.raises(run_steps.StepsFileError, match=message) as info:
+        run_steps.read_steps(str(path))
+    assert str(path) in str(info.value)
+
+
+def test_a_bad_step_argument_exits_2_before_any_session(tmp_path, capsys):
+    path = tmp_path / "steps.json"
+    path.write_text(json.dumps({"pipeline": "orders", "steps": [{"job": "kafka_to_bronze", "args": ["--pipeline=x"]}]}))
+    assert run_steps.main(["--steps-file", str(path)]) == 2
+    assert "kafka_to_bronze: bad argument" in capsys.readouterr().err
