@@ -14,9 +14,11 @@ $(STAMP): requirements.txt constraints.txt
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
 
-# Python packages into .venv, JVM jars (Kafka broker, Spark connector, Delta) into .cache
+# Python packages into .venv, JVM jars (Kafka broker, Spark connector, Delta) into .cache, and
+# the Spark driver's class-data-sharing archive (built once, about 30 s; never fails setup)
 setup: $(STAMP)
 	$(PY) -m include.jvm_deps
+	$(PY) -m include.jvm_cds
 
 # Debian packages the tests use (never a downloaded browser): chromium and chromedriver for
 # the UI plugin's browser test; docker-compose for the Compose specification schema that

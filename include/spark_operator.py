@@ -101,7 +101,8 @@ def job_spark_conf(cfg: PipelineConfig, *, transient: bool, kubernetes_master: b
     in_pod = kubernetes_master and cfg.cluster.profile == "kubernetes"
     conf = {
         **BASE_CONF,
-        "spark.driver.extraJavaOptions": driver_java_options(k8s.app_dir if in_pod and k8s else None),
+        "spark.driver.extraJavaOptions": driver_java_options(k8s.app_dir if in_pod and k8s else None,
+                                                             cluster_master=True),
         "spark.executor.cores": str(cfg.cluster.worker_cores),
         "spark.executor.memory": cfg.cluster.worker_memory,
     }

@@ -49,11 +49,13 @@ LOG_LEVEL_ENV = "KDE_SPARK_LOG_LEVEL"
 _LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR")
 
 
-def driver_java_options(project_root: str | Path | None = None) -> str:
-    """``spark.driver.extraJavaOptions`` of every job: the project's log settings and level.
+def driver_java_options(project_root: str | Path | None = None, *, cluster_master: bool = False) -> str:
+    """``spark.driver.extraJavaOptions`` of every job: the project's log settings and level, and on
+    this machine the class-data-sharing archive when it was built (``include/jvm_cds.py``).
 
     ``project_root``: where the driver sees the project (a container image's
     app folder for a driver pod); this machine's project by default.
+    ``cluster_master``: executors process the data, the driver only plans and commits.
     """
     level = os.environ.get(LOG_LEVEL_ENV, "WARN").strip().upper() or "WARN"
     if level not in _LOG_LEVELS:
@@ -61,7 +63,14 @@ def driver_java_options(project_root: str | Path | None = None) -> str:
                          f"{', '.join(_LOG_LEVELS)} (unset it for WARN)")  # fmt: skip
     root = settings.PROJECT_ROOT if project_root is None else project_root
     config = f"{str(root).rstrip('/')}/{LOG_CONFIG}"
-    return f"-Dlog4j.configurationFile={config} -Dkde.spark.log.level={level}"
+    options = f"-Dlog4j.configurationFile={config} -Dkde.spark.log.level={level}"
+    if project_root is None:
+        from include import jvm_cds
+
+        cds = jvm_cds.driver_options(cluster_master=cluster_master)
+        if cds:
+            options += " " + cds
+    return options
 
 
 def package_py_files(target_dir: Path | None = None) -> Path:

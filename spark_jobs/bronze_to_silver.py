@@ -202,6 +202,8 @@ class TransformSummary:
     batches: list[BatchResult] = field(default_factory=list)
     fields_added: list[dict] = field(default_factory=list)
     duration_s: float = 0.0
+    #: Seconds per phase of the run (silver's last commit and plan, silver's schema, the stream).
+    phases_s: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         done = [b.commit for b in self.batches if b.commit is not None]
@@ -238,6 +240,7 @@ class TransformSummary:
                 for b in self.batches
             ],
             "duration_s": round(self.duration_s, 3),
+            "phases_s": {k: round(v, 3) for k, v in self.phases_s.items()},
         }
 
 
@@ -407,7 +410,8 @@ class SilverBatchWriter:
         failpoint("silver", batch_id)
         self.last = commit
         self.summary.batches.append(BatchResult(batch_id, commit, False, time.monotonic() - started))
-        log.info("batch %s: read %s -> %s, silver version %s", batch_id, read, counts, version)
+        log.info("batch %s: read %s -> %s, silver version %s in %.2fs", batch_id, read, counts, version,
+                 time.monotonic() - started)  # fmt: skip
 
 def _is_delta(spark, path: str) -> bool:
     from delta.tables import DeltaTable
@@ -432,8 +436,11 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
                     plan.epoch, plan.start.version, plan.rebuilt_reason)  # fmt: skip
     summary = TransformSummary(cfg.pipeline, cfg.run_id, plan.epoch, rebuilt,
                                last.bronze_end if last else plan.start)  # fmt: skip
+    phases = summary.phases_s
+    phases["plan"] = time.monotonic() - started
     if _is_delta(spark, cfg.bronze_path):
         fields = ensure_silver(spark, cfg.silver_path, cfg.spec)
+        phases["silver_schema"] = time.monotonic() - started - sum(phases.values())
         checkpoint = spark_checkpoint.epoch_dir(root, plan.epoch)
         writer = SilverBatchWriter(spark, cfg, plan, checkpoint, last, fields, summary)
         # A DELETE or UPDATE of bronze rows (e.g. an erasure request) rewrites files; without this
@@ -458,6 +465,8 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
         except Exception as exc:  # StreamingQueryException carries the batch's cause
             raise TransformError(f"transform of pipeline {cfg.pipeline!r} failed: {root_message(exc, _ERROR_MARKERS)}") from exc
     summary.duration_s = time.monotonic() - started
+    phases["stream"] = summary.duration_s - sum(phases.values())
+    log.info("transform phases: %s", ", ".join(f"{k} {v:.1f}s" for k, v in phases.items()))
     write_summary(cfg.summary_path, summary.to_json())
     return summary
 

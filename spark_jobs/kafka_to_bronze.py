@@ -106,6 +106,8 @@ class RunSummary:
     duration_s: float = 0.0
     #: Where this run set the table's position (``starting_offsets: latest``, a position action), or ``None``.
     position_set: dict | None = None
+    #: Seconds per phase of the run (Kafka metadata, table position, checkpoint plan, the stream).
+    phases_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def rows(self) -> int:
@@ -131,6 +133,7 @@ class RunSummary:
             "epoch": self.epoch,
             "checkpoint_rebuilt": self.checkpoint_rebuilt,
             "position_set": self.position_set,
+            "phases_s": {k: round(v, 3) for k, v in self.phases_s.items()},
             "rows": self.rows,
             "commits": sum(1 for b in self.batches if not b.skipped_replay),
             "batches": [
@@ -338,7 +341,8 @@ class BronzeBatchWriter:
         self.summary.batches.append(
             BatchRecord(batch_id, n, ranges, version, False, time.monotonic() - started, phases)
         )
-        log.info("batch %s: %s rows in %s ranges -> bronze version %s", batch_id, n, len(ranges), version)
+        log.info("batch %s: %s rows in %s ranges -> bronze version %s in %.2fs (read %.2fs, write %.2fs)",
+                 batch_id, n, len(ranges), version, time.monotonic() - started, phases["stats"], phases["write"])  # fmt: skip
 
 # --------------------------------------------------------------------------- run
 
@@ -411,7 +415,9 @@ def latest_offsets(spark, cfg: IngestConfig, partitions: dict[str, list[int]]) -
 def run(spark, cfg: IngestConfig) -> RunSummary:
     """One ingestion run on an existing session; returns (and writes) its summary."""
     started = time.monotonic()
+    phases: dict[str, float] = {}
     partitions = describe_source(spark, cfg)
+    phases["kafka_metadata"] = time.monotonic() - started
     reset = cfg.position_reset
     try:
         stand = read_table_stand(spark, cfg.bronze_path, cfg.pipeline, partitions)
@@ -419,6 +425,7 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
         if reset is None:
             raise
         stand = None
+    phases["table_position"] = time.monotonic() - started - sum(phases.values())
     if stand is not None and stand.restore is not None and reset is None:
         raise OffsetError(
             f"bronze table {cfg.bronze_path} was restored ({stand.restore.restored_to}, Delta version "
@@ -459,6 +466,8 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
     if position_set is not None:
         summary.position_set = {**position_set.extra["position_set"],
                                 "positions": positions_to_json(position_set.next_offsets)}  # fmt: skip
+    summary.phases_s = phases
+    phases["plan"] = time.monotonic() - started - sum(phases.values())
     writer = BronzeBatchWriter(spark, cfg, plan, checkpoint, table, summary)
 
     reader = spark.readStream.format("kafka").options(**cfg.source_options())
@@ -477,6 +486,8 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
         raise IngestionError(f"ingestion of pipeline {cfg.pipeline!r} failed: {root_message(exc, _ERROR_MARKERS)}") from exc
     summary.next_offsets = writer.positions
     summary.duration_s = time.monotonic() - started
+    phases["stream"] = summary.duration_s - sum(phases.values())
+    log.info("ingest phases: %s", ", ".join(f"{k} {v:.1f}s" for k, v in phases.items()))
     write_summary(cfg.summary_path, summary.to_json())
     return summary
 

@@ -333,4 +333,4 @@ def test_one_application_runs_ingest_then_transform_and_a_failed_transform_leave
     # The driver speaks at WARN: Spark's INFO lines stay out of the task log.
     spark_info = [ln for ln in output.splitlines() if re.match(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ", ln)]
     assert not spark_info, spark_info[:5]
-    assert "INFO kafka_to_bronze: batch 0: 40 rows" in output
+    assert "INFO kafka_to_bronze: batch 0: 40 rows in 2 ranges -> bronze version" in output
