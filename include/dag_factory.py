@@ -73,9 +73,12 @@ def cluster_doc(cfg: PipelineConfig) -> str:
     """The DAG doc's words for where the Spark jobs run (profile ``cluster.profile``)."""
     c = cfg.cluster
     if c.profile == "local_standalone":
+        local = (f"; a backlog of at most {c.local_max_records} records runs in local mode inside the driver, "
+                 "no cluster" if c.local_max_records else "")  # fmt: skip
+        scaled = f", fewer for a backlog under {c.records_per_worker} per worker" if c.records_per_worker else ""
         return (
-            f"**start_cluster** (setup: Spark standalone master + {c.workers} worker(s) x {c.worker_cores} "
-            f"core(s), {c.worker_memory} on 127.0.0.1; **stop_cluster** is its teardown) "
+            f"**start_cluster** (setup: Spark standalone master + {c.workers} worker(s){scaled} x {c.worker_cores} "
+            f"core(s), {c.worker_memory} on 127.0.0.1{local}; **stop_cluster** is its teardown) "
         )
     if c.profile == "existing_master":
         return (
@@ -262,16 +265,25 @@ def build_dag(cfg: PipelineConfig) -> DAG:
 
             @task(task_id="start_cluster", retries=1)
             def start_cluster(**context: Any) -> dict:
-                from include import pipeline_run, spark_cluster
+                from include import cluster_sizing, pipeline_run, spark_cluster
 
+                records = pipeline_run.run_backlog(context["ti"].xcom_pull(task_ids="check_request"),
+                                                   context["ti"].xcom_pull(task_ids="preflight"))  # fmt: skip
+                choice = cluster_sizing.choose(cfg.cluster, records, os.cpu_count() or 1)
+                if choice.mode == "local":
+                    print(f"SUMMARY start_cluster: no cluster: {choice.reason}")
+                    return {"master_url": choice.local_master, "mode": "local", "workers": 0,
+                            "choice": choice.reason, "backlog": records}  # fmt: skip
                 folder = pipeline_run.run_dir(cfg, context["run_id"]) / "cluster"
                 cluster = spark_cluster.start_standalone(
-                    folder, workers=cfg.cluster.workers, worker_cores=cfg.cluster.worker_cores,
+                    folder, workers=choice.workers, worker_cores=cfg.cluster.worker_cores,
                     worker_memory=cfg.cluster.worker_memory,
                 )  # fmt: skip
-                print(f"SUMMARY start_cluster: {cluster.master_url} with {cfg.cluster.workers} worker(s) "
-                      f"x {cfg.cluster.worker_cores} core(s), {cfg.cluster.worker_memory}; UI {cluster.web_ui_url}")  # fmt: skip
-                return cluster.to_json()
+                print(f"SUMMARY start_cluster: {cluster.master_url} with {choice.workers} worker(s) "
+                      f"x {cfg.cluster.worker_cores} core(s), {cfg.cluster.worker_memory}; UI {cluster.web_ui_url}; "
+                      f"{choice.reason}")  # fmt: skip
+                return {**cluster.to_json(), "mode": "cluster", "workers": choice.workers, "choice": choice.reason,
+                        "backlog": records}  # fmt: skip
 
             @task(task_id="stop_cluster", trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS, retries=2)
             def stop_cluster(**context: Any) -> dict:

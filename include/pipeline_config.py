@@ -346,6 +346,17 @@ class ClusterConfig:
             :class:`KubernetesConfig`). Required with ``kubernetes``;
             optional with ``existing_master`` (``image``, ``namespace``);
             refused with ``local_standalone``. Null when absent.
+        local_max_records: Integer >= 0, default 0 (off); ``local_standalone``
+            only. A run whose backlog (the preflight's lag, or a backfill's
+            offsets) is at most this many records runs its Spark application
+            in local mode inside the driver (``local[k]``, k = ``workers`` x
+            ``worker_cores``, at most this machine's cores): no cluster
+            starts, no executor warms up. The choice and its reason are in
+            ``start_cluster``'s log and the ledger's ``cluster_choice``.
+        records_per_worker: Integer >= 0, default 0 (off); ``local_standalone``
+            only. Above ``local_max_records``, the run starts
+            ceil(backlog / records_per_worker) workers, at least 1 and at
+            most ``workers``; 0 always starts ``workers``.
     """
 
     profile: str = "local_standalone"
@@ -354,6 +365,8 @@ class ClusterConfig:
     worker_memory: str = "1g"
     master_connection_id: str | None = None
     kubernetes: KubernetesConfig | None = None
+    local_max_records: int = 0
+    records_per_worker: int = 0
 
     @property
     def transient(self) -> bool:
@@ -714,7 +727,8 @@ _TYPE_ALIASES = {
     "object": "json",
 }
 _LAG_KEYS = ("min_records", "max_wait_minutes")
-_CLUSTER_KEYS = ("profile", "workers", "worker_cores", "worker_memory", "master_connection_id", "kubernetes")
+_CLUSTER_KEYS = ("profile", "workers", "worker_cores", "worker_memory", "master_connection_id", "kubernetes",
+                 "local_max_records", "records_per_worker")
 _KUBERNETES_KEYS = (
     "image",
     "namespace",
@@ -1127,7 +1141,17 @@ class _Checker:
                 master,
             )
         kubernetes = self.kubernetes(data.get("kubernetes", _MISSING), profile)
-        return ClusterConfig(profile, workers, cores, memory, master, kubernetes)
+        sizing = {}
+        for key in ("local_max_records", "records_per_worker"):
+            sizing[key] = self.integer(data.get(key, _MISSING), f"cluster.{key}", 0, 0)
+            if sizing[key] and profile != "local_standalone":
+                raise self.expected(
+                    f"cluster.{key}",
+                    f"0 or no value with profile {profile} (sizing the cluster to the backlog needs the "
+                    "run's own cluster: profile local_standalone)",
+                    sizing[key],
+                )
+        return ClusterConfig(profile, workers, cores, memory, master, kubernetes, **sizing)
 
     def kubernetes(self, value: Any, profile: str) -> KubernetesConfig | None:
         path = "cluster.kubernetes"

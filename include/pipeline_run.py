@@ -49,6 +49,18 @@ def run_dir(cfg: PipelineConfig, run_id: str) -> Path:
     return settings.VAR_DIR / "runs" / cfg.name / safe
 
 
+def run_backlog(plan: dict | None, preflight: dict | None) -> int | None:
+    """How many records this run will read: a backfill's offsets, else the preflight's lag; ``None`` if unknown."""
+    from include.manual_ops import BACKFILL_ACTIONS
+
+    plan = plan or {}
+    if plan.get("action") in BACKFILL_ACTIONS:
+        offsets = plan.get("offsets")
+        return int(offsets) if isinstance(offsets, int) else None
+    lag = ((preflight or {}).get("lag") or {}).get("total_lag")
+    return int(lag) if isinstance(lag, int) else None
+
+
 def read_progress(cfg: PipelineConfig, topics: dict) -> TableProgress | None:
     """Where bronze stands for ``cfg``'s pipeline, looking at the partitions Kafka has now (``topics``)."""
     return delta_progress.read_progress(

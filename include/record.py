@@ -81,6 +81,7 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
         "duration_s": (finished_at - started_at).total_seconds() if started_at and finished_at else None,
         "cluster_profile": cfg.cluster.profile,
         "master_url": cluster.get("master_url"),
+        "cluster_choice": cluster.get("choice"),
         "epoch": summary.get("epoch"),
         "bronze_version_before": version_before,
         "bronze_version_after": summary.get("bronze_version") if summary.get("bronze_version") is not None

@@ -34,6 +34,8 @@ COLUMNS: dict[str, str] = {
     "duration_s": "double",
     "cluster_profile": "string",
     "master_url": "string",
+    # where the run's Spark application ran and why (cluster.local_max_records, records_per_worker)
+    "cluster_choice": "string",
     "epoch": "int64",
     "bronze_version_before": "int64",
     "bronze_version_after": "int64",

@@ -87,7 +87,8 @@ def _hook_class():
     return RunClusterSparkSubmitHook
 
 
-def job_spark_conf(cfg: PipelineConfig, *, transient: bool, kubernetes_master: bool = False) -> dict[str, str]:
+def job_spark_conf(cfg: PipelineConfig, *, transient: bool, kubernetes_master: bool = False,
+                   workers: int | None = None) -> dict[str, str]:
     """Spark settings of a job for this pipeline's cluster profile (without the per-run pod settings).
 
     ``transient``: this run's own standalone cluster on 127.0.0.1.
@@ -112,7 +113,10 @@ def job_spark_conf(cfg: PipelineConfig, *, transient: bool, kubernetes_master: b
         # Client mode: the driver is a child of this task, on this machine.
         conf["spark.pyspark.driver.python"] = sys.executable
     if transient:
-        conf["spark.cores.max"] = str(cfg.cluster.workers * cfg.cluster.worker_cores)
+        # The workers this run started (sized to its backlog), not the most it may start: the
+        # scheduler below waits for spark.cores.max cores to register.
+        started = cfg.cluster.workers if workers is None else workers
+        conf["spark.cores.max"] = str(max(1, started) * cfg.cluster.worker_cores)
         # The scheduler waits (up to 30 s) until every worker's executor has
         # registered, so the first batch is spread over all of them too.
         conf["spark.scheduler.minRegisteredResourcesRatio"] = "1.0"
@@ -206,6 +210,7 @@ def submit_hook(
     run_id: str = "",
     jars: str | None = None,
     py_files: str | None = None,
+    workers: int | None = None,
 ) -> tuple[Any, str]:
     """The Spark provider's hook for one job of this pipeline, and the application path it submits.
 
@@ -213,7 +218,8 @@ def submit_hook(
     ``run_master``: the transient cluster's master URL (``local_standalone``).
     ``jars`` and ``py_files``: the local files (client-mode profiles); with
     profile ``kubernetes`` the image's are used. ``pod_base`` and ``run_id``
-    name the pods (``kubernetes``). Nothing runs: ``hook.submit(application)``
+    name the pods (``kubernetes``). ``workers``: how many the run's cluster
+    started (``local_standalone``; default ``cluster.workers``). Nothing runs: ``hook.submit(application)``
     does, and ``hook._build_spark_submit_command(application)`` shows the
     command it would run.
     """
@@ -231,7 +237,7 @@ def submit_hook(
         local_env["SPARK_LOCAL_IP"] = "127.0.0.1"
         if not run_master:
             raise ValueError("no master URL from this run's cluster setup task")
-        hook = _hook_class()(master=run_master, conf=job_spark_conf(cfg, transient=True), jars=jars,
+        hook = _hook_class()(master=run_master, conf=job_spark_conf(cfg, transient=True, workers=workers), jars=jars,
                              py_files=py_files, env_vars=local_env, **common)  # fmt: skip
         return hook, str(settings.PROJECT_ROOT / application)
     conn_id = cfg.cluster.master_connection_id or ""
@@ -336,6 +342,13 @@ class SparkJobOperator(BaseOperator):
         """Whether this task's step finished although the application failed after it (default: never)."""
         return False
 
+    def _started_workers(self, context: Any) -> int | None:
+        """How many workers this run's ``start_cluster`` started (sized to the backlog), if it ran."""
+        if not self.pipeline.cluster.transient or context.get("ti") is None:
+            return None
+        started = context["ti"].xcom_pull(task_ids="start_cluster") or {}
+        return started.get("workers") if isinstance(started, dict) else None
+
     def run_folder(self, context: Any) -> Path:
         """This run's folder of job files: the run folder here, or on the shared volume (``kubernetes``)."""
         from include import pipeline_run
@@ -367,7 +380,7 @@ class SparkJobOperator(BaseOperator):
                 cfg, application=application, application_args=args, name=f"{self.job_name}:{cfg.name}",
                 run_master=self.master, pod_base=pod_base, run_id=context["run_id"],
                 jars=None if in_pod else ",".join(str(j) for j in jvm_deps.spark_jars()),
-                py_files=None if in_pod else str(package_py_files()),
+                py_files=None if in_pod else str(package_py_files()), workers=self._started_workers(context),
             )  # fmt: skip
             self.log.info("submitting %s for pipeline %s to %s (profile %s)", app_path, cfg.name,
                           self._hook._connection["master"], cfg.cluster.profile)  # fmt: skip

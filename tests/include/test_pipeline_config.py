@@ -111,7 +111,7 @@ def test_example_file_loads_with_its_declared_values():
         source_path="include/pipelines/demo_orders.yaml",
         lag=LagConfig(min_records=1, max_wait_minutes=60.0),
         data_loss_policy="fail",
-        cluster=ClusterConfig("local_standalone", 1, 1, "1g", None),
+        cluster=ClusterConfig("local_standalone", 1, 1, "1g", None, local_max_records=10000),
         retries=2,
         tags=("demo", "kafka", "bronze", "silver"),
         transform=TransformSpec(
@@ -319,6 +319,9 @@ BAD_VALUES = [
     ("cluster.worker_memory", "1.5g", None, "a Spark size with a unit", "'1.5g' (str)"),
     ("cluster.worker_memory", "", None, "a Spark size with a unit", "'' (str)"),
     ("cluster.worker_memory", "449m", None, "at least 450m", "'449m' (str); Spark refuses"),
+    ("cluster.local_max_records", -1, None, "an integer >= 0", "-1 (int)"),
+    ("cluster.local_max_records", "5000", None, "an integer >= 0", "'5000' (str)"),
+    ("cluster.records_per_worker", 1.5, None, "an integer >= 0", "1.5 (float)"),
     (
         "cluster.master_connection_id",
         "spark_default",

@@ -31,6 +31,7 @@ def test_full_run_then_no_data_then_transactional_data(pipeline, bootstrap):
     assert first["commits"] >= 3  # max_offsets_per_trigger=400 splits the backlog
     assert first["continuity"] == "CONTINUOUS"
     assert first["cluster_profile"] == "local_standalone" and first["master_url"].startswith("spark://127.0.0.1:")
+    assert first["cluster_choice"] == "standalone cluster: backlog 900 records; cluster.workers 1"
     lines = airflow_local.summary_lines(log)
     assert any(line.startswith("continuity: CONTINUOUS") for line in lines), lines
     assert any(line.startswith("ingest: 900 rows") for line in lines), lines
@@ -50,10 +51,20 @@ def test_full_run_then_no_data_then_transactional_data(pipeline, bootstrap):
     produce_transactional(bootstrap, p.topic, [
         (True, [(0, b"a"), (1, b"b")]), (False, [(0, b"aborted")]), (True, [(0, b"c"), (2, b"d")]),
     ])  # fmt: skip
+    # A backlog this small runs in local mode inside the driver: no cluster starts.
+    p.write(cluster={"profile": "local_standalone", "workers": 1, "worker_cores": 1, "worker_memory": "512m",
+                     "local_max_records": 100})  # fmt: skip
+    dirs = len(p.run_dirs())
     proc, log = p.run()
     assert proc.returncode == 0, log[-5000:]
     third = p.ledger()[0]
     assert (third["outcome"], third["rows"], third["continuity"]) == ("success", 4, "CONTINUOUS")
+    assert third["master_url"] == "local[1]"
+    assert third["cluster_choice"].startswith("local[1] in the driver: backlog ")
+    assert third["cluster_choice"].endswith(" records <= cluster.local_max_records 100")
+    assert any(line.startswith("start_cluster: no cluster: local[1] in the driver")
+               for line in airflow_local.summary_lines(log))  # fmt: skip
+    assert not (p.run_dirs()[-1] / "cluster").exists() and len(p.run_dirs()) == dirs + 1
     holes = sum(part["holes"] for part in third["continuity_json"]["partitions"])
     assert holes >= 4  # three commit markers + an aborted record + its abort marker
     keys = p.bronze_keys()
@@ -85,9 +96,13 @@ def test_transform_in_the_dag_applies_newest_per_key_quarantines_bad_records_and
     # second run: late (older) and newer events, a tombstone, a new field
     late = [(1, b"o1", order("o1", 0, 999)), (0, b"o3", order("o3", 59, 33, channel="web")), (2, b"o5", None)]
     produce(bootstrap, p.topic, late)
+    # ... run by one application (ingest, then transform) in local mode inside the driver
+    p.write(transform=ORDERS_TRANSFORM, cluster={"profile": "local_standalone", "workers": 1, "worker_cores": 1,
+                                                 "worker_memory": "512m", "local_max_records": 10})  # fmt: skip
     proc, log = p.run()
     assert proc.returncode == 0, log[-5000:]
     second = p.ledger()[0]
+    assert second["master_url"] == "local[1]", second["cluster_choice"]
     assert second["continuity"] == "CONTINUOUS", second["continuity_json"]
     assert (second["silver_read"], second["silver_upserted"], second["silver_deleted"], second["superseded"]) == (
         3, 1, 1, 1,
