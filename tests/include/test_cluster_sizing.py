@@ -66,3 +66,16 @@ def test_sizing_needs_the_runs_own_cluster(tmp_path, key):
     with pytest.raises(PipelineConfigError, match=f"cluster.{key}.*0 or no value with profile existing_master") as e:
         load_pipeline(Path(path))
     assert str(path) in str(e.value)
+
+
+def test_a_local_mode_driver_keeps_the_full_jit_a_cluster_driver_stops_at_c1(tmp_path, monkeypatch):
+    from include import jvm_cds
+
+    monkeypatch.delenv(jvm_cds.CDS_ENV, raising=False)
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"name": "p", "schedule": None, "kafka": {"connection_id": "k", "topics": ["t"]}}))
+    cfg = load_pipeline(path)
+    cluster = job_spark_conf(cfg, transient=True)["spark.driver.extraJavaOptions"]
+    local = job_spark_conf(cfg, transient=True, local_master=True)["spark.driver.extraJavaOptions"]
+    assert "-XX:TieredStopAtLevel=1" in cluster and "TieredStopAtLevel" not in local
+    assert "-Dlog4j.configurationFile=" in local
