@@ -63,7 +63,9 @@ def driver_java_options(project_root: str | Path | None = None, *, cluster_maste
                          f"{', '.join(_LOG_LEVELS)} (unset it for WARN)")  # fmt: skip
     root = settings.PROJECT_ROOT if project_root is None else project_root
     config = f"{str(root).rstrip('/')}/{LOG_CONFIG}"
-    options = f"-Dlog4j.configurationFile={config} -Dkde.spark.log.level={level}"
+    # Known harmless warnings stay hidden at WARN; a more verbose switch shows those loggers too.
+    quiet = level if _LOG_LEVELS.index(level) < _LOG_LEVELS.index("WARN") else "ERROR"
+    options = f"-Dlog4j.configurationFile={config} -Dkde.spark.log.level={level} -Dkde.spark.log.quiet={quiet}"
     if project_root is None:
         from include import jvm_cds
 

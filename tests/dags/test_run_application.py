@@ -194,10 +194,10 @@ def test_a_summary_left_by_a_former_try_is_never_taken_for_this_ones(tmp_path, m
 def test_driver_log_options_name_the_project_file_and_a_switchable_level(monkeypatch):
     opts = spark_submit.driver_java_options()
     assert f"-Dlog4j.configurationFile={settings.PROJECT_ROOT}/spark_jobs/log4j2.properties" in opts
-    assert "-Dkde.spark.log.level=WARN" in opts
+    assert "-Dkde.spark.log.level=WARN" in opts and "-Dkde.spark.log.quiet=ERROR" in opts
     assert (settings.PROJECT_ROOT / spark_submit.LOG_CONFIG).is_file()
     monkeypatch.setenv(spark_submit.LOG_LEVEL_ENV, "info")
-    assert "-Dkde.spark.log.level=INFO" in spark_submit.driver_java_options("/opt/app/")
+    assert "-Dkde.spark.log.level=INFO -Dkde.spark.log.quiet=INFO" in spark_submit.driver_java_options("/opt/app/")
     assert "-Dlog4j.configurationFile=/opt/app/spark_jobs/log4j2.properties" in spark_submit.driver_java_options("/opt/app/")
     monkeypatch.setenv(spark_submit.LOG_LEVEL_ENV, "chatty")
     with pytest.raises(ValueError, match="KDE_SPARK_LOG_LEVEL='chatty': expected one of TRACE, DEBUG, INFO, WARN"):

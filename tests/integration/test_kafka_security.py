@@ -104,8 +104,9 @@ def test_sasl_connection_reaches_admin_clients_and_spark_job_and_the_secret_neve
     p = Pipeline(tmp_path, name, topic, s.broker.bootstrap_servers, home)
 
     # Right password: the sensor, preflight, continuity and mirror (librdkafka) and the
-    # Spark job (Java client) all authenticate: the broker has no other listener.
-    proc, log = p.run(AIRFLOW_CONN_KAFKA_DEFAULT=s.connection())
+    # Spark job (Java client) all authenticate: the broker has no other listener. The driver
+    # logs at INFO here (the documented switch), so the Java client prints its configuration.
+    proc, log = p.run(AIRFLOW_CONN_KAFKA_DEFAULT=s.connection(), KDE_SPARK_LOG_LEVEL="INFO")
     assert proc.returncode == 0, log[-5000:]
     (first,) = p.ledger()
     assert (first["outcome"], first["rows"], first["continuity"]) == ("success", 150, "CONTINUOUS")
