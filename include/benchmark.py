@@ -4,7 +4,8 @@ then what a DAG run costs with little or nothing to read, and as history grows.
     make bench BENCH_ARGS="--records 500000 --repetitions 2"
     .venv/bin/python -m include.benchmark [--records N] [--partitions P] [--record-bytes B]
                                           [--repetitions R] [--bootstrap-servers HOST:PORT]
-                                          [--parts throughput,runs] [--small-records N]
+                                          [--parts throughput,batches,runs] [--small-records N]
+                                          [--batch-records N] [--batch-count K]
                                           [--history 10,200] [--run-repetitions R]
 
 One run, so every figure comes from the same machine state. Throughput:
@@ -24,6 +25,13 @@ One run, so every figure comes from the same machine state. Throughput:
    over repetitions, project/plain and project/ceiling ratios) and writes it
    to ``--output``; Spark logs go next to it;
 4. stops the broker it started, always.
+
+Micro-batches (``--parts batches``, on a topic of their own): the plain job
+and the project's job each read ``--batch-records`` x ``--batch-count``
+records with ``maxOffsetsPerTrigger = --batch-records``; the report gives
+each job's seconds per warm batch (Spark's own trigger time) and, for the
+project, how much of it is reading and writing the rows and how much is
+fixed overhead.
 
 DAG runs (``--parts runs``, on a topic of their own): see
 :mod:`include.benchmark_runs`; their tables are added to the same report.
@@ -61,7 +69,7 @@ from include.spark_submit import submit_command, submit_environment
 
 #: The three things measured, in the order of each repetition and of the table.
 #: The halves of the benchmark, as ``--parts`` names them.
-PARTS = ("throughput", "runs")
+PARTS = ("throughput", "batches", "runs")
 
 JOBS: dict[str, str] = {
     "ceiling": "Kafka consumer-perf-test (ceiling)",
@@ -70,6 +78,7 @@ JOBS: dict[str, str] = {
 }
 
 _PLAIN_LINE = re.compile(r"plain_kafka_to_delta: rows=(\d+) seconds=([0-9.]+) batches=(\d+)")
+_PLAIN_TRIGGERS = re.compile(r"plain_kafka_to_delta: trigger_ms=([0-9,]*)")
 _PROGRESS_MARKER = "Streaming query made progress: "
 
 
@@ -93,6 +102,9 @@ class BenchmarkParams:
     project_max_offsets_per_trigger: int | None = None
     job_timeout_s: float = 3600.0
     parts: tuple[str, ...] = PARTS
+    #: The micro-batch part: this many batches of ``batch_records`` records each, both Spark jobs.
+    batch_records: int = 2000
+    batch_count: int = 12
     runs: RunParams = field(default_factory=RunParams)
     airflow_home: Path | None = None
 
@@ -130,6 +142,21 @@ class BenchmarkReport:
     load_after: str = ""
     total_s: float = 0.0
     runs: list[DagRunTiming] = field(default_factory=list)
+    batch_runs: list[BatchRun] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """One Spark job's per-batch seconds over a backlog read in many small batches."""
+
+    job: str
+    repetition: int
+    #: Spark's whole trigger per batch with rows (offsets, planning, the write and commit, its checkpoint).
+    trigger_s: list[float]
+    #: The project only: per batch, seconds of reading the rows and writing their files (one pass).
+    write_s: list[float] = field(default_factory=list)
+    #: The project only: per batch, the rest of its writer (offset check, ranges, Delta commit).
+    writer_rest_s: list[float] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- machine
@@ -364,10 +391,91 @@ def measure_project(bootstrap: str, topic: str, rep_dir: Path, params: Benchmark
         "batches": len(summary["batches"]),
         "batch_s": sum(b["duration_s"] for b in summary["batches"]),
         **{f"{phase}_s": sum(b.get("phases", {}).get(phase, 0.0) for b in summary["batches"])
-           for phase in ("stats", "write", "confirm")},
+           for phase in ("check", "write", "stats", "commit")},
     }  # fmt: skip
     return Measurement("project", repetition, rows, float(summary["duration_s"]), wall, log,
                        query_progress(log), detail)  # fmt: skip
+
+
+def measure_batches(bootstrap: str, topic: str, rep_dir: Path, params: BenchmarkParams, repetition: int,
+                    log_dir: Path) -> list[BatchRun]:  # fmt: skip
+    """Both Spark jobs over the micro-batch topic with ``maxOffsetsPerTrigger = batch_records``."""
+    n = str(params.batch_records)
+    records = params.batch_records * params.batch_count
+    plain_log = log_dir / f"batches-rep{repetition}-plain.log"
+    run_spark_job(
+        "spark_jobs/plain_kafka_to_delta.py",
+        ["--bootstrap-servers", bootstrap, "--topic", topic, "--table", str(rep_dir / "plain" / "table"),
+         "--checkpoint", str(rep_dir / "plain" / "checkpoint"), "--max-offsets-per-trigger", n],
+        plain_log, master=params.master, timeout_s=params.job_timeout_s,
+    )  # fmt: skip
+    match = _PLAIN_TRIGGERS.search(plain_log.read_text(errors="replace"))
+    if match is None or not match[1]:
+        raise BenchmarkError(f"plain job printed no 'trigger_ms=' line; log {plain_log}")
+    verify_delta_rows(rep_dir / "plain" / "table", records, "plain job (micro-batches)")
+    plain = BatchRun("plain", repetition, [int(x) / 1000 for x in match[1].split(",")])
+
+    summary_path = rep_dir / "project" / "summary.json"
+    run_spark_job(
+        "spark_jobs/kafka_to_bronze.py",
+        ["--pipeline", "benchmark-batches", "--bootstrap-servers", bootstrap, "--topics", topic,
+         "--bronze-path", str(rep_dir / "project" / "bronze"), "--checkpoint-root", str(rep_dir / "project" / "cp"),
+         "--run-id", f"batches-{repetition}", "--run-type", "manual", "--summary-path", str(summary_path),
+         "--max-offsets-per-trigger", n],
+        log_dir / f"batches-rep{repetition}-project.log", master=params.master, timeout_s=params.job_timeout_s,
+    )  # fmt: skip
+    verify_delta_rows(rep_dir / "project" / "bronze", records, "project job (micro-batches)")
+    batches = [b for b in json.loads(summary_path.read_text())["batches"] if b["rows"]]
+    if any("trigger" not in b["phases"] for b in batches):
+        raise BenchmarkError(f"the project's summary lacks Spark's trigger time for some batch: {summary_path}")
+    project = BatchRun(
+        "project", repetition, [b["phases"]["trigger"] for b in batches],
+        write_s=[b["phases"]["write"] for b in batches],
+        writer_rest_s=[b["duration_s"] - b["phases"]["write"] for b in batches],
+    )
+    return [plain, project]
+
+
+def _batch_lines(report: BenchmarkReport) -> list[str]:
+    """The micro-batch table: per-batch seconds of each job, warm batches only (the first is dropped)."""
+    p = report.params
+    lines = [
+        "## Micro-batches",
+        "",
+        f"- parameters: {p.batch_records * p.batch_count:,} records x {p.record_bytes} B in {p.partitions} "
+        f"partitions, read with maxOffsetsPerTrigger {p.batch_records:,} ({p.batch_count} batches) by each Spark "
+        f"job on `{p.master}`; figures are medians over the warm batches (every batch but the first) of all "
+        f"{p.repetitions} repetition(s)",
+        "",
+        "| job | warm batches | per batch s (Spark's trigger) | reading + writing the rows s | "
+        "rest of the writer s | overhead beyond reading and writing s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for job in ("plain", "project"):
+        runs = [r for r in report.batch_runs if r.job == job]
+        trig = [t for r in runs for t in r.trigger_s[1:]]
+        if not trig:
+            continue
+        if job == "project":
+            write = [t for r in runs for t in r.write_s[1:]]
+            rest = [t for r in runs for t in r.writer_rest_s[1:]]
+            over = [t - w for r in runs for t, w in zip(r.trigger_s[1:], r.write_s[1:], strict=True)]
+            cells = (f"{statistics.median(write):.2f}", f"{statistics.median(rest):.2f}",
+                     f"{statistics.median(over):.2f}")  # fmt: skip
+        else:
+            cells = ("(inside Delta's writer)", "-", "-")
+        lines.append(f"| {job} | {len(trig)} | {statistics.median(trig):.2f} "
+                     f"({min(trig):.2f}–{max(trig):.2f}) | {' | '.join(cells)} |")  # fmt: skip
+    lines += [
+        "",
+        "- per batch: Spark's `triggerExecution` for the batch (latest offsets, planning, the sink, Spark's "
+        "offset and commit log writes); the plain job's sink is Delta's own streaming writer.",
+        "- overhead beyond reading and writing: the project's trigger minus the one pass that reads the rows "
+        "from Kafka and writes their Parquet files (Delta's `writeFiles`): the offset check, the ranges from the "
+        "files' statistics, the Delta commit with its txn actions, Delta's post-commit work (a log checkpoint "
+        "every 10 commits) and Spark's own per-trigger work.",
+    ]
+    return lines
 
 
 # --------------------------------------------------------------------------- report
@@ -421,6 +529,8 @@ def render_markdown(report: BenchmarkReport) -> str:
     ]
     if report.measurements:
         lines += ["", *_throughput_lines(report)]
+    if report.batch_runs:
+        lines += ["", *_batch_lines(report)]
     text = "\n".join(lines) + "\n"
     if report.runs:
         text += "\n" + render_runs_markdown(report.runs, p.runs)
@@ -487,14 +597,12 @@ def _throughput_lines(report: BenchmarkReport) -> list[str]:
             lines.append(f"- Spark query progress, {job} (median per run): {breakdown}")
     if project and all("batch_s" in m.detail for m in project):
         med = {k: statistics.median(m.detail.get(f"{k}_s", 0.0) for m in project)
-               for k in ("batch", "stats", "write", "confirm")}  # fmt: skip
+               for k in ("batch", "check", "write", "stats", "commit")}  # fmt: skip
         lines.append(
-            f"- project, inside its foreachBatch writer (median per run): {med['batch']:.1f}s = reading the batch "
-            f"into Spark's cache and counting rows/min/max offset per partition {med['stats']:.1f}s + Delta write "
-            f"from the cache with its txn actions (where the table stands) {med['write']:.1f}s"
-            # Jobs before the position moved into the table's state confirmed each commit by reading history(1).
-            + (f" + confirming the commit with history(1) {med['confirm']:.1f}s" if med["confirm"] else "")
-            + " (+ offset bookkeeping)"
+            f"- project, inside its foreachBatch writer (median per run): {med['batch']:.1f}s = checking the "
+            f"batch's start against the table {med['check']:.1f}s + reading the batch from Kafka and writing its "
+            f"files, one pass {med['write']:.1f}s + its ranges from the files' statistics {med['stats']:.1f}s + "
+            f"the Delta commit with its txn actions (where the table stands) {med['commit']:.1f}s"
         )
     return lines
 
@@ -537,6 +645,17 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
             create_topic(bootstrap, topic, params.partitions)
             created.append(topic)
             _measure_throughput(report, bootstrap, work, log_dir)
+        if "batches" in params.parts:
+            batch_topic = f"{topic}-batches"
+            create_topic(bootstrap, batch_topic, params.partitions)
+            created.append(batch_topic)
+            records = params.batch_records * params.batch_count
+            _log(f"micro-batches: producing {records:,} records to {batch_topic}")
+            produce_backlog(bootstrap, batch_topic, records, params.partitions, params.record_bytes)
+            for rep in range(1, params.repetitions + 1):
+                _log(f"micro-batches, repetition {rep}/{params.repetitions}: plain job, then project job")
+                report.batch_runs += measure_batches(bootstrap, batch_topic, work / f"batches{rep}", params, rep,
+                                                     log_dir)  # fmt: skip
         if "runs" in params.parts:
             r = params.runs
             create_topic(bootstrap, runs_topic, r.partitions)
@@ -668,6 +787,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
             )
         return values
 
+    b = p.add_argument_group("micro-batches (--parts batches)")
+    b.add_argument("--batch-records", type=positive, default=d.batch_records,
+                   help="maxOffsetsPerTrigger of both Spark jobs (default %(default)s)")  # fmt: skip
+    b.add_argument("--batch-count", type=positive, default=d.batch_count,
+                   help="batches of that size in the backlog (default %(default)s)")  # fmt: skip
     r = d.runs
     g = p.add_argument_group("DAG runs (--parts runs)")
     p.add_argument("--parts", type=parts, default=d.parts,
@@ -704,6 +828,8 @@ def main(argv: list[str] | None = None) -> int:
         project_max_offsets_per_trigger=args.project_max_offsets_per_trigger,
         job_timeout_s=args.job_timeout_s,
         parts=args.parts,
+        batch_records=args.batch_records,
+        batch_count=args.batch_count,
         runs=RunParams(
             small_records=args.small_records,
             history=args.history,

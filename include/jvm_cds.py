@@ -103,8 +103,8 @@ def training_run(work: Path) -> None:
             [(b"k1", b'{"id": "a", "ts": "2026-01-01T00:00:00Z"}', "t", 0, 0)],
             "key binary, value binary, topic string, partition int, offset long",
         )
-        commit_with_stand(spark, str(work / "bronze"), rows, txns_for=lambda version: [],
-                          user_metadata="{}", idempotency=("cds-training", 0))  # fmt: skip
+        commit_with_stand(spark, str(work / "bronze"), rows, finish=lambda version, files: ("{}", []),
+                          idempotency=("cds-training", 0))  # fmt: skip
         spec = TransformSpec(fields=(FieldSpec("id", "string", required=True), FieldSpec("ts", "timestamp")),
                              key=("id",), ordering="ts")  # fmt: skip
         spec_file = work / "spec.json"

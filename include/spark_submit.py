@@ -36,8 +36,8 @@ BASE_CONF: dict[str, str] = {
     # seconds per commit on a small table.
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.ui.showConsoleProgress": "false",
-    # The ingestion job caches each micro-batch once (offset stats, then the
-    # write); compressing that short-lived cache cost more than it saved.
+    # The transform caches each micro-batch (decode, quarantine, classify);
+    # compressing that short-lived cache cost more than it saved.
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
 }
 

@@ -379,3 +379,48 @@ def batch_ranges(
     if extra:
         raise OffsetError(f"batch {batch_id} read partitions missing from its end offsets: {sorted(extra)}")
     return ranges
+
+
+def stats_from_files(stats_json: list[str | None], topics: set[str]) -> dict[tuple[str, int], tuple[int, int, int]] | None:
+    """Rows, min and max offset per topic-partition of a batch, from Delta's statistics of the files it wrote.
+
+    Each task of a Kafka micro-batch reads one topic-partition's range, and
+    Delta's writer records each file's ``numRecords`` and min/max of every
+    column as it writes it, so the batch is read once (no counting pass).
+    A file counts only if its statistics pin it to one topic-partition: the
+    partition's min equals its max, and exactly one of the batch's ``topics``
+    lies between the topic's min and max (Delta may shorten long strings, the
+    min to a prefix and the max to something above the value, so an interval
+    test, never equality). Anything else (statistics turned off for these
+    columns, a file holding two partitions because a writer option shuffled
+    the rows) returns ``None``: the caller counts the written files instead.
+    """
+    result: dict[tuple[str, int], tuple[int, int, int]] = {}
+    for text in stats_json:
+        if not text:
+            return None
+        stats = json.loads(text)
+        rows = stats.get("numRecords")
+        low, high = stats.get("minValues", {}), stats.get("maxValues", {})
+        if rows is None:
+            return None
+        if rows == 0:
+            continue
+        values = (low.get("topic"), high.get("topic"), low.get("partition"), high.get("partition"),
+                  low.get("offset"), high.get("offset"))  # fmt: skip
+        if any(v is None for v in values):
+            return None
+        t_low, t_high, p_low, p_high, o_low, o_high = values
+        if p_low != p_high:
+            return None
+        candidates = [t for t in topics if t_low <= t <= t_high]
+        if len(candidates) != 1:
+            return None
+        tp = (candidates[0], int(p_low))
+        seen = result.get(tp)
+        result[tp] = (
+            (int(rows), int(o_low), int(o_high))
+            if seen is None
+            else (seen[0] + int(rows), min(seen[1], int(o_low)), max(seen[2], int(o_high)))
+        )
+    return result

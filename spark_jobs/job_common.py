@@ -83,6 +83,29 @@ def _jvm_seq(jvm, items: list):
     return jvm.scala.jdk.javaapi.CollectionConverters.asScala(values).toList()
 
 
+def txn_versions(spark, snapshot) -> dict[str, int]:
+    """The txn actions (app id -> version) of a Delta snapshot of the JVM.
+
+    From the version's checksum file when Delta wrote the transactions there
+    (it does for up to ``spark.databricks.delta.setTransactionsInCrc.maxAllowed``
+    of them, 100 by default), which costs no Spark job; otherwise from the
+    replayed state (a Spark job over the log: about half a second per new
+    version on a warm local driver, several seconds on a cold executor).
+    """
+    jvm = spark.sparkContext._jvm
+    crc = snapshot.checksumOpt()
+    if crc.isDefined() and crc.get().setTransactions().isDefined():
+        text = jvm.org.apache.spark.sql.delta.util.JsonUtils.mapper().writeValueAsString(crc.get().setTransactions().get())
+        return {t["appId"]: int(t["version"]) for t in json.loads(text)}
+    return {str(k): int(v) for k, v in jvm.scala.jdk.javaapi.CollectionConverters.asJava(snapshot.transactions()).items()}
+
+
+def _num_files(snapshot) -> int:
+    """Files in the snapshot, from its checksum file when there is one (no state replay)."""
+    crc = snapshot.checksumOpt()
+    return int(crc.get().numFiles()) if crc.isDefined() else int(snapshot.numOfFiles())
+
+
 def read_table_stand(spark, path: str, pipeline: str, partitions: dict[str, list[int]]):
     """Where the bronze table stands (:func:`include.table_stand.resolve`), read through Spark's Delta.
 
@@ -100,7 +123,7 @@ def read_table_stand(spark, path: str, pipeline: str, partitions: dict[str, list
         return None
     jvm = spark.sparkContext._jvm
     snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
-    txns = dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(snapshot.transactions()))
+    txns = txn_versions(spark, snapshot)
     topics = {t: set(p) for t, p in partitions.items()}
     for topic, partition in table_stand.recorded_partitions(txns, pipeline):
         topics.setdefault(topic, set()).add(partition)
@@ -117,18 +140,34 @@ def read_table_stand(spark, path: str, pipeline: str, partitions: dict[str, list
             break
         limit *= 10
     return table_stand.resolve(
-        pipeline=pipeline, state=state, history=entries, has_rows=int(snapshot.numOfFiles()) > 0,
+        pipeline=pipeline, state=state, history=entries, has_rows=_num_files(snapshot) > 0,
         txn_seen=lambda c: txn_app_id(c.pipeline, c.epoch) in txns, path=path,
     )  # fmt: skip
 
 
-def commit_with_stand(spark, path: str, df, *, txns_for, user_metadata: str, idempotency: tuple[str, int] | None,
+@dataclass(frozen=True)
+class WrittenFile:
+    """A data file the commit adds: its path relative to the table (URL-encoded, as in the log) and Delta's stats JSON."""
+
+    path: str
+    stats: str | None
+
+
+#: ``finish(read_version, files)`` -> ``(userMetadata, txn actions)`` of the commit, decided once the files are written.
+Finish = Callable[[int, list[WrittenFile]], tuple[str, list[tuple[str, int]]]]
+
+
+def commit_with_stand(spark, path: str, df, *, finish: Finish, idempotency: tuple[str, int] | None,
                       schema=None) -> int | None:  # fmt: skip
     """Append ``df`` (or nothing, for ``None``) to the Delta table at ``path`` in one commit with txn actions.
 
-    ``txns_for(read_version)`` gives the ``(app id, version)`` actions that
+    The rows are read once: Delta writes the files (collecting each file's
+    statistics as it goes), then ``finish(read_version, files)`` decides the
+    commit's ``userMetadata`` and the ``(app id, version)`` txn actions that
     travel in the same atomic commit as the rows (where the table stands, see
     :mod:`include.table_stand`); Spark's DataFrame writer can set only one.
+    An exception in ``finish`` leaves the written files uncommitted: they are
+    never part of the table (VACUUM removes them).
     ``idempotency`` is ``(app id, version)``: when the table already records
     that version or a later one, nothing is written and ``None`` returned
     (a replayed batch), as Delta's ``txnAppId``/``txnVersion`` options do.
@@ -140,8 +179,12 @@ def commit_with_stand(spark, path: str, df, *, txns_for, user_metadata: str, ide
     jvm = spark.sparkContext._jvm
     delta = jvm.org.apache.spark.sql.delta
     txn = delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
-    if idempotency is not None and txn.txnVersion(idempotency[0]) >= idempotency[1]:
-        return None
+    if idempotency is not None:
+        app, version = idempotency
+        if txn_versions(spark, txn.snapshot()).get(app, -1) >= version:
+            return None
+        # As txn.txnVersion would: a concurrent commit of the same app id now fails this one.
+        txn.readTxn().addOne(app)
     if int(txn.readVersion()) < 0:
         jschema = df._jdf.schema() if df is not None else jvm.org.apache.spark.sql.types.DataType.fromJson(schema.json())
         schema_json = jschema.asNullable().json()
@@ -153,8 +196,15 @@ def commit_with_stand(spark, path: str, df, *, txns_for, user_metadata: str, ide
             _jvm_seq(jvm, []), no_options, created,
         ))  # fmt: skip
     files = txn.writeFiles(df._jdf) if df is not None else _jvm_seq(jvm, [])
+    written = []
+    for i in range(files.size()):
+        action = files.apply(i)
+        if action.getClass().getSimpleName() != "AddFile":
+            raise RuntimeError(f"{path}: Delta's writer returned a {action.getClass().getSimpleName()} for an append")
+        written.append(WrittenFile(str(action.path()), action.stats()))
+    user_metadata, txns = finish(int(txn.readVersion()), written)
     now = jvm.scala.Some(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
-    marks = [delta.actions.SetTransaction(app, int(v), now) for app, v in txns_for(int(txn.readVersion()))]
+    marks = [delta.actions.SetTransaction(app, int(v), now) for app, v in txns]
     none = jvm.scala.Option.empty()
     operation = getattr(delta, "DeltaOperations$Write")(
         jvm.org.apache.spark.sql.SaveMode.Append, none, none, jvm.scala.Some(user_metadata),

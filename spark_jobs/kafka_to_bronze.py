@@ -26,6 +26,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote
 
 from include import spark_checkpoint
 from include.manual_ops import REBUILD_CHECKPOINT, action_hint
@@ -50,9 +51,11 @@ from spark_jobs.ingest_plan import (
     parse_config,
     plan_checkpoint,
     resume_offsets,
+    stats_from_files,
 )
 from spark_jobs.job_common import (
     JobStep,
+    WrittenFile,
     commit_with_stand,
     failpoint,
     job_main,
@@ -85,9 +88,11 @@ class BatchRecord:
     delta_version: int | None
     skipped_replay: bool
     duration_s: float
-    #: Seconds per step of the writer (``stats``: reading the batch into the
-    #: cache and counting it; ``write``: the Delta commit; ``confirm``: the
-    #: history read), for profiling against a plain job.
+    #: Seconds per step of the writer (``check``: the offsets before the
+    #: write; ``write``: reading the batch from Kafka and writing its files,
+    #: one pass; ``stats``: the ranges from the files' statistics;
+    #: ``commit``: the Delta commit with its txn actions; ``trigger``: Spark's
+    #: whole trigger around the writer), for profiling against a plain job.
     phases: dict[str, float] = field(default_factory=dict)
 
 
@@ -244,9 +249,6 @@ class BronzeBatchWriter:
         return last is not None and last.epoch == self.plan.epoch and batch_id <= last.batch_id
 
     def __call__(self, df, batch_id: int) -> None:
-        from pyspark import StorageLevel
-        from pyspark.sql import functions as F
-
         started = time.monotonic()
         if self._already_committed(batch_id):
             # The run before was killed after this batch's Delta commit and
@@ -280,18 +282,16 @@ class BronzeBatchWriter:
                 )
 
         run_id, epoch = self.cfg.run_id, self.plan.epoch
-        rows = bronze_rows(df, run_id, batch_id, epoch).persist(StorageLevel.MEMORY_AND_DISK)
         phases: dict[str, float] = {}
-        try:
-            mark = time.monotonic()
-            stats = {
-                (r["topic"], r["partition"]): (r["rows"], r["low"], r["high"])
-                for r in rows.groupBy("topic", "partition")
-                .agg(F.count("*").alias("rows"), F.min("offset").alias("low"),
-                     F.max("offset").alias("high"))  # fmt: skip
-                .collect()
-            }
-            phases["stats"] = time.monotonic() - mark
+        decided: dict = {}
+
+        def finish(read_version: int, files: list[WrittenFile]) -> tuple[str, list[tuple[str, int]]]:
+            phases["write"] = time.monotonic() - started - sum(phases.values())
+            stats = stats_from_files([f.stats for f in files], set(end))
+            if stats is None:
+                log.warning("batch %s: the written files' statistics do not pin each file to one "
+                            "topic-partition; counting the %s written files instead", batch_id, len(files))  # fmt: skip
+                stats = self._count_files(files)
             ranges = batch_ranges(start=start, end=end, stats=stats, batch_id=batch_id)
             next_positions = advance(self.positions, ranges)
             for topic, parts in end.items():  # partitions with no new offsets keep their place
@@ -307,7 +307,7 @@ class BronzeBatchWriter:
                     "reason": self.plan.rebuilt_reason,
                     "previous_epoch": self.plan.previous_epoch,
                 }
-            commit = BronzeCommit(
+            decided["commit"] = BronzeCommit(
                 pipeline=self.cfg.pipeline,
                 run_id=run_id,
                 run_type=self.cfg.run_type,
@@ -317,32 +317,50 @@ class BronzeBatchWriter:
                 next_offsets=next_positions,
                 extra=extra,
             )
-            mark = time.monotonic()
-            version = commit_with_stand(
-                self.spark, self.cfg.bronze_path, rows, user_metadata=commit.to_user_metadata(),
-                txns_for=lambda read_version: stand_actions(
-                    pipeline=self.cfg.pipeline, epoch=epoch, batch_id=batch_id, read_version=read_version,
-                    next_offsets=next_positions, topic_ids=self.cfg.topic_ids,
-                ),
-                idempotency=(self.app_id, batch_id),
+            phases["stats"] = time.monotonic() - started - sum(phases.values())
+            return decided["commit"].to_user_metadata(), stand_actions(
+                pipeline=self.cfg.pipeline, epoch=epoch, batch_id=batch_id, read_version=read_version,
+                next_offsets=next_positions, topic_ids=self.cfg.topic_ids,
             )  # fmt: skip
-            phases["write"] = time.monotonic() - mark
-        finally:
-            rows.unpersist()
+
+        phases["check"] = time.monotonic() - started
+        version = commit_with_stand(
+            self.spark, self.cfg.bronze_path, bronze_rows(df, run_id, batch_id, epoch), finish=finish,
+            idempotency=(self.app_id, batch_id),
+        )  # fmt: skip
+        if version is not None:
+            phases["commit"] = time.monotonic() - started - sum(phases.values())
         if version is None:
             log.warning("batch %s of epoch %s: the table's txn already holds it; skipping its replay",
                         batch_id, self.plan.epoch)  # fmt: skip
             self.summary.batches.append(BatchRecord(batch_id, 0, [], None, True, time.monotonic() - started))
             return
         failpoint("bronze", batch_id)
-        self.positions = next_positions
+        commit = decided["commit"]
+        self.positions = commit.next_offsets
         self.last_commit = commit
+        ranges = list(commit.ranges)
         n = sum(r.rows for r in ranges)
         self.summary.batches.append(
             BatchRecord(batch_id, n, ranges, version, False, time.monotonic() - started, phases)
         )
-        log.info("batch %s: %s rows in %s ranges -> bronze version %s in %.2fs (read %.2fs, write %.2fs)",
-                 batch_id, n, len(ranges), version, time.monotonic() - started, phases["stats"], phases["write"])  # fmt: skip
+        log.info("batch %s: %s rows in %s ranges -> bronze version %s in %.2fs (read and write %.2fs, commit %.2fs)",
+                 batch_id, n, len(ranges), version, time.monotonic() - started, phases["write"], phases["commit"])  # fmt: skip
+
+    def _count_files(self, files: list[WrittenFile]) -> dict[tuple[str, int], tuple[int, int, int]]:
+        """Rows and min/max offset per topic-partition, read back from the batch's own (not yet committed) files."""
+        from pyspark.sql import functions as F
+
+        if not files:
+            return {}
+        base = self.cfg.bronze_path.rstrip("/")
+        paths = [f"{base}/{unquote(f.path)}" for f in files]
+        return {
+            (r["topic"], r["partition"]): (r["rows"], r["low"], r["high"])
+            for r in self.spark.read.parquet(*paths).groupBy("topic", "partition")
+            .agg(F.count("*").alias("rows"), F.min("offset").alias("low"), F.max("offset").alias("high"))
+            .collect()
+        }
 
 # --------------------------------------------------------------------------- run
 
@@ -380,11 +398,11 @@ def record_position(spark, cfg: IngestConfig, partitions: dict[str, list[int]], 
     commit = BronzeCommit(pipeline=cfg.pipeline, run_id=cfg.run_id, run_type=cfg.run_type, epoch=epoch,
                           batch_id=-1, ranges=(), next_offsets=positions, extra=extra)  # fmt: skip
     commit_with_stand(
-        spark, cfg.bronze_path, None, user_metadata=commit.to_user_metadata(),
-        txns_for=lambda read_version: stand_actions(
+        spark, cfg.bronze_path, None,
+        finish=lambda read_version, _files: (commit.to_user_metadata(), stand_actions(
             pipeline=cfg.pipeline, epoch=epoch, batch_id=-1, read_version=read_version,
             next_offsets=positions, topic_ids=cfg.topic_ids,
-        ),
+        )),
         idempotency=None, schema=bronze_schema(spark, cfg),
     )  # fmt: skip
     log.warning("position set (epoch %s): %s: %s", epoch, note.get("reason"), positions_to_json(positions))
@@ -484,6 +502,11 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
         query.awaitTermination()
     except Exception as exc:  # StreamingQueryException carries the batch's cause
         raise IngestionError(f"ingestion of pipeline {cfg.pipeline!r} failed: {root_message(exc, _ERROR_MARKERS)}") from exc
+    # Spark's own time per batch (offsets, planning, our writer, its checkpoint commit), for profiling.
+    triggers = {int(p["batchId"]): int(p["durationMs"].get("triggerExecution", 0)) / 1000 for p in query.recentProgress}
+    for b in summary.batches:
+        if b.batch_id in triggers:
+            b.phases["trigger"] = triggers[b.batch_id]
     summary.next_offsets = writer.positions
     summary.duration_s = time.monotonic() - started
     phases["stream"] = summary.duration_s - sum(phases.values())

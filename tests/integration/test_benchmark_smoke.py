@@ -95,3 +95,23 @@ def test_benchmark_measures_dag_runs(bootstrap: str, airflow_home: Path, tmp_pat
     # The fixed-cost small run (after the first run's one commit), then the run after history was built to 4.
     assert commits[0] == "1" and int(commits[1]) >= 4, commits
     assert re.search(r"Checks total at \d+ commits / at 1 commits: \*\*[0-9.]+x\*\*", markdown)
+
+
+def test_benchmark_micro_batches_part(bootstrap: str, tmp_path: Path) -> None:
+    output = tmp_path / "batches.md"
+    code = benchmark.main([
+        "--bootstrap-servers", bootstrap, "--parts", "batches", "--batch-records", "100", "--batch-count", "4",
+        "--partitions", "2", "--repetitions", "1", "--output", str(output), "--work-dir", str(tmp_path / "work"),
+    ])  # fmt: skip
+    assert code == 0
+    markdown = output.read_text()
+    assert "## Micro-batches" in markdown and "## Throughput" not in markdown
+    rows = {
+        cells[0]: cells
+        for line in markdown.splitlines()
+        if line.startswith("| p") and (cells := [c.strip() for c in line.strip().strip("|").split("|")])
+    }
+    assert set(rows) == {"plain", "project"}
+    # 400 records of 2 partitions, 100 per trigger: 4 batches, the first one not counted as warm.
+    assert rows["plain"][1] == "3" and rows["project"][1] == "3"
+    assert _median(rows["project"][2]) > 0 and float(rows["project"][5]) >= 0

@@ -126,6 +126,36 @@ def test_max_offsets_per_trigger_splits_into_chained_commits(spark, bootstrap, m
     _assert_exactly_once(spark, lake, bootstrap, topic, 300)
 
 
+def test_ranges_come_from_the_files_statistics_or_from_counting_the_files(spark, bootstrap, make_topic,
+                                                                          unique_name, lake):  # fmt: skip
+    """The batch is read once; its ranges come from Delta's file statistics, or, when the table collects
+    none, from counting the batch's own written files: the same exact ranges either way."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    topic = make_topic(unique_name, partitions=3)
+    produce_numbered(bootstrap, topic, 3, 120)
+    run(spark, _cfg(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "60"))
+    with_stats = pa.table(DeltaTable(str(lake / "bronze")).get_add_actions(flatten=True)).to_pylist()
+    assert with_stats and all(a["num_records"] > 0 and a["min.offset"] is not None for a in with_stats)
+
+    spark.sql(f"ALTER TABLE delta.`{lake / 'bronze'}` SET TBLPROPERTIES ('delta.dataSkippingNumIndexedCols' = '0')")
+    produce_numbered(bootstrap, topic, 3, 90, start=120)
+    second = run(spark, _cfg(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "60"))
+    assert second.rows == 90 and len(second.batches) >= 2
+    actions = pa.table(DeltaTable(str(lake / "bronze")).get_add_actions(flatten=True)).to_pylist()
+    without_min = [a for a in actions if a.get("min.offset") is None]
+    assert without_min, "the table still collects offset statistics: the counting path was not exercised"
+
+    commits = _bronze_commits(spark, lake)
+    for version, commit, delta_rows in commits:
+        assert commit.rows == delta_rows, f"version {version}: metadata rows != rows Delta wrote"
+        for r in commit.ranges:
+            assert r.rows == r.until_offset - r.from_offset
+    assert read_progress(str(lake / "bronze"), unique_name).next_offsets == {topic: {0: 70, 1: 70, 2: 70}}
+    _assert_exactly_once(spark, lake, bootstrap, topic, 210)
+
+
 def test_new_partitions_arrive_from_their_first_offset(spark, bootstrap, make_topic, unique_name, lake):
     topic = make_topic(unique_name, partitions=2)
     produce_numbered(bootstrap, topic, 2, 40)

@@ -23,6 +23,7 @@ from spark_jobs.ingest_plan import (
     parse_config,
     plan_checkpoint,
     resume_offsets,
+    stats_from_files,
 )
 
 # --------------------------------------------------------------------------- parse_config
@@ -812,3 +813,56 @@ def test_parse_config_bad_preflight_file_names_the_file(tmp_path, content):
     path.write_text(content)
     with pytest.raises(JobConfigError, match=r"--preflight-file .*preflight\.json"):
         parse_config(_args("--preflight-file", str(path)))
+
+
+# --------------------------------------------------------------------------- ranges from the files' statistics
+
+
+def _file_stats(rows: int, topic: tuple[str, str], partition: tuple[int, int], offset: tuple[int, int]) -> str:
+    return json.dumps({
+        "numRecords": rows,
+        "minValues": {"topic": topic[0], "partition": partition[0], "offset": offset[0]},
+        "maxValues": {"topic": topic[1], "partition": partition[1], "offset": offset[1]},
+        "nullCount": {"topic": 0, "partition": 0, "offset": 0},
+    })  # fmt: skip
+
+
+def test_stats_from_files_sums_the_files_of_one_partition():
+    files = [
+        _file_stats(5, ("orders", "orders"), (0, 0), (10, 14)),
+        _file_stats(3, ("orders", "orders"), (0, 0), (15, 19)),  # a hole at 16/17: 3 rows over 5 offsets
+        _file_stats(2, ("payments", "payments"), (0, 0), (7, 8)),
+    ]
+    assert stats_from_files(files, {"orders", "payments"}) == {
+        ("orders", 0): (8, 10, 19),
+        ("payments", 0): (2, 7, 8),
+    }
+
+
+def test_stats_from_files_accepts_a_shortened_topic_when_only_one_topic_fits():
+    long_topic = "a-very-long-topic-name-beyond-thirty-two-characters"
+    # Delta keeps a prefix as the min and something above the value as the max.
+    files = [_file_stats(4, (long_topic[:32], long_topic[:32] + "\U0010ffff"), (2, 2), (0, 3))]
+    assert stats_from_files(files, {long_topic, "other"}) == {(long_topic, 2): (4, 0, 3)}
+
+
+@pytest.mark.parametrize(
+    ("stats", "topics"),
+    [
+        pytest.param([None], {"t"}, id="no statistics"),
+        pytest.param([json.dumps({"numRecords": 3})], {"t"}, id="statistics without min/max"),
+        pytest.param([_file_stats(4, ("t", "t"), (0, 1), (0, 9))], {"t"}, id="two partitions in one file"),
+        pytest.param([_file_stats(4, ("a", "b"), (0, 0), (0, 9))], {"a", "b"}, id="two topics in one file"),
+        pytest.param(
+            [_file_stats(4, ("same-prefix", "same-prefix\U0010ffff"), (0, 0), (0, 9))],
+            {"same-prefix-1", "same-prefix-2"}, id="a shortened topic two topics fit",
+        ),
+        pytest.param([_file_stats(4, ("x", "x"), (0, 0), (0, 9))], {"t"}, id="a topic the batch did not read"),
+    ],
+)
+def test_stats_from_files_gives_up_when_a_file_is_not_one_partition(stats, topics):
+    assert stats_from_files(stats, topics) is None
+
+
+def test_stats_from_files_skips_empty_files():
+    assert stats_from_files([json.dumps({"numRecords": 0, "minValues": {}, "maxValues": {}})], {"t"}) == {}
