@@ -7,6 +7,7 @@ any existing master; only ``--master`` changes.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import zipfile
@@ -76,7 +77,12 @@ def driver_java_options(project_root: str | Path | None = None, *, cluster_maste
 
 
 def package_py_files(target_dir: Path | None = None) -> Path:
-    """Zip the job code for ``--py-files``; rebuilt only when a source file changed."""
+    """Zip the job code for ``--py-files``; rebuilt only when the shipped sources differ from the zip's.
+
+    The zip's comment holds a fingerprint of the sources' paths and bytes, so
+    a checkout of other code (an older commit, another work tree sharing the
+    cache) never ships a stale zip, as comparing modification times could.
+    """
     target_dir = target_dir or (settings.CACHE_DIR / "build")
     target_dir.mkdir(parents=True, exist_ok=True)
     root = settings.PROJECT_ROOT
@@ -84,14 +90,22 @@ def package_py_files(target_dir: Path | None = None) -> Path:
     for entry in _SHIPPED:
         path = root / entry
         files.extend(sorted(path.rglob("*.py")) if path.is_dir() else [path])
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    fingerprint = digest.hexdigest().encode()
     zip_path = target_dir / "kde_jobs.zip"
-    newest = max(f.stat().st_mtime for f in files)
-    if zip_path.exists() and zip_path.stat().st_mtime >= newest:
-        return zip_path
-    tmp = zip_path.with_suffix(".tmp")
+    try:
+        with zipfile.ZipFile(zip_path) as existing:
+            if existing.comment == fingerprint:
+                return zip_path
+    except (OSError, zipfile.BadZipFile):
+        pass
+    tmp = zip_path.with_suffix(f".{os.getpid()}.tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
         for f in files:
             zf.write(f, f.relative_to(root).as_posix())
+        zf.comment = fingerprint
     tmp.replace(zip_path)
     return zip_path
 
