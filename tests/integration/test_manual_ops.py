@@ -180,13 +180,31 @@ def test_data_loss_gap_acknowledged_through_the_form_is_recorded_with_its_reason
     assert len(keys) == 115 and not {(1, o) for o in range(20, 25)} & keys
 
 
-def test_invalid_params_are_refused_before_any_spark_process_starts(pipeline, bootstrap):
+def _refusal(p: Pipeline, conf: dict, monkeypatch) -> str:
+    """What ``check_request`` makes of ``conf``: the same two calls as the task, against the real broker and table."""
+    from include import manual_ops, pipeline_config, pipeline_run
+
+    monkeypatch.setenv(pipeline_config.LAKEHOUSE_ROOT_ENV, str(p.lake))
+    cfg = pipeline_config.load_pipeline(p.dir / f"{p.name}.yaml")
+    with pytest.raises(manual_ops.RequestError) as refused:
+        request = manual_ops.parse_request(conf, run_type="manual", requested_by="test")
+        pipeline_run.plan_request(cfg, {"bootstrap.servers": p.bootstrap}, request)
+    return str(refused.value)
+
+
+def test_invalid_params_are_refused_before_any_spark_process_starts(pipeline, bootstrap, monkeypatch):
     p = pipeline
     produce_numbered(bootstrap, p.topic, 3, 60)  # offsets 0..19 of each partition
     _ok(*p.run())
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.delete_records([TopicPartition(p.topic, 2, 5)])[TopicPartition(p.topic, 2, 5)].result(30)
     t = p.topic
+    below_earliest = (
+        {"action": "backfill_offsets", "reason": "r", "offset_ranges": [{"topic": t, "partition": 2, "from": 0, "until": 10}]},
+        f"partition {t}-2 from 0 is below Kafka's earliest offset 5 (older records were deleted by retention); "
+        "Kafka holds offsets [5, 20)",
+    )  # fmt: skip
+    no_reason = ({"action": "rebuild_checkpoint"}, "reason: required for action 'rebuild_checkpoint'")
     cases = [
         ({"action": "backfill_offsets", "reason": "r", "offset_ranges": [{"topic": "nope", "from": 0, "until": 5}]},
          f"topic 'nope' is not one pipeline {p.name!r} has ingested (its topics: {t})"),
@@ -195,21 +213,28 @@ def test_invalid_params_are_refused_before_any_spark_process_starts(pipeline, bo
          f"topic {t!r} has no partition 7 (it has partitions 0, 1, 2)"),
         ({"action": "backfill_offsets", "reason": "r", "offset_ranges": [{"topic": t, "from": 9, "until": 3}]},
          "from 9 is not below until 3"),
-        ({"action": "backfill_offsets", "reason": "r",
-          "offset_ranges": [{"topic": t, "partition": 2, "from": 0, "until": 10}]},
-         f"partition {t}-2 from 0 is below Kafka's earliest offset 5 (older records were deleted by retention); "
-         "Kafka holds offsets [5, 20)"),
+        below_earliest,
         ({"action": "backfill_offsets", "reason": "r",
           "offset_ranges": [{"topic": t, "partition": 0, "from": 0, "until": 999}]},
          f"partition {t}-0 until 999 is past Kafka's end 20"),
         ({"action": "backfill_time", "reason": "r", "from_time": "2020-01-01T00:00:00Z",
           "to_time": "2020-01-02T00:00:00Z"},
          "no record the table has passed has a Kafka timestamp in [2020-01-01T00:00:00+00:00, 2020-01-02"),
-        ({"action": "rebuild_checkpoint"}, "reason: required for action 'rebuild_checkpoint'"),
-        ({"action": "acknowledge_gap", "reason": "r"}, "the preflight finds no data loss to acknowledge now"),
+        no_reason,
     ]  # fmt: skip
-    folders = p.run_dirs()
+    # Every refusal of check_request, through the task's own calls (no DAG run each).
     for conf, message in cases:
+        assert message in _refusal(p, conf, monkeypatch), conf
+
+    # Through DAG runs: a refusal of the params alone, one that needed Kafka and the table (both at
+    # check_request) and one of the preflight: each fails the run, is in the ledger, starts no cluster.
+    folders = p.run_dirs()
+    dag_cases = [
+        no_reason,
+        below_earliest,
+        ({"action": "acknowledge_gap", "reason": "r"}, "the preflight finds no data loss to acknowledge now"),
+    ]
+    for conf, message in dag_cases:
         proc, log = p.run(conf)
         assert proc.returncode == 1, conf
         assert message in log, (conf, log[-4000:])
