@@ -188,6 +188,8 @@ class BatchResult:
     commit: SilverCommit | None
     skipped_replay: bool
     duration_s: float
+    #: Seconds per step of the writer, in order, for profiling.
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -236,6 +238,7 @@ class TransformSummary:
                     "read": b.commit.read if b.commit else 0,
                     "counts": b.commit.counts if b.commit else {},
                     "duration_s": round(b.duration_s, 3),
+                    "phases": {k: round(v, 3) for k, v in b.phases.items()},
                 }
                 for b in self.batches
             ],
@@ -320,10 +323,19 @@ class SilverBatchWriter:
         cfg, spec = self.cfg, self.cfg.spec
         start = batch_end(self.checkpoint, batch_id - 1) if batch_id > 0 else self.plan.start
         end = batch_end(self.checkpoint, batch_id)
+        phases: dict[str, float] = {}
+        clock = [time.monotonic()]
+
+        def lap(name: str) -> None:
+            now = time.monotonic()
+            phases[name] = phases.get(name, 0.0) + now - clock[0]
+            clock[0] = now
+
         bronze = df.persist(StorageLevel.MEMORY_AND_DISK)
         cached = [bronze]
         try:
             read = bronze.count()
+            lap("read")
             # Decoded once and kept: the new-field scan and every step below read it.
             decoded = silver_rules.decode(bronze, spec, self.fields).persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(decoded)
@@ -338,6 +350,7 @@ class SilverBatchWriter:
                             ", ".join(f"{f.name} {f.type}" for f in added))  # fmt: skip
                 decoded = silver_rules.decode(bronze, spec, self.fields).persist(StorageLevel.MEMORY_AND_DISK)
                 cached.append(decoded)
+            lap("decode")
 
             quarantine = silver_rules.quarantine_rows(decoded, cfg.run_id, self.plan.epoch, batch_id)
             replayed = 0
@@ -354,12 +367,14 @@ class SilverBatchWriter:
                 for r in quarantine.groupBy(F.col("fields")[0].alias("field")).agg(F.count("*").alias("n")).collect()
             }
             quarantined = sum(qfields.values())
+            lap("quarantine_count")
 
             valid = decoded.where(F.size("_problems") == 0)
             current = self.spark.read.format("delta").load(cfg.silver_path)
             classified = silver_rules.classify(valid, current, spec).persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(classified)
             actions = {r["_action"]: r["n"] for r in classified.groupBy("_action").agg(F.count("*").alias("n")).collect()}
+            lap("classify")
             counts = {
                 "upserted": actions.get("insert", 0) + actions.get("update", 0),
                 "deleted": actions.get("delete", 0),
@@ -385,6 +400,7 @@ class SilverBatchWriter:
                     .option("userMetadata", commit.to_user_metadata())
                     .save(cfg.quarantine_path)
                 )  # fmt: skip
+            lap("quarantine_write")
             rows = silver_rules.silver_rows(classified, self.fields, spec, cfg.run_id)
             meta = commit.to_user_metadata()
             if counts["upserted"] or counts["deleted"]:
@@ -401,17 +417,19 @@ class SilverBatchWriter:
                 mark = f"ALTER TABLE {_sql_path(cfg.silver_path)} SET TBLPROPERTIES ('kde.transform.batch' = " \
                        f"'{self.plan.epoch}:{batch_id}')"  # fmt: skip
                 with_user_metadata(self.spark, meta, lambda: self.spark.sql(mark))
+            lap("silver_commit")
         finally:
             for frame in reversed(cached):
                 frame.unpersist()
         version = confirm_newest_commit(self.spark, cfg.silver_path, SilverCommit.from_user_metadata,
                                         self.plan.epoch, batch_id, TransformError)  # fmt: skip
         commit = replace(commit, version=version)
+        lap("confirm")
         failpoint("silver", batch_id)
         self.last = commit
-        self.summary.batches.append(BatchResult(batch_id, commit, False, time.monotonic() - started))
-        log.info("batch %s: read %s -> %s, silver version %s in %.2fs", batch_id, read, counts, version,
-                 time.monotonic() - started)  # fmt: skip
+        self.summary.batches.append(BatchResult(batch_id, commit, False, time.monotonic() - started, phases))
+        log.info("batch %s: read %s -> %s, silver version %s in %.2fs (%s)", batch_id, read, counts, version,
+                 time.monotonic() - started, ", ".join(f"{k} {v:.2f}s" for k, v in phases.items()))  # fmt: skip
 
 def _is_delta(spark, path: str) -> bool:
     from delta.tables import DeltaTable
