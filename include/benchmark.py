@@ -443,7 +443,7 @@ def _batch_lines(report: BenchmarkReport) -> list[str]:
         "## Micro-batches",
         "",
         f"- parameters: {p.batch_records * p.batch_count:,} records x {p.record_bytes} B in {p.partitions} "
-        f"partitions, read with maxOffsetsPerTrigger {p.batch_records:,} ({p.batch_count} batches) by each Spark "
+        f"partitions, read with maxOffsetsPerTrigger {p.batch_records:,} by each Spark "
         f"job on `{p.master}`; figures are medians over the warm batches (every batch but the first) of all "
         f"{p.repetitions} repetition(s)",
         "",
