@@ -373,7 +373,11 @@ class SilverBatchWriter:
             current = self.spark.read.format("delta").load(cfg.silver_path)
             classified = silver_rules.classify(valid, current, spec).persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(classified)
-            actions = {r["_action"]: r["n"] for r in classified.groupBy("_action").agg(F.count("*").alias("n")).collect()}
+            actions: dict[str, int] = {}
+            touches_existing = False
+            for r in classified.groupBy("_action", "_present").agg(F.count("*").alias("n")).collect():
+                actions[r["_action"]] = actions.get(r["_action"], 0) + r["n"]
+                touches_existing |= bool(r["_present"]) and r["_action"] in ("update", "delete")
             lap("classify")
             counts = {
                 "upserted": actions.get("insert", 0) + actions.get("update", 0),
@@ -403,7 +407,12 @@ class SilverBatchWriter:
             lap("quarantine_write")
             rows = silver_rules.silver_rows(classified, self.fields, spec, cfg.run_id)
             meta = commit.to_user_metadata()
-            if counts["upserted"] or counts["deleted"]:
+            if (counts["upserted"] or counts["deleted"]) and not touches_existing:
+                # Every row is a key silver does not hold (classify read silver): an append is the
+                # MERGE's exact outcome without its two joins over silver.
+                (rows.select(*current.columns).write.format("delta").mode("append")
+                 .option("userMetadata", meta).save(cfg.silver_path))  # fmt: skip
+            elif counts["upserted"] or counts["deleted"]:
                 from delta.tables import DeltaTable
 
                 on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.key)

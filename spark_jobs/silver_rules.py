@@ -352,7 +352,8 @@ def classify(valid, current, spec: TransformSpec):
     replayed record never overwrites newer state. A tombstone takes the
     ordering value of the newest state before it (in the batch or in silver),
     so an older record arriving after a delete does not bring the key back.
-    Adds ``_ordering`` (the effective ordering value) for the silver row.
+    Adds ``_ordering`` (the effective ordering value) for the silver row and
+    ``_present`` (silver holds a row for the key).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -403,7 +404,11 @@ def classify(valid, current, spec: TransformSpec):
         .when(~present, "insert")
         .otherwise("update")
     )
-    return df.withColumn("_action", action).drop("_t_ord", "_t_partition", "_t_offset", "_winner")
+    return (
+        df.withColumn("_action", action)
+        .withColumn("_present", present)
+        .drop("_t_ord", "_t_partition", "_t_offset", "_winner")
+    )
 
 
 def silver_rows(classified, fields: Sequence[FieldSpec], spec: TransformSpec, run_id: str):

@@ -204,6 +204,12 @@ def test_silver_holds_the_newest_event_per_key_across_batches_and_runs(
     assert second["superseded"] == 1 and second["upserted"] == 3  # a@4 superseded; b, c, d applied
     assert first["read"] + second["read"] == len(produced)
     assert_accounted(spark, lake)
+    # A batch of keys silver did not hold is appended; one that changes a held key is a MERGE.
+    from delta.tables import DeltaTable
+
+    operations = [r["operation"] for r in DeltaTable.forPath(spark, str(lake / "silver")).history()
+                  .orderBy("version").collect() if r["operation"] in ("WRITE", "MERGE")]  # fmt: skip
+    assert operations[0] == "WRITE" and "MERGE" in operations, operations
 
 
 def test_batch_replayed_after_a_kill_between_silver_and_checkpoint_commits_applies_nothing_twice(
