@@ -334,9 +334,7 @@ class SilverBatchWriter:
         bronze = df.persist(StorageLevel.MEMORY_AND_DISK)
         cached = [bronze]
         try:
-            read = bronze.count()
-            lap("read")
-            # Decoded once and kept: the new-field scan and every step below read it.
+            # Decoded once and kept (one row per bronze record): the new-field scan and every step below read it.
             decoded = silver_rules.decode(bronze, spec, self.fields).persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(decoded)
             added, ignored = silver_rules.plan_new_fields(decoded, spec, self.fields)
@@ -352,22 +350,26 @@ class SilverBatchWriter:
                 cached.append(decoded)
             lap("decode")
 
+            # One pass counts the records read and the quarantined ones by the field of their first problem.
+            first_problem = F.when(F.size("_problems") > 0, F.col("_problems")[0]["field"])
+            groups = decoded.groupBy(first_problem.alias("field")).agg(F.count("*").alias("n")).collect()
+            read = sum(r["n"] for r in groups)
+            qfields = {r["field"]: r["n"] for r in groups if r["field"] is not None}
             quarantine = silver_rules.quarantine_rows(decoded, cfg.run_id, self.plan.epoch, batch_id)
             replayed = 0
             if self.plan.rebuilt_reason and batch_id == 0 and _is_delta(self.spark, cfg.quarantine_path):
                 # A new epoch may re-read part of a version; its bad records are in quarantine already.
-                before = quarantine.count()
                 held = self.spark.read.format("delta").load(cfg.quarantine_path).select("topic", "partition", "offset")
-                quarantine = quarantine.join(held, ["topic", "partition", "offset"], "left_anti")
-                replayed = before - quarantine.count()
-            quarantine = quarantine.persist(StorageLevel.MEMORY_AND_DISK)
-            cached.append(quarantine)
-            qfields = {
-                r["field"]: r["n"]
-                for r in quarantine.groupBy(F.col("fields")[0].alias("field")).agg(F.count("*").alias("n")).collect()
-            }
+                quarantine = quarantine.join(held, ["topic", "partition", "offset"], "left_anti").persist(
+                    StorageLevel.MEMORY_AND_DISK)  # fmt: skip
+                cached.append(quarantine)
+                qfields = {
+                    r["field"]: r["n"]
+                    for r in quarantine.groupBy(F.col("fields")[0].alias("field")).agg(F.count("*").alias("n")).collect()
+                }
+                replayed = sum(r["n"] for r in groups if r["field"] is not None) - sum(qfields.values())
             quarantined = sum(qfields.values())
-            lap("quarantine_count")
+            lap("read_and_quarantine_count")
 
             valid = decoded.where(F.size("_problems") == 0)
             current = self.spark.read.format("delta").load(cfg.silver_path)

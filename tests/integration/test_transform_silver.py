@@ -291,16 +291,22 @@ def test_lost_checkpoint_restarts_where_silver_stands_with_a_new_epoch(
 ):
     topic = make_topic(unique_name, partitions=2)
     produce(bootstrap, topic, [(i % 2, f"k{i}".encode(), order(f"k{i}", i)) for i in range(20)])
+    produce(bootstrap, topic, [(0, b"bad-1", b"{not json")])
     ingest(spark, bootstrap, lake, unique_name, topic, per_trigger=6)
     transform(spark, lake, unique_name)
     shutil.rmtree(lake / "checkpoints" / "silver")
     produce(bootstrap, topic, [(i % 2, f"k{i}".encode(), order(f"k{i}", 100 + i)) for i in range(15, 25)])
+    produce(bootstrap, topic, [(1, b"bad-2", b"[1, 2]")])
     ingest(spark, bootstrap, lake, unique_name, topic)
 
+    # The new epoch's first batch checks its bad records against quarantine (none is there twice).
     result = transform(spark, lake, unique_name, run_id="run-2")
 
     assert result["epoch"] == 1 and result["checkpoint_rebuilt"]["reason"] == "no checkpoint found"
-    assert result["read"] == 10 and result["upserted"] == 10
+    assert result["read"] == 11 and result["upserted"] == 10
+    assert result["quarantined"] == 1 and result["replayed"] == 0
+    quarantined = spark.read.format("delta").load(str(lake / "quarantine")).select("key").collect()
+    assert sorted(bytes(r["key"]) for r in quarantined) == [b"bad-1", b"bad-2"]
     rows = silver(spark, lake)
     assert len(rows) == 25
     assert all(float(rows[f"k{i}"]["amount"]) == 10.0 for i in range(25))
