@@ -328,13 +328,12 @@ class BronzeBatchWriter:
             self.spark, self.cfg.bronze_path, bronze_rows(df, run_id, batch_id, epoch), finish=finish,
             idempotency=(self.app_id, batch_id),
         )  # fmt: skip
-        if version is not None:
-            phases["commit"] = time.monotonic() - started - sum(phases.values())
         if version is None:
             log.warning("batch %s of epoch %s: the table's txn already holds it; skipping its replay",
                         batch_id, self.plan.epoch)  # fmt: skip
             self.summary.batches.append(BatchRecord(batch_id, 0, [], None, True, time.monotonic() - started))
             return
+        phases["commit"] = time.monotonic() - started - sum(phases.values())
         failpoint("bronze", batch_id)
         commit = decided["commit"]
         self.positions = commit.next_offsets
@@ -354,7 +353,9 @@ class BronzeBatchWriter:
         if not files:
             return {}
         base = self.cfg.bronze_path.rstrip("/")
-        paths = [f"{base}/{unquote(f.path)}" for f in files]
+        # An add action's path is relative to the table unless Delta wrote it absolute (a URI).
+        paths = [unquote(f.path) if "://" in f.path or f.path.startswith("/") else f"{base}/{unquote(f.path)}"
+                 for f in files]  # fmt: skip
         return {
             (r["topic"], r["partition"]): (r["rows"], r["low"], r["high"])
             for r in self.spark.read.parquet(*paths).groupBy("topic", "partition")
