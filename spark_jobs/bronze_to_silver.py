@@ -355,6 +355,7 @@ class SilverBatchWriter:
             groups = decoded.groupBy(first_problem.alias("field")).agg(F.count("*").alias("n")).collect()
             read = sum(r["n"] for r in groups)
             qfields = {r["field"]: r["n"] for r in groups if r["field"] is not None}
+            bad = sum(qfields.values())
             quarantine = silver_rules.quarantine_rows(decoded, cfg.run_id, self.plan.epoch, batch_id)
             replayed = 0
             if self.plan.rebuilt_reason and batch_id == 0 and _is_delta(self.spark, cfg.quarantine_path):
@@ -367,7 +368,7 @@ class SilverBatchWriter:
                     r["field"]: r["n"]
                     for r in quarantine.groupBy(F.col("fields")[0].alias("field")).agg(F.count("*").alias("n")).collect()
                 }
-                replayed = sum(r["n"] for r in groups if r["field"] is not None) - sum(qfields.values())
+                replayed = bad - sum(qfields.values())
             quarantined = sum(qfields.values())
             lap("read_and_quarantine_count")
 

@@ -197,8 +197,8 @@ def commit_with_stand(spark, path: str, df, *, finish: Finish, idempotency: tupl
         ))  # fmt: skip
     files = txn.writeFiles(df._jdf) if df is not None else _jvm_seq(jvm, [])
     written = []
-    for i in range(files.size()):
-        action = files.apply(i)
+    # One Java view of the Seq: apply(i) on a Scala List walks it from the head every time.
+    for action in jvm.scala.jdk.javaapi.CollectionConverters.asJava(files):
         if action.getClass().getSimpleName() != "AddFile":
             raise RuntimeError(f"{path}: Delta's writer returned a {action.getClass().getSimpleName()} for an append")
         written.append(WrittenFile(str(action.path()), action.stats()))
