@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from include import manual_ops
 from include.offsets import BackfillCommit, BackfillRange, BronzeCommit, Gap, PositionMap, flatten
-from include.transform_spec import COUNT_KEYS, BronzePosition, SilverCommit
+from include.transform_spec import COUNT_KEYS, BronzePosition, SilverCommit, SilverStand
 
 #: ``(topic, partition, from, until) -> committed records Kafka holds there``; may raise.
 RecordCounter = Callable[[str, int, int, int], int]
@@ -269,10 +269,15 @@ def check_transform(
     bronze_version: int | None,
     quarantine_rows: dict[tuple[int, int], int],
     expected: dict | None = None,
+    stand_before: SilverStand | None = None,
 ) -> TransformCheck:
     """Check the silver batch commits one run wrote (oldest first).
 
-    ``previous`` is silver's last batch commit before the run; ``bronze_rows``
+    ``previous`` is silver's last batch commit before the run; ``stand_before``
+    where the transform stood before the run, from silver's state, which
+    chains the run's first batch when log cleanup has removed ``previous``
+    (only to the bronze version then: the state does not keep the file index
+    inside it, which the check says); ``bronze_rows``
     the rows of each bronze version the batches may have read; ``bronze_version``
     bronze's version now (the transform must have read up to it);
     ``quarantine_rows`` the rows each quarantine append holds by ``(epoch,
@@ -283,17 +288,35 @@ def check_transform(
     notes: list[str] = []
     position = previous.bronze_end if previous else BronzePosition(0)
     epoch = previous.epoch if previous else None
+    version_only = False
+    restore = stand_before.restore if stand_before is not None else None
+    if restore is not None and restore.bronze_from is not None:
+        # What the RESTORE undid is read again: the run must start where silver stood at the restored version.
+        position, epoch = restore.bronze_from, stand_before.epoch
+        notes.append(f"silver was restored to {restore.restored_to} (silver version {restore.version}); the run "
+                     f"re-reads bronze from version {position.version}, where silver stood then")  # fmt: skip
+    elif previous is None and stand_before is not None:
+        position, epoch, version_only = stand_before.bronze_end, stand_before.epoch, True
+        notes.append(
+            f"silver's batch commit before this run (epoch {stand_before.epoch} batch {stand_before.batch_id}) is "
+            f"no longer in its log (log cleanup); the run's first batch is chained to silver's state, bronze "
+            f"version {position.version}, without the file index inside it"
+        )
     for c in commits:
         where = f"silver version {c.version} (epoch {c.epoch} batch {c.batch_id})"
         if c.read != c.accounted:
             violations.append(f"{where} read {c.read} bronze records but accounts for {c.accounted}: {c.counts}")
         if epoch is not None and c.epoch != epoch and c.bronze_start == BronzePosition(position.version):
             notes.append(f"{where} starts a new checkpoint epoch at bronze version {position.version}")
+        elif version_only and c.epoch == epoch and c.batch_id == stand_before.batch_id + 1 \
+                and c.bronze_start.version == position.version:  # fmt: skip
+            pass
         elif c.bronze_start != position:
             violations.append(
                 f"{where} starts at bronze {c.bronze_start.to_json()} but the previous batch ended at "
                 f"{position.to_json()}"
             )
+        version_only = False
         q = c.counts.get("quarantined", 0)
         held = quarantine_rows.get((c.epoch, c.batch_id))
         if q and held is None:

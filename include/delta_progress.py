@@ -16,7 +16,13 @@ from pathlib import Path
 from include import table_stand
 from include.offsets import BackfillCommit, BronzeCommit, PositionMap, txn_app_id
 from include.table_stand import Restore, Stand, history_entries
-from include.transform_spec import SilverCommit
+from include.transform_spec import (
+    SilverCommit,
+    SilverStand,
+    resolve_silver_stand,
+    silver_app_id,
+    silver_history_covered,
+)
 
 
 def _open(path: str | Path, storage_options: dict[str, str] | None):
@@ -193,6 +199,43 @@ def silver_commits_since(path: str | Path, version: int | None, *,
         if previous is not None or start < 0 or len(entries) < limit:
             return previous, sorted(after, key=lambda c: c.version)
         limit *= 10
+
+
+#: Epochs probed past the last one found: a transform epoch that crashed before its first
+#: silver commit leaves a gap in the numbers.
+_EPOCH_GAP = 8
+
+
+def silver_stand(path: str | Path, pipeline: str, *,
+                 storage_options: dict[str, str] | None = None) -> SilverStand | None:  # fmt: skip
+    """Where the transform stands (:func:`include.transform_spec.resolve_silver_stand`), read with delta-rs.
+
+    delta-rs cannot list a table's txn app ids, so the epochs are probed:
+    from the newest batch commit's epoch while the log holds one, else from 0,
+    until :data:`_EPOCH_GAP` numbers in a row are missing.
+    """
+    table = _open(path, storage_options)
+    if table is None:
+        return None
+    limit = 20
+    while True:
+        entries = table.history(limit)
+        if len(entries) < limit or silver_history_covered(entries):
+            break
+        limit *= 10
+    newest = next((c for e in sorted(entries, key=lambda e: -int(e["version"]))
+                   if (c := SilverCommit.from_user_metadata(e.get("userMetadata"), version=int(e["version"])))),
+                  None)  # fmt: skip
+    state: dict[int, int] = {}
+    epoch, missing = (newest.epoch if newest else 0), 0
+    while missing < _EPOCH_GAP:
+        version = table.transaction_version(silver_app_id(pipeline, epoch))
+        if version is None:
+            missing += 1
+        else:
+            state[epoch], missing = int(version), 0
+        epoch += 1
+    return resolve_silver_stand(state, newest, entries)
 
 
 def quarantine_rows_since(path: str | Path, version: int | None, *,

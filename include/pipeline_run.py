@@ -38,6 +38,7 @@ from include.preflight import (
     preflight,
 )
 from include.table_stand import PositionUnknownError
+from include.transform_spec import SilverStand
 
 #: Bound on every Kafka call a task makes, so a dead broker fails a task instead of hanging it.
 KAFKA_TIMEOUT_S = 20.0
@@ -303,11 +304,17 @@ def check_continuity(cfg: PipelineConfig, client: dict[str, str], *, run_id: str
     return report
 
 
-def transform_versions(cfg: PipelineConfig) -> dict[str, int | None]:
-    """Silver's and quarantine's versions now: where the next run's transform check starts reading."""
+def transform_versions(cfg: PipelineConfig) -> dict:
+    """Silver's and quarantine's versions now, and where the transform stands: where the run's transform check starts.
+
+    The stand comes from silver's state, so the check can chain the run's first
+    batch to it even when log cleanup has removed the batch commit before it.
+    """
+    stand = delta_progress.silver_stand(cfg.tables.silver_path, cfg.name)
     return {
         "silver_version": delta_progress.table_version(cfg.tables.silver_path),
         "quarantine_version": delta_progress.table_version(cfg.tables.quarantine_path),
+        "silver_stand": stand.to_json() if stand is not None else None,
     }
 
 
@@ -320,9 +327,11 @@ def check_transform(cfg: PipelineConfig, *, before: dict, job_summary: dict | No
     else:
         bronze_version, rows = delta_progress.table_version(cfg.tables.bronze_path), {}
     quarantined = delta_progress.quarantine_rows_since(cfg.tables.quarantine_path, before.get("quarantine_version"))
+    stand = before.get("silver_stand")
     return continuity.check_transform(
         previous=previous, commits=commits, bronze_rows=rows, bronze_version=bronze_version,
         quarantine_rows=quarantined, expected=job_summary,
+        stand_before=SilverStand.from_json(stand) if stand else None,
     )  # fmt: skip
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 #: Simple field types and what a JSON value must be to take them.
@@ -257,3 +258,184 @@ class SilverCommit:
             fields_ignored=data.get("fields_ignored") or {},
             version=version,
         )
+
+
+# --------------------------------------------------------------------------- where silver stands
+
+#: Bits of a silver txn version that hold the batch id; the bronze version sits above them.
+BATCH_BITS = 24
+MAX_BATCH_ID = (1 << BATCH_BITS) - 1
+SILVER_TXN_PREFIX = "kde-silver"
+
+
+def silver_app_id(pipeline: str, epoch: int) -> str:
+    """The Delta ``txnAppId`` every silver batch commit of one transform epoch carries.
+
+    Its version (:func:`silver_txn_version`) is where silver stands in bronze:
+    part of the table's state, so Delta's log cleanup never removes it, unlike
+    the commit's ``userMetadata``. One app id per epoch, because a new epoch
+    may restart inside the version the last one ended in (its versions must
+    only grow under one app id, or Delta skips the write).
+    """
+    return f"{SILVER_TXN_PREFIX}.{pipeline}.e{epoch}"
+
+
+def silver_txn_version(bronze_version: int, batch_id: int) -> int:
+    """``bronze_version`` (the version the next batch reads) and the batch id in one txn version.
+
+    Within an epoch batch ids only grow and the bronze version never falls, so
+    the packed value only grows: Delta's rule for one app id.
+    """
+    if not 0 <= batch_id <= MAX_BATCH_ID:
+        raise ValueError(
+            f"batch id {batch_id} does not fit silver's position record (at most {MAX_BATCH_ID} batches per "
+            "epoch); start a new transform epoch with the trigger-form action rebuild_checkpoint"
+        )
+    if bronze_version < 0 or bronze_version >= 1 << (63 - BATCH_BITS):
+        raise ValueError(f"bronze version {bronze_version} does not fit silver's position record")
+    return (bronze_version << BATCH_BITS) | batch_id
+
+
+@dataclass(frozen=True)
+class SilverRestore:
+    """A RESTORE of silver committed after the transform's last batch: it undid what those batches did.
+
+    ``bronze_from`` is where silver stood in bronze at the restored version
+    (``None`` when the log no longer says); the transform re-reads bronze from
+    there in a new epoch, and classify leaves what silver still holds as it is.
+    """
+
+    version: int
+    restored_to: str
+    bronze_from: BronzePosition | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "restored_to": self.restored_to,
+                "bronze_from": self.bronze_from.to_json() if self.bronze_from else None}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SilverRestore:
+        start = data.get("bronze_from")
+        return cls(int(data["version"]), str(data["restored_to"]), BronzePosition.from_json(start) if start else None)
+
+
+@dataclass(frozen=True)
+class SilverStand:
+    """Where the transform stands: its epoch, last batch and the bronze version the next batch reads.
+
+    ``commit`` is the batch's full record while the log still holds its commit;
+    ``source`` says where the stand was read from: ``history`` (a table written
+    before positions were kept in its state), ``state`` (the commit was removed
+    by log cleanup) or ``both``.
+    """
+
+    epoch: int
+    batch_id: int
+    bronze_end: BronzePosition
+    source: str
+    commit: SilverCommit | None = None
+    restore: SilverRestore | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "batch_id": self.batch_id, "bronze_end": self.bronze_end.to_json(),
+                "source": self.source, "restore": self.restore.to_json() if self.restore else None}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SilverStand:
+        restore = data.get("restore")
+        return cls(int(data["epoch"]), int(data["batch_id"]), BronzePosition.from_json(data["bronze_end"]),
+                   str(data["source"]), restore=SilverRestore.from_json(restore) if restore else None)  # fmt: skip
+
+    @classmethod
+    def from_txn(cls, epoch: int, version: int) -> SilverStand:
+        """The stand a silver txn action records (no commit record)."""
+        return cls(epoch, version & MAX_BATCH_ID, BronzePosition(version >> BATCH_BITS), "state")
+
+
+def silver_epochs(app_ids: dict[str, int], pipeline: str) -> dict[int, int]:
+    """Epoch -> txn version of the silver position actions among a table's txn actions."""
+    prefix = f"{SILVER_TXN_PREFIX}.{pipeline}.e"
+    return {int(a[len(prefix):]): v for a, v in app_ids.items() if a.startswith(prefix) and a[len(prefix):].isdigit()}
+
+
+def resolve_silver_stand(state: dict[int, int], newest: SilverCommit | None,
+                         history: Sequence[dict[str, Any]] = ()) -> SilverStand | None:  # fmt: skip
+    """Where the transform stands, from silver's txn actions (``state``, epoch -> version) and its newest batch commit.
+
+    The one further along wins: a batch commit always carries its txn action,
+    so history ahead of state means a table written before positions were
+    kept in state (its next commit records them), and state ahead of history
+    means log cleanup removed the commit. When both name the same batch they
+    must agree on the bronze version, or the table is refused. ``history``
+    (the log's newest entries, as Spark's or delta-rs's ``history()`` rows,
+    back to the newest batch commit) shows a RESTORE after it
+    (:class:`SilverRestore`): txn actions do not follow a RESTORE, files do.
+    """
+    stand = _stand(state, newest)
+    if stand is None or not history:
+        return stand
+    return replace(stand, restore=_restore_after(stand, history))
+
+
+def silver_history_covered(history: Sequence[dict[str, Any]]) -> bool:
+    """Whether ``history`` (the newest entries) reaches back far enough for :func:`resolve_silver_stand`.
+
+    It must hold the newest batch commit, and every version a RESTORE after
+    it went back to; when the log holds no batch commit, all of it is needed.
+    """
+    newest = next((int(e["version"]) for e in sorted(history, key=lambda e: -int(e["version"]))
+                   if SilverCommit.from_user_metadata(e.get("userMetadata"))), None)  # fmt: skip
+    if newest is None:
+        return False
+    targets = [int(str(t)) for e in history
+               if int(e["version"]) > newest and str(e.get("operation") or "").upper() == "RESTORE"
+               and (t := (e.get("operationParameters") or {}).get("version")) not in (None, "")]  # fmt: skip
+    return min(int(e["version"]) for e in history) <= min([newest, *targets])
+
+
+def _restore_after(stand: SilverStand, history: Sequence[dict[str, Any]]) -> SilverRestore | None:
+    """The newest RESTORE after the stand's batch commit that took batches away, with where silver then stood."""
+    after = stand.commit.version if stand.commit is not None and stand.commit.version is not None else -1
+    entries = sorted(history, key=lambda e: -int(e["version"]))
+    for entry in entries:  # newest first: the newest RESTORE decides what silver holds
+        if int(entry["version"]) <= after:
+            return None
+        if str(entry.get("operation") or "").upper() != "RESTORE":
+            continue
+        params = entry.get("operationParameters") or {}
+        target = params.get("version")
+        if target in (None, ""):
+            return SilverRestore(int(entry["version"]), f"timestamp {params.get('timestamp')}", None)
+        target = int(str(target))
+        held = next((c for e in entries if int(e["version"]) <= target
+                     and (c := SilverCommit.from_user_metadata(e.get("userMetadata"), version=int(e["version"])))),
+                    None)  # fmt: skip
+        if held is not None and held.version == after:
+            return None  # restored to a version that still holds the last batch: nothing of ours undone
+        if held is None and stand.commit is None and target >= min(int(e["version"]) for e in entries):
+            return None  # the batch is older than the whole log left, so every logged version holds it
+        return SilverRestore(int(entry["version"]), f"version {target}",
+                             BronzePosition(held.bronze_end.version) if held else None)  # fmt: skip
+    return None
+
+
+def _stand(state: dict[int, int], newest: SilverCommit | None) -> SilverStand | None:
+    from_state = None
+    if state:
+        epoch = max(state)
+        from_state = SilverStand.from_txn(epoch, state[epoch])
+    if newest is None:
+        return from_state
+    from_history = SilverStand(newest.epoch, newest.batch_id, newest.bronze_end, "history", newest)
+    if from_state is None:
+        return from_history
+    here, there = (from_state.epoch, from_state.batch_id), (newest.epoch, newest.batch_id)
+    if here == there:
+        if from_state.bronze_end.version != newest.bronze_end.version:
+            raise ValueError(
+                f"silver's state says epoch {newest.epoch} batch {newest.batch_id} ended at bronze version "
+                f"{from_state.bronze_end.version}, its commit (version {newest.version}) says "
+                f"{newest.bronze_end.version}; another writer has used the transform's app id"
+            )
+        return SilverStand(newest.epoch, newest.batch_id, newest.bronze_end, "both", newest)
+    return from_state if here > there else from_history

@@ -8,17 +8,21 @@ Submitted after the ingestion job, to the same cluster (``include/spark_operator
         --checkpoint-root lakehouse/orders/_checkpoints/silver --spec-file transform.json \\
         --run-id <airflow run id> --summary-path transform-summary.json
 
-One run: read silver's last batch commit (where the transform stands in the
-bronze log) → resume the checkpoint if it matches, else start a new epoch
-there → ``readStream`` delta bronze with ``Trigger.AvailableNow`` → per
+One run: read where the transform stands in the bronze log (silver's txn
+action, with its last batch commit while the log holds it; a RESTORE of
+silver after it sends it back) → resume the checkpoint if it matches, else
+start a new epoch there → ``readStream`` delta bronze with ``Trigger.AvailableNow`` → per
 micro-batch: decode and validate (``silver_rules``), add new fields if the
 pipeline says so, append bad records to quarantine (idempotent
 ``txnAppId``/``txnVersion``), MERGE the newest record per key into silver in
 one commit carrying the batch's counts → write the run summary.
 
-Exactly once: a batch's silver commit is its completion mark. A batch Spark
-replays after a crash is skipped when silver already has its commit; a
-quarantine append it repeats is dropped by Delta (same app id and version).
+Exactly once: a batch's silver commit is its completion mark, and carries
+where the transform stands as a txn action (:func:`include.transform_spec.silver_app_id`),
+which log checkpoints keep after Delta's log cleanup removed the commit. A
+batch Spark replays after a crash is skipped when silver already has its
+commit; a quarantine append it repeats is dropped by Delta (same app id and
+version).
 """
 
 from __future__ import annotations
@@ -39,15 +43,21 @@ from include.transform_spec import (
     BronzePosition,
     FieldSpec,
     SilverCommit,
+    SilverStand,
     TransformSpec,
+    resolve_silver_stand,
+    silver_app_id,
+    silver_epochs,
+    silver_history_covered,
+    silver_txn_version,
 )
 from spark_jobs.job_common import (
     JobStep,
     confirm_newest_commit,
     failpoint,
     job_main,
-    newest_commit,
     root_message,
+    txn_versions,
     with_user_metadata,
     write_summary,
 )
@@ -133,9 +143,22 @@ class TransformPlan:
     start: BronzePosition
     rebuilt_reason: str | None = None
     previous_epoch: int | None = None
+    #: The last bronze version an earlier epoch read (part of): a new epoch re-reads up to it.
+    replay_through: int | None = None
+
+    def may_hold_already(self, batch_start: BronzePosition) -> bool:
+        """Whether a batch starting at ``batch_start`` may re-read records an earlier epoch already applied.
+
+        A new epoch starts at the beginning of the bronze version the last one
+        stood in (or, after a RESTORE of silver, where silver stood then), so
+        its batches re-read bronze until they pass the last version read:
+        their bad records may be in quarantine already.
+        """
+        through = self.start.version if self.replay_through is None else self.replay_through
+        return self.rebuilt_reason is not None and batch_start.version <= through
 
 
-def plan_transform(last: SilverCommit | None, checkpoints: dict[int, DeltaCheckpointState | None],
+def plan_transform(last: SilverStand | SilverCommit | None, checkpoints: dict[int, DeltaCheckpointState | None],
                    damaged: dict[int, str] | None = None) -> TransformPlan:  # fmt: skip
     """Resume the newest checkpoint if it agrees with silver's last batch commit, else start a new epoch.
 
@@ -148,6 +171,20 @@ def plan_transform(last: SilverCommit | None, checkpoints: dict[int, DeltaCheckp
     """
     start = BronzePosition(last.bronze_end.version if last else 0)
     latest = max(checkpoints) if checkpoints else None
+    restore = getattr(last, "restore", None)
+    if restore is not None:
+        if restore.bronze_from is None:
+            raise TransformError(
+                f"silver was restored to {restore.restored_to} (silver version {restore.version}) after the "
+                f"transform's batch {last.batch_id} of epoch {last.epoch}, and its log no longer shows where silver "
+                "stood in bronze at that version; RESTORE silver by version to one that still holds a transform "
+                "batch commit (DESCRIBE HISTORY shows them), or back to the version before this RESTORE"
+            )
+        epoch = max([-1, *checkpoints, last.epoch]) + 1
+        reason = (f"silver was restored to {restore.restored_to} (silver version {restore.version}), undoing batches "
+                  f"up to batch {last.batch_id} of epoch {last.epoch}: re-reading bronze from version "
+                  f"{restore.bronze_from.version}, where silver stood then")  # fmt: skip
+        return TransformPlan(epoch, restore.bronze_from, reason, latest, replay_through=last.bronze_end.version)
     if latest is None:
         if last is None:
             return TransformPlan(0, start)
@@ -296,7 +333,7 @@ class SilverBatchWriter:
     """``foreachBatch`` sink: quarantine append, then one silver commit per micro-batch."""
 
     def __init__(self, spark, cfg: TransformConfig, plan: TransformPlan, checkpoint: Path,
-                 last: SilverCommit | None, fields: list[FieldSpec], summary: TransformSummary) -> None:  # fmt: skip
+                 last: SilverStand | SilverCommit | None, fields: list[FieldSpec], summary: TransformSummary) -> None:  # fmt: skip
         self.spark = spark
         self.cfg = cfg
         self.plan = plan
@@ -358,8 +395,8 @@ class SilverBatchWriter:
             bad = sum(qfields.values())
             quarantine = silver_rules.quarantine_rows(decoded, cfg.run_id, self.plan.epoch, batch_id)
             replayed = 0
-            if self.plan.rebuilt_reason and batch_id == 0 and _is_delta(self.spark, cfg.quarantine_path):
-                # A new epoch may re-read part of a version; its bad records are in quarantine already.
+            if self.plan.may_hold_already(start) and _is_delta(self.spark, cfg.quarantine_path):
+                # A new epoch re-reads the version the last one stood in; its bad records are in quarantine already.
                 held = self.spark.read.format("delta").load(cfg.quarantine_path).select("topic", "partition", "offset")
                 quarantine = quarantine.join(held, ["topic", "partition", "offset"], "left_anti").persist(
                     StorageLevel.MEMORY_AND_DISK)  # fmt: skip
@@ -410,12 +447,16 @@ class SilverBatchWriter:
             lap("quarantine_write")
             rows = silver_rules.silver_rows(classified, self.fields, spec, cfg.run_id)
             meta = commit.to_user_metadata()
-            if (counts["upserted"] or counts["deleted"]) and not touches_existing:
+            # Where the transform now stands, in the same commit: part of silver's state.
+            txn = (silver_app_id(cfg.pipeline, self.plan.epoch), silver_txn_version(end.version, batch_id))
+            if not (counts["upserted"] or counts["deleted"]) or not touches_existing:
                 # Every row is a key silver does not hold (classify read silver): an append is the
-                # MERGE's exact outcome without its two joins over silver.
+                # MERGE's exact outcome without its two joins over silver. With no row, the empty
+                # append is the batch's completion mark and position.
                 (rows.select(*current.columns).write.format("delta").mode("append")
-                 .option("userMetadata", meta).save(cfg.silver_path))  # fmt: skip
-            elif counts["upserted"] or counts["deleted"]:
+                 .option("userMetadata", meta).option("txnAppId", txn[0]).option("txnVersion", txn[1])
+                 .save(cfg.silver_path))  # fmt: skip
+            else:
                 from delta.tables import DeltaTable
 
                 on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.key)
@@ -423,12 +464,7 @@ class SilverBatchWriter:
                     DeltaTable.forPath(self.spark, cfg.silver_path).alias("t")
                     .merge(rows.alias("s"), on).whenMatchedUpdateAll().whenNotMatchedInsertAll()
                 )  # fmt: skip
-                with_user_metadata(self.spark, meta, merge.execute)
-            else:
-                # Nothing changed silver, but the batch still needs its commit: the completion mark.
-                mark = f"ALTER TABLE {_sql_path(cfg.silver_path)} SET TBLPROPERTIES ('kde.transform.batch' = " \
-                       f"'{self.plan.epoch}:{batch_id}')"  # fmt: skip
-                with_user_metadata(self.spark, meta, lambda: self.spark.sql(mark))
+                with_user_metadata(self.spark, meta, merge.execute, txn=txn)
             lap("silver_commit")
         finally:
             for frame in reversed(cached):
@@ -449,13 +485,47 @@ def _is_delta(spark, path: str) -> bool:
     return DeltaTable.isDeltaTable(spark, path)
 
 
+def read_silver_stand(spark, path: str, pipeline: str) -> SilverStand | None:
+    """Where the transform stands: silver's txn actions (its state) with its newest batch commit.
+
+    The state survives Delta's log cleanup; the commit, while the log still
+    holds it, adds the batch's detail. ``None``: no silver yet, or no batch.
+    """
+    from delta.tables import DeltaTable
+
+    if not _is_delta(spark, path):
+        return None
+    jvm = spark.sparkContext._jvm
+    snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).update(
+        False, jvm.scala.Option.empty(), jvm.scala.Option.empty())  # fmt: skip
+    state = silver_epochs(txn_versions(spark, snapshot), pipeline)
+    table = DeltaTable.forPath(spark, path)
+    limit = 20
+    while True:
+        history = [r.asDict() for r in table.history(limit)
+                   .select("version", "operation", "operationParameters", "userMetadata").collect()]  # fmt: skip
+        if len(history) < limit or silver_history_covered(history):
+            break
+        limit *= 10
+    newest = next((c for e in history  # newest first
+                   if (c := SilverCommit.from_user_metadata(e["userMetadata"], version=e["version"]))), None)  # fmt: skip
+    try:
+        return resolve_silver_stand(state, newest, history)
+    except ValueError as exc:
+        raise TransformError(f"{path}: {exc}") from None
+
+
 # --------------------------------------------------------------------------- run
 
 
 def run(spark, cfg: TransformConfig) -> TransformSummary:
     """One transform run on an existing session; returns (and writes) its summary."""
     started = time.monotonic()
-    last = newest_commit(spark, cfg.silver_path, SilverCommit.from_user_metadata)
+    last = read_silver_stand(spark, cfg.silver_path, cfg.pipeline)
+    if last is not None and last.source == "state":
+        log.warning("silver's batch commit of epoch %s batch %s is no longer in its log (log cleanup); "
+                    "the transform stands at bronze version %s as silver's state records",
+                    last.epoch, last.batch_id, last.bronze_end.version)  # fmt: skip
     root = Path(cfg.checkpoint_root)
     checkpoints, damaged = spark_checkpoint.read_epochs(root, read_checkpoint)
     plan = plan_transform(last, checkpoints, damaged)
@@ -465,7 +535,7 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
         log.warning("starting transform checkpoint epoch %s at bronze version %s: %s",
                     plan.epoch, plan.start.version, plan.rebuilt_reason)  # fmt: skip
     summary = TransformSummary(cfg.pipeline, cfg.run_id, plan.epoch, rebuilt,
-                               last.bronze_end if last else plan.start)  # fmt: skip
+                               last.bronze_end if last and not last.restore else plan.start)  # fmt: skip
     phases = summary.phases_s
     phases["plan"] = time.monotonic() - started
     if _is_delta(spark, cfg.bronze_path):

@@ -1,9 +1,9 @@
 """What the ingestion and transform jobs share: their session, their Delta commit records, crash failpoints.
 
 Each job marks every micro-batch with one Delta commit whose ``userMetadata``
-names the batch (epoch and batch id). Both find their newest such commit the
-same way, confirm the commit they just wrote the same way, and can be killed
-right after it for crash tests.
+names the batch (epoch and batch id) and whose ``txn`` actions say where the
+table stands (read back from the snapshot's state, :func:`txn_versions`).
+Both can be killed right after that commit for crash tests.
 """
 
 from __future__ import annotations
@@ -50,29 +50,6 @@ def build_session(app_name: str):
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .getOrCreate()
     )
-
-
-def newest_commit(spark, path: str, parse: Parser) -> C | None:
-    """The table's newest commit that ``parse`` recognises (``None``: no table, or none yet).
-
-    Reads only the last commits (growing the window only while the newest
-    ones are other writers', e.g. OPTIMIZE), never data files.
-    """
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, path):
-        return None
-    table = DeltaTable.forPath(spark, path)
-    limit = 20
-    while True:
-        rows = table.history(limit).select("version", "userMetadata").collect()
-        for row in rows:  # newest first
-            commit = parse(row["userMetadata"], version=row["version"])
-            if commit is not None:
-                return commit
-        if len(rows) < limit:
-            return None
-        limit *= 10
 
 
 def _jvm_seq(jvm, items: list):
@@ -228,14 +205,26 @@ def confirm_newest_commit(spark, path: str, parse: Parser, epoch: int, batch_id:
     return int(row["version"])
 
 
-def with_user_metadata(spark, metadata: str, action: Callable[[], object]) -> None:
-    """Run a Delta command whose commit must carry ``metadata`` (MERGE and ALTER take no write option)."""
-    key = "spark.databricks.delta.commitInfo.userMetadata"
-    spark.conf.set(key, metadata)
+def with_user_metadata(spark, metadata: str, action: Callable[[], object], *,
+                       txn: tuple[str, int] | None = None) -> None:  # fmt: skip
+    """Run a Delta command whose commit must carry ``metadata`` (MERGE and ALTER take no write option).
+
+    ``txn`` ``(app id, version)`` adds a txn action to the commit: Delta's DML
+    commands (MERGE, UPDATE, DELETE) take it from the session, and skip the
+    command when the table records that version or a later one. ALTER TABLE
+    ignores it.
+    """
+    confs = {"spark.databricks.delta.commitInfo.userMetadata": metadata}
+    if txn is not None:
+        confs["spark.databricks.delta.write.txnAppId"] = txn[0]
+        confs["spark.databricks.delta.write.txnVersion"] = str(txn[1])
+    for key, value in confs.items():
+        spark.conf.set(key, value)
     try:
         action()
     finally:
-        spark.conf.unset(key)
+        for key in confs:
+            spark.conf.unset(key)
 
 
 def failpoint(stage: str, batch_id: int) -> None:

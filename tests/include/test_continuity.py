@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from include.continuity import check_run, check_transform
 from include.offsets import BronzeCommit, OffsetRange
-from include.transform_spec import BronzePosition, SilverCommit
+from include.transform_spec import BronzePosition, SilverCommit, SilverRestore, SilverStand
 
 
 def commit(ranges, next_offsets, *, run_id="run-2", batch_id=0, extra=None) -> BronzeCommit:
@@ -206,3 +208,35 @@ def test_rows_a_backfill_put_back_count_as_read_even_when_silver_already_had_the
     assert ok.ok, ok.violations
     short = _check_transform([_silver(1, 3, 4, 15, replayed=15)], previous, {3: 20}, 3)
     assert short.violations == ["the run's batches read 15 records but bronze versions 3..3 hold 20"]
+
+
+def test_after_log_cleanup_the_first_batch_chains_to_silvers_state_by_version():
+    # Batch 3 ended inside bronze version 4 (file 2); its commit was cleaned away, the state keeps version 4.
+    stand = SilverStand(0, 3, BronzePosition(4), "state")
+    first = replace(_silver(4, 4, 6, 5, upserted=5), bronze_start=BronzePosition(4, 2))
+    chained = _check_transform([first], None, {4: 7, 5: 3}, 5, stand_before=stand)
+    assert chained.ok, chained.violations
+    assert any("no longer in its log (log cleanup)" in n and "bronze version 4" in n for n in chained.notes)
+    # Without the state the same run cannot be chained: it is refused, never taken as continuous.
+    assert not _check_transform([first], None, {4: 7, 5: 3}, 5).ok
+    # A batch that does not follow the state's batch, or starts in another version, is a violation.
+    for wrong in (replace(first, batch_id=6), replace(first, bronze_start=BronzePosition(3, 2))):
+        result = _check_transform([wrong], None, {3: 1, 4: 7, 5: 3}, 5, stand_before=stand)
+        assert any("but the previous batch ended at {'version': 4, 'index': -1}" in v for v in result.violations)
+    # A new epoch from the state's version is a note, as after a lost checkpoint.
+    rebuilt = replace(_silver(0, 4, 6, 10, epoch=1, upserted=10))
+    result = _check_transform([rebuilt], None, {4: 7, 5: 3}, 5, stand_before=stand)
+    assert result.ok and any("starts a new checkpoint epoch at bronze version 4" in n for n in result.notes)
+
+
+def test_after_a_restore_of_silver_the_run_must_reread_from_where_silver_stood_then():
+    restore = SilverRestore(version=20, restored_to="version 11", bronze_from=BronzePosition(2))
+    stand = SilverStand(0, 2, BronzePosition(5), "both", restore=restore)
+    previous = _silver(2, 4, 5, 3, upserted=3)
+    reread = _silver(0, 2, 6, 12, epoch=1, upserted=3, replayed=9)
+    result = _check_transform([reread], previous, {2: 4, 3: 5, 4: 3, 5: 0}, 5, stand_before=stand)
+    assert result.ok, result.violations
+    assert any("silver was restored to version 11" in n and "bronze from version 2" in n for n in result.notes)
+    # A run that went on from the old position after the RESTORE is caught.
+    went_on = _silver(0, 5, 6, 0, epoch=0)
+    assert not _check_transform([replace(went_on, batch_id=3)], previous, {5: 0}, 5, stand_before=stand).ok

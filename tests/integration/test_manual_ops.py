@@ -51,6 +51,9 @@ def test_backfill_by_offsets_inserts_only_missing_records_and_the_transform_pick
     _ok(*p.run())
     removed = _delete_from_bronze(p, '"partition" = 1 AND "offset" >= 10 AND "offset" < 30')
     assert removed == 20 and len(p.bronze_keys()) == 130
+    # The files the DELETE replaced are vacuumed: the backfill reads Kafka and bronze's current files only.
+    vacuumed = _bronze(p).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    assert vacuumed, "VACUUM removed no file"
 
     conf = {
         "action": "backfill_offsets",

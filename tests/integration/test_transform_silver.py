@@ -13,13 +13,14 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
 from confluent_kafka import Producer
 
-from include import spark_checkpoint
+from include import delta_progress, spark_checkpoint
 from include.spark_submit import submit_command, submit_environment
 from include.transform_spec import SCHEMA_KIND, FieldSpec, SilverCommit, TransformSpec
 from spark_jobs import bronze_to_silver, kafka_to_bronze
@@ -311,6 +312,102 @@ def test_lost_checkpoint_restarts_where_silver_stands_with_a_new_epoch(
     assert len(rows) == 25
     assert all(float(rows[f"k{i}"]["amount"]) == 10.0 for i in range(25))
     assert_accounted(spark, lake)
+
+
+def _age_log(path, days: int) -> None:
+    """Make every log file ``days`` older, oldest version first, each a second after the one before."""
+    log = path / "_delta_log"
+    files = sorted((f for f in log.iterdir() if f.name[:20].isdigit()), key=lambda f: (int(f.name[:20]), f.name))
+    base = time.time() - days * 86400
+    for i, f in enumerate(files):
+        os.utime(f, (base + i, base + i))
+
+
+@pytest.mark.parametrize("checkpoint", ["kept", "lost"])
+def test_after_silvers_log_cleanup_the_transform_reads_exactly_the_new_records(
+    spark, bootstrap, make_topic, unique_name, lake, checkpoint
+):
+    from deltalake import DeltaTable
+
+    topic = make_topic(unique_name, partitions=2)
+    produce(bootstrap, topic, [(i % 2, f"k{i}".encode(), order(f"k{i}", i)) for i in range(20)])
+    produce(bootstrap, topic, [(0, b"bad-1", b"{not json")])
+    ingest(spark, bootstrap, lake, unique_name, topic, per_trigger=6)
+    first = transform(spark, lake, unique_name, files_per_trigger=2)
+    assert len(first["batches"]) >= 2
+    # A quiet month: other writers' commits (OPTIMIZE, VACUUM, maintenance) past Delta's log
+    # checkpoint, 31 days, then Delta's expired-log cleanup takes every batch commit away.
+    silver_path = lake / "silver"
+    while DeltaTable(str(silver_path)).version() < 12:
+        spark.sql(f"ALTER TABLE delta.`{silver_path}` SET TBLPROPERTIES ('test.note' = 'x')")
+    _age_log(silver_path, 31)
+    DeltaTable(str(silver_path)).cleanup_metadata()
+    assert silver_commits(spark, lake) == [], "silver's batch commits are still in its log"
+    stand = bronze_to_silver.read_silver_stand(spark, str(silver_path), unique_name)
+    assert stand.source == "state" and (stand.epoch, stand.batch_id) == (0, len(first["batches"]) - 1)
+    assert stand.bronze_end.version == first["bronze_end"]["version"]
+    assert delta_progress.silver_stand(silver_path, unique_name) == stand  # the Airflow side, no JVM
+    if checkpoint == "lost":
+        shutil.rmtree(lake / "checkpoints" / "silver")
+
+    produce(bootstrap, topic, [(i % 2, f"k{i}".encode(), order(f"k{i}", 100 + i, amount=20.0)) for i in range(15, 25)])
+    produce(bootstrap, topic, [(1, b"bad-2", b"[1, 2]")])
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    second = transform(spark, lake, unique_name, run_id="run-2")
+
+    # Exactly the 11 new bronze records: nothing re-read from the start, nothing skipped.
+    assert second["read"] == 11 and second["upserted"] == 10 and second["quarantined"] == 1
+    assert second["replayed"] == 0 and second["superseded"] == 0
+    assert second["epoch"] == (0 if checkpoint == "kept" else 1)
+    assert sorted(bytes(r["key"]) for r in quarantine(spark, lake).values()) == [b"bad-1", b"bad-2"]
+    rows = silver(spark, lake)
+    assert sorted(rows) == sorted(f"k{i}" for i in range(25))
+    assert {k: float(v["amount"]) for k, v in rows.items()} == {
+        f"k{i}": 20.0 if i >= 15 else 10.0 for i in range(25)
+    }
+
+
+def test_after_a_restore_of_silver_the_transform_redoes_exactly_what_the_restore_undid(
+    spark, bootstrap, make_topic, unique_name, lake
+):
+    topic = make_topic(unique_name, partitions=1)
+    produce(bootstrap, topic, [(0, k.encode(), order(k, 1)) for k in "abcde"] + [(0, b"bad-1", b"{not json")])
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    first = transform(spark, lake, unique_name)
+    produce(bootstrap, topic, [(0, k.encode(), order(k, 10, amount=30.0)) for k in "abcf"]
+            + [(0, b"d", None), (0, b"bad-2", b"[1]")])  # fmt: skip
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    transform(spark, lake, unique_name, run_id="run-2")
+    # A user undoes run 2 on silver. RESTORE brings back files, not the txn action of silver's position.
+    spark.sql(f"RESTORE TABLE delta.`{lake / 'silver'}` TO VERSION AS OF {first['silver_version']}")
+    assert sorted(silver(spark, lake)) == list("abcde")
+    produce(bootstrap, topic, [(0, b"g", order("g", 20))])
+    ingest(spark, bootstrap, lake, unique_name, topic)
+
+    third = transform(spark, lake, unique_name, run_id="run-3")
+
+    assert third["epoch"] == 1 and "silver was restored to version" in third["checkpoint_rebuilt"]["reason"]
+    # Run 2's six records and g are read; the restore took run 2's effects away, so they apply again.
+    assert (third["read"], third["upserted"], third["deleted"], third["quarantined"]) == (7, 5, 1, 0)
+    assert third["replayed"] == 1  # bad-2 is in quarantine already: not written twice
+    rows = silver(spark, lake)
+    assert {k: float(v["amount"]) for k, v in rows.items() if not v["_deleted"]} == {
+        "a": 30.0, "b": 30.0, "c": 30.0, "e": 10.0, "f": 30.0, "g": 10.0}
+    assert rows["d"]["_deleted"] is True
+    assert sorted(bytes(r["key"]) for r in quarantine(spark, lake).values()) == [b"bad-1", b"bad-2"]
+    # The next run goes on normally from the new epoch.
+    produce(bootstrap, topic, [(0, b"h", order("h", 30))])
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    fourth = transform(spark, lake, unique_name, run_id="run-4")
+    assert (fourth["epoch"], fourth["checkpoint_rebuilt"], fourth["read"], fourth["upserted"]) == (1, None, 1, 1)
+    # A batch that changes nothing (an older event) still commits its mark and position: an empty append.
+    produce(bootstrap, topic, [(0, b"a", order("a", 5))])
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    fifth = transform(spark, lake, unique_name, run_id="run-5")
+    assert (fifth["read"], fifth["superseded"], fifth["upserted"]) == (1, 1, 0)
+    stand = bronze_to_silver.read_silver_stand(spark, str(lake / "silver"), unique_name)
+    assert (stand.source, stand.epoch, stand.batch_id, stand.commit.version) == (
+        "both", 1, fifth["batches"][-1]["batch_id"], fifth["silver_version"])
 
 
 def test_one_application_runs_ingest_then_transform_and_a_failed_transform_leaves_bronze_and_its_error(
