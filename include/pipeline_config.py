@@ -55,6 +55,11 @@ from include.transform_spec import (
 
 #: Prefix of the consumer group that mirrors a pipeline's offsets (``kafka-delta-elt.<name>``).
 CONSUMER_GROUP_PREFIX = "kafka-delta-elt."
+#: Delta's own defaults for ``delta.logRetentionDuration`` and
+#: ``delta.deletedFileRetentionDuration``; the second is also the floor
+#: (VACUUM's safety check refuses less).
+DEFAULT_LOG_RETENTION_DAYS = 30
+DEFAULT_DELETED_FILE_RETENTION_DAYS = 7
 #: Environment variable overriding the default ``tables.lakehouse_root``.
 LAKEHOUSE_ROOT_ENV = "KDE_LAKEHOUSE_ROOT"
 
@@ -197,6 +202,17 @@ class TablesConfig:
             ``<lakehouse_root>/<name>/quarantine``.
         transform_checkpoint_root: Folder holding the transform job's
             checkpoints. Default: ``<lakehouse_root>/<name>/_checkpoints/silver``.
+        log_retention_days: Days Delta keeps each table's commit files
+            (``delta.logRetentionDuration`` of bronze, silver, quarantine and
+            the ledger). Default 30, Delta's own. It bounds time travel and
+            how long a commit's detail (ranges, counts) and a ``RESTORE``
+            stay visible; where a table stands does not depend on it (it is
+            in the table's state). At least ``deleted_file_retention_days``.
+        deleted_file_retention_days: Days a file a commit removed stays on
+            disk before ``VACUUM`` may delete it (``delta.deletedFileRetentionDuration``).
+            Default 7, and never less: Delta's safety default, which protects
+            readers in flight, the transform's stream reading bronze versions
+            it has not read yet, and backfills by time travel.
     """
 
     lakehouse_root: str
@@ -206,6 +222,15 @@ class TablesConfig:
     silver_path: str
     quarantine_path: str
     transform_checkpoint_root: str
+    log_retention_days: int = DEFAULT_LOG_RETENTION_DAYS
+    deleted_file_retention_days: int = DEFAULT_DELETED_FILE_RETENTION_DAYS
+
+    def retention_properties(self) -> dict[str, str]:
+        """The Delta table properties the pipeline's tables carry for its retention settings."""
+        return {
+            "delta.logRetentionDuration": f"interval {self.log_retention_days} days",
+            "delta.deletedFileRetentionDuration": f"interval {self.deleted_file_retention_days} days",
+        }
 
 
 @dataclass(frozen=True)
@@ -491,6 +516,7 @@ class PipelineConfig:
         if kafka.max_offsets_per_trigger is not None:
             args.append(f"--max-offsets-per-trigger={kafka.max_offsets_per_trigger}")
         args += [f"--run-id={run_id}", f"--run-type={run_type}", f"--summary-path={summary_path}"]
+        args += [f"--table-property={k}={v}" for k, v in self.tables.retention_properties().items()]
         return args
 
 
@@ -683,6 +709,8 @@ _TABLES_KEYS = (
     "silver_path",
     "quarantine_path",
     "transform_checkpoint_root",
+    "log_retention_days",
+    "deleted_file_retention_days",
 )
 #: The tables and folders of ``tables`` that must lie apart: key, default
 #: path under ``<lakehouse_root>/<name>``, what it is, and whether it is a
@@ -1069,6 +1097,16 @@ class _Checker:
                     f"(neither inside the other), got {locations[blamed]!r} with tables.{against} "
                     f"{locations[against]!r}",
                 )
+        files_days = self.integer(data.get("deleted_file_retention_days", _MISSING),
+                                  "tables.deleted_file_retention_days", DEFAULT_DELETED_FILE_RETENTION_DAYS,
+                                  DEFAULT_DELETED_FILE_RETENTION_DAYS)  # fmt: skip
+        log_days = self.integer(data.get("log_retention_days", _MISSING), "tables.log_retention_days",
+                                DEFAULT_LOG_RETENTION_DAYS, 1)  # fmt: skip
+        if log_days < files_days:
+            # Time travel to a version needs its commit and its files; a shorter log makes the longer file
+            # retention useless.
+            raise self.expected("tables.log_retention_days",
+                                f"an integer >= tables.deleted_file_retention_days ({files_days})", log_days)  # fmt: skip
         return TablesConfig(
             lakehouse_root=root,
             bronze_path=locations["bronze_path"],
@@ -1077,6 +1115,8 @@ class _Checker:
             silver_path=locations["silver_path"],
             quarantine_path=locations["quarantine_path"],
             transform_checkpoint_root=locations["transform_checkpoint_root"],
+            log_retention_days=log_days,
+            deleted_file_retention_days=files_days,
         )
 
     def schedule(self, value: Any) -> str | None:

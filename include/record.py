@@ -160,7 +160,7 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
         params={k: v for k, v in (context.get("params") or {}).items()},
     )  # fmt: skip
     try:
-        version = run_ledger.append_run(cfg.tables.ledger_path, row)
+        version = run_ledger.append_run(cfg.tables.ledger_path, row, properties=cfg.tables.retention_properties())
     finally:
         # Whatever happened, the next run of this pipeline may go (include/run_lock.py).
         released = run_lock.release(run_lock.lock_path(settings.VAR_DIR, cfg.name), run_id=run_id)

@@ -84,10 +84,13 @@ def _cell(name: str, value: Any) -> Any:
     return value
 
 
-def append_run(path: str | Path, record: dict[str, Any], *, storage_options: dict[str, str] | None = None) -> int:
+def append_run(path: str | Path, record: dict[str, Any], *, storage_options: dict[str, str] | None = None,
+               properties: dict[str, str] | None = None) -> int:  # fmt: skip
     """Append one run's row (missing columns are null); returns the ledger's new Delta version.
 
     Unknown keys are an error, so a typo in a caller never silently drops a field.
+    ``properties`` (Delta table properties, e.g. the pipeline's retention) are
+    set in their own commit first when the ledger does not carry them yet.
     """
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
@@ -97,8 +100,13 @@ def append_run(path: str | Path, record: dict[str, Any], *, storage_options: dic
         raise ValueError(f"run ledger: unknown columns {unknown}; expected some of {list(COLUMNS)}")
     row = {name: [_cell(name, record.get(name))] for name in COLUMNS}
     table = pa.Table.from_pydict(row, schema=_schema())
+    if properties and DeltaTable.is_deltatable(str(path), storage_options=storage_options):
+        ledger = DeltaTable(str(path), storage_options=storage_options)
+        if any(ledger.metadata().configuration.get(k) != v for k, v in properties.items()):
+            ledger.alter.set_table_properties(properties)
     # "merge": a ledger written before a column was added gets it (null in the older rows).
-    write_deltalake(str(path), table, mode="append", schema_mode="merge", storage_options=storage_options)
+    write_deltalake(str(path), table, mode="append", schema_mode="merge", storage_options=storage_options,
+                    configuration=properties or None)  # fmt: skip
     return DeltaTable(str(path), storage_options=storage_options).version()
 
 

@@ -611,6 +611,7 @@ def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_p
         f"--pipeline={cfg.name}", f"--bronze-path={t.bronze_path}", f"--silver-path={t.silver_path}",
         f"--quarantine-path={t.quarantine_path}", f"--checkpoint-root={t.transform_checkpoint_root}",
         f"--spec-file={spec_file}", f"--run-id={run_id}", f"--summary-path={summary_path}",
+        *(f"--table-property={k}={v}" for k, v in t.retention_properties().items()),
     ]  # fmt: skip
 
 

@@ -53,9 +53,11 @@ from include.transform_spec import (
 )
 from spark_jobs.job_common import (
     JobStep,
+    apply_table_properties,
     confirm_newest_commit,
     failpoint,
     job_main,
+    parse_table_properties,
     root_message,
     txn_versions,
     with_user_metadata,
@@ -85,6 +87,8 @@ class TransformConfig:
     run_id: str
     summary_path: str | None = None
     max_files_per_trigger: int | None = None
+    #: Delta table properties silver and quarantine carry (``--table-property``: the pipeline's retention).
+    table_properties: dict[str, str] = field(default_factory=dict)
 
 
 def parse_config(argv: list[str]) -> TransformConfig:
@@ -95,6 +99,7 @@ def parse_config(argv: list[str]) -> TransformConfig:
         p.add_argument(f"--{name}", required=True)
     p.add_argument("--summary-path")
     p.add_argument("--max-files-per-trigger", type=int)
+    p.add_argument("--table-property", action="append", default=[], metavar="KEY=VALUE")
     try:
         a = p.parse_args(argv)
     except (argparse.ArgumentError, SystemExit) as exc:
@@ -103,8 +108,12 @@ def parse_config(argv: list[str]) -> TransformConfig:
         spec = TransformSpec.from_json(json.loads(Path(a.spec_file).read_text()))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise TransformError(f"{a.spec_file}: cannot read the transform spec: {exc}") from None
+    try:
+        properties = parse_table_properties(a.table_property)
+    except ValueError as exc:
+        raise TransformError(f"bad arguments: {exc}") from None
     return TransformConfig(a.pipeline, a.bronze_path, a.silver_path, a.quarantine_path, a.checkpoint_root,
-                           spec, a.run_id, a.summary_path, a.max_files_per_trigger)  # fmt: skip
+                           spec, a.run_id, a.summary_path, a.max_files_per_trigger, properties)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- checkpoint plan
@@ -564,6 +573,10 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
             query.awaitTermination()
         except Exception as exc:  # StreamingQueryException carries the batch's cause
             raise TransformError(f"transform of pipeline {cfg.pipeline!r} failed: {root_message(exc, _ERROR_MARKERS)}") from exc
+    for path in (cfg.silver_path, cfg.quarantine_path):
+        properties_set = apply_table_properties(spark, path, cfg.table_properties)
+        if properties_set:
+            log.info("%s table properties set: %s", path, ", ".join(f"{k}={cfg.table_properties[k]}" for k in properties_set))
     summary.duration_s = time.monotonic() - started
     phases["stream"] = summary.duration_s - sum(phases.values())
     log.info("transform phases: %s", ", ".join(f"{k} {v:.1f}s" for k, v in phases.items()))

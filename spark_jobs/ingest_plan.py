@@ -25,6 +25,7 @@ from include.offsets import (
     skip_gaps,
 )
 from include.spark_checkpoint import CheckpointState
+from spark_jobs.job_common import parse_table_properties
 
 RUN_TYPES = ("scheduled", "manual", "backfill", "rebuild_checkpoint")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -63,6 +64,8 @@ class IngestConfig:
     #: Where a position action chosen at preflight makes the table stand (``positions``, ``reason``,
     #: ``action``, maybe ``undone``), or ``None``.
     position_reset: dict | None = None
+    #: Delta table properties bronze carries (``--table-property``: the pipeline's retention).
+    table_properties: dict[str, str] = field(default_factory=dict)
 
     def source_options(self) -> dict[str, str]:
         """Options for ``readStream.format("kafka")`` (without the starting offsets)."""
@@ -125,6 +128,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="JSON object of extra Kafka client settings (e.g. security); not logged")  # fmt: skip
     p.add_argument("--rebuild-checkpoint", default=None, metavar="REASON",
                    help="start a new checkpoint epoch at the table's next offsets, for this reason")  # fmt: skip
+    p.add_argument("--table-property", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Delta table property bronze carries (repeatable), e.g. its retention")  # fmt: skip
     p.add_argument("--preflight-file", default=None,
                    help='JSON from the preflight check: {"topic_ids": {topic: id}, "accepted_gaps": [gap, ...]}')  # fmt: skip
     return p
@@ -147,6 +152,10 @@ def parse_config(argv: list[str]) -> IngestConfig:
             raise JobConfigError(f"--topic-pattern: not a valid regex ({exc}): {args.topic_pattern!r}") from None
     kafka_options = read_kafka_options_file(args.kafka_options_file)
     gaps, topic_ids, reset = _read_preflight_file(args.preflight_file)
+    try:
+        properties = parse_table_properties(args.table_property)
+    except ValueError as exc:
+        raise JobConfigError(str(exc)) from None
     return IngestConfig(
         pipeline=args.pipeline,
         bootstrap_servers=args.bootstrap_servers,
@@ -165,6 +174,7 @@ def parse_config(argv: list[str]) -> IngestConfig:
         topic_ids=topic_ids,
         rebuild_reason=(args.rebuild_checkpoint or "").strip() or None,
         position_reset=reset,
+        table_properties=properties,
     )
 
 

@@ -205,6 +205,40 @@ def confirm_newest_commit(spark, path: str, parse: Parser, epoch: int, batch_id:
     return int(row["version"])
 
 
+def parse_table_properties(pairs: list[str], flag: str = "--table-property") -> dict[str, str]:
+    """``KEY=VALUE`` arguments as a dict; raises ``ValueError`` naming the flag and the bad one."""
+    found = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip() or not value.strip() or any(q in pair for q in "'`"):
+            raise ValueError(f"{flag}: expected KEY=VALUE (e.g. delta.logRetentionDuration=interval 30 days), "
+                             f"got {pair!r}")  # fmt: skip
+        found[key.strip()] = value.strip()
+    return found
+
+
+def apply_table_properties(spark, path: str, properties: dict[str, str]) -> list[str]:
+    """Set ``properties`` on the Delta table at ``path`` where they differ, in one commit; returns the keys set.
+
+    Nothing is written when the table carries them already (or does not
+    exist yet: the next run sets them). The commit holds no progress, as
+    every reader of where a table stands expects of other writers' commits.
+    """
+    from delta.tables import DeltaTable
+
+    if not properties or not DeltaTable.isDeltaTable(spark, path):
+        return []
+    jvm = spark.sparkContext._jvm
+    snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).update(
+        False, jvm.scala.Option.empty(), jvm.scala.Option.empty())  # fmt: skip
+    current = dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(snapshot.metadata().configuration()))
+    changed = {k: v for k, v in properties.items() if current.get(k) != v}
+    if changed:
+        quoted = ", ".join(f"'{k}' = '{v}'" for k, v in changed.items())
+        spark.sql(f"ALTER TABLE delta.`{path.replace('`', '``')}` SET TBLPROPERTIES ({quoted})")
+    return sorted(changed)
+
+
 def with_user_metadata(spark, metadata: str, action: Callable[[], object], *,
                        txn: tuple[str, int] | None = None) -> None:  # fmt: skip
     """Run a Delta command whose commit must carry ``metadata`` (MERGE and ALTER take no write option).

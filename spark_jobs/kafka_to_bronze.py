@@ -56,6 +56,7 @@ from spark_jobs.ingest_plan import (
 from spark_jobs.job_common import (
     JobStep,
     WrittenFile,
+    apply_table_properties,
     commit_with_stand,
     failpoint,
     job_main,
@@ -509,6 +510,9 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
         if b.batch_id in triggers:
             b.phases["trigger"] = triggers[b.batch_id]
     summary.next_offsets = writer.positions
+    properties_set = apply_table_properties(spark, cfg.bronze_path, cfg.table_properties)
+    if properties_set:
+        log.info("bronze table properties set: %s", ", ".join(f"{k}={cfg.table_properties[k]}" for k in properties_set))
     summary.duration_s = time.monotonic() - started
     phases["stream"] = summary.duration_s - sum(phases.values())
     log.info("ingest phases: %s", ", ".join(f"{k} {v:.1f}s" for k, v in phases.items()))

@@ -265,6 +265,10 @@ BAD_VALUES = [
     ("tables.lakehouse_root", "", None, "a folder path or URI", "'' (str)"),
     ("tables.bronze_path", ["x"], None, "a folder path or URI", "['x'] (list)"),
     ("tables.checkpoint_root", None, None, "a folder path or URI", "got null"),
+    ("tables.deleted_file_retention_days", 6, None, "an integer >= 7", "6 (int)"),
+    ("tables.deleted_file_retention_days", "7", None, "an integer >= 7", "'7' (str)"),
+    ("tables.log_retention_days", 5, None, "an integer >= tables.deleted_file_retention_days (7)", "5 (int)"),
+    ("tables.log_retention_days", 0, None, "a positive integer", "0 (int)"),
     ("schedule", DELETE, None, "5-field cron expression", "nothing (the key is missing)"),
     ("schedule", "", None, "5-field cron expression", "'' (str)"),
     ("schedule", 5, None, "5-field cron expression", "5 (int)"),
@@ -809,6 +813,7 @@ def test_run_types_match_the_job():
         {"kafka.topics": DELETE, "kafka.topic_pattern": "-weird.*"},
         {"tables.lakehouse_root": "s3a://bucket/lake", "tables.checkpoint_root": "/mnt/cp/orders"},
         {"kafka.options": {"max.poll.records": "500"}},
+        {"tables.log_retention_days": 90, "tables.deleted_file_retention_days": 14},
     ],
 )
 @pytest.mark.parametrize("run_type", pipeline_config.RUN_TYPES)
@@ -831,6 +836,10 @@ def test_ingest_job_args_parse_back_into_the_same_values(tmp_path, changes, run_
         run_type=run_type,
         summary_path="/tmp/s.json",
         kafka_options={},  # options travel in --kafka-options-file, never on the command line
+        table_properties={
+            "delta.logRetentionDuration": f"interval {cfg.tables.log_retention_days} days",
+            "delta.deletedFileRetentionDuration": f"interval {cfg.tables.deleted_file_retention_days} days",
+        },
     )
     assert not any("500" in arg or "options" in arg for arg in argv)
 
@@ -849,6 +858,8 @@ def test_ingest_job_args_for_the_example():
         "--run-id=r1",
         "--run-type=scheduled",
         "--summary-path=/tmp/s.json",
+        "--table-property=delta.logRetentionDuration=interval 30 days",
+        "--table-property=delta.deletedFileRetentionDuration=interval 7 days",
     ]
 
 

@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import Producer
 
 from include import delta_progress, spark_checkpoint
+from include.delta_progress import read_progress
 from include.spark_submit import submit_command, submit_environment
 from include.transform_spec import SCHEMA_KIND, FieldSpec, SilverCommit, TransformSpec
 from spark_jobs import bronze_to_silver, kafka_to_bronze
@@ -408,6 +409,41 @@ def test_after_a_restore_of_silver_the_transform_redoes_exactly_what_the_restore
     stand = bronze_to_silver.read_silver_stand(spark, str(lake / "silver"), unique_name)
     assert (stand.source, stand.epoch, stand.batch_id, stand.commit.version) == (
         "both", 1, fifth["batches"][-1]["batch_id"], fifth["silver_version"])
+
+
+def test_the_pipelines_retention_is_set_on_every_table_once_and_is_not_progress(
+    spark, bootstrap, make_topic, unique_name, lake
+):
+    from deltalake import DeltaTable
+
+    from include import run_ledger
+
+    retention = {"delta.logRetentionDuration": "interval 90 days",
+                 "delta.deletedFileRetentionDuration": "interval 14 days"}  # fmt: skip
+    flags = [f"--table-property={k}={v}" for k, v in retention.items()]
+    topic = make_topic(unique_name, partitions=2)
+    bronze_args = ["--pipeline", unique_name, "--bootstrap-servers", bootstrap, "--topics", topic,
+                   "--bronze-path", str(lake / "bronze"), "--checkpoint-root", str(lake / "checkpoints" / "bronze")]
+    versions = []
+    for run in range(2):
+        produce(bootstrap, topic, [(i % 2, f"k{i}".encode(), order(f"k{i}", 10 * run + i)) for i in range(4)]
+                + [(0, b"bad", b"{")])  # fmt: skip
+        ingested = kafka_to_bronze.run(spark, parse_config([*bronze_args, *flags]))
+        done = bronze_to_silver.run(spark, bronze_to_silver.parse_config(
+            [*transform_args(lake, unique_name, run_id=f"run-{run}"), *flags])).to_json()  # fmt: skip
+        run_ledger.append_run(lake / "ledger", {"run_id": f"run-{run}"}, properties=retention)
+        assert (ingested.rows, done["read"], done["quarantined"]) == (5, 5, 1)
+        versions.append({t: DeltaTable(str(lake / t)).version() for t in ("bronze", "silver", "quarantine", "ledger")})
+    for table in ("bronze", "silver", "quarantine", "ledger"):
+        configuration = DeltaTable(str(lake / table)).metadata().configuration
+        assert {k: configuration.get(k) for k in retention} == retention, table
+    # Set once: the second run adds only its own commits (bronze 1 batch, silver 1, quarantine 1, ledger 1).
+    assert {t: versions[1][t] - versions[0][t] for t in versions[0]} == dict.fromkeys(versions[0], 1)
+    # The property commits are no progress: the second run read exactly its own records (asserted above),
+    # and where bronze stands is its last batch.
+    assert read_progress(str(lake / "bronze"), unique_name, {topic: [0, 1]}).next_offsets == {topic: {0: 6, 1: 4}}
+    with pytest.raises(bronze_to_silver.TransformError, match="--table-property: expected KEY=VALUE"):
+        bronze_to_silver.parse_config([*transform_args(lake, unique_name), "--table-property=x"])
 
 
 def test_one_application_runs_ingest_then_transform_and_a_failed_transform_leaves_bronze_and_its_error(
