@@ -289,7 +289,8 @@ def silver_txn_version(bronze_version: int, batch_id: int) -> int:
     if not 0 <= batch_id <= MAX_BATCH_ID:
         raise ValueError(
             f"batch id {batch_id} does not fit silver's position record (at most {MAX_BATCH_ID} batches per "
-            "epoch); start a new transform epoch with the trigger-form action rebuild_checkpoint"
+            "epoch); move the transform's checkpoint folder (tables.transform_checkpoint_root) aside: the next "
+            "run starts a new epoch where silver stands"
         )
     if bronze_version < 0 or bronze_version >= 1 << (63 - BATCH_BITS):
         raise ValueError(f"bronze version {bronze_version} does not fit silver's position record")

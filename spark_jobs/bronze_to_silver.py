@@ -457,7 +457,10 @@ class SilverBatchWriter:
             rows = silver_rules.silver_rows(classified, self.fields, spec, cfg.run_id)
             meta = commit.to_user_metadata()
             # Where the transform now stands, in the same commit: part of silver's state.
-            txn = (silver_app_id(cfg.pipeline, self.plan.epoch), silver_txn_version(end.version, batch_id))
+            try:
+                txn = (silver_app_id(cfg.pipeline, self.plan.epoch), silver_txn_version(end.version, batch_id))
+            except ValueError as exc:
+                raise TransformError(f"batch {batch_id} of epoch {self.plan.epoch}: {exc}") from None
             if not (counts["upserted"] or counts["deleted"]) or not touches_existing:
                 # Every row is a key silver does not hold (classify read silver): an append is the
                 # MERGE's exact outcome without its two joins over silver. With no row, the empty
