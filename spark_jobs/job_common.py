@@ -211,8 +211,8 @@ def parse_table_properties(pairs: list[str], flag: str = "--table-property") -> 
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip() or not value.strip() or any(q in pair for q in "'`"):
-            raise ValueError(f"{flag}: expected KEY=VALUE (e.g. delta.logRetentionDuration=interval 30 days), "
-                             f"got {pair!r}")  # fmt: skip
+            raise ValueError(f"{flag}: expected KEY=VALUE without quotes (e.g. delta.logRetentionDuration="
+                             f"interval 30 days), got {pair!r}")  # fmt: skip
         found[key.strip()] = value.strip()
     return found
 
