@@ -19,6 +19,7 @@ from include.table_stand import Restore, Stand, history_entries
 from include.transform_spec import (
     SilverCommit,
     SilverStand,
+    newest_silver_commit,
     resolve_silver_stand,
     silver_app_id,
     silver_history_covered,
@@ -223,9 +224,7 @@ def silver_stand(path: str | Path, pipeline: str, *,
         if len(entries) < limit or silver_history_covered(entries):
             break
         limit *= 10
-    newest = next((c for e in sorted(entries, key=lambda e: -int(e["version"]))
-                   if (c := SilverCommit.from_user_metadata(e.get("userMetadata"), version=int(e["version"])))),
-                  None)  # fmt: skip
+    newest = newest_silver_commit(entries)
     state: dict[int, int] = {}
     epoch, missing = (newest.epoch if newest else 0), 0
     while missing < _EPOCH_GAP:

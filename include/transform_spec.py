@@ -378,16 +378,29 @@ def resolve_silver_stand(state: dict[int, int], newest: SilverCommit | None,
     return replace(stand, restore=_restore_after(stand, history))
 
 
+def newest_silver_commit(history: Sequence[dict[str, Any]], *,
+                         at_or_before: int | None = None) -> SilverCommit | None:  # fmt: skip
+    """The newest transform batch commit among ``history()`` rows (Spark's or delta-rs's), optionally at or before a version."""
+    for entry in sorted(history, key=lambda e: -int(e["version"])):
+        version = int(entry["version"])
+        if at_or_before is not None and version > at_or_before:
+            continue
+        commit = SilverCommit.from_user_metadata(entry.get("userMetadata"), version=version)
+        if commit is not None:
+            return commit
+    return None
+
+
 def silver_history_covered(history: Sequence[dict[str, Any]]) -> bool:
     """Whether ``history`` (the newest entries) reaches back far enough for :func:`resolve_silver_stand`.
 
     It must hold the newest batch commit, and every version a RESTORE after
     it went back to; when the log holds no batch commit, all of it is needed.
     """
-    newest = next((int(e["version"]) for e in sorted(history, key=lambda e: -int(e["version"]))
-                   if SilverCommit.from_user_metadata(e.get("userMetadata"))), None)  # fmt: skip
-    if newest is None:
+    commit = newest_silver_commit(history)
+    if commit is None:
         return False
+    newest = commit.version
     targets = [int(str(t)) for e in history
                if int(e["version"]) > newest and str(e.get("operation") or "").upper() == "RESTORE"
                and (t := (e.get("operationParameters") or {}).get("version")) not in (None, "")]  # fmt: skip
@@ -408,9 +421,7 @@ def _restore_after(stand: SilverStand, history: Sequence[dict[str, Any]]) -> Sil
         if target in (None, ""):
             return SilverRestore(int(entry["version"]), f"timestamp {params.get('timestamp')}", None)
         target = int(str(target))
-        held = next((c for e in entries if int(e["version"]) <= target
-                     and (c := SilverCommit.from_user_metadata(e.get("userMetadata"), version=int(e["version"])))),
-                    None)  # fmt: skip
+        held = newest_silver_commit(entries, at_or_before=target)
         if held is not None and held.version == after:
             return None  # restored to a version that still holds the last batch: nothing of ours undone
         if held is None and stand.commit is None and target >= min(int(e["version"]) for e in entries):

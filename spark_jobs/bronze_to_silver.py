@@ -45,6 +45,7 @@ from include.transform_spec import (
     SilverCommit,
     SilverStand,
     TransformSpec,
+    newest_silver_commit,
     resolve_silver_stand,
     silver_app_id,
     silver_epochs,
@@ -55,6 +56,7 @@ from spark_jobs.job_common import (
     JobStep,
     apply_table_properties,
     confirm_newest_commit,
+    delta_snapshot,
     failpoint,
     job_main,
     parse_table_properties,
@@ -167,7 +169,7 @@ class TransformPlan:
         return self.rebuilt_reason is not None and batch_start.version <= through
 
 
-def plan_transform(last: SilverStand | SilverCommit | None, checkpoints: dict[int, DeltaCheckpointState | None],
+def plan_transform(last: SilverStand | None, checkpoints: dict[int, DeltaCheckpointState | None],
                    damaged: dict[int, str] | None = None) -> TransformPlan:  # fmt: skip
     """Resume the newest checkpoint if it agrees with silver's last batch commit, else start a new epoch.
 
@@ -180,7 +182,7 @@ def plan_transform(last: SilverStand | SilverCommit | None, checkpoints: dict[in
     """
     start = BronzePosition(last.bronze_end.version if last else 0)
     latest = max(checkpoints) if checkpoints else None
-    restore = getattr(last, "restore", None)
+    restore = last.restore if last is not None else None
     if restore is not None:
         if restore.bronze_from is None:
             raise TransformError(
@@ -507,10 +509,7 @@ def read_silver_stand(spark, path: str, pipeline: str) -> SilverStand | None:
 
     if not _is_delta(spark, path):
         return None
-    jvm = spark.sparkContext._jvm
-    snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).update(
-        False, jvm.scala.Option.empty(), jvm.scala.Option.empty())  # fmt: skip
-    state = silver_epochs(txn_versions(spark, snapshot), pipeline)
+    state = silver_epochs(txn_versions(spark, delta_snapshot(spark, path)), pipeline)
     table = DeltaTable.forPath(spark, path)
     limit = 20
     while True:
@@ -519,10 +518,8 @@ def read_silver_stand(spark, path: str, pipeline: str) -> SilverStand | None:
         if len(history) < limit or silver_history_covered(history):
             break
         limit *= 10
-    newest = next((c for e in history  # newest first
-                   if (c := SilverCommit.from_user_metadata(e["userMetadata"], version=e["version"]))), None)  # fmt: skip
     try:
-        return resolve_silver_stand(state, newest, history)
+        return resolve_silver_stand(state, newest_silver_commit(history), history)
     except ValueError as exc:
         raise TransformError(f"{path}: {exc}") from None
 

@@ -60,6 +60,13 @@ def _jvm_seq(jvm, items: list):
     return jvm.scala.jdk.javaapi.CollectionConverters.asScala(values).toList()
 
 
+def delta_snapshot(spark, path: str):
+    """The current snapshot of the Delta table at ``path`` in the JVM (py4j proxy), brought up to date."""
+    jvm = spark.sparkContext._jvm
+    return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).update(
+        False, jvm.scala.Option.empty(), jvm.scala.Option.empty())  # fmt: skip
+
+
 def txn_versions(spark, snapshot) -> dict[str, int]:
     """The txn actions (app id -> version) of a Delta snapshot of the JVM.
 
@@ -98,8 +105,7 @@ def read_table_stand(spark, path: str, pipeline: str, partitions: dict[str, list
 
     if not DeltaTable.isDeltaTable(spark, path):
         return None
-    jvm = spark.sparkContext._jvm
-    snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+    snapshot = delta_snapshot(spark, path)
     txns = txn_versions(spark, snapshot)
     topics = {t: set(p) for t, p in partitions.items()}
     for topic, partition in table_stand.recorded_partitions(txns, pipeline):
@@ -229,8 +235,7 @@ def apply_table_properties(spark, path: str, properties: dict[str, str]) -> list
     if not properties or not DeltaTable.isDeltaTable(spark, path):
         return []
     jvm = spark.sparkContext._jvm
-    snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).update(
-        False, jvm.scala.Option.empty(), jvm.scala.Option.empty())  # fmt: skip
+    snapshot = delta_snapshot(spark, path)
     current = dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(snapshot.metadata().configuration()))
     changed = {k: v for k, v in properties.items() if current.get(k) != v}
     if changed:

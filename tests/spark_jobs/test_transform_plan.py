@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from include.transform_spec import BronzePosition, SilverCommit
+from include.transform_spec import BronzePosition, SilverCommit, SilverStand
 from spark_jobs.bronze_to_silver import DeltaCheckpointState, plan_transform
 
 
-def _last(epoch: int, batch: int, end: int) -> SilverCommit:
-    return SilverCommit("orders", "run", epoch, batch, BronzePosition(end - 1), BronzePosition(end), 1, {}, {})
+def _last(epoch: int, batch: int, end: int) -> SilverStand:
+    commit = SilverCommit("orders", "run", epoch, batch, BronzePosition(end - 1), BronzePosition(end), 1, {}, {})
+    return SilverStand(epoch, batch, commit.bronze_end, "both", commit)
 
 
 def test_the_newest_checkpoint_that_committed_silvers_last_batch_is_resumed():
