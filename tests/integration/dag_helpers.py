@@ -22,6 +22,15 @@ ORDERS_TRANSFORM = {
 }
 
 
+#: The transient standalone cluster: one worker, no local mode. Tests of the cluster itself (start,
+#: teardown after a killed job, credentials reaching executors, scale-out) use it.
+STANDALONE = {"profile": "local_standalone", "workers": 1, "worker_cores": 1, "worker_memory": "512m"}
+#: The default of a test pipeline: the same profile, but any backlog a test produces runs in local mode
+#: inside the driver (the cluster-sizing choice), which every offset guarantee goes through unchanged and
+#: which spares each DAG run the cluster's start and a cold executor.
+LOCAL_MODE = {**STANDALONE, "local_max_records": 1_000_000}
+
+
 def order(order_id: str, minute: int, amount: float, **extra) -> bytes:
     """An order event as the transform's schema expects it."""
     return json.dumps({"order_id": order_id, "amount": amount,
@@ -48,7 +57,7 @@ class Pipeline:
             "schedule": None,
             "lag": {"min_records": 1, "max_wait_minutes": 1},
             "data_loss_policy": "fail",
-            "cluster": {"profile": "local_standalone", "workers": 1, "worker_cores": 1, "worker_memory": "512m"},
+            "cluster": LOCAL_MODE,
             "retries": 0,
             "tags": ["test"],
         }

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from include import airflow_local, local_kafka
-from tests.integration.dag_helpers import Pipeline, assert_no_cluster_left
+from tests.integration.dag_helpers import STANDALONE, Pipeline, assert_no_cluster_left
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -102,6 +102,7 @@ def test_sasl_connection_reaches_admin_clients_and_spark_job_and_the_secret_neve
     create_topic(s.client_config(), topic, 2)
     produced = produce(s.client_config(), topic, 150, 2)
     p = Pipeline(tmp_path, name, topic, s.broker.bootstrap_servers, home)
+    p.write(cluster=STANDALONE)  # the credentials must reach the cluster's executors too
 
     # Right password: the sensor, preflight, continuity and mirror (librdkafka) and the
     # Spark job (Java client) all authenticate: the broker has no other listener. The driver

@@ -14,7 +14,13 @@ import yaml
 
 from include import airflow_local
 from include.kafka_admin import create_topic, delete_topic
-from tests.integration.dag_helpers import ORDERS_TRANSFORM, assert_no_cluster_left, group_lags, order
+from tests.integration.dag_helpers import (
+    ORDERS_TRANSFORM,
+    STANDALONE,
+    assert_no_cluster_left,
+    group_lags,
+    order,
+)
 from tests.kafka_helpers import produce, produce_numbered, produce_transactional, read_all
 
 pytestmark = pytest.mark.integration
@@ -22,6 +28,7 @@ pytestmark = pytest.mark.integration
 
 def test_full_run_then_no_data_then_transactional_data(pipeline, bootstrap):
     p = pipeline
+    p.write(cluster=STANDALONE)  # the run on the transient cluster, start to teardown
     produce_numbered(bootstrap, p.topic, 3, 900)
 
     proc, log = p.run()
@@ -52,8 +59,7 @@ def test_full_run_then_no_data_then_transactional_data(pipeline, bootstrap):
         (True, [(0, b"a"), (1, b"b")]), (False, [(0, b"aborted")]), (True, [(0, b"c"), (2, b"d")]),
     ])  # fmt: skip
     # A backlog this small runs in local mode inside the driver: no cluster starts.
-    p.write(cluster={"profile": "local_standalone", "workers": 1, "worker_cores": 1, "worker_memory": "512m",
-                     "local_max_records": 100})  # fmt: skip
+    p.write(cluster={**STANDALONE, "local_max_records": 100})
     dirs = len(p.run_dirs())
     proc, log = p.run()
     assert proc.returncode == 0, log[-5000:]
@@ -75,7 +81,7 @@ def test_full_run_then_no_data_then_transactional_data(pipeline, bootstrap):
 
 def test_transform_in_the_dag_applies_newest_per_key_quarantines_bad_records_and_reconciles(pipeline, bootstrap):
     p = pipeline
-    p.write(transform=ORDERS_TRANSFORM)
+    p.write(transform=ORDERS_TRANSFORM, cluster=STANDALONE)  # the transform's code on a cluster's executor
     good = [(i % 3, f"o{i}".encode(), order(f"o{i}", i % 50, i)) for i in range(60)]
     bad = [
         (0, b"x1", b"{not json"), (1, b"x2", b'{"order_id": "x2", "amount": "ten", '
@@ -97,8 +103,7 @@ def test_transform_in_the_dag_applies_newest_per_key_quarantines_bad_records_and
     late = [(1, b"o1", order("o1", 0, 999)), (0, b"o3", order("o3", 59, 33, channel="web")), (2, b"o5", None)]
     produce(bootstrap, p.topic, late)
     # ... run by one application (ingest, then transform) in local mode inside the driver
-    p.write(transform=ORDERS_TRANSFORM, cluster={"profile": "local_standalone", "workers": 1, "worker_cores": 1,
-                                                 "worker_memory": "512m", "local_max_records": 10})  # fmt: skip
+    p.write(transform=ORDERS_TRANSFORM, cluster={**STANDALONE, "local_max_records": 10})
     proc, log = p.run()
     assert proc.returncode == 0, log[-5000:]
     second = p.ledger()[0]
@@ -187,6 +192,7 @@ def test_topic_recreated_between_runs_fails_and_writes_nothing(pipeline, bootstr
 
 def test_job_killed_mid_run_tears_down_and_rerun_completes_exactly_once(pipeline, bootstrap):
     p = pipeline
+    p.write(cluster=STANDALONE)  # the teardown of a cluster whose driver was killed
     produce_numbered(bootstrap, p.topic, 3, 1500)  # 4 batches of at most 400
     proc, log = p.run(KDE_FAILPOINT="kill-driver-after-bronze-commit:1")
     assert proc.returncode == 1
