@@ -85,8 +85,9 @@ def test_benchmark_measures_dag_runs(bootstrap: str, airflow_home: Path, tmp_pat
     assert fixed["no new records"][1] == "no"
     assert fixed["40 new records"][1] == "yes"
     for row in fixed.values():
-        dags_test_s, end_to_end_s = float(row[2]), float(row[3])
+        dags_test_s, end_to_end_s, own_s = float(row[2]), float(row[3]), float(row[8])
         assert 0 < end_to_end_s < dags_test_s, row
+        assert 0 < own_s < end_to_end_s, row  # read from the execution API's log lines of every task
     assert float(fixed["40 new records"][4]) > 0  # start_cluster
     assert float(fixed["no new records"][4]) == 0  # skipped, never started
 
