@@ -36,9 +36,13 @@ demo: setup
 ui: setup
 	$(PY) -m include.ui
 
+# Two workers (pytest-xdist), each with its own broker, SparkSession and Airflow home: a DAG-run
+# test spends most of its time waiting on process starts and Airflow's polling, so one worker
+# left a core idle. TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 test: setup test-tools
 	$(PY) -m ruff check .
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 bench: setup
 	$(PY) -m include.benchmark $(BENCH_ARGS)

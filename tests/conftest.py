@@ -1,4 +1,4 @@
-"""Shared fixtures: one real Kafka broker and one SparkSession per test session.
+"""Shared fixtures: one real Kafka broker and one SparkSession per test session (per xdist worker).
 
 Integration tests get a unique topic and unique table/checkpoint folders each,
 so sharing the broker and the session is safe.

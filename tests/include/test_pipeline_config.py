@@ -39,7 +39,16 @@ BASE: dict[str, Any] = {
     "kafka": {"connection_id": "kafka_default", "topics": ["orders"]},
     "schedule": "@hourly",
 }
-DELETE = object()
+
+
+class _Delete:
+    """Marks a key the case removes; its repr names the test case the same way in every process."""
+
+    def __repr__(self) -> str:
+        return "<deleted>"
+
+
+DELETE = _Delete()
 
 
 @pytest.fixture(autouse=True)
