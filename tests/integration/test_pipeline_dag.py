@@ -94,6 +94,7 @@ def test_transform_in_the_dag_applies_newest_per_key_quarantines_bad_records_and
     assert proc.returncode == 0, log[-5000:]
     (first,) = p.ledger()
     assert (first["outcome"], first["rows"], first["continuity"]) == ("success", 64, "CONTINUOUS")
+    assert first["master_url"].startswith("spark://127.0.0.1:"), first["cluster_choice"]
     assert (first["silver_read"], first["silver_upserted"], first["quarantined"]) == (64, 60, 4)
     assert first["transform_json"]["check"]["ok"] is True
     lines = airflow_local.summary_lines(log)
@@ -198,6 +199,7 @@ def test_job_killed_mid_run_tears_down_and_rerun_completes_exactly_once(pipeline
     assert proc.returncode == 1
     failed = p.ledger()[0]
     assert failed["outcome"] == "failed" and failed["reason"].startswith("failed at ingest")
+    assert failed["master_url"].startswith("spark://127.0.0.1:"), failed["cluster_choice"]
     assert failed["tasks_json"]["stop_cluster"] == "success"
     assert_no_cluster_left(p)
     assert 0 < len(p.bronze_keys()) < 1500  # two batches landed before the kill
