@@ -151,6 +151,11 @@ _API_LINE = re.compile(
 )
 
 
+def ti_key(ti_id: str) -> str:
+    """A task instance id as both the metadata database (hex) and the API's log (a UUID) can name it."""
+    return ti_id.replace("-", "").lower()
+
+
 def own_work_seconds(log_text: str) -> dict[str, float]:
     """Per task instance id (hex, no dashes): seconds from the execution API's "Task started" to its
     last state update that sets a state (success, failed, skipped, up_for_reschedule, ...).
@@ -165,7 +170,7 @@ def own_work_seconds(log_text: str) -> dict[str, float]:
         m = _API_LINE.match(line)
         if m is None:
             continue
-        ti, at = m["ti"].replace("-", "").lower(), datetime.fromisoformat(m["at"])
+        ti, at = ti_key(m["ti"]), datetime.fromisoformat(m["at"])
         if m["event"] == "Task started":
             started.setdefault(ti, at)
         elif m["state"] and ti in started:
@@ -183,7 +188,7 @@ def read_task_timings(db: Path, dag_id: str) -> tuple[str, dict[str, TaskTiming]
             raise RunBenchmarkError(f"{db}: no DAG run of {dag_id!r}")
         tasks = {
             task_id: TaskTiming(task_id, state, _parse_time(start), _parse_time(end),
-                                str(ti_id).replace("-", "").lower() if ti_id else None)
+                                ti_key(str(ti_id)) if ti_id else None)
             for ti_id, task_id, state, start, end in conn.execute(
                 "SELECT id, task_id, state, start_date, end_date FROM task_instance WHERE dag_id = ? AND run_id = ?",
                 (dag_id, row[0]),

@@ -7,7 +7,7 @@ import pytest
 from include.benchmark_runs import own_work_seconds
 
 API = "[airflow.api_fastapi.execution_api.routes.task_instances]"
-# Lines as Airflow 3's execution API logs them in a `dags test` run (ids and correlation ids shortened).
+# Lines as Airflow 3's execution API logs them in a `dags test` run (correlation ids shortened).
 LOG = f"""\
 2026-11-24T17:51:28.770106Z [info     ] [DAG TEST] running task <TaskInstance: demo.check_request> [airflow.sdk]
 2026-11-24T17:51:32.011006Z [info     ] Task started                   {API} correlation_id=c1 hostname=vm loc=task_instances.py:226 previous_state=queued ti_id=01a20eaf-23d4-75e0-b715-814132265a6c

@@ -22,8 +22,9 @@ ORDERS_TRANSFORM = {
 }
 
 
-#: The transient standalone cluster: one worker, no local mode. Tests of the cluster itself (start,
-#: teardown after a killed job, credentials reaching executors, scale-out) use it.
+#: The transient standalone cluster: one worker, no local mode. Tests of the cluster itself (a run from
+#: start to teardown, teardown after a killed driver, credentials reaching executors, the transform on
+#: an executor) use it; the scale-out test sets its own two workers.
 STANDALONE = {"profile": "local_standalone", "workers": 1, "worker_cores": 1, "worker_memory": "512m"}
 #: The default of a test pipeline: the same profile, but any backlog a test produces runs in local mode
 #: inside the driver (the cluster-sizing choice), which every offset guarantee goes through unchanged and
