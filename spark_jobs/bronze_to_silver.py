@@ -420,15 +420,16 @@ class SilverBatchWriter:
             quarantined = sum(qfields.values())
             lap("read_and_quarantine_count")
 
-            valid = decoded.where(F.size("_problems") == 0)
+            valid = silver_rules.valid_records(decoded)
             current = self.spark.read.format("delta").load(cfg.silver_path)
             classified = silver_rules.classify(valid, current, spec).persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(classified)
             actions: dict[str, int] = {}
-            touches_existing = False
+            touches_existing = adds_keys = False
             for r in classified.groupBy("_action", "_present").agg(F.count("*").alias("n")).collect():
                 actions[r["_action"]] = actions.get(r["_action"], 0) + r["n"]
                 touches_existing |= bool(r["_present"]) and r["_action"] in ("update", "delete")
+                adds_keys |= not r["_present"] and r["_action"] in ("insert", "delete")
             lap("classify")
             counts = {
                 "upserted": actions.get("insert", 0) + actions.get("update", 0),
@@ -474,17 +475,20 @@ class SilverBatchWriter:
                 from delta.tables import DeltaTable
 
                 on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.key)
-                merge = (
-                    DeltaTable.forPath(self.spark, cfg.silver_path).alias("t")
-                    .merge(rows.alias("s"), on).whenMatchedUpdateAll().whenNotMatchedInsertAll()
-                )  # fmt: skip
+                merge = DeltaTable.forPath(self.spark, cfg.silver_path).alias("t").merge(rows.alias("s"), on)
+                merge = merge.whenMatchedUpdateAll()
+                if adds_keys:
+                    # Without a new key the MERGE is matched-only, which Delta runs with an inner join
+                    # instead of an outer join over the files it rewrites.
+                    merge = merge.whenNotMatchedInsertAll()
                 with_user_metadata(self.spark, meta, merge.execute, txn=txn)
             lap("silver_commit")
         finally:
             for frame in reversed(cached):
                 frame.unpersist()
-        version = confirm_newest_commit(self.spark, cfg.silver_path, SilverCommit.from_user_metadata,
-                                        self.plan.epoch, batch_id, TransformError)  # fmt: skip
+        version, operation, metrics = confirm_newest_commit(self.spark, cfg.silver_path, SilverCommit.from_user_metadata,
+                                                            self.plan.epoch, batch_id, TransformError)  # fmt: skip
+        check_rows_written(cfg.silver_path, version, operation, metrics, commit)
         commit = replace(commit, version=version)
         lap("confirm")
         failpoint("silver", batch_id)
@@ -492,6 +496,41 @@ class SilverBatchWriter:
         self.summary.batches.append(BatchResult(batch_id, commit, False, time.monotonic() - started, phases))
         log.info("batch %s: read %s -> %s, silver version %s in %.2fs (%s)", batch_id, read, counts, version,
                  time.monotonic() - started, ", ".join(f"{k} {v:.2f}s" for k, v in phases.items()))  # fmt: skip
+
+def rows_written(operation: str, metrics: dict[str, str]) -> int | None:
+    """The rows a silver commit wrote, by Delta's own operation metrics; ``None`` when it kept none.
+
+    A MERGE's inserted, updated and deleted rows (this transform's MERGE never
+    deletes a row: a delete is a row marked ``_deleted``), an append's output rows.
+    """
+    names = {"MERGE": ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted"),
+             "WRITE": ("numOutputRows",)}.get(operation)  # fmt: skip
+    if names is None or not all(n in metrics for n in names):
+        return None
+    return sum(int(metrics[n]) for n in names)
+
+
+def check_rows_written(path: str, version: int, operation: str, metrics: dict[str, str], commit: SilverCommit) -> None:
+    """Raise :class:`TransformError` when Delta's metrics of ``version`` disagree with the batch's counts.
+
+    The counts come from the batch's classification before its commit, Delta's
+    metrics from what the commit did: each upserted or deleted record is
+    exactly one row written.
+    """
+    expected = commit.counts["upserted"] + commit.counts["deleted"]
+    written = rows_written(operation, metrics)
+    if written is None:
+        log.warning("%s version %s: the %s kept no row metrics; its rows are not cross-checked", path, version,
+                    operation)  # fmt: skip
+        return
+    if written != expected:
+        raise TransformError(
+            f"{path}: batch {commit.batch_id} of epoch {commit.epoch} committed version {version}, where "
+            f"Delta's {operation} metrics say {written} rows were written ({metrics}) but the batch classified "
+            f"{expected} (counts {commit.counts}); undo it with RESTORE TABLE delta.`{path}` TO VERSION AS OF "
+            f"{version - 1} (the next run redoes what the restore undid) and report this as a bug"
+        )
+
 
 def _is_delta(spark, path: str) -> bool:
     from delta.tables import DeltaTable

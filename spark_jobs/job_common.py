@@ -197,8 +197,11 @@ def commit_with_stand(spark, path: str, df, *, finish: Finish, idempotency: tupl
 
 
 def confirm_newest_commit(spark, path: str, parse: Parser, epoch: int, batch_id: int,
-                          error: type[Exception]) -> int:  # fmt: skip
-    """The version of the commit just written for ``(epoch, batch_id)``; raises ``error`` if it is not the newest."""
+                          error: type[Exception]) -> tuple[int, str, dict[str, str]]:  # fmt: skip
+    """``(version, operation, operation metrics)`` of the commit just written for ``(epoch, batch_id)``.
+
+    Raises ``error`` if that commit is not the newest.
+    """
     from delta.tables import DeltaTable
 
     row = DeltaTable.forPath(spark, path).history(1).collect()[0]
@@ -208,7 +211,7 @@ def confirm_newest_commit(spark, path: str, parse: Parser, epoch: int, batch_id:
             f"{path}: after writing batch {batch_id} of epoch {epoch}, the newest commit "
             f"(version {row['version']}) is not that batch; another writer is using the table"
         )
-    return int(row["version"])
+    return int(row["version"]), row["operation"], dict(row["operationMetrics"] or {})
 
 
 def parse_table_properties(pairs: list[str], flag: str = "--table-property") -> dict[str, str]:

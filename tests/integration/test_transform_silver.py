@@ -102,10 +102,21 @@ def bronze_rows(spark, lake) -> int:
 
 
 def assert_accounted(spark, lake) -> None:
-    """Every bronze record is accounted for once, batch by batch, and the batches chain over bronze."""
+    """Every bronze record is accounted for once, batch by batch, and the batches chain over bronze.
+
+    Each batch's counts also agree with Delta's own metrics of its commit: every upserted or deleted
+    record is one row the MERGE or append wrote.
+    """
+    from delta.tables import DeltaTable
+
     commits = silver_commits(spark, lake)
     for c in commits:
         assert c.read == c.accounted, f"batch {c.batch_id}: read {c.read}, accounted {c.counts}"
+    history = {h["version"]: h for h in DeltaTable.forPath(spark, str(lake / "silver")).history().collect()}
+    for c in commits:
+        h = history[c.version]
+        written = bronze_to_silver.rows_written(h["operation"], dict(h["operationMetrics"]))
+        assert written == c.counts["upserted"] + c.counts["deleted"], (c.version, h["operationMetrics"], c.counts)
     for a, b in zip(commits, commits[1:], strict=False):
         if b.epoch == a.epoch:
             assert b.bronze_start == a.bronze_end

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from include.transform_spec import BronzePosition, SilverCommit, SilverStand
-from spark_jobs.bronze_to_silver import DeltaCheckpointState, plan_transform
+from spark_jobs.bronze_to_silver import (
+    DeltaCheckpointState,
+    TransformError,
+    check_rows_written,
+    plan_transform,
+    rows_written,
+)
 
 
 def _last(epoch: int, batch: int, end: int) -> SilverStand:
@@ -25,3 +33,28 @@ def test_a_damaged_newest_checkpoint_starts_a_new_epoch_where_silver_stands_nami
 def test_an_empty_checkpoint_is_not_called_damaged():
     plan = plan_transform(_last(2, 4, 17), {2: None}, {})
     assert plan.rebuilt_reason == "checkpoint of epoch 2 was never started or is empty"
+
+
+def test_rows_written_are_read_from_delta_merge_and_append_metrics():
+    merge = {"numTargetRowsInserted": "3", "numTargetRowsUpdated": "4", "numTargetRowsDeleted": "0",
+             "numTargetRowsCopied": "90"}  # fmt: skip
+    assert rows_written("MERGE", merge) == 7
+    assert rows_written("WRITE", {"numOutputRows": "5", "numFiles": "1"}) == 5
+    assert rows_written("MERGE", {"numTargetRowsInserted": "3"}) is None  # metrics turned off
+    assert rows_written("OPTIMIZE", {"numOutputRows": "5"}) is None
+
+
+def _commit(upserted: int, deleted: int) -> SilverCommit:
+    counts = {"upserted": upserted, "deleted": deleted, "quarantined": 0, "superseded": 1, "replayed": 0}
+    return SilverCommit("orders", "run", 2, 5, BronzePosition(3), BronzePosition(4), upserted + deleted + 1, counts, {})
+
+
+def test_a_commit_whose_metrics_disagree_with_the_batch_counts_fails_naming_the_version_and_the_fix():
+    agree = {"numTargetRowsInserted": "1", "numTargetRowsUpdated": "2", "numTargetRowsDeleted": "0"}
+    check_rows_written("/lake/silver", 9, "MERGE", agree, _commit(2, 1))
+    short = {"numTargetRowsInserted": "0", "numTargetRowsUpdated": "2", "numTargetRowsDeleted": "0"}
+    with pytest.raises(TransformError) as err:
+        check_rows_written("/lake/silver", 9, "MERGE", short, _commit(2, 1))
+    message = str(err.value)
+    assert "batch 5 of epoch 2 committed version 9" in message and "say 2 rows" in message
+    assert "classified 3" in message and "TO VERSION AS OF 8" in message
