@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test-tools demo ui test lint bench lock clean
+.PHONY: setup test-tools demo ui test lint bench profile-transform lock clean
 
 $(STAMP): requirements.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ test: setup test-tools
 
 bench: setup
 	$(PY) -m include.benchmark $(BENCH_ARGS)
+
+# Where the transform's batch spends its time (a profile on this machine, not a comparison).
+profile-transform: setup
+	$(PY) -m include.transform_profile $(PROFILE_ARGS)
 
 lint: setup
 	$(PY) -m ruff check .
