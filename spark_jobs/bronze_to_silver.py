@@ -497,6 +497,7 @@ class SilverBatchWriter:
         log.info("batch %s: read %s -> %s, silver version %s in %.2fs (%s)", batch_id, read, counts, version,
                  time.monotonic() - started, ", ".join(f"{k} {v:.2f}s" for k, v in phases.items()))  # fmt: skip
 
+
 def rows_written(operation: str, metrics: dict[str, str]) -> int | None:
     """The rows a silver commit wrote, by Delta's own operation metrics; ``None`` when it kept none.
 
