@@ -104,6 +104,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        # As the broker's own listener does: a port left in TIME_WAIT by a stopped broker is free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def _java() -> str:
     java_home = os.environ.get("JAVA_HOME")
     return str(Path(java_home) / "bin" / "java") if java_home else "java"
@@ -254,10 +265,14 @@ def _existing_cluster_id(data_dir: Path) -> str | None:
 
 
 def start(data_dir: Path, *, heap: str = "1g", timeout_s: float = 90.0,
-          sasl_user: SaslPlainUser | None = None) -> LocalBroker:  # fmt: skip
+          sasl_user: SaslPlainUser | None = None, port: int | None = None) -> LocalBroker:  # fmt: skip
     """Start a broker on free ports with its storage in ``data_dir`` (formatted on first use).
 
     A folder that held a broker before keeps its topics and offsets.
+
+    ``port``: the client port to listen on instead of a free one, e.g. the
+    port of the broker just stopped on this folder, so that clients keep
+    their bootstrap address across a restart. A port in use is refused.
 
     Refuses to start a second broker on a folder whose broker is still alive.
 
@@ -272,7 +287,12 @@ def start(data_dir: Path, *, heap: str = "1g", timeout_s: float = 90.0,
             f"{existing.bootstrap_servers}); stop it first"
         )
     data_dir.mkdir(parents=True, exist_ok=True)
-    port, controller_port = free_port(), free_port()
+    if port is None:
+        port = free_port()
+    elif not _port_free(port):
+        raise BrokerError(f"cannot start the broker of {data_dir} on port {port}: something listens there; "
+                          "stop it, or start without a port to take a free one")  # fmt: skip
+    controller_port = free_port()
     config = data_dir / "server.properties"
     if sasl_user is None:
         config.write_text(_server_properties(data_dir, port, controller_port))
