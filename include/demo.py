@@ -52,7 +52,7 @@ _BAD_KINDS = (
 )
 
 
-def _produce_orders(bootstrap: str, count: int, start: int, *, new_field: bool = False) -> dict[str, int]:
+def produce_orders(bootstrap: str, count: int, start: int, *, new_field: bool = False) -> dict[str, int]:
     """Produce ``count`` order events keyed by order id; returns how many of each kind were sent.
 
     Most events create an order; some update an earlier one (paid, shipped,
@@ -201,13 +201,13 @@ def main(argv: list[str] | None = None) -> int:
         create_topic(bootstrap, TOPIC, PARTITIONS)
 
         print(f"\nproducing {args.events} events to {TOPIC} ({PARTITIONS} partitions)", flush=True)
-        produced = [_produce_orders(bootstrap, args.events, 0)]
+        produced = [produce_orders(bootstrap, args.events, 0)]
         print(f"  {produced[0]}")
         first = _run_dag(env, workdir, 1, Path(cfg.tables.ledger_path))
         _print_run(1, first)
 
         print(f"\nproducing {args.more_events} more events, now with a field the schema does not declare", flush=True)
-        produced.append(_produce_orders(bootstrap, args.more_events, args.events, new_field=True))
+        produced.append(produce_orders(bootstrap, args.more_events, args.events, new_field=True))
         print(f"  {produced[1]}")
         second = _run_dag(env, workdir, 2, Path(cfg.tables.ledger_path))
         _print_run(2, second)
