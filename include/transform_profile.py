@@ -41,9 +41,11 @@ PIPELINE_FILE = settings.PROJECT_ROOT / "include" / "pipelines" / "demo_orders.y
 
 
 def _silver_commit(spark, path: str) -> dict:
+    """The operation and metrics of silver's newest data commit (a run may end with a properties commit)."""
     from delta.tables import DeltaTable
 
-    row = DeltaTable.forPath(spark, path).history(1).collect()[0]
+    rows = DeltaTable.forPath(spark, path).history(5).collect()
+    row = next((r for r in rows if r["operation"] in ("WRITE", "MERGE")), rows[0])
     wanted = ("numTargetRowsUpdated", "numTargetRowsInserted", "numTargetRowsCopied", "scanTimeMs",
               "rewriteTimeMs", "executionTimeMs", "numOutputRows")  # fmt: skip
     return {"operation": row["operation"], **{k: v for k, v in (row["operationMetrics"] or {}).items() if k in wanted}}
