@@ -54,7 +54,9 @@ def test_airflow_backfill_create_over_two_past_days_reinserts_only_what_is_missi
     p.write(schedule="0 0 * * *")
 
     today = int(time.time() * 1000) // DAY_MS * DAY_MS
-    day1, day2 = today - 2 * DAY_MS, today - DAY_MS
+    # Not yesterday: the unpaused DAG's own latest run (catchup off) has yesterday's logical date, and a
+    # backfill run of the same date raced it in the scheduler (UNIQUE dag_id + logical_date, a crash loop).
+    day1, day2 = today - 3 * DAY_MS, today - 2 * DAY_MS
     records = [
         (part, f"{part}-{i}".encode(), b"v", start + 3_600_000 + i * 60_000)
         for start, count in ((day1, 10), (day2, 10))
