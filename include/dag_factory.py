@@ -155,7 +155,7 @@ def build_dag(cfg: PipelineConfig) -> DAG:
             from airflow.sdk.exceptions import AirflowFailException
             from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
-            from include import connections, manual_ops, pipeline_run, run_lock
+            from include import connections, manual_ops, pipeline_run
             from include.spark_operator import job_run_type
 
             dag_run, ti = context["dag_run"], context["ti"]
@@ -168,12 +168,11 @@ def build_dag(cfg: PipelineConfig) -> DAG:
             except manual_ops.RequestError as exc:
                 ti.xcom_push(key="refused", value=str(exc))
                 raise AirflowFailException(f"pipeline {cfg.name!r}: the run's params were refused: {exc}") from None
-            lock = run_lock.lock_path(settings.VAR_DIR, cfg.name)
-            holder = run_lock.acquire(lock, dag_id=ti.dag_id, run_id=context["run_id"],
-                                      run_state=_run_state(RuntimeTaskInstance))  # fmt: skip
+            holder, message = pipeline_run.take_lock(cfg, dag_id=ti.dag_id, run_id=context["run_id"],
+                                                     run_state=_run_state(RuntimeTaskInstance))  # fmt: skip
+            if message:
+                print(f"check_request: {message}")
             if holder is not None:
-                print(f"waiting: run {holder.get('run_id')} of pipeline {cfg.name} holds {lock} "
-                      f"since {holder.get('since')}")  # fmt: skip
                 return PokeReturnValue(is_done=False)
             try:
                 client = connections.kafka_client_config(cfg.kafka.connection_id) if request.is_backfill else {}
@@ -186,7 +185,7 @@ def build_dag(cfg: PipelineConfig) -> DAG:
             text = plan["describe"]
             if request.is_backfill:
                 text += f"; {len(plan['ranges'])} ranges, {plan['offsets']} offsets to re-read"
-            print(f"SUMMARY check_request: {text}; lock {lock.name} taken")
+            print(f"SUMMARY check_request: {text}; lock {cfg.name}.lock.json taken")
             return PokeReturnValue(is_done=True, xcom_value=plan)
 
         @task.sensor(

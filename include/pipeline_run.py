@@ -8,7 +8,9 @@ delta-rs) and returns plain data that fits in an XCom.
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +21,7 @@ from include import (
     kafka_state,
     manual_ops,
     run_ledger,
+    run_lock,
     settings,
     spark_checkpoint,
     table_stand,
@@ -48,6 +51,68 @@ def run_dir(cfg: PipelineConfig, run_id: str) -> Path:
     """A folder for one run's files (job summary, cluster state, logs) on the Airflow worker."""
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id)
     return settings.VAR_DIR / "runs" / cfg.name / safe
+
+
+def take_lock(cfg: PipelineConfig, *, dag_id: str, run_id: str,
+              run_state: Callable[[str, str], str | None]) -> tuple[dict | None, str | None]:  # fmt: skip
+    """Take the pipeline's run lock for ``run_id`` (see :mod:`include.run_lock`).
+
+    Returns ``(holder, message)``: while another run holds the lock, that
+    run's holder record and a line that says what to do if it is dead; once
+    taken, ``None`` and, when it was taken over from a run that never gave it
+    back, a line saying what that run left running and was stopped.
+    """
+    lock = run_lock.lock_path(settings.VAR_DIR, cfg.name)
+    holder = run_lock.acquire(lock, dag_id=dag_id, run_id=run_id, run_state=run_state)
+    if holder is not None:
+        return holder, (
+            f"waiting: run {holder.get('run_id')} of pipeline {cfg.name} holds {lock} since {holder.get('since')}, "
+            "and Airflow says that run is still queued or running. If no process runs it any more (a lost "
+            "worker, a killed `airflow dags test`), mark it failed (the run's page in the UI: Mark Run as "
+            "Failed): this run then takes the lock over and first stops what the dead run left running here"
+        )
+    dead = (run_lock.holder(lock) or {}).get("took_over_from") or {}
+    if not dead.get("run_id"):
+        return None, None
+    stopped = stop_leftovers(cfg, dead["run_id"])
+    return None, f"took the lock over from run {dead['run_id']} ({stopped or 'it left no process running here'})"
+
+
+def stop_leftovers(cfg: PipelineConfig, run_id: str, *, timeout_s: float = 30) -> str | None:
+    """Stop what a run that died without its teardown left running here: its job processes and its cluster.
+
+    Called by the run that takes the lock over from ``run_id``, before it
+    starts anything, so that no driver of the dead run can still write to the
+    checkpoint beside its own. Returns a line for the task log, or ``None``
+    when nothing was left. A job process on another machine is not seen here:
+    it dies with its own task process (:func:`include.spark_submit.dies_with_parent`).
+    """
+    import signal
+    import time
+
+    from include import spark_cluster
+
+    folder = run_dir(cfg, run_id)
+    if not folder.exists():
+        return None
+    jobs = spark_cluster.processes_naming(folder)
+    for pid in jobs:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout_s
+    while spark_cluster.processes_naming(folder) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    cluster = spark_cluster.stop_standalone(folder / "cluster", timeout_s=timeout_s)
+    left = spark_cluster.processes_naming(folder) + spark_cluster.running_processes(folder / "cluster")
+    if left:
+        raise RuntimeError(f"processes {left} of run {run_id} (folder {folder}) survived SIGKILL; "
+                           "stop them by hand before this pipeline runs again")  # fmt: skip
+    if not jobs and not cluster:
+        return None
+    return (f"run {run_id} died without its teardown; stopped its job processes {jobs} "
+            f"and {len(cluster)} processes of its cluster {cluster}")
 
 
 def run_backlog(plan: dict | None, preflight: dict | None) -> int | None:

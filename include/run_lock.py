@@ -78,6 +78,9 @@ def acquire(path: Path, *, dag_id: str, run_id: str, run_state: Callable[[str, s
         mine = {"dag_id": dag_id, "run_id": run_id, "since": datetime.now(UTC).isoformat(), "pid": os.getpid()}
         if current is not None and current.get("run_id") not in (None, run_id):
             mine["took_over_from"] = {k: v for k, v in current.items() if k != "took_over_from"}
+        elif current is not None and current.get("took_over_from"):
+            # A retry keeps it: what the dead holder left must be stopped even if the first try failed to.
+            mine["took_over_from"] = current["took_over_from"]
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(mine))
         os.replace(tmp, path)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -512,6 +513,28 @@ def running_processes(run_dir: str | Path) -> list[int]:
     """
     state = _load_state(Path(run_dir).resolve())
     return sorted(s.pid for s in _find(state)) if state else []
+
+
+def processes_naming(folder: str | Path) -> list[int]:
+    """Pids of live processes (zombies aside) whose command line names ``folder``: a run's job processes.
+
+    A job's driver is started with its run folder's files (arguments, summary)
+    on its command line, so this finds it, and its Python side, without a
+    pid file that a killed process could not have cleaned up.
+    """
+    # The folder itself or a path inside it; not a sibling whose name it begins (run-1 vs run-10).
+    needle = re.compile(re.escape(str(Path(folder).resolve()).encode()) + rb"(?:/|\0|$)")
+    found = []
+    for stat in _all_stats():
+        if stat.state == "Z" or stat.pid == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{stat.pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle.search(cmdline):
+            found.append(stat.pid)
+    return sorted(found)
 
 
 def _signal(procs: Iterable[_ProcStat], sig: signal.Signals) -> None:

@@ -364,7 +364,7 @@ class SparkJobOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict:
         from include import jvm_deps
-        from include.spark_submit import package_py_files
+        from include.spark_submit import dies_with_parent, package_py_files
 
         cfg = self.pipeline
         in_pod = cfg.cluster.profile == "kubernetes"
@@ -388,7 +388,7 @@ class SparkJobOperator(BaseOperator):
                           self._hook._connection["master"], cfg.cluster.profile)  # fmt: skip
             ok = False
             try:
-                self._hook.submit(app_path)
+                self._hook.submit(app_path, preexec_fn=dies_with_parent())
                 ok = True
             except Exception as exc:
                 if not self.done_despite(exc, summary_path):

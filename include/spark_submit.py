@@ -11,7 +11,7 @@ import hashlib
 import os
 import sys
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from include import jvm_deps, settings
@@ -129,6 +129,37 @@ def submit_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
     env["PYSPARK_PYTHON"] = sys.executable
     env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     return env
+
+
+def dies_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes a child process die with the process that starts it (Linux).
+
+    The spark-submit JVM of a job is the driver: when the Airflow task process
+    running it is killed (OOM killer, a lost worker, ``kill -9``), the kernel
+    then SIGKILLs the driver too, instead of leaving it to finish the job
+    unwatched, possibly beside the next run's driver on the same checkpoint.
+    The signal follows the thread that starts the child, and the hook's
+    ``submit`` waits for the child in that thread. ``None`` where ``prctl``
+    does not exist; a child whose parent is already gone exits at once.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import signal
+
+    parent = os.getpid()
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def arm() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before the line above
+            os._exit(137)
+
+    return arm
+
+
+#: ``prctl`` option: the signal a process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
 
 
 def submit_command(

@@ -90,19 +90,6 @@ class Pipeline:
         return sorted(root.iterdir()) if root.exists() else []
 
 
-def spark_processes_under(folder: Path) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if str(folder) in cmdline:
-                found.append(int(entry.name))
-    return found
-
-
 def group_lags(bootstrap: str, group: str) -> dict[int, str]:
     proc = local_kafka.run_kafka_tool("consumer-groups", "--bootstrap-server", bootstrap, "--describe", "--group", group)
     assert proc.returncode == 0, proc.stderr
@@ -117,4 +104,4 @@ def group_lags(bootstrap: str, group: str) -> dict[int, str]:
 def assert_no_cluster_left(p: Pipeline) -> None:
     for folder in p.run_dirs():
         assert spark_cluster.running_processes(folder / "cluster") == []
-    assert spark_processes_under(p.var) == [], "a Spark process of this test is still running"
+    assert spark_cluster.processes_naming(p.var) == [], "a Spark process of this test is still running"
