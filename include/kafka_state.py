@@ -594,7 +594,11 @@ def _count(call: _Call, consumer: Consumer, where: str, from_offset: int, until_
     while True:
         if call.expired():
             raise call.unavailable(f"read {count} records up to offset {position}, not all of {where}")
-        for msg in consumer.consume(10_000, timeout=min(1.0, call.remaining())):
+        # consume() returns when it has this many messages or at its timeout: ask for no more
+        # than can come before the answer (a record at or past the end, or the partition's end),
+        # and wait briefly, so a range with holes does not cost a full second per call.
+        wanted = min(10_000, until_offset - position + 1)
+        for msg in consumer.consume(wanted, timeout=min(0.1, call.remaining())):
             error = msg.error()
             if error is None:
                 if msg.offset() >= until_offset:
