@@ -29,6 +29,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -513,6 +514,63 @@ def running_processes(run_dir: str | Path) -> list[int]:
     """
     state = _load_state(Path(run_dir).resolve())
     return sorted(s.pid for s in _find(state)) if state else []
+
+
+def lost_daemons(run_dir: str | Path) -> list[str]:
+    """The cluster's daemons (``master``, ``worker-1``, ...) that are no longer running; empty without a cluster.
+
+    A daemon counts as running only while its recorded pid still names the
+    very process that was started (same start time) and is not a zombie.
+    """
+    state = _load_state(Path(run_dir).resolve())
+    if state is None:
+        return []
+    _reap()
+    lost = []
+    for name, pid in state["pids"].items():
+        stat = _read_stat(int(pid))
+        if stat is None or stat.state in ("Z", "X") or stat.start_ticks != state["start_ticks"].get(name):
+            lost.append(name)
+    return sorted(lost)
+
+
+class ClusterWatch:
+    """Stops a job whose transient cluster lost a daemon while it ran, instead of letting it wait forever.
+
+    Spark's standalone scheduler waits without limit for executors: once the
+    run's only worker is gone none can come, and the job would hang until
+    someone kills it. Use as a context manager around the job; ``stop_job``
+    is called once, from a background thread, when a daemon is lost, and
+    :attr:`lost` then names the daemons.
+    """
+
+    def __init__(self, run_dir: str | Path, stop_job: Callable[[], None], *, interval_s: float = 2.0) -> None:
+        self.run_dir, self.stop_job, self.interval_s = Path(run_dir), stop_job, interval_s
+        self.lost: list[str] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="cluster-watch", daemon=True)
+
+    def __enter__(self) -> ClusterWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.interval_s):
+            lost = lost_daemons(self.run_dir)
+            if lost:
+                self.lost = lost
+                self.stop_job()
+                return
+
+    def message(self) -> str:
+        """What happened and what comes next, for the task's error."""
+        return (f"the run's Spark cluster in {self.run_dir} lost {', '.join(self.lost)} while the job ran "
+                f"(logs in {self.run_dir / 'logs'}); the job was stopped instead of waiting for executors "
+                "that cannot come. Nothing is lost: the next run (or this task's retry) resumes from the tables")  # fmt: skip
 
 
 def processes_naming(folder: str | Path) -> list[int]:

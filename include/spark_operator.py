@@ -351,6 +351,24 @@ class SparkJobOperator(BaseOperator):
         started = context["ti"].xcom_pull(task_ids="start_cluster") or {}
         return started.get("workers") if isinstance(started, dict) else None
 
+    def _cluster_watch(self, context: Any):
+        """A :class:`~include.spark_cluster.ClusterWatch` on this run's transient cluster, if one was started."""
+        from contextlib import nullcontext
+
+        from include import pipeline_run, spark_cluster
+
+        folder = pipeline_run.run_dir(self.pipeline, context["run_id"]) / "cluster"
+        if not self.pipeline.cluster.transient or not (folder / "cluster.json").exists():
+            return nullcontext(None)
+
+        def stop_job() -> None:
+            proc = getattr(self._hook, "_submit_sp", None)
+            if proc is not None and proc.poll() is None:
+                self.log.error("the run's cluster lost a daemon: stopping spark-submit (pid %s)", proc.pid)
+                proc.kill()
+
+        return spark_cluster.ClusterWatch(folder, stop_job)
+
     def run_folder(self, context: Any) -> Path:
         """This run's folder of job files: the run folder here, or on the shared volume (``kubernetes``)."""
         from include import pipeline_run
@@ -388,7 +406,13 @@ class SparkJobOperator(BaseOperator):
                           self._hook._connection["master"], cfg.cluster.profile)  # fmt: skip
             ok = False
             try:
-                self._hook.submit(app_path, preexec_fn=dies_with_parent())
+                with self._cluster_watch(context) as watch:
+                    try:
+                        self._hook.submit(app_path, preexec_fn=dies_with_parent())
+                    except Exception as exc:
+                        if watch is not None and watch.lost:
+                            raise RuntimeError(watch.message()) from exc
+                        raise
                 ok = True
             except Exception as exc:
                 if not self.done_despite(exc, summary_path):

@@ -487,3 +487,29 @@ def test_two_workers_register(tmp_path):
     assert sorted(cluster.pids) == ["master", "worker-1", "worker-2"]
     _assert_nothing_left(run_dir, ticks)
     assert stop_standalone(run_dir) == []
+
+
+@pytest.mark.integration
+def test_a_job_whose_cluster_loses_its_worker_is_stopped_not_left_waiting(tmp_path):
+    """Found by the fault soak: with the run's only worker killed, the job waited for executors forever.
+
+    A stand-in process plays the job (Spark's endless wait is what the soak saw); the
+    cluster is real. The watch stops the job within seconds and names the lost daemon.
+    """
+    run_dir = tmp_path / "spark"
+    cluster = start_standalone(run_dir, workers=1, worker_cores=1, worker_memory="512m")
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        with spark_cluster.ClusterWatch(run_dir, job.kill, interval_s=0.5) as watch:
+            time.sleep(1.5)
+            assert watch.lost == [] and job.poll() is None, "a healthy cluster never stops the job"
+            os.kill(cluster.pids["worker-1"], signal.SIGKILL)
+            assert job.wait(10) == -signal.SIGKILL
+        assert watch.lost == ["worker-1"]
+        assert f"lost worker-1 while the job ran (logs in {run_dir / 'logs'})" in watch.message()
+        assert spark_cluster.lost_daemons(run_dir) == ["worker-1"]
+    finally:
+        job.kill()
+        job.wait()
+        stop_standalone(run_dir)
+    assert spark_cluster.lost_daemons(tmp_path / "never-started") == []
