@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test-tools demo ui test lint bench profile-transform lock clean
+.PHONY: setup test-tools demo ui test soak lint bench profile-transform lock clean
 
 $(STAMP): requirements.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,14 @@ TEST_WORKERS ?= 2
 test: setup test-tools
 	$(PY) -m ruff check .
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
+
+# The fault soak's long mode: random kills and bounces across real DAG runs, exact checks after each
+# (tests/soak). The test suite runs a 30-fault slice with a fixed seed. SOAK_SEED=<n> replays a
+# sequence; SOAK_KINDS=driver,broker,... keeps only those kinds.
+SOAK_FAULTS ?= 300
+SOAK_SEED ?= random
+soak: setup
+	SOAK_FAULTS=$(SOAK_FAULTS) SOAK_SEED=$(SOAK_SEED) $(PY) -m pytest tests/soak -p no:xdist -s --timeout 0
 
 bench: setup
 	$(PY) -m include.benchmark $(BENCH_ARGS)

@@ -73,3 +73,19 @@ def lake(tmp_path) -> Path:
 
 def pytest_configure(config) -> None:
     os.environ.setdefault("KDE_CACHE_DIR", str(settings.CACHE_DIR))
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    # The fault soak's slice is the longest test by far: first in the list, the first xdist worker
+    # starts it at once while the other takes the rest, instead of it starting last and running alone.
+    items.sort(key=lambda item: 0 if "tests/soak/" in item.nodeid else 1)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    # The fault soak's table and seed belong in the log of every run, passed or failed.
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            for name, value in getattr(report, "user_properties", ()):
+                if name == "soak_report" and getattr(report, "when", "call") == "call":
+                    terminalreporter.write_sep("=", "fault soak")
+                    terminalreporter.write_line(str(value))

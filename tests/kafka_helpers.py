@@ -59,6 +59,11 @@ def read_all(bootstrap: str, topic: str) -> set[tuple[int, int, bytes | None]]:
     Reads each partition from its low to its high watermark with
     ``read_committed``; this is the reference the bronze table is compared to.
     """
+    return {(p, o, value) for p, o, _, value in read_committed(bootstrap, topic)}
+
+
+def read_committed(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """Every committed record of ``topic`` as ``(partition, offset, key, value)``, in log order per partition."""
     consumer = Consumer({
         "bootstrap.servers": bootstrap,
         "group.id": f"reference-reader-{topic}",
@@ -73,7 +78,7 @@ def read_all(bootstrap: str, topic: str) -> set[tuple[int, int, bytes | None]]:
                 assignment.append(TopicPartition(topic, p, low))
                 ends[p] = high
         consumer.assign(assignment)
-        seen: set[tuple[int, int, bytes | None]] = set()
+        seen: list[tuple[int, int, bytes | None, bytes | None]] = []
         done: set[int] = set()
         while len(done) < len(ends):
             msg = consumer.poll(5)
@@ -84,7 +89,7 @@ def read_all(bootstrap: str, topic: str) -> set[tuple[int, int, bytes | None]]:
                     done.add(msg.partition())
                     continue
                 raise KafkaException(msg.error())
-            seen.add((msg.partition(), msg.offset(), msg.value()))
+            seen.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
         return seen
     finally:
         consumer.close()

@@ -1,0 +1,606 @@
+"""The fault soak: random kills and bounces across real DAG runs, exact set equality after each fault.
+
+One pipeline with bronze and silver on a broker of the soak's own (so it can
+bounce it), real ``airflow dags test`` runs, real Spark (local mode inside
+the driver, or the transient standalone cluster for the faults that need
+one) and real Delta tables. A producer thread writes keyed orders all the
+time a faulted run is under way: plain and transactional batches (some
+aborted), late events, tombstones and a few bad records.
+
+For each fault: a run starts, the fault is injected at a random moment of it
+(no failpoint: by signals, timing and a watcher on the tables' files), the
+producer pauses, the next runs go on until one succeeds, and then
+:meth:`Soak.check` compares everything with an independent read-committed
+read of the topic. The seed replays the sequence of faults and moments (the
+machine's timing still varies).
+
+The soak stands in for the Airflow scheduler in one place: ``airflow dags
+test`` has no scheduler, so when a fault kills the process running a DAG run,
+nothing would ever mark that run failed. The soak then does what the
+scheduler's heartbeat timeout does: it marks the run and its unfinished tasks
+failed in the metadata database (:meth:`Soak.fail_dead_run`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import yaml
+
+from include import airflow_local, kafka_state, local_kafka, run_ledger
+from include.kafka_admin import create_topic, watermarks
+from tests.integration.dag_helpers import LOCAL_MODE, ORDERS_TRANSFORM, STANDALONE
+from tests.kafka_helpers import read_committed
+
+#: Every fault the soak injects, and what it does.
+FAULTS: dict[str, str] = {
+    "driver": "SIGKILL of the Spark driver JVM at a random moment of its life",
+    "executor": "SIGKILL of a Spark executor of the transient standalone cluster",
+    "worker": "SIGKILL of the standalone worker (its executors die with it)",
+    "master": "SIGKILL of the standalone master (the job is stopped, as for a lost worker)",
+    "task": "SIGKILL of the Airflow process running the DAG run (`airflow dags test`), children left alone",
+    "broker": "the broker killed or stopped mid-run and restarted on its port seconds later",
+    "commit_gap": "SIGKILL of the driver the moment a bronze commit lands, before Spark's checkpoint commit",
+    "merge": "SIGKILL of the driver while the silver MERGE writes its files, before its commit",
+    "lock_holder": "SIGKILL of the run holding the pipeline's lock while a second run waits for it",
+}
+CLUSTER_FAULTS = {"executor", "worker", "master"}
+#: Faults that end the run they hit (the others may leave it to finish).
+ENDS_RUN = {"driver", "task", "commit_gap", "merge", "worker", "master"}
+KEYS = 400
+
+
+def _classify(cmdline: str) -> str:
+    if "org.apache.spark.deploy.SparkSubmit" in cmdline:
+        return "driver"
+    if "CoarseGrainedExecutorBackend" in cmdline:
+        return "executor"
+    if "org.apache.spark.deploy.worker.Worker" in cmdline:
+        return "worker"
+    if "org.apache.spark.deploy.master.Master" in cmdline:
+        return "master"
+    if " dags test " in f" {cmdline} ":
+        return "task"
+    return "other"
+
+
+def soak_processes(var: Path) -> dict[int, tuple[str, str]]:
+    """Live processes started for the soak's runs (their environment names ``var``): pid -> (kind, cmdline)."""
+    marker = f"KDE_VAR_DIR={var}".encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            continue
+        found[int(entry.name)] = (_classify(cmdline), cmdline)
+    return found
+
+
+# --- the producer --------------------------------------------------------------------------------------
+
+
+class Producer:
+    """Writes keyed orders continuously while running; :meth:`pause` returns at a batch boundary."""
+
+    def __init__(self, bootstrap: str, topic: str, rng: random.Random) -> None:
+        self.bootstrap, self.topic, self.rng = bootstrap, topic, rng
+        self.tick = 0
+        self.sent = Counter()
+        self.errors: list[str] = []
+        self._run = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._stop = False
+        self._plain = None
+        self._tx = None
+        self._thread = threading.Thread(target=self._loop, name="soak-producer", daemon=True)
+        self._thread.start()
+
+    def resume(self) -> None:
+        self._idle.clear()
+        self._run.set()
+
+    def pause(self, timeout_s: float = 120) -> None:
+        self._run.clear()
+        if not self._idle.wait(timeout_s):
+            raise TimeoutError(f"the soak's producer did not reach a batch boundary within {timeout_s}s")
+
+    def close(self) -> None:
+        self._stop = True
+        self._run.set()
+        self._thread.join(60)
+
+    def _record(self) -> tuple[bytes, bytes | None, str]:
+        key = f"k{self.rng.randrange(KEYS)}"
+        roll = self.rng.random()
+        self.tick += 1
+        if roll < 0.05:
+            return key.encode(), None, "tombstone"
+        if roll < 0.07:
+            bad = self.rng.choice([b'{"order_id": "' + key.encode() + b'", "amount": ', b"not json at all",
+                                   json.dumps({"order_id": key, "amount": -1, "event_time": _time(self.tick)}).encode()])
+            return key.encode(), bad, "bad"
+        tick, kind = self.tick, "event"
+        if roll < 0.17:
+            tick, kind = max(0, self.tick - self.rng.randrange(1, 300)), "late"
+        value = {"order_id": key, "amount": round(self.rng.uniform(0, 500), 2), "event_time": _time(tick)}
+        return key.encode(), json.dumps(value).encode(), kind
+
+    def _loop(self) -> None:
+        from confluent_kafka import KafkaException
+        from confluent_kafka import Producer as KafkaProducer
+
+        while not self._stop:
+            if not self._run.is_set():
+                self._idle.set()
+                self._run.wait()
+                continue
+            batch = [self._record() for _ in range(self.rng.randrange(5, 25))]
+            transactional = self.rng.random() < 0.25
+            try:
+                if transactional:
+                    if self._tx is None:
+                        self._tx = KafkaProducer({"bootstrap.servers": self.bootstrap,
+                                                  "transactional.id": f"soak-{self.topic}"})  # fmt: skip
+                        self._tx.init_transactions(60)
+                    self._tx.begin_transaction()
+                    for key, value, _ in batch:
+                        self._tx.produce(self.topic, key=key, value=value)
+                    self._tx.flush(60)
+                    if self.rng.random() < 0.3:
+                        self._tx.abort_transaction(60)
+                        self.sent["aborted"] += len(batch)
+                    else:
+                        self._tx.commit_transaction(60)
+                        self.sent.update(kind for _, _, kind in batch)
+                else:
+                    if self._plain is None:
+                        self._plain = KafkaProducer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
+                                                     "linger.ms": 5})  # fmt: skip
+                    for key, value, _ in batch:
+                        self._plain.produce(self.topic, key=key, value=value)
+                    self._plain.flush(60)
+                    self.sent.update(kind for _, _, kind in batch)
+            except KafkaException as exc:
+                # A broker bounce: what was not acknowledged may or may not be in the log; the
+                # checks read the log itself. A transactional producer starts over.
+                self.errors.append(str(exc)[:200])
+                if transactional and self._tx is not None:
+                    try:
+                        self._tx.abort_transaction(30)
+                    except KafkaException:
+                        self._tx = None
+            time.sleep(self.rng.uniform(0.2, 0.6))
+        self._idle.set()
+
+
+# --- the independent reference ---------------------------------------------------------------------------
+
+
+def is_bad(value: bytes) -> bool:
+    """Whether the orders transform must quarantine ``value`` (the soak writes only these kinds of bad)."""
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return True
+    return not isinstance(data, dict) or data.get("amount", 0) < 0
+
+
+def newest_per_key(records: list[tuple[int, int, bytes | None, bytes | None]]) -> dict[str, tuple]:
+    """Silver as the README defines it, computed record by record from the log.
+
+    Per key, in log order: an event replaces the state when its event time is
+    not older; a tombstone deletes the key at the newest event time seen
+    before it. A key stays in one partition (keyed records, a fixed partition
+    count), so log order is offset order within it. Returns key ->
+    (deleted, event_time or None, partition, offset).
+    """
+    state: dict[str, tuple] = {}
+    for partition, offset, key, value in sorted(records, key=lambda r: (r[0], r[1])):
+        if value is not None and is_bad(value):
+            continue
+        if value is None:
+            k = key.decode()
+            old = state.get(k)
+            state[k] = (True, old[1] if old else None, partition, offset)
+            continue
+        data = json.loads(value)
+        k, t = data["order_id"], data["event_time"]
+        old = state.get(k)
+        if old is None or old[1] is None or t >= old[1]:
+            state[k] = (False, t, partition, offset)
+    return state
+
+
+# --- one fault -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FaultResult:
+    """One fault: whether it hit the run, how, and what the runs and checks after it found."""
+
+    kind: str
+    seed_step: int
+    injected: bool
+    detail: str
+    runs_to_recover: int = 0
+    duplicates: int = 0
+    losses: int = 0
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class Soak:
+    """The soak's broker, pipeline, producer and Airflow home, and how a fault is run and checked."""
+
+    def __init__(self, root: Path, seed: int, *, log=print) -> None:
+        self.root, self.seed, self.log = root, seed, log
+        self.name = f"soak_{seed % 100000}"
+        self.topic = f"soak-{seed % 100000}.orders"
+        self.broker_dir = root / "kafka"
+        self.broker = local_kafka.start(self.broker_dir)
+        self.port = int(self.broker.bootstrap_servers.rsplit(":", 1)[1])
+        self.bootstrap = self.broker.bootstrap_servers
+        create_topic(self.bootstrap, self.topic, 3)
+        self.airflow_home = root / "airflow"
+        airflow_local.migrate(airflow_local.environment(self.airflow_home))
+        self.pipelines = root / "pipelines"
+        self.pipelines.mkdir(parents=True, exist_ok=True)
+        self.lake, self.var = root / "lake", root / "var"
+        self.runs = 0
+        self.results: list[FaultResult] = []
+        self.last_duplicates = self.last_losses = 0
+        self.producer = Producer(self.bootstrap, self.topic, random.Random(seed + 1))
+        self.write_pipeline(LOCAL_MODE)
+
+    # -- set-up --
+
+    def write_pipeline(self, cluster: dict) -> None:
+        data = {
+            "name": self.name,
+            "kafka": {"connection_id": "kafka_default", "topics": [self.topic], "max_offsets_per_trigger": 500},
+            "schedule": None,
+            "lag": {"min_records": 1, "max_wait_minutes": 1},
+            "data_loss_policy": "fail",
+            "cluster": cluster,
+            "retries": 0,
+            "transform": ORDERS_TRANSFORM,
+        }
+        (self.pipelines / f"{self.name}.yaml").write_text(yaml.safe_dump(data))
+
+    def environment(self) -> dict[str, str]:
+        return airflow_local.environment(
+            self.airflow_home, kafka_bootstrap=self.bootstrap, pipelines_dir=self.pipelines,
+            extra={"KDE_LAKEHOUSE_ROOT": str(self.lake), "KDE_VAR_DIR": str(self.var)},
+        )  # fmt: skip
+
+    def start_run(self) -> tuple[subprocess.Popen, Path]:
+        self.runs += 1
+        log = self.var / f"dag-run-{self.runs}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("wb") as out:
+            proc = subprocess.Popen(airflow_local.airflow_command("dags", "test", self.name), env=self.environment(),
+                                    stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        return proc, log
+
+    def close(self) -> None:
+        self.producer.close()
+        for pid in soak_processes(self.var):
+            _kill(pid)
+        self.broker.stop()
+
+    # -- the scheduler's part --
+
+    def running_runs(self) -> list[str]:
+        with sqlite3.connect(self.airflow_home / "airflow.db", timeout=60) as db:
+            rows = db.execute("SELECT run_id FROM dag_run WHERE dag_id = ? AND state IN ('running', 'queued')",
+                              (self.name,)).fetchall()  # fmt: skip
+        return [r[0] for r in rows]
+
+    def fail_dead_run(self, run_id: str) -> None:
+        """Mark a run whose process was killed failed, as the scheduler's task heartbeat timeout would."""
+        with sqlite3.connect(self.airflow_home / "airflow.db", timeout=60) as db:
+            db.execute("UPDATE task_instance SET state = 'failed' WHERE dag_id = ? AND run_id = ? AND state IN "
+                       "('running', 'queued', 'scheduled', 'up_for_reschedule', 'up_for_retry', 'deferred')",
+                       (self.name, run_id))  # fmt: skip
+            db.execute("UPDATE dag_run SET state = 'failed' WHERE dag_id = ? AND run_id = ?", (self.name, run_id))
+
+    # -- the broker --
+
+    def bounce_broker(self, hard: bool, down_s: float) -> None:
+        if hard:
+            _kill(self.broker.pid)
+            while local_kafka.status(self.broker_dir) is not None:
+                time.sleep(0.05)
+        else:
+            self.broker.stop()
+        time.sleep(down_s)
+        self.broker = local_kafka.start(self.broker_dir, port=self.port)
+
+    # -- one fault --
+
+    def run_round(self, step: int, kinds: list[str]) -> list[FaultResult]:
+        """One faulted run carrying ``kinds`` (see :func:`rounds`), the runs that recover, then the checks."""
+        started = time.monotonic()
+        rng = random.Random(self.seed * 1000 + step)
+        self.write_pipeline(STANDALONE if set(kinds) & CLUSTER_FAULTS or rng.random() < 0.1 else LOCAL_MODE)
+        results = [FaultResult(kind, step, injected=False, detail="") for kind in kinds]
+        self.producer.resume()
+        time.sleep(rng.uniform(0.5, 1.5))  # so the run finds a backlog and does not skip
+        try:
+            if kinds == ["lock_holder"]:
+                self._lock_holder_round(rng, results[0])
+            else:
+                self._faulted_run(rng, results)
+        finally:
+            self.producer.pause()
+        self.write_pipeline(LOCAL_MODE)
+        runs = self.recover(results)
+        problems = self.check()
+        seconds = time.monotonic() - started
+        for r in results:
+            r.runs_to_recover, r.seconds = runs, seconds
+            r.problems += problems
+            r.duplicates, r.losses = self.last_duplicates, self.last_losses
+        self.results += results
+        self.log(f"soak round {step}: " + "; ".join(
+            f"{r.kind} {'injected' if r.injected else 'missed'} ({r.detail})" for r in results)
+            + f"; {runs} runs to recover; {seconds:.0f}s; {'; '.join(problems) or 'exact'}")  # fmt: skip
+        return results
+
+    def _faulted_run(self, rng: random.Random, results: list[FaultResult]) -> None:
+        """Start a run and inject each fault of ``results`` at its random moment, from one watching loop."""
+        proc, _ = self.start_run()
+        t0 = time.monotonic()
+        bronze_log = self.lake / self.name / "bronze" / "_delta_log"
+        silver = self.lake / self.name / "silver"
+        seen = {"bronze": _files(bronze_log, "*.json"), "silver": _files(silver, "*.parquet")}
+        pending: dict[str, dict] = {}
+        for r in results:
+            if r.kind in ("driver", "executor", "worker", "master"):
+                life = {"driver": 25, "executor": 15, "worker": 25, "master": 25}[r.kind]
+                pending[r.kind] = {"after": rng.uniform(0, life), "first_seen": None}
+            elif r.kind in ("task", "broker"):
+                pending[r.kind] = {"at": rng.uniform(1, 30), "hard": rng.random() < 0.5, "down": rng.uniform(0.5, 8)}
+            else:  # commit_gap: the first or second new commit of the run; merge: its first data file
+                pending[r.kind] = {"nth": rng.randrange(0, 2) if r.kind == "commit_gap" else 0}
+        by_kind = {r.kind: r for r in results}
+        procs: dict[int, tuple[str, str]] = {}
+        last_scan = 0.0
+        bounce: threading.Thread | None = None
+        while proc.poll() is None and pending:
+            now = time.monotonic()
+            if now - last_scan > 0.1:
+                procs, last_scan = soak_processes(self.var), now
+            for kind in list(pending):
+                spec, r = pending[kind], by_kind[kind]
+                if kind in ("driver", "executor", "worker", "master"):
+                    pids = [pid for pid, (k, _) in procs.items() if k == kind]
+                    if pids and spec["first_seen"] is None:
+                        spec["first_seen"] = now
+                    if pids and now - spec["first_seen"] >= spec["after"]:
+                        r.injected = any([_kill(pid) for pid in pids])
+                        r.detail = f"{kind} {pids} {spec['after']:.1f}s after it started"
+                        del pending[kind]
+                elif kind == "task" and now - t0 >= spec["at"]:
+                    r.injected = _kill(proc.pid)
+                    r.detail = f"dags test pid {proc.pid} at {spec['at']:.1f}s"
+                    proc.wait()
+                    for run_id in self.running_runs():
+                        self.fail_dead_run(run_id)
+                    del pending[kind]
+                elif kind == "broker" and now - t0 >= spec["at"]:
+                    bounce = threading.Thread(target=self.bounce_broker, args=(spec["hard"], spec["down"]))
+                    bounce.start()
+                    r.injected = True
+                    r.detail = f"{'killed' if spec['hard'] else 'stopped'} at {spec['at']:.1f}s, down {spec['down']:.1f}s"
+                    del pending[kind]
+                elif kind in ("commit_gap", "merge"):
+                    folder, pattern, key = ((bronze_log, "*.json", "bronze") if kind == "commit_gap"
+                                            else (silver, "*.parquet", "silver"))  # fmt: skip
+                    new = _files(folder, pattern) - seen[key]
+                    if len(new) > spec["nth"]:
+                        drivers = [pid for pid, (k, _) in soak_processes(self.var).items() if k == "driver"]
+                        r.injected = any([_kill(pid) for pid in drivers])
+                        r.detail = f"driver {drivers} on {sorted(new)[-1]}"
+                        del pending[kind]
+            time.sleep(0.01)
+        for kind in pending:
+            by_kind[kind].detail = "the run ended first"
+        code = self._finish(proc)
+        if bounce is not None:
+            bounce.join()
+        for r in results:
+            r.detail += f"; run exit {code}"
+
+    def _finish(self, proc: subprocess.Popen, timeout_s: float = 600) -> int:
+        try:
+            return proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill(proc.pid)
+            raise
+
+    def _lock_holder_round(self, rng: random.Random, result: FaultResult) -> None:
+        holder, _ = self.start_run()
+        lock = self.var / "locks" / f"{self.name}.lock.json"
+        run_id = None
+        deadline = time.monotonic() + 120
+        while holder.poll() is None and time.monotonic() < deadline and run_id is None:
+            try:
+                run_id = json.loads(lock.read_text()).get("run_id")
+            except (OSError, ValueError):
+                time.sleep(0.05)
+        if run_id is None:
+            result.detail = f"the holder never took the lock; exit {self._finish(holder)}"
+            return
+        waiter, _ = self.start_run()
+        delay = rng.uniform(0.5, 20)
+        try:
+            holder.wait(delay)
+            result.detail = f"the holder ended before {delay:.1f}s"
+        except subprocess.TimeoutExpired:
+            result.injected = _kill(holder.pid)
+            holder.wait()
+            self.fail_dead_run(run_id)
+            result.detail = f"holder {run_id} killed after {delay:.1f}s"
+        result.detail += f"; the waiting run's exit {self._finish(waiter)}"
+
+    # -- recovery and checks --
+
+    def recover(self, results: list[FaultResult], limit: int = 4) -> int:
+        """Runs until one succeeds (the producer is paused, so that one has caught up); how many it took."""
+        for n in range(1, limit + 1):
+            proc, log = self.start_run()
+            if self._finish(proc) == 0:
+                return n
+            for r in results:
+                r.problems.append(f"recovery run {n} failed, log {log}")
+        return limit
+
+    def check(self) -> list[str]:
+        """Everything against an independent read-committed read of the topic; the problems found."""
+        from deltalake import DeltaTable
+
+        problems: list[str] = []
+        records = read_committed(self.bootstrap, self.topic)
+        table = self.lake / self.name
+        bronze = DeltaTable(str(table / "bronze")).to_pyarrow_table(columns=["partition", "offset"])
+        got = Counter(zip(bronze.column("partition").to_pylist(), bronze.column("offset").to_pylist(), strict=True))
+        want = {(p, o) for p, o, _, _ in records}
+        self.last_duplicates = sum(n - 1 for n in got.values() if n > 1)
+        self.last_losses = len(want - set(got))
+        extra = set(got) - want
+        if self.last_duplicates or self.last_losses or extra:
+            problems.append(f"bronze: {self.last_duplicates} duplicates, {self.last_losses} lost, "
+                                   f"{len(extra)} not in the topic, e.g. {sorted(want - set(got))[:3]}")  # fmt: skip
+
+        silver = DeltaTable(str(table / "silver")).to_pyarrow_table(
+            columns=["order_id", "_deleted", "event_time", "_kafka_partition", "_kafka_offset"]).to_pylist()
+        keys = Counter(r["order_id"] for r in silver)
+        if any(n > 1 for n in keys.values()):
+            problems.append(f"silver: keys held twice: {[k for k, n in keys.items() if n > 1][:5]}")
+        expected = newest_per_key(records)
+        actual = {r["order_id"]: (r["_deleted"], r["_kafka_partition"], r["_kafka_offset"]) for r in silver}
+        want_silver = {k: (v[0], v[2], v[3]) for k, v in expected.items()}
+        if actual != want_silver:
+            wrong = sorted(k for k in set(actual) | set(want_silver) if actual.get(k) != want_silver.get(k))
+            problems.append(f"silver: {len(wrong)} keys differ from the newest per key, e.g. "
+                                   f"{[(k, actual.get(k), want_silver.get(k)) for k in wrong[:3]]}")  # fmt: skip
+
+        quarantine = DeltaTable(str(table / "quarantine")).to_pyarrow_table(columns=["partition", "offset"])
+        q = Counter(zip(quarantine.column("partition").to_pylist(), quarantine.column("offset").to_pylist(),
+                        strict=True))  # fmt: skip
+        bad = {(p, o) for p, o, _, v in records if v is not None and is_bad(v)}
+        if any(n > 1 for n in q.values()) or set(q) != bad:
+            problems.append(f"quarantine: {sum(n - 1 for n in q.values())} duplicates, "
+                                   f"{len(bad - set(q))} missing, {len(set(q) - bad)} not bad")  # fmt: skip
+
+        newest = run_ledger.read_runs(table / "_runs", limit=1)[0]
+        if (newest["outcome"], newest["continuity"]) not in {("success", "CONTINUOUS"), ("skipped", None)}:
+            problems.append(f"ledger: the last run is {newest['outcome']}, continuity {newest['continuity']}")
+
+        ends = {p: high for p, (_, high) in watermarks(self.bootstrap, self.topic).items()}
+        group = {p: n for (_, p), n in kafka_state.group_offsets(
+            {"bootstrap.servers": self.bootstrap}, f"kafka-delta-elt.{self.name}",
+            [(self.topic, p) for p in ends]).items()}  # fmt: skip
+        if group != ends:
+            problems.append(f"consumer group: {group}, topic ends {ends}")
+
+        left = soak_processes(self.var)
+        if left:
+            problems.append(f"processes left: {[(pid, k, c[:120]) for pid, (k, c) in left.items()]}")
+            for pid in left:
+                _kill(pid)
+        return problems
+
+    # -- the report --
+
+    def report(self) -> str:
+        rows: dict[str, list[FaultResult]] = defaultdict(list)
+        for r in self.results:
+            rows[r.kind].append(r)
+        lines = [f"fault soak: seed {self.seed}, {len(self.results)} faults, "
+                 f"{sum(r.injected for r in self.results)} injected, {self.runs} DAG runs",
+                 f"{'fault':<12} {'count':>5} {'injected':>8} {'runs to recover':>16} {'duplicates':>10} "
+                 f"{'losses':>6} {'problems':>8}"]  # fmt: skip
+        for kind in FAULTS:
+            rs = rows.get(kind, [])
+            if not rs:
+                continue
+            recover = Counter(r.runs_to_recover for r in rs)
+            lines.append(f"{kind:<12} {len(rs):>5} {sum(r.injected for r in rs):>8} "
+                         f"{', '.join(f'{n}x{c}' for n, c in sorted(recover.items())):>16} "
+                         f"{sum(r.duplicates for r in rs):>10} {sum(r.losses for r in rs):>6} "
+                         f"{sum(bool(r.problems) for r in rs):>8}")  # fmt: skip
+        lines.append(f"producer: {dict(self.producer.sent)}; send errors during bounces: {len(self.producer.errors)}")
+        return "\n".join(lines)
+
+
+def _files(folder: Path, pattern: str) -> set[str]:
+    try:
+        return {p.name for p in folder.glob(pattern)}
+    except OSError:
+        return set()
+
+
+def _time(tick: int) -> str:
+    return (datetime(2026, 3, 1, tzinfo=UTC) + timedelta(seconds=tick)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _kill(pid: int) -> bool:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def rounds(seed: int, faults: int, only: list[str] | None = None) -> list[list[str]]:
+    """The soak's faulted runs, each a list of fault kinds: at least ``faults`` faults in all.
+
+    Each run gets one fault that ends it (driver, task, commit gap, MERGE,
+    worker, master) or the lock holder's kill (two runs of its own), taken
+    in turn from a list shuffled per cycle, so every kind comes up; a run
+    that ends by a fault also gets up to two of the faults a run may live
+    through (a broker bounce, an executor killed), drawn at random.
+    ``only`` restricts the kinds.
+    """
+    kinds = list(only or FAULTS)
+    unknown = sorted(set(kinds) - set(FAULTS))
+    if unknown:
+        raise ValueError(f"unknown fault kinds {unknown}; expected some of {', '.join(FAULTS)}")
+    rng = random.Random(seed)
+    leading = [k for k in kinds if k in ENDS_RUN or k == "lock_holder"]
+    companions = [k for k in kinds if k not in leading]
+    out: list[list[str]] = []
+    cycle: list[str] = []
+    while sum(map(len, out)) < faults:
+        if not cycle:
+            cycle = leading[:] or [""]
+            rng.shuffle(cycle)
+        first = cycle.pop()
+        if first == "lock_holder":
+            out.append([first])
+            continue
+        extra = rng.sample(companions, min(len(companions), rng.choice([1, 2, 2])))
+        out.append([k for k in (first, *extra) if k])
+    return out

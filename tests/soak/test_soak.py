@@ -1,0 +1,48 @@
+"""The fault soak's slice: random faults across real DAG runs, exact set equality after each.
+
+``make soak`` runs the long mode (``SOAK_FAULTS=300``, a random seed); the
+test suite runs a slice with a fixed seed. ``SOAK_SEED`` replays a sequence.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from tests.soak.soak import FAULTS, Soak, rounds
+
+pytestmark = pytest.mark.integration
+
+#: The slice's seed: fixed, so that every CI run injects the same sequence of faults and moments.
+SLICE_SEED = 20261124
+
+
+@pytest.mark.timeout(0 if os.environ.get("SOAK_FAULTS") else 2400)
+def test_random_faults_across_runs_lose_and_duplicate_nothing(tmp_path_factory, record_property):
+    faults = int(os.environ.get("SOAK_FAULTS", "30"))
+    seed_text = os.environ.get("SOAK_SEED", str(SLICE_SEED))
+    seed = random.SystemRandom().randrange(10**9) if seed_text == "random" else int(seed_text)
+    only = [k for k in os.environ.get("SOAK_KINDS", "").split(",") if k]
+    print(f"fault soak: seed {seed} (replay with SOAK_SEED={seed}), {faults} faults")
+    soak = Soak(tmp_path_factory.mktemp("soak"), seed)
+    try:
+        # Rounds until ``faults`` faults have hit a run (a fault whose moment comes after its run ended
+        # does not count); the seed fixes the sequence.
+        for step, kinds in enumerate(rounds(seed, faults * 3, only)):
+            if sum(r.injected for r in soak.results) >= faults:
+                break
+            soak.run_round(step, kinds)
+    finally:
+        report = soak.report()
+        print(report)
+        # Printed again in the run's terminal summary, pass or fail, also under xdist (see tests/conftest.py).
+        record_property("soak_report", report)
+        soak.close()
+    failed = [r for r in soak.results if r.problems]
+    assert not failed, "\n".join(f"fault {r.seed_step} {r.kind} ({r.detail}): {r.problems}" for r in failed)
+    injected = [r for r in soak.results if r.injected]
+    assert len(injected) >= faults, f"only {len(injected)} of {len(soak.results)} faults hit a run"
+    if faults >= 2 * len(FAULTS):
+        assert {r.kind for r in injected} >= set(only or FAULTS), "a kind of fault never hit a run"

@@ -1,0 +1,57 @@
+"""The soak's independent reference and plan (pure logic): if these were wrong the soak would judge wrongly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.soak.soak import ENDS_RUN, FAULTS, is_bad, newest_per_key, rounds
+
+
+def _event(key: str, when: str, amount: float = 1.0) -> bytes:
+    return json.dumps({"order_id": key, "amount": amount, "event_time": f"2026-03-01T10:{when}Z"}).encode()
+
+
+def test_newest_per_key_follows_the_readmes_rules():
+    records = [
+        (0, 0, b"a", _event("a", "05:00")),
+        (0, 1, b"a", _event("a", "03:00")),  # late: superseded
+        (0, 2, b"b", _event("b", "01:00")),
+        (0, 3, b"b", None),  # tombstone: deletes b at 01:00
+        (0, 4, b"b", _event("b", "00:30")),  # older than the delete: b stays deleted
+        (1, 0, b"c", None),  # tombstone of a key never seen: a deleted row without an ordering value
+        (1, 1, b"d", _event("d", "02:00")),
+        (1, 2, b"d", _event("d", "02:00", 9)),  # same ordering value, later in the log: wins
+        (1, 3, b"e", b"not json"),  # bad: ignored
+        (1, 4, b"e", _event("e", "01:00", -1)),  # bad: negative amount
+        (1, 5, b"c", _event("c", "00:01")),  # c's row: any event beats a null ordering
+    ]
+    assert newest_per_key(records) == {
+        "a": (False, "2026-03-01T10:05:00Z", 0, 0),
+        "b": (True, "2026-03-01T10:01:00Z", 0, 3),
+        "c": (False, "2026-03-01T10:00:01Z", 1, 5),
+        "d": (False, "2026-03-01T10:02:00Z", 1, 2),
+    }
+
+
+@pytest.mark.parametrize(("value", "bad"), [
+    (b'{"order_id": "k", "amount": ', True), (b"not json at all", True),
+    (json.dumps({"order_id": "k", "amount": -1, "event_time": "2026-03-01T10:00:00Z"}).encode(), True),
+    (json.dumps({"order_id": "k", "amount": 0, "event_time": "2026-03-01T10:00:00Z"}).encode(), False),
+])  # fmt: skip
+def test_is_bad(value, bad):
+    assert is_bad(value) is bad
+
+
+def test_rounds_end_each_run_once_and_cover_every_kind():
+    plan = rounds(20261124, 30)
+    assert sum(map(len, plan)) >= 30
+    assert {kind for run in plan for kind in run} == set(FAULTS)
+    for run in plan:
+        assert len(set(run)) == len(run) and len(set(run) & ENDS_RUN) <= 1
+        assert run == ["lock_holder"] or "lock_holder" not in run
+    assert rounds(20261124, 30) == plan, "a seed replays the same faults"
+    assert rounds(7, 4, ["broker", "driver"]) == [["driver", "broker"]] * 2
+    with pytest.raises(ValueError, match="unknown fault kinds"):
+        rounds(1, 1, ["meteor"])
