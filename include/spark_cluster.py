@@ -523,8 +523,10 @@ def lost_daemons(run_dir: str | Path) -> list[str]:
     very process that was started (same start time) and is not a zombie.
     """
     state = _load_state(Path(run_dir).resolve())
-    if state is None:
-        return []
+    return [] if state is None else _lost(state)
+
+
+def _lost(state: Mapping[str, Any]) -> list[str]:
     _reap()
     lost = []
     for name, pid in state["pids"].items():
@@ -541,11 +543,14 @@ class ClusterWatch:
     run's only worker is gone none can come, and the job would hang until
     someone kills it. Use as a context manager around the job; ``stop_job``
     is called once, from a background thread, when a daemon is lost, and
-    :attr:`lost` then names the daemons.
+    :attr:`lost` then names the daemons. Without a cluster in ``run_dir`` it
+    watches nothing.
     """
 
     def __init__(self, run_dir: str | Path, stop_job: Callable[[], None], *, interval_s: float = 2.0) -> None:
         self.run_dir, self.stop_job, self.interval_s = Path(run_dir), stop_job, interval_s
+        # Read once: the daemons a cluster started do not change while a job runs on it.
+        self._state = _load_state(self.run_dir.resolve())
         self.lost: list[str] = []
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="cluster-watch", daemon=True)
@@ -559,8 +564,10 @@ class ClusterWatch:
         self._thread.join()
 
     def _watch(self) -> None:
+        if self._state is None:  # no cluster was started in run_dir: nothing to watch
+            return
         while not self._done.wait(self.interval_s):
-            lost = lost_daemons(self.run_dir)
+            lost = _lost(self._state)
             if lost:
                 self.lost = lost
                 self.stop_job()

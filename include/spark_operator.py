@@ -357,9 +357,9 @@ class SparkJobOperator(BaseOperator):
 
         from include import pipeline_run, spark_cluster
 
-        folder = pipeline_run.run_dir(self.pipeline, context["run_id"]) / "cluster"
-        if not self.pipeline.cluster.transient or not (folder / "cluster.json").exists():
+        if not self.pipeline.cluster.transient:
             return nullcontext(None)
+        folder = pipeline_run.run_dir(self.pipeline, context["run_id"]) / "cluster"  # none in local mode
 
         def stop_job() -> None:
             proc = getattr(self._hook, "_submit_sp", None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -65,16 +66,29 @@ class Pipeline:
         data.update(changes)
         (self.dir / f"{self.name}.yaml").write_text(yaml.safe_dump(data))
 
-    def run(self, conf: dict | None = None, **env: str):
-        """One DAG run with ``airflow dags test`` (``conf``: the trigger form's params); (process, log)."""
-        self.runs += 1
-        environment = airflow_local.environment(
+    def environment(self, **env: str) -> dict[str, str]:
+        """The environment of this pipeline's Airflow commands, with ``env`` added."""
+        return airflow_local.environment(
             self.airflow_home, kafka_bootstrap=self.bootstrap, pipelines_dir=self.dir,
             extra={"KDE_LAKEHOUSE_ROOT": str(self.lake), "KDE_VAR_DIR": str(self.var), **env},
         )  # fmt: skip
+
+    def run(self, conf: dict | None = None, **env: str):
+        """One DAG run with ``airflow dags test`` (``conf``: the trigger form's params); (process, log)."""
+        self.runs += 1
         log = self.var / f"dag-run-{self.runs}.log"
-        proc = airflow_local.dags_test(environment, self.name, conf, log_file=log)
+        proc = airflow_local.dags_test(self.environment(**env), self.name, conf, log_file=log)
         return proc, log.read_text()
+
+    def start(self) -> tuple[subprocess.Popen, Path]:
+        """Start one DAG run (``airflow dags test``) in the background; (process, its log file)."""
+        self.runs += 1
+        log = self.var / f"dag-run-{self.runs}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("wb") as out:
+            proc = subprocess.Popen(airflow_local.airflow_command("dags", "test", self.name),
+                                    env=self.environment(), stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        return proc, log
 
     def ledger(self) -> list[dict]:
         return run_ledger.read_runs(self.lake / self.name / "_runs")

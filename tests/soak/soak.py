@@ -36,11 +36,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import yaml
-
 from include import airflow_local, kafka_state, local_kafka, run_ledger
 from include.kafka_admin import create_topic, watermarks
-from tests.integration.dag_helpers import LOCAL_MODE, ORDERS_TRANSFORM, STANDALONE
+from tests.integration.dag_helpers import LOCAL_MODE, ORDERS_TRANSFORM, STANDALONE, Pipeline
 from tests.kafka_helpers import read_committed
 
 #: Every fault the soak injects, and what it does.
@@ -263,10 +261,8 @@ class Soak:
         create_topic(self.bootstrap, self.topic, 3)
         self.airflow_home = root / "airflow"
         airflow_local.migrate(airflow_local.environment(self.airflow_home))
-        self.pipelines = root / "pipelines"
-        self.pipelines.mkdir(parents=True, exist_ok=True)
-        self.lake, self.var = root / "lake", root / "var"
-        self.runs = 0
+        self.pipeline = Pipeline(root, self.name, self.topic, self.bootstrap, self.airflow_home)
+        self.lake, self.var = self.pipeline.lake, self.pipeline.var
         self.results: list[FaultResult] = []
         self.last_duplicates = self.last_losses = 0
         self.producer = Producer(self.bootstrap, self.topic, random.Random(seed + 1))
@@ -275,32 +271,11 @@ class Soak:
     # -- set-up --
 
     def write_pipeline(self, cluster: dict) -> None:
-        data = {
-            "name": self.name,
-            "kafka": {"connection_id": "kafka_default", "topics": [self.topic], "max_offsets_per_trigger": 500},
-            "schedule": None,
-            "lag": {"min_records": 1, "max_wait_minutes": 1},
-            "data_loss_policy": "fail",
-            "cluster": cluster,
-            "retries": 0,
-            "transform": ORDERS_TRANSFORM,
-        }
-        (self.pipelines / f"{self.name}.yaml").write_text(yaml.safe_dump(data))
-
-    def environment(self) -> dict[str, str]:
-        return airflow_local.environment(
-            self.airflow_home, kafka_bootstrap=self.bootstrap, pipelines_dir=self.pipelines,
-            extra={"KDE_LAKEHOUSE_ROOT": str(self.lake), "KDE_VAR_DIR": str(self.var)},
-        )  # fmt: skip
+        self.pipeline.write(cluster=cluster, transform=ORDERS_TRANSFORM, kafka={
+            "connection_id": "kafka_default", "topics": [self.topic], "max_offsets_per_trigger": 500})  # fmt: skip
 
     def start_run(self) -> tuple[subprocess.Popen, Path]:
-        self.runs += 1
-        log = self.var / f"dag-run-{self.runs}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("wb") as out:
-            proc = subprocess.Popen(airflow_local.airflow_command("dags", "test", self.name), env=self.environment(),
-                                    stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
-        return proc, log
+        return self.pipeline.start()
 
     def close(self) -> None:
         self.producer.close()
@@ -419,7 +394,8 @@ class Soak:
                                             else (silver, "*.parquet", "silver"))  # fmt: skip
                     new = _files(folder, pattern) - seen[key]
                     if len(new) > spec["nth"]:
-                        drivers = [pid for pid, (k, _) in soak_processes(self.var).items() if k == "driver"]
+                        # The scan of up to 0.1 s ago: a fresh walk of /proc would only delay the kill.
+                        drivers = [pid for pid, (k, _) in procs.items() if k == "driver"]
                         r.injected = any([_kill(pid) for pid in drivers])
                         r.detail = f"driver {drivers} on {sorted(new)[-1]}"
                         del pending[kind]
@@ -539,7 +515,7 @@ class Soak:
         for r in self.results:
             rows[r.kind].append(r)
         lines = [f"fault soak: seed {self.seed}, {len(self.results)} faults, "
-                 f"{sum(r.injected for r in self.results)} injected, {self.runs} DAG runs",
+                 f"{sum(r.injected for r in self.results)} injected, {self.pipeline.runs} DAG runs",
                  f"{'fault':<12} {'count':>5} {'injected':>8} {'runs to recover':>16} {'duplicates':>10} "
                  f"{'losses':>6} {'problems':>8}"]  # fmt: skip
         for kind in FAULTS:
