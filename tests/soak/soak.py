@@ -101,6 +101,9 @@ class Producer:
 
     def __init__(self, bootstrap: str, topic: str, rng: random.Random) -> None:
         self.bootstrap, self.topic, self.rng = bootstrap, topic, rng
+        # Its send errors are counted in ``errors``; librdkafka's own lines about a bounced broker
+        # (one per connection attempt) would drown the soak's log.
+        self._config = {"bootstrap.servers": bootstrap, "log_level": 2}
         self.tick = 0
         self.sent = Counter()
         self.errors: list[str] = []
@@ -126,6 +129,8 @@ class Producer:
         self._stop = True
         self._run.set()
         self._thread.join(60)
+        # Dropped here, before the broker stops, so librdkafka does not go on reconnecting to it.
+        self._plain = self._tx = None
 
     def _record(self) -> tuple[bytes, bytes | None, str]:
         key = f"k{self.rng.randrange(KEYS)}"
@@ -157,8 +162,7 @@ class Producer:
             try:
                 if transactional:
                     if self._tx is None:
-                        self._tx = KafkaProducer({"bootstrap.servers": self.bootstrap,
-                                                  "transactional.id": f"soak-{self.topic}"})  # fmt: skip
+                        self._tx = KafkaProducer({**self._config, "transactional.id": f"soak-{self.topic}"})
                         self._tx.init_transactions(60)
                     self._tx.begin_transaction()
                     for key, value, _ in batch:
@@ -172,8 +176,7 @@ class Producer:
                         self.sent.update(kind for _, _, kind in batch)
                 else:
                     if self._plain is None:
-                        self._plain = KafkaProducer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
-                                                     "linger.ms": 5})  # fmt: skip
+                        self._plain = KafkaProducer({**self._config, "enable.idempotence": True, "linger.ms": 5})
                     for key, value, _ in batch:
                         self._plain.produce(self.topic, key=key, value=value)
                     self._plain.flush(60)
@@ -245,6 +248,7 @@ class FaultResult:
     losses: int = 0
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    during: str = "faulted run"
 
 
 class Soak:
@@ -314,7 +318,12 @@ class Soak:
     # -- one fault --
 
     def run_round(self, step: int, kinds: list[str]) -> list[FaultResult]:
-        """One faulted run carrying ``kinds`` (see :func:`rounds`), the runs that recover, then the checks."""
+        """One faulted run carrying ``kinds`` (see :func:`rounds`), the runs that recover, then the checks.
+
+        Three rounds in four also bounce the broker during the first recovery run:
+        a run must live through a bounce, or fail cleanly and be followed by
+        one that recovers.
+        """
         started = time.monotonic()
         rng = random.Random(self.seed * 1000 + step)
         self.write_pipeline(STANDALONE if set(kinds) & CLUSTER_FAULTS or rng.random() < 0.1 else LOCAL_MODE)
@@ -325,11 +334,17 @@ class Soak:
             if kinds == ["lock_holder"]:
                 self._lock_holder_round(rng, results[0])
             else:
-                self._faulted_run(rng, results)
+                code, _ = self._run_with_faults(rng, results)
+                for r in results:
+                    r.detail += f"; run exit {code}"
         finally:
             self.producer.pause()
         self.write_pipeline(LOCAL_MODE)
-        runs = self.recover(results)
+        in_recovery = FaultResult("broker", step, injected=False, detail="in the first recovery run",
+                                  during="recovery run")  # fmt: skip
+        if rng.random() < 0.75:
+            results.append(in_recovery)
+        runs = self.recover(results, [r for r in results if r is in_recovery], rng)
         problems = self.check()
         seconds = time.monotonic() - started
         for r in results:
@@ -342,53 +357,62 @@ class Soak:
             + f"; {runs} runs to recover; {seconds:.0f}s; {'; '.join(problems) or 'exact'}")  # fmt: skip
         return results
 
-    def _faulted_run(self, rng: random.Random, results: list[FaultResult]) -> None:
-        """Start a run and inject each fault of ``results`` at its random moment, from one watching loop."""
-        proc, _ = self.start_run()
+    def _run_with_faults(self, rng: random.Random, results: list[FaultResult]) -> tuple[int, Path]:
+        """Run once and inject each fault of ``results`` at its random moment, from one watching loop.
+
+        A kind may come more than once: each executor kill takes an executor
+        not killed before (Spark starts a new one), and a broker bounce waits
+        for the one before it to end. Returns the run's exit code and log.
+        """
+        proc, log = self.start_run()
         t0 = time.monotonic()
         bronze_log = self.lake / self.name / "bronze" / "_delta_log"
         silver = self.lake / self.name / "silver"
         seen = {"bronze": _files(bronze_log, "*.json"), "silver": _files(silver, "*.parquet")}
-        pending: dict[str, dict] = {}
+        pending: list[tuple[FaultResult, dict]] = []
         for r in results:
             if r.kind in ("driver", "executor", "worker", "master"):
                 life = {"driver": 25, "executor": 15, "worker": 25, "master": 25}[r.kind]
-                pending[r.kind] = {"after": rng.uniform(0, life), "first_seen": None}
+                spec = {"after": rng.uniform(0, life), "first_seen": None}
             elif r.kind in ("task", "broker"):
-                pending[r.kind] = {"at": rng.uniform(1, 30), "hard": rng.random() < 0.5, "down": rng.uniform(0.5, 8)}
+                spec = {"at": rng.uniform(1, 30), "hard": rng.random() < 0.5, "down": rng.uniform(0.5, 8)}
             else:  # commit_gap: the first or second new commit of the run; merge: its first data file
-                pending[r.kind] = {"nth": rng.randrange(0, 2) if r.kind == "commit_gap" else 0}
-        by_kind = {r.kind: r for r in results}
+                spec = {"nth": rng.randrange(0, 2) if r.kind == "commit_gap" else 0}
+            pending.append((r, spec))
         procs: dict[int, tuple[str, str]] = {}
+        killed: set[int] = set()
         last_scan = 0.0
         bounce: threading.Thread | None = None
         while proc.poll() is None and pending:
             now = time.monotonic()
             if now - last_scan > 0.1:
                 procs, last_scan = soak_processes(self.var), now
-            for kind in list(pending):
-                spec, r = pending[kind], by_kind[kind]
+            for item in list(pending):
+                r, spec = item
+                kind = r.kind
                 if kind in ("driver", "executor", "worker", "master"):
-                    pids = [pid for pid, (k, _) in procs.items() if k == kind]
+                    pids = [pid for pid, (k, _) in procs.items() if k == kind and pid not in killed]
                     if pids and spec["first_seen"] is None:
                         spec["first_seen"] = now
                     if pids and now - spec["first_seen"] >= spec["after"]:
                         r.injected = any([_kill(pid) for pid in pids])
+                        killed.update(pids)
                         r.detail = f"{kind} {pids} {spec['after']:.1f}s after it started"
-                        del pending[kind]
+                        pending.remove(item)
                 elif kind == "task" and now - t0 >= spec["at"]:
                     r.injected = _kill(proc.pid)
                     r.detail = f"dags test pid {proc.pid} at {spec['at']:.1f}s"
                     proc.wait()
                     for run_id in self.running_runs():
                         self.fail_dead_run(run_id)
-                    del pending[kind]
-                elif kind == "broker" and now - t0 >= spec["at"]:
+                    pending.remove(item)
+                elif kind == "broker" and now - t0 >= spec["at"] and (bounce is None or not bounce.is_alive()):
                     bounce = threading.Thread(target=self.bounce_broker, args=(spec["hard"], spec["down"]))
                     bounce.start()
                     r.injected = True
-                    r.detail = f"{'killed' if spec['hard'] else 'stopped'} at {spec['at']:.1f}s, down {spec['down']:.1f}s"
-                    del pending[kind]
+                    r.detail = (f"{'killed' if spec['hard'] else 'stopped'} at {now - t0:.1f}s, "
+                                f"down {spec['down']:.1f}s")  # fmt: skip
+                    pending.remove(item)
                 elif kind in ("commit_gap", "merge"):
                     folder, pattern, key = ((bronze_log, "*.json", "bronze") if kind == "commit_gap"
                                             else (silver, "*.parquet", "silver"))  # fmt: skip
@@ -398,15 +422,14 @@ class Soak:
                         drivers = [pid for pid, (k, _) in procs.items() if k == "driver"]
                         r.injected = any([_kill(pid) for pid in drivers])
                         r.detail = f"driver {drivers} on {sorted(new)[-1]}"
-                        del pending[kind]
+                        pending.remove(item)
             time.sleep(0.01)
-        for kind in pending:
-            by_kind[kind].detail = "the run ended first"
+        for r, _ in pending:
+            r.detail = "the run ended first"
         code = self._finish(proc)
         if bounce is not None:
             bounce.join()
-        for r in results:
-            r.detail += f"; run exit {code}"
+        return code, log
 
     def _finish(self, proc: subprocess.Popen, timeout_s: float = 600) -> int:
         try:
@@ -442,12 +465,26 @@ class Soak:
 
     # -- recovery and checks --
 
-    def recover(self, results: list[FaultResult], limit: int = 4) -> int:
-        """Runs until one succeeds (the producer is paused, so that one has caught up); how many it took."""
+    def recover(self, results: list[FaultResult], faults: list[FaultResult], rng: random.Random,
+                limit: int = 4) -> int:  # fmt: skip
+        """Runs until one succeeds (the producer is paused, so that one has caught up); how many it took.
+
+        ``faults`` are injected into the first of them; only that run may fail
+        for them. Any other failed run is a problem of every fault of the round.
+        """
         for n in range(1, limit + 1):
-            proc, log = self.start_run()
-            if self._finish(proc) == 0:
-                return n
+            if n == 1 and faults:
+                code, log = self._run_with_faults(rng, faults)
+                faults[0].detail += f"; run exit {code}"
+                if code == 0:
+                    return n
+                if any(f.injected for f in faults):
+                    continue
+            else:
+                proc, log = self.start_run()
+                code = self._finish(proc)
+                if code == 0:
+                    return n
             for r in results:
                 r.problems.append(f"recovery run {n} failed, log {log}")
         return limit
@@ -513,17 +550,17 @@ class Soak:
     def report(self) -> str:
         rows: dict[str, list[FaultResult]] = defaultdict(list)
         for r in self.results:
-            rows[r.kind].append(r)
+            rows[r.kind if r.during == "faulted run" else f"{r.kind} ({r.during})"].append(r)
         lines = [f"fault soak: seed {self.seed}, {len(self.results)} faults, "
                  f"{sum(r.injected for r in self.results)} injected, {self.pipeline.runs} DAG runs",
-                 f"{'fault':<12} {'count':>5} {'injected':>8} {'runs to recover':>16} {'duplicates':>10} "
+                 f"{'fault':<22} {'count':>5} {'injected':>8} {'runs to recover':>16} {'duplicates':>10} "
                  f"{'losses':>6} {'problems':>8}"]  # fmt: skip
-        for kind in FAULTS:
-            rs = rows.get(kind, [])
+        for kind in sorted(rows, key=lambda k: (list(FAULTS).index(k.split()[0]), k)):
+            rs = rows[kind]
             if not rs:
                 continue
             recover = Counter(r.runs_to_recover for r in rs)
-            lines.append(f"{kind:<12} {len(rs):>5} {sum(r.injected for r in rs):>8} "
+            lines.append(f"{kind:<22} {len(rs):>5} {sum(r.injected for r in rs):>8} "
                          f"{', '.join(f'{n}x{c}' for n, c in sorted(recover.items())):>16} "
                          f"{sum(r.duplicates for r in rs):>10} {sum(r.losses for r in rs):>6} "
                          f"{sum(bool(r.problems) for r in rs):>8}")  # fmt: skip
@@ -556,8 +593,9 @@ def rounds(seed: int, faults: int, only: list[str] | None = None) -> list[list[s
     Each run gets one fault that ends it (driver, task, commit gap, MERGE,
     worker, master) or the lock holder's kill (two runs of its own), taken
     in turn from a list shuffled per cycle, so every kind comes up; a run
-    that ends by a fault also gets up to two of the faults a run may live
-    through (a broker bounce, an executor killed), drawn at random.
+    that ends by a fault also gets two to four of the faults a run may
+    live through (a broker bounce, an executor killed), drawn at random, a
+    kind possibly more than once.
     ``only`` restricts the kinds.
     """
     kinds = list(only or FAULTS)
@@ -577,6 +615,6 @@ def rounds(seed: int, faults: int, only: list[str] | None = None) -> list[list[s
         if first == "lock_holder":
             out.append([first])
             continue
-        extra = rng.sample(companions, min(len(companions), rng.choice([1, 2, 2])))
+        extra = [rng.choice(companions) for _ in range(rng.choice([2, 3, 4]))] if companions else []
         out.append([k for k in (first, *extra) if k])
     return out
