@@ -26,12 +26,16 @@ def test_random_faults_across_runs_lose_and_duplicate_nothing(tmp_path_factory, 
     seed = random.SystemRandom().randrange(10**9) if seed_text == "random" else int(seed_text)
     only = [k for k in os.environ.get("SOAK_KINDS", "").split(",") if k]
     print(f"fault soak: seed {seed} (replay with SOAK_SEED={seed}), {faults} faults")
+    # A run long enough to meet every kind twice must see each hit at least once.
+    wanted = set(only or FAULTS) if faults >= 2 * len(FAULTS) else set()
     soak = Soak(tmp_path_factory.mktemp("soak"), seed)
     try:
         # Rounds until ``faults`` faults have hit a run (a fault whose moment comes after its run ended
-        # does not count); the seed fixes the sequence.
+        # does not count) and every kind in ``wanted`` has hit at least once: a kind that missed its turn
+        # comes again in the next cycle. The seed fixes the sequence.
         for step, kinds in enumerate(rounds(seed, faults * 3, only)):
-            if sum(r.injected for r in soak.results) >= faults:
+            hit = [r for r in soak.results if r.injected]
+            if len(hit) >= faults and wanted <= {r.kind for r in hit}:
                 break
             soak.run_round(step, kinds)
     finally:
@@ -44,5 +48,4 @@ def test_random_faults_across_runs_lose_and_duplicate_nothing(tmp_path_factory, 
     assert not failed, "\n".join(f"fault {r.seed_step} {r.kind} ({r.detail}): {r.problems}" for r in failed)
     injected = [r for r in soak.results if r.injected]
     assert len(injected) >= faults, f"only {len(injected)} of {len(soak.results)} faults hit a run"
-    if faults >= 2 * len(FAULTS):
-        assert {r.kind for r in injected} >= set(only or FAULTS), "a kind of fault never hit a run"
+    assert {r.kind for r in injected} >= wanted, f"a kind of fault never hit a run: {wanted - {r.kind for r in injected}}"

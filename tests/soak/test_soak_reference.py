@@ -49,9 +49,14 @@ def test_rounds_end_each_run_once_and_cover_every_kind():
     assert sum(map(len, plan)) >= 30
     assert {kind for run in plan for kind in run} == set(FAULTS)
     for run in plan:
-        assert len(set(run)) == len(run) and len(set(run) & ENDS_RUN) <= 1
-        assert run == ["lock_holder"] or "lock_holder" not in run
+        # The lock holder's kill has its runs to itself; any other run has one fault that ends it, first,
+        # and two to four it may live through (a kind may repeat).
+        assert run == ["lock_holder"] or (run[0] in ENDS_RUN and 2 <= len(run) - 1 <= 4
+                                          and not set(run[1:]) & (ENDS_RUN | {"lock_holder"}))  # fmt: skip
+    assert any(len(set(run[1:])) < len(run[1:]) for run in plan), "a companion kind may come twice in a run"
     assert rounds(20261124, 30) == plan, "a seed replays the same faults"
-    assert rounds(7, 4, ["broker", "driver"]) == [["driver", "broker"]] * 2
+    only = rounds(7, 6, ["broker", "driver"])
+    assert only and all(run[0] == "driver" and set(run[1:]) == {"broker"} for run in only)
+    assert sum(map(len, only)) >= 6
     with pytest.raises(ValueError, match="unknown fault kinds"):
         rounds(1, 1, ["meteor"])
