@@ -57,17 +57,31 @@ def migrate(env: Mapping[str, str]) -> None:
         raise RuntimeError(f"airflow db migrate failed ({proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
 
 
-def dags_test(env: Mapping[str, str], dag_id: str, conf: Mapping | None = None, *,
-              log_file: Path | None = None, timeout_s: float = 900) -> subprocess.CompletedProcess:  # fmt: skip
-    """Run one DAG run with ``airflow dags test``; returns the process (exit 1 when the run failed)."""
+def _dags_test_command(dag_id: str, conf: Mapping | None) -> list[str]:
     args = ["dags", "test", dag_id]
     if conf:
         args += ["-c", json.dumps(dict(conf))]
-    proc = subprocess.run(airflow_command(*args), env=dict(env), capture_output=True, text=True, timeout=timeout_s)
+    return airflow_command(*args)
+
+
+def dags_test(env: Mapping[str, str], dag_id: str, conf: Mapping | None = None, *,
+              log_file: Path | None = None, timeout_s: float = 900) -> subprocess.CompletedProcess:  # fmt: skip
+    """Run one DAG run with ``airflow dags test``; returns the process (exit 1 when the run failed)."""
+    proc = subprocess.run(_dags_test_command(dag_id, conf), env=dict(env), capture_output=True, text=True,
+                          timeout=timeout_s)  # fmt: skip
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)
         log_file.write_text(proc.stdout + proc.stderr)
     return proc
+
+
+def start_dags_test(env: Mapping[str, str], dag_id: str, conf: Mapping | None = None, *,
+                    log_file: Path) -> subprocess.Popen:  # fmt: skip
+    """Start one DAG run with ``airflow dags test`` in the background, its output going to ``log_file``."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("wb") as out:
+        return subprocess.Popen(_dags_test_command(dag_id, conf), env=dict(env), stdout=out,
+                                stderr=subprocess.STDOUT)  # fmt: skip
 
 
 def summary_lines(output: str) -> list[str]:

@@ -84,11 +84,7 @@ class Pipeline:
         """Start one DAG run (``airflow dags test``) in the background; (process, its log file)."""
         self.runs += 1
         log = self.var / f"dag-run-{self.runs}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("wb") as out:
-            proc = subprocess.Popen(airflow_local.airflow_command("dags", "test", self.name),
-                                    env=self.environment(), stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
-        return proc, log
+        return airflow_local.start_dags_test(self.environment(), self.name, log_file=log), log
 
     def ledger(self) -> list[dict]:
         return run_ledger.read_runs(self.lake / self.name / "_runs")

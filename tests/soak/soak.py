@@ -278,9 +278,6 @@ class Soak:
         self.pipeline.write(cluster=cluster, transform=ORDERS_TRANSFORM, kafka={
             "connection_id": "kafka_default", "topics": [self.topic], "max_offsets_per_trigger": 500})  # fmt: skip
 
-    def start_run(self) -> tuple[subprocess.Popen, Path]:
-        return self.pipeline.start()
-
     def close(self) -> None:
         self.producer.close()
         for pid in soak_processes(self.var):
@@ -334,17 +331,14 @@ class Soak:
             if kinds == ["lock_holder"]:
                 self._lock_holder_round(rng, results[0])
             else:
-                code, _ = self._run_with_faults(rng, results)
-                for r in results:
-                    r.detail += f"; run exit {code}"
+                self._run_with_faults(rng, results)
         finally:
             self.producer.pause()
         self.write_pipeline(LOCAL_MODE)
-        in_recovery = FaultResult("broker", step, injected=False, detail="in the first recovery run",
-                                  during="recovery run")  # fmt: skip
-        if rng.random() < 0.75:
-            results.append(in_recovery)
-        runs = self.recover(results, [r for r in results if r is in_recovery], rng)
+        in_recovery = ([FaultResult("broker", step, injected=False, detail="", during="recovery run")]
+                       if rng.random() < 0.75 else [])  # fmt: skip
+        results += in_recovery
+        runs = self.recover(results, in_recovery, rng)
         problems = self.check()
         seconds = time.monotonic() - started
         for r in results:
@@ -362,9 +356,11 @@ class Soak:
 
         A kind may come more than once: each executor kill takes an executor
         not killed before (Spark starts a new one), and a broker bounce waits
-        for the one before it to end. Returns the run's exit code and log.
+        for the one before it to end. Each fault's detail ends with the run's
+        exit code. Returns the run's exit code and log; without faults it is a
+        plain run.
         """
-        proc, log = self.start_run()
+        proc, log = self.pipeline.start()
         t0 = time.monotonic()
         bronze_log = self.lake / self.name / "bronze" / "_delta_log"
         silver = self.lake / self.name / "silver"
@@ -429,6 +425,8 @@ class Soak:
         code = self._finish(proc)
         if bounce is not None:
             bounce.join()
+        for r in results:
+            r.detail += f"; run exit {code}"
         return code, log
 
     def _finish(self, proc: subprocess.Popen, timeout_s: float = 600) -> int:
@@ -439,7 +437,7 @@ class Soak:
             raise
 
     def _lock_holder_round(self, rng: random.Random, result: FaultResult) -> None:
-        holder, _ = self.start_run()
+        holder, _ = self.pipeline.start()
         lock = self.var / "locks" / f"{self.name}.lock.json"
         run_id = None
         deadline = time.monotonic() + 120
@@ -451,7 +449,7 @@ class Soak:
         if run_id is None:
             result.detail = f"the holder never took the lock; exit {self._finish(holder)}"
             return
-        waiter, _ = self.start_run()
+        waiter, _ = self.pipeline.start()
         delay = rng.uniform(0.5, 20)
         try:
             holder.wait(delay)
@@ -473,18 +471,12 @@ class Soak:
         for them. Any other failed run is a problem of every fault of the round.
         """
         for n in range(1, limit + 1):
-            if n == 1 and faults:
-                code, log = self._run_with_faults(rng, faults)
-                faults[0].detail += f"; run exit {code}"
-                if code == 0:
-                    return n
-                if any(f.injected for f in faults):
-                    continue
-            else:
-                proc, log = self.start_run()
-                code = self._finish(proc)
-                if code == 0:
-                    return n
+            injected = faults if n == 1 else []
+            code, log = self._run_with_faults(rng, injected)
+            if code == 0:
+                return n
+            if any(f.injected for f in injected):
+                continue
             for r in results:
                 r.problems.append(f"recovery run {n} failed, log {log}")
         return limit
@@ -557,8 +549,6 @@ class Soak:
                  f"{'losses':>6} {'problems':>8}"]  # fmt: skip
         for kind in sorted(rows, key=lambda k: (list(FAULTS).index(k.split()[0]), k)):
             rs = rows[kind]
-            if not rs:
-                continue
             recover = Counter(r.runs_to_recover for r in rs)
             lines.append(f"{kind:<22} {len(rs):>5} {sum(r.injected for r in rs):>8} "
                          f"{', '.join(f'{n}x{c}' for n, c in sorted(recover.items())):>16} "
