@@ -1,9 +1,9 @@
-"""What each task of a pipeline's DAG run does, apart from Airflow itself.
+"""The reads and checks behind each task of a pipeline's DAG run, apart from Airflow itself.
 
-The DAG factory (:mod:`include.dag_factory`) wires these into tasks; every
-function takes the pipeline's configuration and the Kafka client settings from
-its Airflow connection, does its reads without a JVM (confluent-kafka and
-delta-rs) and returns plain data that fits in an XCom.
+The task functions (:mod:`include.tasks`) call these; every function takes
+the pipeline's configuration and the Kafka client settings from its Airflow
+connection, does its reads without a JVM (confluent-kafka and delta-rs) and
+returns plain data that fits in an XCom.
 """
 
 from __future__ import annotations
