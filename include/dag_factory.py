@@ -98,11 +98,9 @@ def cluster_doc(cfg: PipelineConfig) -> str:
     )
 
 
-def build_dag(cfg: PipelineConfig) -> DAG:
-    """The DAG of one pipeline."""
-    transient = cfg.cluster.transient
-    max_wait_s = cfg.lag.max_wait_minutes * 60
-    doc = DOC.format(
+def dag_doc(cfg: PipelineConfig) -> str:
+    """The DAG's ``doc_md``: what one run of the pipeline does, in its own names and paths."""
+    return DOC.format(
         name=cfg.name,
         description=cfg.description or "",
         source=f"topics `{', '.join(cfg.kafka.topics)}`" if cfg.kafka.topics else f"pattern `{cfg.kafka.topic_pattern}`",
@@ -125,6 +123,12 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         if cfg.transform
         else "",
     )
+
+
+def build_dag(cfg: PipelineConfig) -> DAG:
+    """The DAG of one pipeline."""
+    transient = cfg.cluster.transient
+    max_wait_s = cfg.lag.max_wait_minutes * 60
     asset = bronze_asset(cfg)
     outlets = [asset, silver_asset(cfg)] if cfg.transform else [asset]
     with DAG(
@@ -136,7 +140,7 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         catchup=False,
         max_active_runs=1,
         tags=sorted({"kafka-delta-elt", *cfg.tags}),
-        doc_md=doc,
+        doc_md=dag_doc(cfg),
         default_args={
             "retries": cfg.retries,
             "retry_delay": timedelta(seconds=30),

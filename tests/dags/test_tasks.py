@@ -426,6 +426,15 @@ def test_dag_tasks_keep_their_rules_retries_and_xcom_shapes(cfg):
                                                             "mirror_offsets"}  # fmt: skip
 
 
+def test_dag_doc_names_the_pipelines_own_topics_tables_and_group(cfg):
+    doc = dag_factory.dag_doc(cfg)
+    assert doc == dag_factory.build_dag(cfg).doc_md
+    assert doc.startswith("### Kafka → Delta pipeline `orders`")
+    assert "topics `t` through Airflow connection `kafka_test`" in doc and f"`{cfg.tables.bronze_path}`" in doc
+    assert "(consumer group `kafka-delta-elt.orders`)" in doc and "policy `fail`" in doc
+    assert "**transform**" not in doc and "upserted" not in doc  # this pipeline has none
+
+
 def test_dag_task_leaves_its_refusal_in_xcom_and_fails(cfg):
     ti = FakeTI()
     task = dag_factory.build_dag(cfg).get_task("check_request")
