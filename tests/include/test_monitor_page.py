@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import re
 from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
+from include import monitor, monitor_page
 from include.monitor_page import (
+    TEMPLATE_DIR,
     humanize_seconds,
     lag_chart_svg,
     render_error,
@@ -195,6 +199,122 @@ def test_javascript_links_from_a_snapshot_do_not_become_hrefs():
     for page in (render_overview([snap], base=BASE, checked_at=CHECKED), render_pipeline(snap, base=BASE)):
         hrefs = [a.get("href", "") for a in parse(page).anchors]
         assert hrefs and not [h for h in hrefs if "javascript" in h or "evil" in h]
+
+
+# Names as the page's users could choose them: each one closes a cell, opens a script, ends an
+# attribute with either quote, holds a bare and an already escaped "&", and has slashes for URLs.
+NAMES = {"pipeline": "PIPELINE", "topic": "TOPIC", "table": "/TABLE", "run": "RUN"}
+HOSTILE = {what: f"""{name}&amp;&"'</td><script>alert(1)</script>""" for what, name in NAMES.items()}
+
+
+def named_snapshot(names: dict[str, str]) -> dict:
+    """A snapshot in which the pipeline, topic, table and run names appear everywhere the page shows them."""
+    pipeline, topic, table, run_id = names["pipeline"], names["topic"], names["table"], names["run"]
+    last = run(run_id=run_id, link=monitor.run_link(pipeline, run_id), run_type="manual", action="backfill_offsets",
+               ranges=[{"topic": topic, "partition": 0, "from": 100, "until": 1600, "rows": 1500}])  # fmt: skip
+    part = {"topic": topic, "partition": 0, "earliest": 0, "latest": 20, "next_offset": 5, "lag": 15, "lost_now": 3,
+            "last_ingested_at": "2024-05-01T12:01:00+00:00", "oldest_pending_at": None, "group_offset": 5}  # fmt: skip
+    return snapshot(
+        pipeline=pipeline, dag_id=pipeline,
+        source={"connection_id": "kafka_default", "bootstrap_servers": "127.0.0.1:9092", "topics": [topic],
+                "topic_pattern": None},
+        tables={"bronze": f"{table}/bronze", "silver": f"{table}/silver", "ledger": f"{table}/_runs"},
+        partitions=[part], open_gaps=[{"topic": topic, "partition": 0, "from": 5, "until": 8, "records": 3}],
+        last_run=last, runs=[last],
+        gaps=[{"run_id": run_id, "finished_at": CHECKED, "topic": topic, "partition": 0, "from": 1, "until": 2,
+               "lost": 1, "reason": "retention"}],
+        manual_actions=[{"run_id": run_id, "finished_at": CHECKED, "run_type": "manual", "action": "backfill_offsets",
+                         "requested_by": "ana", "reason": "replay", "outcome": "success"}],
+        links={"dag": monitor.dag_link(pipeline), "last_run": last["link"]},
+    )  # fmt: skip
+
+
+class _Events(HTMLParser):
+    """The document as a browser builds it: tags with their attributes, end tags and text, entities decoded."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.events: list[tuple] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.events.append(("start", tag, attrs))
+
+    def handle_startendtag(self, tag, attrs):
+        self.events.append(("start", tag, attrs))
+        self.events.append(("end", tag))
+
+    def handle_endtag(self, tag):
+        self.events.append(("end", tag))
+
+    def handle_data(self, data):
+        self.events.append(("text", data))
+
+
+def events(page: str, rename: dict[str, str]) -> list[tuple]:
+    """``page``'s document with each name in ``rename`` (as text and as a URL path segment) renamed."""
+    pairs = [(old, new) for old, new in rename.items()]
+    pairs += [(quote(old, safe=""), quote(new, safe="")) for old, new in rename.items()]
+
+    def renamed(text: str | None) -> str | None:
+        for old, new in pairs:
+            text = text.replace(old, new) if text else text
+        return text
+
+    parser = _Events()
+    parser.feed(page)
+    parser.close()
+    return [
+        (kind, tag, [(k, renamed(v)) for k, v in rest[0]]) if kind == "start" else (kind, renamed(tag))
+        for kind, tag, *rest in parser.events
+    ]
+
+
+def pages_of(names: dict[str, str]) -> dict[str, str]:
+    snap = named_snapshot(names)
+    return {
+        "overview": render_overview([snap], base=BASE, checked_at=CHECKED,
+                                    invalid_files={f"{names['table']}/p.yaml": f"topic {names['topic']}: bad"}),
+        "pipeline": render_pipeline(snap, base=BASE),
+        "error": render_error(f"Unknown {names['pipeline']}", f"no pipeline named '{names['pipeline']}'",
+                              base=BASE, status_hint=names["run"]),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("page", ["overview", "pipeline", "error"])
+def test_hostile_names_are_escaped_everywhere_they_appear(page):
+    plain, hostile = pages_of(NAMES)[page], pages_of(HOSTILE)[page]
+    # The same document, tag for tag and attribute for attribute, as with plain names: each hostile
+    # name is, once the browser has decoded it, exactly the text, attribute or URL segment where the
+    # plain one was. Nothing broke out of a cell, an attribute or a path segment.
+    assert events(hostile, {HOSTILE[w]: NAMES[w] for w in NAMES}) == events(plain, {})
+    assert "<script" not in hostile and "</td><script" not in hostile
+    # Every "&" in the page starts an entity, so none of the names' ampersands was left bare.
+    assert re.search(r"&(?!amp;|lt;|gt;|#34;|#39;)", hostile) is None
+    for what, name in NAMES.items():
+        escaped = HOSTILE[what].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        escaped = escaped.replace('"', "&#34;").replace("'", "&#39;")
+        # Wherever the plain name was written (text, attributes, or inside a URL), the escaped one is.
+        assert hostile.count(escaped) + hostile.count(quote(HOSTILE[what], safe="")) == plain.count(name), what
+
+
+def test_hostile_names_in_urls_are_one_path_segment():
+    overview, pipeline = pages_of(HOSTILE)["overview"], pages_of(HOSTILE)["pipeline"]
+    segment = quote(HOSTILE["pipeline"], safe="")
+    assert "%2F" in segment and "/" not in segment  # "</td>" cannot add a path segment
+    assert f'href="/kde-monitor/pipelines/{segment}"' in overview
+    assert f'href="/kde-monitor/api/pipelines/{segment}"' in overview
+    assert f'href="/kde-monitor/api/pipelines/{segment}"' in pipeline
+    assert f'href="/dags/{segment}" target="_top"' in pipeline
+    assert f'href="/dags/{segment}/runs/{quote(HOSTILE["run"], safe="")}" target="_top"' in pipeline
+
+
+def test_templates_and_renderer_never_mark_text_safe():
+    """Autoescape is the only escaping: no template or view switches it off or vouches for a string."""
+    for path in TEMPLATE_DIR.iterdir():
+        source = path.read_text()
+        assert not re.search(r"\|\s*safe\b|autoescape\s+false|Markup", source), path.name
+    source = Path(monitor_page.__file__).read_text()
+    assert "Markup" not in source and "html.escape" not in source and "import html" not in source
 
 
 # --------------------------------------------------------------------------- unknown values
