@@ -8,7 +8,9 @@ views into markup.
 
 The pages carry no JavaScript and load no CSS, fonts or scripts from
 elsewhere: they are shown in an iframe of the Airflow UI on machines that
-often have no internet, and charts are inline SVG for the same reason.
+often have no internet, and charts are inline SVG for the same reason. The
+overview and pipeline pages reload themselves every :data:`REFRESH_S` seconds
+with a ``<meta http-equiv="refresh">``, which needs no script.
 
 Escaping is Jinja's autoescape, on for every template (the SVG ones too):
 pipeline names, topics, paths, reasons, error messages, run ids and
@@ -27,6 +29,12 @@ from urllib.parse import quote
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 DASH = "—"
+#: Seconds between the overview's and the pipeline page's reloads of themselves. A run lasts half a
+#: minute at least (Spark's warm-up alone is 17-30 s) and schedules are minutes apart, so 30 s shows
+#: a run start and finish while someone watches. Each reload asks Kafka about every pipeline shown,
+#: for up to ``KDE_MONITOR_TIMEOUT_S`` (5 s) when a broker is down, so a tab left open costs the
+#: brokers a few calls a minute and never spends most of its time loading.
+REFRESH_S = 30
 #: The templates, found from this file so that the working directory of the API server (or of a
 #: test) does not matter.
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates" / "monitor"
@@ -224,8 +232,9 @@ def _environment() -> Environment:
 _ENV = _environment()
 
 
-def _render(template: str, **view: Any) -> str:
-    return _ENV.get_template(template).render(**view)
+def _render(template: str, *, refresh_s: int | None = None, **view: Any) -> str:
+    """``template`` rendered from ``view``; a page with ``refresh_s`` reloads itself that often."""
+    return _ENV.get_template(template).render(refresh_s=refresh_s, **view)
 
 
 # --------------------------------------------------------------------------- views shared by both pages
@@ -338,6 +347,7 @@ def render_overview(
     states = [row["state"] for row in rows]
     return _render(
         "overview.html",
+        refresh_s=REFRESH_S,
         root=_root(base),
         checked_at=checked_at,
         rows=rows,
@@ -426,7 +436,7 @@ def render_pipeline(snap: dict, *, base: str) -> str:
         "manual_actions": _history_rows(snap.get("manual_actions"), runs_by_id, "requested_by", "run_type",
                                         "action", "reason", "outcome"),  # fmt: skip
     }
-    return _render("pipeline.html", root=_root(base), page=page)
+    return _render("pipeline.html", refresh_s=REFRESH_S, root=_root(base), page=page)
 
 
 def _kafka_box(snap: dict) -> dict:
@@ -490,6 +500,9 @@ def _run_row(run: dict) -> dict:
 
 def render_error(title: str, message: str, *, base: str, status_hint: str = "") -> str:
     """A small page for problems such as an unknown pipeline, with a way back to the overview.
+
+    It does not reload itself: a reload would only ask again for the same
+    unknown or forbidden pipeline.
 
     Args:
         title: heading, e.g. ``"Unknown pipeline"``.

@@ -11,6 +11,7 @@ import pytest
 
 from include import monitor, monitor_page
 from include.monitor_page import (
+    REFRESH_S,
     TEMPLATE_DIR,
     humanize_seconds,
     lag_chart_svg,
@@ -527,6 +528,18 @@ def test_empty_sections_say_so():
     assert "No gaps recorded." in page
     assert "No manual actions recorded." in page
     assert page.count("No runs to plot yet.") == 2
+
+
+def test_overview_and_pipeline_page_reload_themselves_without_a_script():
+    assert REFRESH_S == 30
+    for page in (render_overview([snapshot()], base=BASE, checked_at=CHECKED), render_overview([], base=BASE,
+                 checked_at=CHECKED), render_pipeline(snapshot(), base=BASE)):  # fmt: skip
+        head = page.split("</head>")[0]
+        assert re.findall(r'<meta http-equiv="refresh" content="([^"]*)">', head) == ["30"]
+        assert page.count('http-equiv="refresh"') == 1
+        assert "<script" not in page
+    # An error page would only ask again for the same unknown or forbidden pipeline.
+    assert 'http-equiv="refresh"' not in render_error("Unknown pipeline", "x", base=BASE)
 
 
 def test_error_page():
