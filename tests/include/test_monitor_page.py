@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
-from include import monitor, monitor_page
+from include import monitor, monitor_page, settings
 from include.monitor_page import (
     REFRESH_S,
     TEMPLATE_DIR,
@@ -548,6 +551,28 @@ def test_error_page():
     assert "Unknown pipeline No pipeline named 'x<y'. 404" in doc.visible
     assert "x&lt;y" in page
     assert {"href": "/kde-monitor/"} in doc.anchors
+
+
+# --------------------------------------------------------------------------- templates as package data
+
+
+def test_templates_are_found_when_imported_from_another_working_directory(tmp_path):
+    code = ("from include import monitor_page as m\n"
+            "print(m.render_pipeline({'pipeline': 'p'}, base='/x'), m.lag_chart_svg([]))")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(settings.PROJECT_ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "<h1>p " in done.stdout and "No runs to plot yet." in done.stdout
+
+
+def test_every_template_in_the_folder_compiles():
+    env = monitor_page._ENV
+    names = env.list_templates()
+    assert set(names) == {path.name for path in TEMPLATE_DIR.iterdir()}
+    assert {"base.html", "overview.html", "pipeline.html", "error.html", "lag_chart.svg"} <= set(names)
+    for name in names:
+        env.get_template(name)
 
 
 # --------------------------------------------------------------------------- humanised ages

@@ -1,0 +1,74 @@
+"""The plugin's HTML routes serve the pages rendered from the templates, from any working directory.
+
+Airflow's login and the snapshot gathering are replaced here (they need a
+running API server, Kafka and tables; ``tests/integration/test_monitor_ui.py``
+runs them for real): what is left is the plugin's own path from a request to
+the page.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from types import ModuleType
+
+import pytest
+from fastapi import HTTPException, status
+
+from include import settings
+from tests.include.test_monitor_page import snapshot
+
+
+@pytest.fixture(scope="module")
+def plugin() -> ModuleType:
+    """``plugins/kde_monitor.py`` loaded from its file, as Airflow's plugin manager loads it."""
+    spec = importlib.util.spec_from_file_location("kde_monitor", settings.PROJECT_ROOT / "plugins" / "kde_monitor.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def client(plugin, monkeypatch, tmp_path):
+    """A client of the plugin's app, as a signed-in user, with one pipeline, run from an unrelated folder."""
+    from fastapi.testclient import TestClient
+
+    def snapshots(user, only=None):
+        if only not in (None, "demo_orders"):
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no pipeline named {only!r}")
+        return [snapshot()], {}
+
+    # The API server's working directory is not the project: templates must not be looked up from it.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(plugin, "_snapshots", snapshots)
+    plugin.app.dependency_overrides[plugin._browser_user] = lambda: "operator"
+    try:
+        yield TestClient(plugin.app, root_path=plugin.PREFIX)
+    finally:
+        plugin.app.dependency_overrides.clear()
+
+
+def test_overview_route_serves_the_overview(client):
+    response = client.get("/")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
+    page = response.text
+    assert "<h1>Kafka → Delta pipelines</h1>" in page
+    assert 'data-pipeline="demo_orders"' in page
+    assert 'href="/kde-monitor/pipelines/demo_orders"' in page
+    assert '<meta http-equiv="refresh" content="30">' in page
+
+
+def test_pipeline_route_serves_the_pipeline_page(client):
+    response = client.get("/pipelines/demo_orders")
+    assert response.status_code == 200
+    page = response.text
+    assert page.count('<tr data-topic="demo.orders"') == 2
+    assert page.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart"') == 2
+    assert 'href="/kde-monitor/api/pipelines/demo_orders"' in page
+
+
+def test_unknown_pipeline_gets_the_error_page_with_its_status(client):
+    response = client.get("/pipelines/nope")
+    assert response.status_code == 404
+    assert "<h1>Pipeline not shown</h1>" in response.text
+    assert "no pipeline named &#39;nope&#39;" in response.text
+    assert 'http-equiv="refresh"' not in response.text
