@@ -27,7 +27,6 @@ version).
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -53,6 +52,7 @@ from include.transform_spec import (
     silver_txn_version,
 )
 from spark_jobs.job_common import (
+    JobArgumentParser,
     JobStep,
     apply_table_properties,
     confirm_newest_commit,
@@ -60,6 +60,7 @@ from spark_jobs.job_common import (
     failpoint,
     job_main,
     parse_table_properties,
+    positive,
     root_message,
     txn_versions,
     with_user_metadata,
@@ -95,17 +96,14 @@ class TransformConfig:
 
 def parse_config(argv: list[str]) -> TransformConfig:
     """Arguments → :class:`TransformConfig`; the spec comes as a JSON file written by the operator."""
-    p = argparse.ArgumentParser(prog="bronze_to_silver", exit_on_error=False)
+    p = JobArgumentParser(prog="bronze_to_silver", error_type=TransformError)
     for name in ("pipeline", "bronze-path", "silver-path", "quarantine-path", "checkpoint-root", "spec-file",
                  "run-id"):  # fmt: skip
         p.add_argument(f"--{name}", required=True)
     p.add_argument("--summary-path")
-    p.add_argument("--max-files-per-trigger", type=int)
+    p.add_argument("--max-files-per-trigger", type=positive(int))
     p.add_argument("--table-property", action="append", default=[], metavar="KEY=VALUE")
-    try:
-        a = p.parse_args(argv)
-    except (argparse.ArgumentError, SystemExit) as exc:
-        raise TransformError(f"bad arguments: {exc}") from None
+    a = p.parse_args(argv)
     try:
         spec = TransformSpec.from_json(json.loads(Path(a.spec_file).read_text()))
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -113,7 +111,7 @@ def parse_config(argv: list[str]) -> TransformConfig:
     try:
         properties = parse_table_properties(a.table_property)
     except ValueError as exc:
-        raise TransformError(f"bad arguments: {exc}") from None
+        raise TransformError(str(exc)) from None
     return TransformConfig(a.pipeline, a.bronze_path, a.silver_path, a.quarantine_path, a.checkpoint_root,
                            spec, a.run_id, a.summary_path, a.max_files_per_trigger, properties)  # fmt: skip
 

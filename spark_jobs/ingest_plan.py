@@ -5,9 +5,7 @@ rule has a unit test.
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,7 +23,7 @@ from include.offsets import (
     skip_gaps,
 )
 from include.spark_checkpoint import CheckpointState
-from spark_jobs.job_common import parse_table_properties
+from spark_jobs.job_common import JobArgumentParser, parse_table_properties, positive
 
 RUN_TYPES = ("scheduled", "manual", "backfill", "rebuild_checkpoint")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -87,30 +85,10 @@ class IngestConfig:
         return opts
 
 
-def _positive(name: str, cast: type[int] | type[float]):
-    """argparse type: a positive, finite ``cast`` whose error names the argument."""
-    expected = "a positive integer" if cast is int else "a positive number"
-
-    def parse(text: str) -> int | float:
-        try:
-            value = cast(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name}: expected {expected}, got {text!r}") from None
-        if not math.isfinite(value) or value <= 0:
-            raise argparse.ArgumentTypeError(f"{name}: expected {expected}, got {value}")
-        return value
-
-    return parse
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
-        raise JobConfigError(message)
-
-
-def build_arg_parser() -> argparse.ArgumentParser:
+def build_arg_parser() -> JobArgumentParser:
     """The job's command line (also what the orchestrator renders)."""
-    p = _Parser(prog="kafka_to_bronze", description="Drain new Kafka records into a Delta bronze table.")
+    p = JobArgumentParser(prog="kafka_to_bronze", description="Drain new Kafka records into a Delta bronze table.",
+                          error_type=JobConfigError)  # fmt: skip
     p.add_argument("--pipeline", required=True, help="pipeline name; part of the Delta txnAppId")
     p.add_argument("--bootstrap-servers", required=True)
     p.add_argument("--topics", default="", help="comma-separated topic names")
@@ -119,11 +97,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-root", required=True, help="folder holding one checkpoint per epoch")
     p.add_argument("--starting-offsets", default="earliest", choices=["earliest", "latest"],
                    help="where partitions start on the pipeline's first run")  # fmt: skip
-    p.add_argument("--max-offsets-per-trigger", type=_positive("--max-offsets-per-trigger", int))
+    p.add_argument("--max-offsets-per-trigger", type=positive(int))
     p.add_argument("--run-id", default="manual")
     p.add_argument("--run-type", default="manual", choices=RUN_TYPES)
     p.add_argument("--summary-path", default=None, help="write the run summary JSON here")
-    p.add_argument("--admin-timeout-s", type=_positive("--admin-timeout-s", float), default=30.0)
+    p.add_argument("--admin-timeout-s", type=positive(float), default=30.0)
     p.add_argument("--kafka-options-file", default=None,
                    help="JSON object of extra Kafka client settings (e.g. security); not logged")  # fmt: skip
     p.add_argument("--rebuild-checkpoint", default=None, metavar="REASON",

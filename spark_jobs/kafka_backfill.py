@@ -33,8 +33,16 @@ from datetime import datetime
 from pathlib import Path
 
 from include.offsets import BackfillCommit, BackfillRange, OffsetError, PositionMap
-from spark_jobs.ingest_plan import JobConfigError, _Parser, _positive, read_kafka_options_file
-from spark_jobs.job_common import JobStep, job_main, read_table_stand, with_user_metadata, write_summary
+from spark_jobs.ingest_plan import JobConfigError, read_kafka_options_file
+from spark_jobs.job_common import (
+    JobArgumentParser,
+    JobStep,
+    job_main,
+    positive,
+    read_table_stand,
+    with_user_metadata,
+    write_summary,
+)
 from spark_jobs.kafka_to_bronze import BRONZE_COLUMNS
 
 log = logging.getLogger("kafka_backfill")
@@ -73,8 +81,10 @@ class BackfillConfig:
         return int(start.timestamp() * 1_000_000), int(end.timestamp() * 1_000_000)
 
 
-def build_arg_parser():
-    p = _Parser(prog="kafka_backfill", description="Insert the records of Kafka offset ranges bronze lacks.")
+def build_arg_parser() -> JobArgumentParser:
+    """The job's command line (also what the orchestrator renders)."""
+    p = JobArgumentParser(prog="kafka_backfill", description="Insert the records of Kafka offset ranges bronze lacks.",
+                          error_type=JobConfigError)  # fmt: skip
     p.add_argument("--pipeline", required=True)
     p.add_argument("--bootstrap-servers", required=True)
     p.add_argument("--bronze-path", required=True)
@@ -84,7 +94,7 @@ def build_arg_parser():
     p.add_argument("--run-id", default="manual")
     p.add_argument("--run-type", default="manual", choices=["manual", "backfill"])
     p.add_argument("--summary-path", default=None)
-    p.add_argument("--admin-timeout-s", type=_positive("--admin-timeout-s", float), default=30.0)
+    p.add_argument("--admin-timeout-s", type=positive(float), default=30.0)
     p.add_argument("--kafka-options-file", default=None)
     return p
 

@@ -28,7 +28,6 @@ Outcomes, so that Airflow still shows each step's own result:
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import sys
@@ -37,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.job_common import JobStep, build_session, configure_logging
+from spark_jobs.job_common import JobArgumentParser, JobStep, build_session, configure_logging
 
 #: The jobs a run's application can run, by name (each module's ``STEP``).
 JOBS = {
@@ -48,7 +47,7 @@ JOBS = {
 
 
 class StepsFileError(ValueError):
-    """The steps file cannot be used; the message names the file and the field."""
+    """The ``--steps-file`` argument or the file it names cannot be used; the message names the argument or field."""
 
 
 @dataclass(frozen=True)
@@ -86,12 +85,13 @@ def read_steps(path: str) -> tuple[str, list[tuple[str, list[str], str | None]]]
 def main(argv: list[str] | None = None) -> int:
     """Entry point: read every step's arguments, start one session, run the steps in order."""
     configure_logging()
-    p = argparse.ArgumentParser(prog="run_steps", exit_on_error=False)
-    p.add_argument("--steps-file", required=True)
+    p = JobArgumentParser(prog="run_steps", description="Run a run's job steps in one Spark application.",
+                          error_type=StepsFileError)  # fmt: skip
+    p.add_argument("--steps-file", required=True, help="JSON: the pipeline and each step's job and arguments")
     try:
         a = p.parse_args(sys.argv[1:] if argv is None else argv)
         pipeline, raw = read_steps(a.steps_file)
-    except (argparse.ArgumentError, SystemExit, StepsFileError) as exc:
+    except StepsFileError as exc:
         print(f"run_steps: bad argument: {exc}", file=sys.stderr)
         return 2
     planned: list[PlannedStep] = []

@@ -225,3 +225,12 @@ def test_a_bad_step_argument_exits_2_before_any_session(tmp_path, capsys):
     path.write_text(json.dumps({"pipeline": "orders", "steps": [{"job": "kafka_to_bronze", "args": ["--pipeline=x"]}]}))
     assert run_steps.main(["--steps-file", str(path)]) == 2
     assert "kafka_to_bronze: bad argument" in capsys.readouterr().err
+
+
+def test_a_bad_steps_argument_exits_2_naming_it_and_help_exits_0(capsys):
+    assert run_steps.main([]) == 2
+    # The message is argparse's own, not its exit status ("bad argument: 2").
+    assert "run_steps: bad argument: the following arguments are required: --steps-file" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:
+        run_steps.main(["--help"])
+    assert done.value.code == 0 and "--steps-file STEPS_FILE" in capsys.readouterr().out

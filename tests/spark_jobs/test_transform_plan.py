@@ -9,6 +9,7 @@ from spark_jobs.bronze_to_silver import (
     DeltaCheckpointState,
     TransformError,
     check_rows_written,
+    parse_config,
     plan_transform,
     rows_written,
 )
@@ -58,3 +59,24 @@ def test_a_commit_whose_metrics_disagree_with_the_batch_counts_fails_naming_the_
     message = str(err.value)
     assert "batch 5 of epoch 2 committed version 9" in message and "say 2 rows" in message
     assert "classified 3" in message and "TO VERSION AS OF 8" in message
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def _transform_args(**overrides: str) -> list[str]:
+    given = {"pipeline": "orders", "bronze-path": "/lake/b", "silver-path": "/lake/s", "quarantine-path": "/lake/q",
+             "checkpoint-root": "/lake/c", "spec-file": "/nowhere/spec.json", "run-id": "r1", **overrides}  # fmt: skip
+    return [f"--{k}={v}" for k, v in given.items()]
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["--pipeline=orders"], "the following arguments are required: --bronze-path, --silver-path"),
+    ([*_transform_args(), "--bogus=1"], "unrecognized arguments: --bogus=1"),
+    (_transform_args(**{"max-files-per-trigger": "0"}), "argument --max-files-per-trigger: expected a positive integer, got 0"),
+])  # fmt: skip
+def test_a_bad_argument_is_refused_naming_it_and_what_was_expected(argv, expected):
+    # argparse would exit 2 on its own; the job must get the message (it was "bad arguments: 2").
+    with pytest.raises(TransformError) as err:
+        parse_config(argv)
+    assert expected in str(err.value) and "--help lists the arguments of bronze_to_silver" in str(err.value)
