@@ -50,6 +50,29 @@ log = logging.getLogger("kafka_backfill")
 MERGE_ATTEMPTS = 3
 
 
+def merge_conflicts() -> tuple[type[Exception], ...]:
+    """Delta's commit conflicts: another commit won the race, so the MERGE is worth running again.
+
+    Each means the snapshot the MERGE read is stale; the retry reads bronze
+    again and inserts only what is still missing, so retrying any of them is
+    safe. Delta's Python classes do not inherit from one another (the
+    ``ConcurrentAppendException`` py4j raises is no
+    ``DeltaConcurrentModificationException``), hence the whole list.
+    """
+    from delta import exceptions as conflicts  # importing it makes py4j raise these classes
+
+    return (
+        conflicts.ConcurrentAppendException,
+        conflicts.ConcurrentDeleteReadException,
+        conflicts.ConcurrentDeleteDeleteException,
+        conflicts.ConcurrentTransactionException,
+        conflicts.ConcurrentWriteException,
+        conflicts.MetadataChangedException,
+        conflicts.ProtocolChangedException,
+        conflicts.DeltaConcurrentModificationException,
+    )
+
+
 class BackfillError(RuntimeError):
     """The backfill cannot be carried out as asked; nothing was written."""
 
@@ -247,9 +270,7 @@ def run(spark, cfg: BackfillConfig) -> dict:
                     )  # fmt: skip
                     try:
                         with_user_metadata(spark, result.to_user_metadata(), merge.execute)
-                    except Exception as exc:  # noqa: BLE001 - only Delta's concurrency conflicts are retried
-                        if "Concurrent" not in type(exc).__name__ and "Concurrent" not in str(exc)[:300]:
-                            raise
+                    except merge_conflicts() as exc:
                         if attempt == MERGE_ATTEMPTS:
                             raise BackfillError(f"bronze kept changing under the backfill ({exc}); try again") from exc
                         log.warning("attempt %s: another writer changed bronze; reading it again", attempt)

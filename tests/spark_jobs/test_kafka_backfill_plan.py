@@ -11,7 +11,7 @@ import pytest
 
 from include.offsets import BackfillRange
 from spark_jobs.ingest_plan import JobConfigError
-from spark_jobs.kafka_backfill import cap_at_position, parse_config
+from spark_jobs.kafka_backfill import cap_at_position, merge_conflicts, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -172,3 +172,15 @@ def test_cap_keeps_the_order_and_resets_counts():
     assert kept == [BackfillRange("orders", 1, 40, 50), BackfillRange("orders", 0, 0, 10)]
     assert notes == ["orders-1: [50, 60) is not ingested yet and is left to the next normal run",
                      "payments-0: [0, 5) is not ingested yet and is left to the next normal run"]  # fmt: skip
+
+
+def test_the_merge_is_retried_on_every_delta_commit_conflict_and_nothing_else():
+    import delta.exceptions
+    from delta.exceptions import captured
+    from pyspark.errors.exceptions.captured import AnalysisException
+
+    # What py4j raises for Delta's io.delta.exceptions.* (these classes do not inherit from one another).
+    raised = [getattr(captured, name) for name in delta.exceptions.__all__]
+    assert len(raised) == 8 and all(issubclass(cls, merge_conflicts()) for cls in raised)
+    # Any other failure of the MERGE ends the job, whatever its text says (the old rule matched "Concurrent").
+    assert not issubclass(AnalysisException, merge_conflicts())
