@@ -130,13 +130,16 @@ def wait_until_serving(proc: subprocess.Popen, port: int, *, timeout_s: float = 
     import time
     import urllib.request
 
+    # No proxies: urlopen would send 127.0.0.1 through an http_proxy of the environment (urllib
+    # bypasses only what no_proxy lists), and the server would never seem to answer.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     deadline = time.monotonic() + timeout_s
     while True:
         if proc.poll() is not None:
             tail = log_file.read_text()[-3000:] if log_file and log_file.exists() else ""
             raise RuntimeError(f"the Airflow API server exited with {proc.returncode} before serving:\n{tail}")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=5) as resp:
+            with opener.open(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=5) as resp:
                 if resp.status == 200:
                     return
         except OSError:
