@@ -23,6 +23,7 @@ process the data).
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -152,8 +153,12 @@ def build(*, force: bool = False, timeout_s: float = 600) -> Path | None:
     return path
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """``make setup``: build the driver's archive once; never fails setup."""
+    # No options, but --help must explain instead of starting a minutes-long training run,
+    # and a mistyped option must be refused rather than ignored.
+    argparse.ArgumentParser(prog="python -m include.jvm_cds", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)  # fmt: skip
     path = build()
     if path is not None:
         print(f"jvm_cds: driver class-data-sharing archive {path} ({path.stat().st_size // 2**20} MiB)")

@@ -17,6 +17,7 @@ Run ``python -m include.jvm_deps`` to resolve both bundles ahead of time.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import re
@@ -199,7 +200,17 @@ def kafka_classpath() -> str:
     return ":".join(str(p) for p in resolve("kafka"))
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    """``make setup``: resolve every bundle ahead of time."""
+    # No options, but --help must explain instead of starting Maven downloads,
+    # and a mistyped option must be refused rather than ignored.
+    argparse.ArgumentParser(prog="python -m include.jvm_deps", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)  # fmt: skip
     for name in BUNDLES:
         jars = resolve(name)
         print(f"{name}: {len(jars)} jars in {jars[0].parent}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -59,5 +59,20 @@ def test_a_failed_build_says_why_and_fails_nothing(cache, monkeypatch, capsys):
     assert jvm_cds.build() is None
     err = capsys.readouterr().err
     assert "the training run failed (exit 1)" in err and "no JVM today" in err
-    assert jvm_cds.main() == 0
+    assert jvm_cds.main([]) == 0
     assert not list((cache / "cds").glob("*.jsa"))
+
+
+@pytest.mark.parametrize("module", [jvm_cds, jvm_deps])
+def test_the_setup_commands_answer_help_and_refuse_unknown_options_before_any_work(module, monkeypatch, capsys):
+    def work(*_args, **_kwargs):
+        raise AssertionError("--help started the work")
+
+    monkeypatch.setattr(jvm_cds, "build", work)
+    monkeypatch.setattr(jvm_deps, "resolve", work)
+    with pytest.raises(SystemExit) as done:
+        module.main(["--help"])
+    assert done.value.code == 0 and f"usage: python -m {module.__name__}" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as done:
+        module.main(["--force"])
+    assert done.value.code == 2 and "unrecognized arguments: --force" in capsys.readouterr().err
