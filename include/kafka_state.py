@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from confluent_kafka import (
@@ -41,7 +41,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 log = logging.getLogger(__name__)
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 #: Errors meaning "Kafka could not answer now" (unreachable, too slow, electing a leader): worth
 #: a retry later, unlike an answer that refuses or denies.

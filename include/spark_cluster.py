@@ -35,7 +35,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -433,7 +433,7 @@ def start_standalone(
         "sids": {},
         "pgids": {},
         "start_ticks": {},
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "workers": workers,
         "worker_cores": worker_cores,
         "worker_memory": worker_memory,

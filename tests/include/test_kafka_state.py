@@ -12,7 +12,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, Producer, TopicPartition, Uuid
@@ -36,8 +36,8 @@ from tests.kafka_helpers import produce, produce_numbered, produce_transactional
 
 pytestmark = pytest.mark.integration
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-T0 = datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+T0 = datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=UTC)
 
 
 def conf(bootstrap: str) -> dict[str, str]:
