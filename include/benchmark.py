@@ -62,10 +62,12 @@ from include.benchmark_runs import (
     DagRunTiming,
     RunBenchmarkError,
     RunParams,
+    median_range,
     render_runs_markdown,
 )
 from include.kafka_admin import create_topic, delete_topic, watermarks
 from include.spark_submit import submit_command, submit_environment
+from spark_jobs.job_common import positive
 
 #: The three things measured, in the order of each repetition and of the table.
 #: The halves of the benchmark, as ``--parts`` names them.
@@ -490,13 +492,6 @@ def _fmt_mb(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
-def _fmt_rate(values: list[float], fmt) -> str:
-    """``median (min–max)`` of ``values``."""
-    if len(values) == 1:
-        return fmt(values[0])
-    return f"{fmt(statistics.median(values))} ({fmt(min(values))}–{fmt(max(values))})"
-
-
 def _median_rate(ms: list[Measurement], basis: str, records: int) -> float:
     return statistics.median(records / getattr(m, f"{basis}_s") for m in ms)
 
@@ -565,9 +560,9 @@ def _throughput_lines(report: BenchmarkReport) -> list[str]:
         for basis in ("drain", "wall"):
             secs = [getattr(m, f"{basis}_s") for m in ms]
             cells += [
-                _fmt_rate(secs, lambda x: f"{x:.1f}"),
-                _fmt_rate([p.records / s for s in secs], _fmt_int),
-                _fmt_rate([mb / s for s in secs], _fmt_mb),
+                median_range(secs),
+                median_range([p.records / s for s in secs], _fmt_int),
+                median_range([mb / s for s in secs], _fmt_mb),
             ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "| ratio of median records/s | drain | wall |", "|---|---|---|"]
@@ -718,25 +713,19 @@ def build_arg_parser() -> argparse.ArgumentParser:
     """The command line of ``python -m include.benchmark``."""
     d = BenchmarkParams()
 
-    def positive(text: str) -> int:
-        value = int(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-        return value
-
     p = argparse.ArgumentParser(prog="python -m include.benchmark", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--records", type=positive, default=d.records, help="backlog size (default %(default)s)")
+    p.add_argument("--records", type=positive(int), default=d.records, help="backlog size (default %(default)s)")
     p.add_argument(
-        "--partitions", type=positive, default=d.partitions, help="topic partitions (default %(default)s)"
+        "--partitions", type=positive(int), default=d.partitions, help="topic partitions (default %(default)s)"
     )
     p.add_argument(
         "--record-bytes",
-        type=positive,
+        type=positive(int),
         default=d.record_bytes,
         help="bytes per record value, at least 16 (default %(default)s)",
     )
-    p.add_argument("--repetitions", type=positive, default=d.repetitions, help="default %(default)s")
+    p.add_argument("--repetitions", type=positive(int), default=d.repetitions, help="default %(default)s")
     p.add_argument(
         "--bootstrap-servers",
         default=None,
@@ -759,7 +748,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--master", default=d.master, help="spark-submit --master (default %(default)s)")
     p.add_argument(
         "--project-max-offsets-per-trigger",
-        type=positive,
+        type=positive(int),
         default=None,
         help="pass --max-offsets-per-trigger to the project's job (default: none, like the plain job)",
     )
@@ -788,20 +777,20 @@ def build_arg_parser() -> argparse.ArgumentParser:
         return values
 
     b = p.add_argument_group("micro-batches (--parts batches)")
-    b.add_argument("--batch-records", type=positive, default=d.batch_records,
+    b.add_argument("--batch-records", type=positive(int), default=d.batch_records,
                    help="maxOffsetsPerTrigger of both Spark jobs (default %(default)s)")  # fmt: skip
-    b.add_argument("--batch-count", type=positive, default=d.batch_count,
+    b.add_argument("--batch-count", type=positive(int), default=d.batch_count,
                    help="batches of that size in the backlog (default %(default)s)")  # fmt: skip
     r = d.runs
     g = p.add_argument_group("DAG runs (--parts runs)")
     p.add_argument("--parts", type=parts, default=d.parts,
                    help=f"what to measure, comma-separated (default {','.join(d.parts)})")  # fmt: skip
-    g.add_argument("--small-records", type=positive, default=r.small_records,
+    g.add_argument("--small-records", type=positive(int), default=r.small_records,
                    help="records of the small DAG run (default %(default)s)")  # fmt: skip
     g.add_argument("--history", type=levels, default=r.history,
                    help="bronze commit counts at which the small run is measured again "
                         f"(default {','.join(map(str, r.history))})")  # fmt: skip
-    g.add_argument("--run-repetitions", type=positive, default=r.repetitions,
+    g.add_argument("--run-repetitions", type=positive(int), default=r.repetitions,
                    help="measured runs of each kind (default %(default)s)")  # fmt: skip
     g.add_argument("--airflow-home", type=Path, default=None,
                    help="an Airflow home whose SQLite database is already migrated (default: a new one "

@@ -324,13 +324,13 @@ class DagRunBench:
 # --------------------------------------------------------------------------- report
 
 
-def _cell(values: Sequence[float]) -> str:
-    """``median (min–max)`` seconds, or one value."""
+def median_range(values: Sequence[float], fmt: Callable[[float], str] = "{:.1f}".format) -> str:
+    """A report cell: ``median (min–max)`` of ``values`` in ``fmt``, the value alone, or "—" for none."""
     if not values:
         return "—"
     if len(values) == 1:
-        return f"{values[0]:.1f}"
-    return f"{statistics.median(values):.1f} ({min(values):.1f}–{max(values):.1f})"
+        return fmt(values[0])
+    return f"{fmt(statistics.median(values))} ({fmt(min(values))}–{fmt(max(values))})"
 
 
 def _commits(runs: Sequence[DagRunTiming]) -> str:
@@ -365,11 +365,11 @@ def render_runs_markdown(runs: Sequence[DagRunTiming], params: RunParams) -> str
         lines.append("| " + " | ".join([
             label,
             "yes" if started == {True} else "no" if started == {False} else "sometimes",
-            _cell([r.wall_s for r in rs]),
-            _cell([r.end_to_end_s for r in rs]),
-            *(_cell([r.task_s(t) for r in rs]) for t in cluster_tasks),
-            _cell([sum(r.task_s(t) for t in DAG_TASKS if t not in cluster_tasks) for r in rs]),
-            _cell([r.own_total_s for r in rs]),
+            median_range([r.wall_s for r in rs]),
+            median_range([r.end_to_end_s for r in rs]),
+            *(median_range([r.task_s(t) for r in rs]) for t in cluster_tasks),
+            median_range([sum(r.task_s(t) for t in DAG_TASKS if t not in cluster_tasks) for r in rs]),
+            median_range([r.own_total_s for r in rs]),
         ]) + " |")  # fmt: skip
     levels = [(k, rs) for k, rs in by_kind.items() if k.startswith("history ")]
     small = by_kind.get("small")
@@ -389,9 +389,9 @@ def render_runs_markdown(runs: Sequence[DagRunTiming], params: RunParams) -> str
         for _, rs in ([("small", small)] if small else []) + levels:
             lines.append("| " + " | ".join([
                 _commits(rs),
-                *(_cell([r.own_s(t) for r in rs]) for t in CHECK_TASKS),
-                _cell([sum(r.own_s(t) for t in CHECK_TASKS) for r in rs]),
-                _cell([r.own_s("ingest") for r in rs]),
+                *(median_range([r.own_s(t) for r in rs]) for t in CHECK_TASKS),
+                median_range([sum(r.own_s(t) for t in CHECK_TASKS) for r in rs]),
+                median_range([r.own_s("ingest") for r in rs]),
             ]) + " |")  # fmt: skip
         base, last = small or levels[0][1], levels[-1][1]
         before = statistics.median(sum(r.own_s(t) for t in CHECK_TASKS) for r in base)

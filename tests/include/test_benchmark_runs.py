@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from include.benchmark_runs import own_work_seconds
+from include.benchmark_runs import median_range, own_work_seconds
 
 API = "[airflow.api_fastapi.execution_api.routes.task_instances]"
 # Lines as Airflow 3's execution API logs them in a `dags test` run (correlation ids shortened).
@@ -34,3 +34,18 @@ def test_each_task_runs_from_the_apis_start_to_its_final_state_without_the_serve
 
 def test_a_log_without_api_lines_gives_nothing():
     assert own_work_seconds("SUMMARY ingest: 3 rows\nTask started elsewhere\n") == {}
+
+
+def test_a_report_cell_is_the_median_and_range_or_the_single_value():
+    assert median_range([3.0, 1.0, 2.5]) == "2.5 (1.0–3.0)"
+    assert median_range([4.04]) == "4.0"
+    assert median_range([]) == "—"
+    assert median_range([1500.0, 2500.0], "{:,.0f}".format) == "2,000 (1,500–2,500)"
+
+
+def test_the_benchmarks_counts_must_be_positive_integers_named_in_the_error(capsys):
+    from include.benchmark import build_arg_parser
+
+    with pytest.raises(SystemExit):
+        build_arg_parser().parse_args(["--records", "0"])
+    assert "argument --records: expected a positive integer, got 0" in capsys.readouterr().err
