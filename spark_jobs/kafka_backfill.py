@@ -29,7 +29,7 @@ import logging
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from include.offsets import BackfillCommit, BackfillRange, OffsetError, PositionMap
@@ -48,6 +48,8 @@ from spark_jobs.kafka_to_bronze import BRONZE_COLUMNS
 log = logging.getLogger("kafka_backfill")
 #: Attempts of the MERGE when a concurrent writer changed bronze under it.
 MERGE_ATTEMPTS = 3
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 def merge_conflicts() -> tuple[type[Exception], ...]:
@@ -101,7 +103,9 @@ class BackfillConfig:
         if not self.time_range:
             return None
         start, end = (datetime.fromisoformat(self.time_range[k]) for k in ("from", "to"))
-        return int(start.timestamp() * 1_000_000), int(end.timestamp() * 1_000_000)
+        # Whole timedeltas, not timestamp() * 10**6: past 2038-01-19 a float of epoch seconds no
+        # longer holds every microsecond, and about 1 whole-millisecond bound in 30 came out 1 below.
+        return (start - _EPOCH) // _MICROSECOND, (end - _EPOCH) // _MICROSECOND
 
 
 def build_arg_parser() -> JobArgumentParser:

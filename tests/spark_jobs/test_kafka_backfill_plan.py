@@ -56,6 +56,13 @@ def test_request_file_is_parsed(tmp_path):
     assert cfg.window_micros() == (1_795_132_800_000_000, 1_795_132_801_000_000)
 
 
+
+def test_the_time_window_is_exact_to_the_microsecond_past_2038(tmp_path):
+    # 2040-01-01T00:00:00.002 is 2208988800002000 us; a float of seconds times 10**6 gave ...001999.
+    window = {"from": "2040-01-01T00:00:00.002+00:00", "to": "2040-01-01T01:00:00.000001+01:00"}
+    cfg = parse_config(argv(write_request(tmp_path, REQUEST | {"time_range": window})))
+    assert cfg.window_micros() == (2_208_988_800_002_000, 2_208_988_800_000_001)
+
 def test_request_without_time_range_or_reason(tmp_path):
     data = {"action": "backfill_offsets", "ranges": [{"topic": "orders", "partition": 2, "from": 0, "until": 1}]}
     cfg = parse_config(argv(write_request(tmp_path, data)))
