@@ -36,6 +36,7 @@ from pathlib import Path
 from include import demo, local_kafka, settings
 from include.kafka_admin import create_topic
 from include.pipeline_config import LAKEHOUSE_ROOT_ENV, load_pipeline
+from spark_jobs.job_common import positive
 
 PIPELINE_FILE = settings.PROJECT_ROOT / "include" / "pipelines" / "demo_orders.yaml"
 
@@ -55,10 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run the profile and print one JSON line per transform run."""
     p = argparse.ArgumentParser(prog="python -m include.transform_profile", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--orders", type=int, default=500_000, help="events of the first run (default %(default)s)")
-    p.add_argument("--events", type=int, default=2_000, help="events of each later run (default %(default)s)")
-    p.add_argument("--batches", type=int, default=3, help="later runs (default %(default)s)")
-    p.add_argument("--max-offsets-per-trigger", type=int, default=None,
+    p.add_argument("--orders", type=positive(int), default=500_000, help="events of the first run (default %(default)s)")
+    p.add_argument("--events", type=positive(int), default=2_000, help="events of each later run (default %(default)s)")
+    p.add_argument("--batches", type=positive(int), default=3, help="later runs (default %(default)s)")
+    p.add_argument("--max-offsets-per-trigger", type=positive(int), default=None,
                    help="cap each ingestion micro-batch (default: none, one batch per run)")  # fmt: skip
     args = p.parse_args(argv)
 
