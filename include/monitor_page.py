@@ -21,7 +21,7 @@ here. Unknown values (``None``) are shown as an em dash. Times are shown in UTC.
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -101,7 +101,7 @@ def _parse_ts(value: object) -> datetime | None:
         parsed = value
     elif isinstance(value, str) and value.strip():
         text = value.strip()
-        # Python 3.10's fromisoformat rejects the "Z" suffix that JSON producers like to use.
+        # fromisoformat takes "Z" but not the lowercase "z" RFC 3339 also allows.
         if text[-1] in "Zz":
             text = text[:-1] + "+00:00"
         try:
@@ -112,8 +112,8 @@ def _parse_ts(value: object) -> datetime | None:
         return None
     # Naive times are taken as UTC, as Airflow stores them, so they compare with aware ones.
     if parsed.tzinfo is None:
-        return parsed.replace(tzinfo=timezone.utc)
-    return parsed.astimezone(timezone.utc)
+        return parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
 
 
 def humanize_seconds(seconds: float | None) -> str:
