@@ -15,6 +15,9 @@ import pytest
 from include.transform_spec import FieldSpec, TransformSpec
 from spark_jobs import silver_rules
 
+# Real Spark: `-m "not integration"` (the quick unit run) leaves these out.
+pytestmark = pytest.mark.integration
+
 SPEC = TransformSpec(
     fields=(
         FieldSpec("order_id", "string", required=True),
