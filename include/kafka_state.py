@@ -23,7 +23,6 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -38,6 +37,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from include.offsets import PartitionState, TopicState
 
 log = logging.getLogger(__name__)
 
@@ -94,28 +95,6 @@ class KafkaAuthenticationError(KafkaUnavailableError):
 _REFUSED_CODES = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL})
 #: How often a waiting call looks for such an error.
 _REFUSAL_CHECK_S = 0.25
-
-
-@dataclass(frozen=True)
-class PartitionState:
-    """One partition's readable range: ``[earliest, latest)``."""
-
-    #: Log start offset, after retention and delete-records.
-    earliest: int
-    #: Last stable offset: the end a read_committed consumer can reach. Below
-    #: the high watermark while a transaction is open on the partition.
-    latest: int
-
-
-@dataclass(frozen=True)
-class TopicState:
-    """A topic's identity and its partitions' readable ranges."""
-
-    name: str
-    #: Kafka's topic id as Kafka's own tools print it (URL-safe base64 of the
-    #: UUID). A deleted and recreated topic of the same name gets a new one.
-    topic_id: str
-    partitions: dict[int, PartitionState]
 
 
 # --- clients -----------------------------------------------------------------------------------

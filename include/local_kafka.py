@@ -35,6 +35,7 @@ from pathlib import Path
 
 from include import jvm_deps
 from include.connections import jaas_config, jaas_quote
+from include.ports import free_port, port_free
 
 #: Environment variable the command line reads the SASL user's password from (never an argument).
 SASL_PASSWORD_ENV = "KDE_KAFKA_SASL_PASSWORD"
@@ -95,24 +96,6 @@ class LocalBroker:
     def stop(self, timeout_s: float = 20.0) -> None:
         """Stop this broker (SIGTERM, then SIGKILL after ``timeout_s``)."""
         stop(self.data_dir, timeout_s)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        # As the broker's own listener does: a port left in TIME_WAIT by a stopped broker is free.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _java() -> str:
@@ -289,7 +272,7 @@ def start(data_dir: Path, *, heap: str = "1g", timeout_s: float = 90.0,
     data_dir.mkdir(parents=True, exist_ok=True)
     if port is None:
         port = free_port()
-    elif not _port_free(port):
+    elif not port_free(port):
         raise BrokerError(f"cannot start the broker of {data_dir} on port {port}: something listens there; "
                           "stop it, or start without a port to take a free one")  # fmt: skip
     controller_port = free_port()

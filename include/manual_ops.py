@@ -33,12 +33,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from include.offsets import BackfillRange, PositionMap
-
-if TYPE_CHECKING:  # confluent-kafka is not imported while DAGs are parsed
-    from include.kafka_state import TopicState
+from include.offsets import BackfillRange, PositionMap, TopicState
 
 NORMAL = "normal"
 BACKFILL_OFFSETS = "backfill_offsets"

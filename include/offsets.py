@@ -33,6 +33,28 @@ TopicPartition = tuple[str, int]
 PositionMap = dict[str, dict[int, int]]
 
 
+@dataclass(frozen=True)
+class PartitionState:
+    """One partition's readable range: ``[earliest, latest)``."""
+
+    #: Log start offset, after retention and delete-records.
+    earliest: int
+    #: Last stable offset: the end a read_committed consumer can reach. Below
+    #: the high watermark while a transaction is open on the partition.
+    latest: int
+
+
+@dataclass(frozen=True)
+class TopicState:
+    """A topic's identity and its partitions' readable ranges."""
+
+    name: str
+    #: Kafka's topic id as Kafka's own tools print it (URL-safe base64 of the
+    #: UUID). A deleted and recreated topic of the same name gets a new one.
+    topic_id: str
+    partitions: dict[int, PartitionState]
+
+
 class OffsetError(ValueError):
     """An offset invariant does not hold; the message names topic, partition and numbers."""
 

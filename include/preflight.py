@@ -3,8 +3,9 @@
 Pure functions over two snapshots taken without a JVM: the bronze table's
 next offsets (from the Delta log, :mod:`include.delta_progress`) and Kafka's
 per-partition earliest and latest offsets and topic ids
-(:class:`include.kafka_state.TopicState`). The DAG's lag sensor and preflight
-task call them; each rule has a unit test without a broker.
+(:class:`include.offsets.TopicState`, read by :mod:`include.kafka_state`).
+The DAG's lag sensor and preflight task call them; each rule has a unit test
+without a broker.
 
 Terms: ``next`` is the table's next offset of a partition (where the next run
 resumes), ``earliest`` Kafka's log start offset, ``latest`` its last stable
@@ -18,8 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from include import manual_ops
-from include.kafka_state import TopicState
-from include.offsets import Gap, PositionMap
+from include.offsets import Gap, PositionMap, TopicState
 
 # Severity of a finding: BLOCKING stops the run before any cluster starts,
 # DATA_LOSS follows the pipeline's data-loss policy, INFO is only reported.

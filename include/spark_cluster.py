@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from include.local_kafka import free_port
+from include.ports import free_port
 from include.spark_submit import spark_home
 
 HOST = "127.0.0.1"

@@ -110,7 +110,7 @@ def test_record_success_carries_rows_ranges_and_lag(cfg):
 
 
 def test_record_failed_names_the_task_and_the_blocking_findings(cfg):
-    from include.kafka_state import PartitionState, TopicState
+    from include.offsets import PartitionState, TopicState
     from include.preflight import preflight
 
     kafka = {"t": TopicState("t", "id", {0: PartitionState(0, 9), 1: PartitionState(10, 12), 2: PartitionState(0, 1)})}

@@ -27,8 +27,8 @@ from airflow.sdk import TriggerRule
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from include import dag_factory, pipeline_run, run_lock, settings, spark_cluster, tasks
-from include.kafka_state import PartitionState, TopicState
 from include.manual_ops import RequestError
+from include.offsets import PartitionState, TopicState
 from include.pipeline_config import load_pipeline
 from include.preflight import LagReport, measure_lag
 from include.preflight import preflight as preflight_rules

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from include import airflow_local
-from include.local_kafka import free_port
+from include.ports import free_port
 
 
 class _Health(http.server.BaseHTTPRequestHandler):

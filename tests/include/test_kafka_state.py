@@ -31,7 +31,8 @@ from include.kafka_state import (
     read_topics,
     record_timestamps,
 )
-from include.local_kafka import free_port, run_kafka_tool
+from include.local_kafka import run_kafka_tool
+from include.ports import free_port
 from tests.kafka_helpers import produce, produce_numbered, produce_transactional
 
 pytestmark = pytest.mark.integration

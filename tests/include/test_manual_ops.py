@@ -8,7 +8,6 @@ import pytest
 from airflow.sdk import Param
 from airflow.sdk.exceptions import ParamValidationError
 
-from include.kafka_state import PartitionState, TopicState
 from include.manual_ops import (
     ACTIONS,
     AIRFLOW_BACKFILL,
@@ -23,7 +22,7 @@ from include.manual_ops import (
     plan_offsets_backfill,
     plan_time_backfill,
 )
-from include.offsets import BackfillRange
+from include.offsets import BackfillRange, PartitionState, TopicState
 
 T0 = datetime(2026, 11, 20, tzinfo=UTC)
 T1 = datetime(2026, 11, 21, tzinfo=UTC)

@@ -6,8 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from include.kafka_state import PartitionState, TopicState
-from include.offsets import Gap
+from include.offsets import Gap, PartitionState, TopicState
 from include.preflight import (
     BLOCKING,
     lag_decision,

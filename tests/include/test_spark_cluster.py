@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from include import spark_cluster
+from include import ports, spark_cluster
 from include.spark_cluster import (
     ClusterError,
     StandaloneCluster,
@@ -295,7 +295,7 @@ def test_wait_ready_names_the_master_log_when_the_master_never_answers(tmp_path)
     (run_dir / "logs" / "master.log").write_text("line 1\nstill booting\n")
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        port = spark_cluster.free_port()
+        port = ports.free_port()
         with pytest.raises(ClusterError, match="master not ALIVE after 1s") as err:
             _wait_ready(run_dir, {"master": sleeper}, f"http://127.0.0.1:{port}", {}, time.monotonic() + 1, 1)
         message = str(err.value)

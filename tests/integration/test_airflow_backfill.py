@@ -8,7 +8,6 @@ through the same per-pipeline lock.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 from datetime import UTC, datetime
@@ -17,18 +16,13 @@ import pytest
 
 from include import airflow_local
 from include.kafka_admin import create_topic
+from include.ports import free_port
 from tests.integration.dag_helpers import Pipeline, assert_no_cluster_left
 from tests.kafka_helpers import produce_at
 
 pytestmark = pytest.mark.integration
 
 DAY_MS = 86_400_000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _airflow(env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -75,7 +69,7 @@ def test_airflow_backfill_create_over_two_past_days_reinserts_only_what_is_missi
         home, kafka_bootstrap=bootstrap, pipelines_dir=p.dir,
         extra={"KDE_LAKEHOUSE_ROOT": str(p.lake), "KDE_VAR_DIR": str(p.var)},
     )  # fmt: skip
-    server = airflow_local.start_standalone(env, port=_free_port(), log_file=p.var / "standalone.log")
+    server = airflow_local.start_standalone(env, port=free_port(), log_file=p.var / "standalone.log")
     try:
         deadline = time.monotonic() + 180
         while _airflow(env, "dags", "unpause", name, check=False).returncode != 0:

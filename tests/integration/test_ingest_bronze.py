@@ -17,8 +17,8 @@ import pytest
 
 from include import spark_checkpoint
 from include.delta_progress import read_progress
-from include.local_kafka import free_port
 from include.offsets import BronzeCommit, txn_app_id
+from include.ports import free_port
 from include.spark_submit import submit_command, submit_environment
 from spark_jobs.ingest_plan import parse_config
 from spark_jobs.job_common import FAILPOINT_ENV

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from include import airflow_local, local_kafka, settings
+from include import airflow_local, local_kafka, ports, settings
 from include.kafka_admin import create_topic, watermarks
 from tests.integration.dag_helpers import ORDERS_TRANSFORM, Pipeline, order
 from tests.kafka_helpers import produce
@@ -133,7 +133,7 @@ def test_monitor_page_shows_kafka_and_table_positions_and_refuses_anonymous_requ
         expected_lag = sum(high - table[part] for part, (_, high) in marks.items())
         assert expected_lag == 13
 
-        port = local_kafka.free_port()
+        port = ports.free_port()
         passwords = tmp_path / "passwords.json"
         passwords.write_text(json.dumps({USER: PASSWORD}))
         env = airflow_local.environment(
