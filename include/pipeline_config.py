@@ -10,16 +10,29 @@ was found, e.g.::
 
     include/pipelines/orders.yaml: kafka.max_offsets_per_trigger: expected a positive integer, got 'lots' (str)
 
+The file is read by pydantic models: :class:`PipelineFile` and its sections.
+Their ``Field(description=...)`` texts are the configuration reference. The ``kafka``, ``lag``,
+``cluster`` and ``cluster.kubernetes`` sections load as they are written, so
+their models are also what the rest of the project reads; ``tables``,
+``transform`` and the top level have defaults that depend on the pipeline's
+name, the environment or another file, so they load into
+:class:`TablesConfig`, :class:`~include.transform_spec.TransformSpec` and
+:class:`PipelineConfig`.
+
+Every check raises a pydantic error carrying this project's own message
+("expected ..., got ..."): YAML has no types beyond what it guesses, and a
+user needs "write the number without quotes", not "Input should be a valid
+integer". :func:`load_pipeline` turns pydantic's ``ValidationError`` into one
+line per problem.
+
 The DAG factory calls :func:`load_pipelines` while Airflow parses DAG files, so
-this module imports only the standard library, PyYAML, :mod:`include.settings`
-and :mod:`include.transform_spec`: no Kafka, Spark or Airflow, no network.
+this module imports only the standard library, PyYAML, pydantic, croniter,
+:mod:`include.settings` and :mod:`include.transform_spec`: no Kafka, Spark or
+Airflow, no network.
 
 Broker addresses and security settings never appear in a pipeline file; they
 live in the Airflow connection named by ``kafka.connection_id``. Keys that look
 like them are rejected wherever they appear.
-
-The class docstrings below are the configuration reference: each ``Attributes``
-entry is one key of the file.
 """
 
 from __future__ import annotations
@@ -28,12 +41,25 @@ import difflib
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from croniter import CroniterBadTypeRangeError, CroniterError, croniter
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+from pydantic_core import ArgsKwargs, PydanticCustomError, PydanticUseDefault
 
 from include import settings
 from include.transform_spec import (
@@ -101,6 +127,8 @@ _IMAGE = re.compile(r"^[^\s]+$")
 _MIN_MEMORY_BYTES = 450 * 1024**2
 #: Largest ``transform.max_value_bytes``: 64 MiB.
 MAX_VALUE_BYTES_LIMIT = 64 * 1024**2
+#: Where the project lives inside the Kubernetes image (``cluster.kubernetes.app_dir``).
+DEFAULT_APP_DIR = "/opt/kafka-delta-elt"
 
 #: Consumer settings a pipeline file may not set in ``kafka.options``, and why.
 _MANAGED_OPTIONS = {
@@ -112,148 +140,673 @@ _MANAGED_OPTIONS = {
     "interceptor.classes": "Spark's Kafka source refuses it",
     "isolation.level": "the ingestion job always reads with read_committed",
 }
+_SECRET_WORDS = (
+    "password",
+    "secret",
+    "jaas",
+    "keystore",
+    "truststore",
+    "credential",
+    "token",
+    "api.key",
+    "apikey",
+    "username",
+)
+_CONNECTION_KEYS = ("bootstrap.servers", "bootstrap", "brokers", "security.protocol", "sasl", "ssl")
+
+#: The tables and folders of ``tables`` that must lie apart: key, default
+#: path under ``<lakehouse_root>/<name>``, what it is, and whether it is a
+#: folder (checkpoints) or a table location. An overlap is reported on the
+#: later key of a pair, unless only the earlier one was set in the file.
+_TABLE_LOCATIONS = (
+    ("bronze_path", ("bronze",), "the bronze table", False),
+    ("checkpoint_root", ("_checkpoints", "bronze"), "the bronze checkpoint folder", True),
+    ("ledger_path", ("_runs",), "the run ledger", False),
+    ("silver_path", ("silver",), "the silver table", False),
+    ("quarantine_path", ("quarantine",), "the quarantine table", False),
+    ("transform_checkpoint_root", ("_checkpoints", "silver"), "the transform checkpoint folder", True),
+)
+#: What profile ``kubernetes`` needs in ``cluster.kubernetes``.
+_KUBERNETES_REQUIRED = ("image", "namespace", "service_account", "shared_volume_claim", "shared_dir")
+#: What ``existing_master`` (client mode) may set there: the executors' image and namespace.
+_KUBERNETES_CLIENT_KEYS = ("image", "namespace")
+#: Table locations the pods of profile ``kubernetes`` read or write: key, and
+#: whether a URI is allowed (checkpoints are read with local file I/O).
+_POD_LOCATIONS = (
+    ("bronze_path", True),
+    ("checkpoint_root", False),
+    ("silver_path", True),
+    ("quarantine_path", True),
+    ("transform_checkpoint_root", False),
+)
+_TYPE_EXPECTED = (
+    f"a field type: one of {', '.join(SIMPLE_TYPES)}, or decimal(p,s) with precision p "
+    "from 1 to 38 and scale s from 0 to p"
+)
+#: Other spellings of a field type, for the did-you-mean of an unknown type.
+_TYPE_ALIASES = {
+    "str": "string",
+    "text": "string",
+    "varchar": "string",
+    "integer": "int",
+    "bigint": "long",
+    "float": "double",
+    "number": "double",
+    "bool": "boolean",
+    "datetime": "timestamp",
+    "decimal": "decimal(p,s)",
+    "numeric": "decimal(p,s)",
+    "object": "json",
+}
+_NAME_EXPECTED = (
+    f"letters, digits, '_', '.' or '-', starting with a letter or digit, at most {NAME_MAX_LEN} characters"
+)
+_FIELD_NAME_EXPECTED = (
+    "a field name (letters, digits and '_', starting with a letter, at most 128 characters)"
+)
+_SCHEDULE_EXPECTED = (
+    "a 5-field cron expression (minute hour day-of-month month day-of-week), "
+    f"one of {', '.join(SCHEDULE_PRESETS)}, or null for manual runs only"
+)
 
 
 class PipelineConfigError(ValueError):
-    """A pipeline file is invalid. The message is ``<file>: <field>: <what was expected, what was found>``."""
+    """A pipeline file is invalid. The message is ``<file>: <field>: <what was expected, what was found>``.
 
-    def __init__(self, file: str, field: str, problem: str) -> None:
+    One line per problem: ``file``, ``field`` and ``problem`` are the first
+    one's, ``more`` holds the others (pydantic checks every key, not only up
+    to the first bad one).
+    """
+
+    def __init__(
+        self, file: str, field: str, problem: str, more: Sequence[PipelineConfigError] = ()
+    ) -> None:
         self.file = file
         self.field = field
         self.problem = problem
-        super().__init__(f"{file}: {field}: {problem}")
+        self.more = tuple(more)
+        lines = [f"{file}: {field}: {problem}", *(f"{e.file}: {e.field}: {e.problem}" for e in self.more)]
+        super().__init__("\n".join(lines))
 
     def __reduce__(self):  # keeps the error picklable despite the custom __init__
-        return (type(self), (self.file, self.field, self.problem))
+        return (type(self), (self.file, self.field, self.problem, self.more))
 
 
-# --------------------------------------------------------------------------- the configuration
+# --------------------------------------------------------------------------- how a check reports
+
+#: Error type of every check below; its context carries the message and where below the value it applies.
+_PROBLEM = "pipeline_file"
 
 
-@dataclass(frozen=True)
-class KafkaConfig:
-    """Where the records come from (section ``kafka``).
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
 
-    Attributes:
-        connection_id: Required. Id of the Airflow connection to the Kafka
-            cluster. Bootstrap servers and every security setting (SASL, SSL,
-            passwords) live in that connection, never in the pipeline file.
-        topics: List of topic names to ingest. Give exactly one of ``topics``
-            and ``topic_pattern``.
-        topic_pattern: Regular expression of topic names to ingest (Spark's
-            ``subscribePattern``; checked with Python's ``re``, which agrees
-            with Java for ordinary patterns). Give exactly one of ``topics``
-            and ``topic_pattern``.
-        starting_offsets: ``earliest`` (default) or ``latest``: where
-            partitions start on the pipeline's first run. Later runs resume
-            where the bronze table stands; partitions added later start at
-            their earliest offset.
-        max_offsets_per_trigger: Positive integer, or null (default) for no
-            cap: at most this many records per micro-batch (Spark's
-            ``maxOffsetsPerTrigger``). A larger backlog is written as several
-            Delta commits in the same run.
-        options: Mapping of extra, non-secret Kafka consumer settings, e.g.
-            ``max.poll.records: "500"``. Keys are Kafka's own names without a
-            ``kafka.`` prefix; values are strings (quote numbers and booleans).
-            Settings Spark or the pipeline manage (``group.id``,
-            ``auto.offset.reset``, ``isolation.level``, deserializers, ...) are
-            refused.
+
+#: Stands for a required key the file leaves out, so that the key's own check
+#: says what it expected (pydantic's "Field required" would not).
+_MISSING: Any = _Missing()
+
+
+def _problem(text: str, at: str = "") -> PydanticCustomError:
+    """A validation error with this project's message.
+
+    ``at`` continues the field path below the value being checked (``.topics``,
+    ``['group.id']``, ``[2]``): checks that look inside a mapping or list say
+    which entry is wrong.
     """
+    return PydanticCustomError(_PROBLEM, "{problem}", {"problem": text, "at": at})
 
-    connection_id: str
-    topics: tuple[str, ...] = ()
-    topic_pattern: str | None = None
-    starting_offsets: str = "earliest"
-    max_offsets_per_trigger: int | None = None
-    options: dict[str, str] = field(default_factory=dict)
+
+def _invalid(expected: str, value: Any, hint: str = "", at: str = "") -> PydanticCustomError:
+    """The usual problem: ``expected <expected>, got <value> (<type>)<hint>``."""
+    return _problem(f"expected {expected}, got {_describe(value)}{hint}", at)
+
+
+def _describe(value: Any) -> str:
+    if value is _MISSING:
+        return "nothing (the key is missing)"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (bool)"
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def _choices(values: Sequence[str]) -> str:
+    return ", ".join(repr(v) for v in values)
+
+
+def _did_you_mean(word: Any, candidates: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, candidates, n=1) if isinstance(word, str) else []
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _unquote_hint(value: Any) -> str:
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+(\.\d+)?\s*", value):
+        return "; write the number without quotes"
+    return ""
+
+
+def _suffix(key: Any) -> str:
+    """How ``key`` continues a field path: ``.name`` for plain names, ``['a.b']`` or ``[0]`` otherwise."""
+    if isinstance(key, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+        return f".{key}"
+    return f"[{key!r}]"
+
+
+def _is_connection_setting(key: str) -> bool:
+    """Whether ``key`` names a broker address or security setting, in any spelling."""
+    k = key.strip().lower().replace("_", ".").replace("-", ".")
+    k = k.removeprefix("kafka.")
+    return (
+        k in _CONNECTION_KEYS or k.startswith(("sasl.", "ssl.")) or any(word in k for word in _SECRET_WORDS)
+    )
+
+
+def _connection_setting_problem(key: str) -> str:
+    return (
+        f"expected no broker addresses or security settings in a pipeline file, got {key!r}; "
+        "put them in the Airflow connection named by kafka.connection_id"
+    )
+
+
+def _check_keys(value: Any, keys: Sequence[str], expected: str, at: str = "") -> dict[str, Any]:
+    """``value`` as a mapping whose keys are all in ``keys``; what every section of the file gets."""
+    if not isinstance(value, dict):
+        raise _invalid(expected, value, at=at)
+    for key in value:
+        key_at = at + _suffix(key)
+        if not isinstance(key, str):
+            raise _invalid("a text key (quote it)", key, at=key_at)
+        if key in keys:
+            continue
+        # A declared key is never a connection setting, even when its name
+        # holds such a word (cluster.kubernetes.kafka_options_secret).
+        if _is_connection_setting(key):
+            raise _problem(_connection_setting_problem(key), key_at)
+        raise _problem(
+            f"expected one of {', '.join(keys)}, got unknown key {key!r}{_did_you_mean(key, keys)}", key_at
+        )
+    return value
+
+
+# --------------------------------------------------------------------------- value types
+#
+# Each is the type pydantic (and the JSON Schema) sees, plus a check that
+# runs first on the value as YAML gave it and raises this project's message.
+
+
+def _integer(low: int, high: int | None = None, expected: str | None = None) -> Any:
+    """An integer from ``low`` (to ``high``); YAML booleans and quoted numbers are refused."""
+    if expected is None:
+        if high is not None:
+            expected = f"an integer from {low} to {high}"
+        else:
+            expected = "a positive integer" if low == 1 else f"an integer >= {low}"
+
+    def check(value: Any) -> int:
+        in_range = isinstance(value, int) and low <= value and (high is None or value <= high)
+        if isinstance(value, bool) or not in_range:
+            raise _invalid(expected, value, _unquote_hint(value))
+        return value
+
+    return Annotated[int, Field(ge=low, le=high), BeforeValidator(check)]
+
+
+def _choice(choices: tuple[str, ...]) -> Any:
+    """One of ``choices``, spelled exactly (``Fail`` is not ``fail``, but gets a did-you-mean)."""
+
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or value not in choices:
+            raise _invalid(f"one of {_choices(choices)}", value, _did_you_mean(value, choices))
+        return value
+
+    return Annotated[Literal[choices], BeforeValidator(check)]
+
+
+def _text(expected: str = "a non-empty string") -> Any:
+    """A non-empty string, stripped."""
+
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise _invalid(expected, value)
+        return value.strip()
+
+    return Annotated[str, BeforeValidator(check)]
+
+
+def _matching(pattern: re.Pattern[str], expected: str, if_null: str | None = None) -> Any:
+    """A string ``pattern`` matches whole; null stands for ``if_null`` when one is given."""
+
+    def check(value: Any) -> str:
+        if value is None and if_null is not None:
+            return if_null
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            raise _invalid(expected, value)
+        return value
+
+    return Annotated[str, BeforeValidator(check)]
+
+
+def _connection_id(what: str) -> Any:
+    """The id of an Airflow connection: never the broker or master addresses themselves."""
+    expected = f"the id of an Airflow {what} connection"
+
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise _invalid(expected, value)
+        conn = value.strip()
+        if _BROKER_LIST.fullmatch(conn):
+            hint = "; that looks like broker addresses, which belong in the connection itself"
+            raise _invalid(expected, value, hint)
+        if not _CONN_ID.fullmatch(conn):
+            raise _invalid(f"{expected} (letters, digits and #!()-.:/\\_, at most 250 characters)", value)
+        return conn
+
+    return Annotated[str, BeforeValidator(check)]
+
+
+def _folder(if_null: str | None = None) -> Any:
+    """An absolute path inside a container (no URI); null stands for ``if_null`` when one is given."""
+
+    def check(value: Any) -> str:
+        if value is None and if_null is not None:
+            return if_null
+        if not isinstance(value, str) or not value.startswith("/") or "//" in value or ":" in value:
+            raise _invalid("an absolute path (e.g. /mnt/kde)", value)
+        return os.path.normpath(value)
+
+    return Annotated[str, BeforeValidator(check)]
+
+
+def _check_name(value: Any) -> str:
+    if not isinstance(value, str) or not _NAME.fullmatch(value) or len(value) > NAME_MAX_LEN:
+        raise _invalid(_NAME_EXPECTED, value)
+    return value
+
+
+def _check_string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _invalid("a string", value)
+    return value
 
 
 @dataclass(frozen=True)
-class TablesConfig:
+class _NotOneSource:
+    """Stands for ``kafka.topics`` when it and ``kafka.topic_pattern`` are both given, or neither."""
+
+    found: str
+
+
+def _check_topics(value: Any) -> tuple[str, ...]:
+    if isinstance(value, _NotOneSource):
+        raise _problem(
+            "expected exactly one of kafka.topics (a list of names) and "
+            f"kafka.topic_pattern (a regex), got {value.found}"
+        )
+    if value is None:  # kafka.topic_pattern is used instead
+        return ()
+    if not isinstance(value, (list, tuple)) or not value:
+        hint = f"; write [{value}]" if isinstance(value, str) else ""
+        raise _invalid("a non-empty list of topic names", value, hint)
+    for i, topic in enumerate(value):
+        if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic in (".", ".."):
+            expected = "a Kafka topic name (letters, digits, '.', '_', '-'; at most 249 characters)"
+            raise _invalid(expected, topic, at=f"[{i}]")
+        if topic in value[:i]:
+            raise _invalid("each topic once", topic, " a second time", at=f"[{i}]")
+    return tuple(value)
+
+
+def _check_topic_pattern(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _invalid("a regular expression of topic names", value)
+    try:
+        re.compile(value.strip())
+    except re.error as exc:
+        raise _invalid(f"a valid regular expression ({exc})", value) from None
+    return value.strip()
+
+
+def _check_options(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _invalid("a mapping of Kafka consumer settings to string values", value)
+    for key, setting in value.items():
+        at = f"[{key!r}]"  # setting names hold dots: always bracketed
+        if not isinstance(key, str):
+            raise _invalid("a text key (quote it)", key, at=at)
+        if _is_connection_setting(key):
+            raise _problem(_connection_setting_problem(key), at)
+        if key.startswith("kafka."):
+            expected = "a Kafka setting name without the 'kafka.' prefix (the job adds it)"
+            raise _invalid(expected, key, at=at)
+        if key in _MANAGED_OPTIONS:
+            raise _invalid("a setting the pipeline does not manage", key, f": {_MANAGED_OPTIONS[key]}", at=at)
+        if not _OPTION_KEY.fullmatch(key):
+            expected = (
+                "a Kafka consumer setting name (lower-case words joined by dots, e.g. 'max.poll.records')"
+            )
+            raise _invalid(expected, key, at=at)
+        if not isinstance(setting, str):
+            hint = " (quote the value)" if isinstance(setting, (int, float, bool)) else ""
+            raise _invalid("a string value", setting, hint, at=at)
+    return dict(value)
+
+
+def _check_minutes(value: Any) -> float:
+    positive = isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+    if isinstance(value, bool) or not positive:
+        raise _invalid("a positive number of minutes", value, _unquote_hint(value))
+    return float(value)
+
+
+def _check_memory(value: Any) -> str:
+    expected = "a Spark size with a unit, like '512m' or '2g', of at least 450m"
+    match = _MEMORY.fullmatch(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        raise _invalid(expected, value)
+    amount, unit = int(match.group(1)), match.group(2).lower()
+    if amount * 1024 ** "kmgt".index(unit) * 1024 < _MIN_MEMORY_BYTES:
+        raise _invalid(expected, value, "; Spark refuses executors below 450m")
+    return f"{amount}{unit}"
+
+
+def _check_tags(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise _invalid("a list of strings", value)
+    for i, tag in enumerate(value):
+        if not isinstance(tag, str) or not tag.strip() or len(tag) > TAG_MAX_LEN:
+            raise _invalid(f"a non-empty string of at most {TAG_MAX_LEN} characters", tag, at=f"[{i}]")
+        if tag in value[:i]:
+            raise _invalid("each tag once", tag, " a second time", at=f"[{i}]")
+    return tuple(value)
+
+
+# --------------------------------------------------------------------------- cron
+
+#: Cron's five fields: name, lowest and highest value, and names standing for low, low + 1, ...
+_CRON_FIELDS = (
+    ("minute", 0, 59, ()),
+    ("hour", 0, 23, ()),
+    ("day-of-month", 1, 31, ()),
+    ("month", 1, 12, ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")),
+    # 0 and 7 are both Sunday, as in cron.
+    ("day-of-week", 0, 7, ("sun", "mon", "tue", "wed", "thu", "fri", "sat")),
+)
+
+
+def _check_schedule(value: Any) -> str:
+    """A preset, or a 5-field cron expression both croniter (what Airflow runs it with) and cron accept."""
+    if not isinstance(value, str) or not value.strip():
+        raise _invalid(_SCHEDULE_EXPECTED, value)
+    text = value.strip()
+    if text.startswith("@"):
+        if text not in SCHEDULE_PRESETS:
+            raise _invalid(_SCHEDULE_EXPECTED, value)
+        return text
+    parts = text.split()
+    if len(parts) != 5:  # croniter also takes seconds and years, which Airflow's cron does not
+        raise _invalid(_SCHEDULE_EXPECTED, value, f": it has {len(parts)} fields")
+    for i, part in enumerate(parts):
+        problem = _cron_field_problem(i, part)
+        if problem:
+            raise _invalid(_SCHEDULE_EXPECTED, value, f": {_CRON_FIELDS[i][0]} {part!r}: {problem}")
+    expression = " ".join(parts)
+    problem = _croniter_problem(expression)
+    if problem:
+        raise _invalid(_SCHEDULE_EXPECTED, value, f": {problem}")
+    return expression
+
+
+def _cron_field_problem(index: int, part: str) -> str | None:
+    """Why field ``index`` of a cron expression is invalid, or ``None``.
+
+    croniter decides, with two rules of cron's it does not keep: a step is at
+    most the field's highest value (croniter takes ``*/70`` in the minute field
+    and runs it hourly, surely not what was meant), and a range runs forwards
+    between two plain values (croniter wraps ``5-1`` around and takes ``3-L``).
+    """
+    _, low, high, names = _CRON_FIELDS[index]
+    for item in part.split(","):
+        base, slash, step = item.partition("/")
+        if slash and not (step.isdigit() and 1 <= int(step) <= high):
+            return f"step {step!r} must be an integer from 1 to {high}"
+        first, dash, last = base.partition("-")
+        if dash:
+            start, end = _cron_value(first, low, names), _cron_value(last, low, names)
+            if start is None or end is None:
+                return f"range {base!r} must run between two values ({_cron_values(low, high, names)})"
+            if end < start:
+                return f"range {base!r} runs backwards"
+    # The field alone, so that croniter's verdict is about this field.
+    problem = _croniter_problem(" ".join(part if i == index else "*" for i in range(5)))
+    return problem and f"{problem}; the field takes {_cron_values(low, high, names)}"
+
+
+def _cron_value(text: str, low: int, names: tuple[str, ...]) -> int | None:
+    if text.isdigit():
+        return int(text)
+    if text.lower() in names:
+        return low + names.index(text.lower())
+    return None
+
+
+def _cron_values(low: int, high: int, names: tuple[str, ...]) -> str:
+    return f"values {low}-{high}" + (f" or names like {names[1]!r}" if names else "")
+
+
+def _croniter_problem(expression: str) -> str | None:
+    try:
+        croniter(expression)
+    except (CroniterError, CroniterBadTypeRangeError) as exc:
+        # croniter starts with the whole expression in brackets; the caller names the field instead.
+        return "croniter refuses it: " + re.sub(r"^\[.*?\]\s*", "", str(exc))
+    return None
+
+
+# --------------------------------------------------------------------------- the sections
+
+#: Unknown keys are errors, so a typo never falls back to a default silently (_check_keys reports them
+#: first, with a did-you-mean; "forbid" also puts additionalProperties: false in the JSON Schema).
+_SECTION_CONFIG = ConfigDict(extra="forbid")
+
+
+def _without_default(schema: dict[str, Any]) -> None:
+    """JSON Schema of a key that may be left out but not set to null: null is no value to write."""
+    schema.pop("default", None)
+
+
+def _optional(description: str) -> Any:
+    """A key that may be left out (then ``None``: the loader works out its value) but not set to null."""
+    return Field(None, description=description, json_schema_extra=_without_default)
+
+
+@pydantic_dataclass(frozen=True, config=_SECTION_CONFIG)
+class _Section:
+    """What every mapping of the file gets before its keys are checked one by one."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_mapping(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, ArgsKwargs):  # built in code (tests, dataclasses.replace), not read from a file
+            return data
+        data = cls._check_mapping(cls._shorthand(data))
+        fields = cls.__pydantic_fields__
+        missing = {key: _MISSING for key, f in fields.items() if f.is_required() and key not in data}
+        return cls._check_given({**data, **missing}, info)
+
+    @classmethod
+    def _keys(cls) -> tuple[str, ...]:
+        return tuple(cls.__pydantic_fields__)
+
+    @classmethod
+    def _expected(cls, value: Any) -> str:
+        """What the section must be, for a message about ``value``, which is not a mapping."""
+        return f"a mapping with keys {', '.join(cls._keys())}"
+
+    @classmethod
+    def _check_mapping(cls, data: Any, at: str = "") -> dict[str, Any]:
+        return _check_keys(data, cls._keys(), cls._expected(data), at)
+
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        """The mapping a shorter way of writing the section stands for."""
+        return data
+
+    @classmethod
+    def _check_given(cls, data: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Rules on which keys are given (with null as not given), before their values are checked."""
+        return data
+
+
+@pydantic_dataclass(frozen=True, config=_SECTION_CONFIG)
+class KafkaConfig(_Section):
+    """Where the records come from (section ``kafka``)."""
+
+    connection_id: _connection_id("Kafka") = Field(
+        description="Required. Id of the Airflow connection to the Kafka cluster. Bootstrap servers and "
+        "every security setting (SASL, SSL, passwords) live in that connection, never in the pipeline file."
+    )
+    topics: Annotated[tuple[str, ...], BeforeValidator(_check_topics)] = Field(
+        (),
+        description="List of topic names to ingest. Give exactly one of topics and topic_pattern.",
+    )
+    topic_pattern: Annotated[str, BeforeValidator(_check_topic_pattern)] | None = Field(
+        None,
+        description="Regular expression of topic names to ingest (Spark's subscribePattern; checked with "
+        "Python's re, which agrees with Java for ordinary patterns). Give exactly one of topics and "
+        "topic_pattern.",
+    )
+    starting_offsets: _choice(STARTING_OFFSETS) = Field(
+        "earliest",
+        description="earliest (default) or latest: where partitions start on the pipeline's first run. "
+        "Later runs resume where the bronze table stands; partitions added later start at their earliest "
+        "offset.",
+    )
+    max_offsets_per_trigger: _integer(1) | None = Field(
+        None,
+        description="Positive integer, or null (default) for no cap: at most this many records per "
+        "micro-batch (Spark's maxOffsetsPerTrigger). A larger backlog is written as several Delta commits "
+        "in the same run.",
+    )
+    options: Annotated[dict[str, str], BeforeValidator(_check_options)] = Field(
+        default_factory=dict,
+        description="Mapping of extra, non-secret Kafka consumer settings, e.g. max.poll.records: \"500\". "
+        "Keys are Kafka's own names without a kafka. prefix; values are strings (quote numbers and "
+        "booleans). Settings Spark or the pipeline manage (group.id, auto.offset.reset, isolation.level, "
+        "deserializers, ...) are refused.",
+    )
+
+    @classmethod
+    def _expected(cls, value: Any) -> str:
+        if value is _MISSING or value is None:  # the section left out: say what it needs
+            return "a mapping with connection_id and topics or topic_pattern"
+        return super()._expected(value)
+
+    @classmethod
+    def _check_given(cls, data: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        topics, pattern = data.get("topics"), data.get("topic_pattern")
+        if (topics is None) == (pattern is None):
+            # Reported by the check of topics, after connection_id's and before the values'.
+            data = {**data, "topics": _NotOneSource("both" if topics is not None else "neither")}
+        return data
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=_SECTION_CONFIG)
+class TablesSection(_Section):
     """Where the records go (section ``tables``).
 
     Relative local paths in the file are taken from the project folder (not
     from the working directory, which differs between Airflow's processes);
     URIs such as ``s3a://bucket/lake`` are kept as written. The six tables and
-    folders below (bronze, silver, quarantine, ledger and both checkpoint
-    folders) must lie apart: none may be another or sit inside another. The
-    silver ones have their defaults even when the pipeline has no
-    ``transform`` section.
-
-    Attributes:
-        lakehouse_root: Folder or URI under which the pipeline's tables and
-            checkpoints live. Default: the environment variable
-            ``KDE_LAKEHOUSE_ROOT`` if set, else ``<project>/var/lakehouse``
-            (``KDE_VAR_DIR``/lakehouse).
-        bronze_path: Location of the Delta bronze table. Default:
-            ``<lakehouse_root>/<name>/bronze``.
-        checkpoint_root: Folder holding the job's Spark checkpoints, one per
-            epoch. Default: ``<lakehouse_root>/<name>/_checkpoints/bronze``.
-            Must be neither the bronze table's folder nor inside it (nor the
-            other way round). The ingestion job reads it with local file I/O
-            today, so it must be a local or mounted path.
-        ledger_path: Location of the run-ledger Delta table (one row per DAG
-            run: ranges, rows, lag, outcome). Default:
-            ``<lakehouse_root>/<name>/_runs``.
-        silver_path: Location of the Delta silver table the ``transform``
-            writes (one row per key). Default: ``<lakehouse_root>/<name>/silver``.
-        quarantine_path: Location of the Delta table of records the
-            ``transform`` refused (with the reason). Default:
-            ``<lakehouse_root>/<name>/quarantine``.
-        transform_checkpoint_root: Folder holding the transform job's
-            checkpoints. Default: ``<lakehouse_root>/<name>/_checkpoints/silver``.
-        log_retention_days: Days Delta keeps each table's commit files
-            (``delta.logRetentionDuration`` of bronze, silver, quarantine and
-            the ledger). Default 30, Delta's own. It bounds time travel and
-            how long a commit's detail (ranges, counts) and a ``RESTORE``
-            stay visible; where a table stands does not depend on it (it is
-            in the table's state). At least ``deleted_file_retention_days``.
-        deleted_file_retention_days: Days a file a commit removed stays on
-            disk before ``VACUUM`` may delete it (``delta.deletedFileRetentionDuration``).
-            Default 7, and never less: Delta's safety default, which protects
-            readers in flight, the transform's stream reading bronze versions
-            it has not read yet, and backfills by time travel.
+    folders (bronze, silver, quarantine, ledger and both checkpoint folders)
+    must lie apart: none may be another or sit inside another. The silver ones
+    have their defaults even when the pipeline has no ``transform`` section.
     """
 
-    lakehouse_root: str
-    bronze_path: str
-    checkpoint_root: str
-    ledger_path: str
-    silver_path: str
-    quarantine_path: str
-    transform_checkpoint_root: str
-    log_retention_days: int = DEFAULT_LOG_RETENTION_DAYS
-    deleted_file_retention_days: int = DEFAULT_DELETED_FILE_RETENTION_DAYS
+    lakehouse_root: _text("a folder path or URI") = _optional(
+        "Folder or URI under which the pipeline's tables and checkpoints live. Default: the environment "
+        "variable KDE_LAKEHOUSE_ROOT if set, else <project>/var/lakehouse (KDE_VAR_DIR/lakehouse)."
+    )
+    bronze_path: _text("a folder path or URI") = _optional(
+        "Location of the Delta bronze table. Default: <lakehouse_root>/<name>/bronze."
+    )
+    checkpoint_root: _text("a folder path or URI") = _optional(
+        "Folder holding the ingestion job's Spark checkpoints, one per epoch. Default: "
+        "<lakehouse_root>/<name>/_checkpoints/bronze. Must be neither the bronze table's folder nor inside "
+        "it (nor the other way round). The job reads it with local file I/O, so it must be a local or "
+        "mounted path."
+    )
+    ledger_path: _text("a folder path or URI") = _optional(
+        "Location of the run-ledger Delta table (one row per DAG run: ranges, rows, lag, outcome). "
+        "Default: <lakehouse_root>/<name>/_runs."
+    )
+    silver_path: _text("a folder path or URI") = _optional(
+        "Location of the Delta silver table the transform writes (one row per key). Default: "
+        "<lakehouse_root>/<name>/silver."
+    )
+    quarantine_path: _text("a folder path or URI") = _optional(
+        "Location of the Delta table of records the transform refused (with the reason). Default: "
+        "<lakehouse_root>/<name>/quarantine."
+    )
+    transform_checkpoint_root: _text("a folder path or URI") = _optional(
+        "Folder holding the transform job's checkpoints. Default: "
+        "<lakehouse_root>/<name>/_checkpoints/silver."
+    )
+    log_retention_days: _integer(1) = Field(
+        DEFAULT_LOG_RETENTION_DAYS,
+        description="Days Delta keeps each table's commit files (delta.logRetentionDuration of bronze, "
+        "silver, quarantine and the ledger). Default 30, Delta's own. It bounds time travel and how long a "
+        "commit's detail (ranges, counts) and a RESTORE stay visible; where a table stands does not depend "
+        "on it (it is in the table's state). At least deleted_file_retention_days.",
+    )
+    deleted_file_retention_days: _integer(DEFAULT_DELETED_FILE_RETENTION_DAYS) = Field(
+        DEFAULT_DELETED_FILE_RETENTION_DAYS,
+        description="Days a file a commit removed stays on disk before VACUUM may delete it "
+        "(delta.deletedFileRetentionDuration). Default 7, and never less: Delta's safety default, which "
+        "protects readers in flight, the transform's stream reading bronze versions it has not read yet, "
+        "and backfills by time travel.",
+    )
 
-    def retention_properties(self) -> dict[str, str]:
-        """The Delta table properties the pipeline's tables carry for its retention settings."""
-        return {
-            "delta.logRetentionDuration": f"interval {self.log_retention_days} days",
-            "delta.deletedFileRetentionDuration": f"interval {self.deleted_file_retention_days} days",
-        }
+    @model_validator(mode="after")
+    def _log_outlives_files(self) -> TablesSection:
+        # Time travel to a version needs its commit and its files; a shorter log makes the longer file
+        # retention useless.
+        if self.log_retention_days < self.deleted_file_retention_days:
+            files_days = self.deleted_file_retention_days
+            expected = f"an integer >= tables.deleted_file_retention_days ({files_days})"
+            raise _invalid(expected, self.log_retention_days, at=".log_retention_days")
+        return self
 
 
-@dataclass(frozen=True)
-class LagConfig:
-    """When a run has enough new data to start a cluster (section ``lag``).
+@pydantic_dataclass(frozen=True, config=_SECTION_CONFIG)
+class LagConfig(_Section):
+    """When a run has enough new data to start a cluster (section ``lag``)."""
 
-    Attributes:
-        min_records: Integer >= 0, default 1. The lag sensor lets the run
-            proceed once the total lag (new records over all partitions) is at
-            least this many records.
-        max_wait_minutes: Positive number of minutes, default 60. When fewer
-            than ``min_records`` are waiting, the run proceeds anyway once the
-            oldest of them has waited this long in Kafka, so a trickle is
-            never held back forever. With no new record at all the run is
-            skipped at once (no cluster is started).
-    """
-
-    min_records: int = 1
-    max_wait_minutes: float = 60.0
+    min_records: _integer(0) = Field(
+        1,
+        description="Integer >= 0, default 1. The lag sensor lets the run proceed once the total lag (new "
+        "records over all partitions) is at least this many records.",
+    )
+    max_wait_minutes: Annotated[float, Field(gt=0), BeforeValidator(_check_minutes)] = Field(
+        60.0,
+        description="Positive number of minutes, default 60. When fewer than min_records are waiting, the "
+        "run proceeds anyway once the oldest of them has waited this long in Kafka, so a trickle is never "
+        "held back forever. With no new record at all the run is skipped at once (no cluster is started).",
+    )
 
 
-@dataclass(frozen=True)
-class KubernetesConfig:
+_K8S_NAME = "a Kubernetes object name (lower-case letters, digits, '-' and '.', at most 253 characters)"
+
+
+@pydantic_dataclass(frozen=True, config=_SECTION_CONFIG)
+class KubernetesConfig(_Section):
     """Kubernetes settings of the cluster (section ``cluster.kubernetes``).
 
     With profile ``kubernetes`` (cluster mode), ``spark-submit`` asks the
@@ -284,183 +837,590 @@ class KubernetesConfig:
     the driver stays on the Airflow worker), only ``image`` and
     ``namespace`` may be given; ``image`` is then required for the executor
     pods (checked when the task runs, as only then is the master known).
-
-    Attributes:
-        image: Required. Container image of the driver and executor pods
-            (``spark.kubernetes.container.image``), e.g.
-            ``registry.example/kafka-delta-elt:1.4``.
-        namespace: Kubernetes namespace of the pods
-            (``spark.kubernetes.namespace``): a DNS label. Required with
-            profile ``kubernetes``; optional with ``existing_master`` (the
-            Spark connection's ``namespace`` extra, else ``default``).
-        service_account: Service account of the driver pod, allowed to
-            create and delete pods, services and config maps in
-            ``namespace`` (``spark.kubernetes.authenticate.driver.serviceAccountName``).
-            Required with profile ``kubernetes``.
-        app_dir: Absolute path of the project inside ``image``, default
-            ``/opt/kafka-delta-elt``: it holds ``spark_jobs/*.py`` and
-            ``kde_jobs.zip``, submitted as ``local://`` URIs.
-        shared_volume_claim: Required with profile ``kubernetes``: name of a
-            ReadWriteMany persistent volume claim in ``namespace``, mounted at
-            ``shared_dir`` in the driver and executor pods.
-        shared_dir: Required with profile ``kubernetes``: absolute path where
-            that volume is mounted, the same on the Airflow workers and in
-            the pods. Run files live in ``<shared_dir>/runs/<name>/<run>``.
-            ``tables.checkpoint_root`` and ``tables.transform_checkpoint_root``
-            must lie inside it, and so must ``tables.bronze_path``,
-            ``silver_path`` and ``quarantine_path`` unless they are URIs.
-        kafka_options_secret: Name of a Kubernetes secret in ``namespace``
-            whose key ``kafka_options_key`` holds the job's Kafka client
-            settings as a JSON object in the Java client's names (e.g.
-            ``security.protocol``, ``sasl.mechanism``, ``sasl.jaas.config``),
-            with any non-secret consumer settings besides. Mounted read-only
-            in the driver pod at ``/etc/kafka-delta-elt/kafka``. Optional
-            (a plaintext broker needs none). With profile ``kubernetes``,
-            ``kafka.options`` must be empty: put them in this secret.
-        kafka_options_key: Key of that secret, default ``kafka-options.json``.
-        delete_driver_pod: ``on_success`` (default): the operator deletes a
-            driver pod that finished well and keeps a failed one for
-            ``kubectl logs``; ``always``; ``never``.
     """
 
-    image: str
-    namespace: str | None = None
-    service_account: str | None = None
-    app_dir: str = "/opt/kafka-delta-elt"
-    shared_volume_claim: str | None = None
-    shared_dir: str | None = None
-    kafka_options_secret: str | None = None
-    kafka_options_key: str = "kafka-options.json"
-    delete_driver_pod: str = "on_success"
+    image: _matching(_IMAGE, "a container image reference without spaces, e.g. 'registry/app:1.0'") = Field(
+        description="Required. Container image of the driver and executor pods "
+        "(spark.kubernetes.container.image), e.g. registry.example/kafka-delta-elt:1.4."
+    )
+    namespace: _matching(
+        _K8S_LABEL, "a Kubernetes namespace name (lower-case letters, digits and '-', at most 63 characters)"
+    ) | None = Field(
+        None,
+        description="Kubernetes namespace of the pods (spark.kubernetes.namespace): a DNS label. Required "
+        "with profile kubernetes; optional with existing_master (the Spark connection's namespace extra, "
+        "else default).",
+    )
+    service_account: _matching(_K8S_SUBDOMAIN, _K8S_NAME) | None = Field(
+        None,
+        description="Service account of the driver pod, allowed to create and delete pods, services and "
+        "config maps in namespace (spark.kubernetes.authenticate.driver.serviceAccountName). Required with "
+        "profile kubernetes.",
+    )
+    app_dir: _folder(if_null=DEFAULT_APP_DIR) = Field(
+        DEFAULT_APP_DIR,
+        description="Absolute path of the project inside image, default /opt/kafka-delta-elt: it holds "
+        "spark_jobs/*.py and kde_jobs.zip, submitted as local:// URIs.",
+    )
+    shared_volume_claim: _matching(_K8S_SUBDOMAIN, _K8S_NAME) | None = Field(
+        None,
+        description="Required with profile kubernetes: name of a ReadWriteMany persistent volume claim in "
+        "namespace, mounted at shared_dir in the driver and executor pods.",
+    )
+    shared_dir: _folder() | None = Field(
+        None,
+        description="Required with profile kubernetes: absolute path where that volume is mounted, the "
+        "same on the Airflow workers and in the pods. Run files live in <shared_dir>/runs/<name>/<run>. "
+        "tables.checkpoint_root and tables.transform_checkpoint_root must lie inside it, and so must "
+        "tables.bronze_path, silver_path and quarantine_path unless they are URIs.",
+    )
+    kafka_options_secret: _matching(_K8S_SUBDOMAIN, _K8S_NAME) | None = Field(
+        None,
+        description="Name of a Kubernetes secret in namespace whose key kafka_options_key holds the job's "
+        "Kafka client settings as a JSON object in the Java client's names (e.g. security.protocol, "
+        "sasl.mechanism, sasl.jaas.config), with any non-secret consumer settings besides. Mounted "
+        "read-only in the driver pod at /etc/kafka-delta-elt/kafka. Optional (a plaintext broker needs "
+        "none). With profile kubernetes, kafka.options must be empty: put them in this secret.",
+    )
+    kafka_options_key: _matching(
+        _K8S_SECRET_KEY, "a secret key (letters, digits, '-', '_' and '.')", if_null="kafka-options.json"
+    ) = Field("kafka-options.json", description="Key of that secret, default kafka-options.json.")
+    delete_driver_pod: _choice(DRIVER_POD_DELETION) = Field(
+        "on_success",
+        description="on_success (default): the operator deletes a driver pod that finished well and keeps a "
+        "failed one for kubectl logs; always; never.",
+    )
 
 
-@dataclass(frozen=True)
-class ClusterConfig:
-    """The Spark cluster a run uses (section ``cluster``).
+@pydantic_dataclass(frozen=True, config=_SECTION_CONFIG)
+class ClusterConfig(_Section):
+    """The Spark cluster a run uses (section ``cluster``)."""
 
-    Attributes:
-        profile: ``local_standalone`` (default): each run starts a Spark
-            standalone master and ``workers`` workers on 127.0.0.1 and stops
-            them afterwards (setup and teardown tasks). ``existing_master``:
-            submit in client mode (the driver runs on the Airflow worker) to
-            the running cluster named by ``master_connection_id``
-            (``spark://``, ``yarn`` or ``k8s://``); no cluster is started or
-            stopped. ``kubernetes``: submit in cluster mode to the
-            ``k8s://`` master of ``master_connection_id``; Spark creates the
-            driver and executor pods of each job and removes them (see
-            :class:`KubernetesConfig`; unit-tested only, not run here).
-        workers: Integer from 1 to 8, default 1: number of workers a
-            ``local_standalone`` run starts (one executor each); with the
-            other profiles, the number of executors requested
-            (``spark.executor.instances``).
-        worker_cores: Positive integer, default 1: cores per worker, which is
-            also each executor's ``spark.executor.cores``.
-        worker_memory: Spark size string with a unit (``k``, ``m``, ``g`` or
-            ``t``, e.g. ``"512m"``, ``"2g"``), default ``"1g"``, at least
-            ``450m`` (Spark's minimum for an executor): what each worker
-            offers, and each executor's ``spark.executor.memory``. Stored
-            lower-case without a trailing ``b``.
-        master_connection_id: Id of the Airflow Spark connection whose host is
-            the master URL (``spark://``, ``yarn``, ``k8s://``). Required with
-            ``existing_master`` and ``kubernetes`` (where it must name a
-            ``k8s://https://...`` master), refused with ``local_standalone``.
-            With ``existing_master``, the connection's ``queue`` extra (YARN)
-            and ``namespace`` extra (Kubernetes) are used; its
-            ``deploy-mode`` extra is overridden by the profile.
-        kubernetes: Section: Kubernetes settings (see
-            :class:`KubernetesConfig`). Required with ``kubernetes``;
-            optional with ``existing_master`` (``image``, ``namespace``);
-            refused with ``local_standalone``. Null when absent.
-        local_max_records: Integer >= 0, default 0 (off); ``local_standalone``
-            only. A run whose backlog (the preflight's lag, or a backfill's
-            offsets) is at most this many records runs its Spark application
-            in local mode inside the driver (``local[k]``, k = ``workers`` x
-            ``worker_cores``, at most this machine's cores): no cluster
-            starts, no executor warms up. The choice and its reason are in
-            ``start_cluster``'s log and the ledger's ``cluster_choice``.
-        records_per_worker: Integer >= 0, default 0 (off); ``local_standalone``
-            only. Above ``local_max_records``, the run starts
-            ceil(backlog / records_per_worker) workers, at least 1 and at
-            most ``workers``; 0 always starts ``workers``.
-    """
-
-    profile: str = "local_standalone"
-    workers: int = 1
-    worker_cores: int = 1
-    worker_memory: str = "1g"
-    master_connection_id: str | None = None
-    kubernetes: KubernetesConfig | None = None
-    local_max_records: int = 0
-    records_per_worker: int = 0
+    profile: _choice(CLUSTER_PROFILES) = Field(
+        "local_standalone",
+        description="local_standalone (default): each run starts a Spark standalone master and "
+        "cluster.workers workers on 127.0.0.1 and stops them afterwards (setup and teardown tasks). "
+        "existing_master: submit in client mode (the driver runs on the Airflow worker) to the running "
+        "cluster named by master_connection_id (spark://, yarn or k8s://); no cluster is started or stopped. "
+        "kubernetes: submit in cluster mode to the k8s:// master of master_connection_id; Spark creates the "
+        "driver and executor pods of each job and removes them (see cluster.kubernetes; unit-tested only, "
+        "not run here).",
+    )
+    workers: _integer(1, 8) = Field(
+        1,
+        description="Integer from 1 to 8, default 1: number of workers a local_standalone run starts (one "
+        "executor each); with the other profiles, the number of executors requested "
+        "(spark.executor.instances).",
+    )
+    worker_cores: _integer(1) = Field(
+        1,
+        description="Positive integer, default 1: cores per worker, which is also each executor's "
+        "spark.executor.cores.",
+    )
+    worker_memory: Annotated[str, BeforeValidator(_check_memory)] = Field(
+        "1g",
+        description="Spark size string with a unit (k, m, g or t, e.g. \"512m\", \"2g\"), default \"1g\", at "
+        "least 450m (Spark's minimum for an executor): what each worker offers, and each executor's "
+        "spark.executor.memory. Stored lower-case without a trailing b.",
+    )
+    master_connection_id: _connection_id("Spark") | None = Field(
+        None,
+        description="Id of the Airflow Spark connection whose host is the master URL (spark://, yarn, "
+        "k8s://). Required with existing_master and kubernetes (where it must name a k8s://https://... "
+        "master), refused with local_standalone. With existing_master, the connection's queue extra (YARN) "
+        "and namespace extra (Kubernetes) are used; its deploy-mode extra is overridden by the profile.",
+    )
+    kubernetes: KubernetesConfig | None = Field(
+        None,
+        description="Section: Kubernetes settings. Required with kubernetes; optional with existing_master "
+        "(image, namespace); refused with local_standalone. Null when absent.",
+    )
+    local_max_records: _integer(0) = Field(
+        0,
+        description="Integer >= 0, default 0 (off); local_standalone only. A run whose backlog (the "
+        "preflight's lag, or a backfill's offsets) is at most this many records runs its Spark application "
+        "in local mode inside the driver (local[k], k = workers x worker_cores, at most this machine's "
+        "cores): no cluster starts, no executor warms up. The choice and its reason are in start_cluster's "
+        "log and the ledger's cluster_choice.",
+    )
+    records_per_worker: _integer(0) = Field(
+        0,
+        description="Integer >= 0, default 0 (off); local_standalone only. Above local_max_records, the run "
+        "starts ceil(backlog / records_per_worker) workers, at least 1 and at most workers; 0 always starts "
+        "workers.",
+    )
 
     @property
     def transient(self) -> bool:
         """Whether each run starts and stops its own cluster (setup and teardown tasks)."""
         return self.profile == "local_standalone"
 
+    @classmethod
+    def _check_given(cls, data: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        profile = data.get("profile", "local_standalone")
+        if profile not in CLUSTER_PROFILES:  # the profile's own check says what is wrong
+            return data
+        master = data.get("master_connection_id")
+        if profile == "local_standalone" and master is not None:
+            expected = (
+                "no master connection with profile local_standalone (set cluster.profile: existing_master "
+                "or kubernetes to use one)"
+            )
+            raise _invalid(expected, master, at=".master_connection_id")
+        if profile != "local_standalone" and master is None:
+            expected = f"the id of an Airflow Spark connection (required with profile {profile})"
+            raise _invalid(expected, data.get("master_connection_id", _MISSING), at=".master_connection_id")
+        k8s = data.get("kubernetes")
+        if k8s is None:
+            if profile == "kubernetes":
+                required = ", ".join(_KUBERNETES_REQUIRED)
+                expected = f"a mapping with keys {required} (required with profile kubernetes)"
+                raise _invalid(expected, data.get("kubernetes", _MISSING), at=".kubernetes")
+            return data
+        if profile == "local_standalone":
+            expected = "no kubernetes section with profile local_standalone (it runs on this machine)"
+            raise _invalid(expected, k8s, at=".kubernetes")
+        KubernetesConfig._check_mapping(k8s, ".kubernetes")  # an unknown key is the first thing to fix
+        if profile == "existing_master":
+            for key in k8s:
+                if key not in _KUBERNETES_CLIENT_KEYS:
+                    raise _problem(
+                        f"expected only {', '.join(_KUBERNETES_CLIENT_KEYS)} with profile existing_master "
+                        f"(client mode: the driver runs on the Airflow worker), got {key!r}; "
+                        "it applies to profile kubernetes",
+                        f".kubernetes{_suffix(key)}",
+                    )
+        for key in _KUBERNETES_REQUIRED if profile == "kubernetes" else ("image",):
+            if k8s.get(key) is None:
+                expected = f"a value (required with profile {profile})"
+                raise _invalid(expected, k8s.get(key, _MISSING), at=f".kubernetes.{key}")
+        return data
+
+    @model_validator(mode="after")
+    def _sizing_needs_its_own_cluster(self) -> ClusterConfig:
+        for key in ("local_max_records", "records_per_worker"):
+            if getattr(self, key) and self.profile != "local_standalone":
+                expected = (
+                    f"0 or no value with profile {self.profile} (sizing the cluster to the backlog needs the "
+                    "run's own cluster: profile local_standalone)"
+                )
+                raise _invalid(expected, getattr(self, key), at=f".{key}")
+        return self
+
+
+# --------------------------------------------------------------------------- transform
+
+
+def _check_field_type(value: Any) -> str:
+    canonical = normalize_type(value) if isinstance(value, str) else None
+    if canonical is None:
+        hint = ""
+        if isinstance(value, str):
+            word = value.strip().lower()
+            hint = f"; did you mean {_TYPE_ALIASES[word]!r}?" if word in _TYPE_ALIASES else ""
+            hint = hint or _did_you_mean(word, SIMPLE_TYPES)
+        raise _invalid(_TYPE_EXPECTED, value, hint)
+    return canonical
+
+
+def _check_required(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _invalid("true or false", value)
+    return value
+
+
+def _check_bound(value: Any, info: ValidationInfo) -> int | float:
+    """``minimum`` or ``maximum``: a number, on numeric fields only, the maximum at least the minimum."""
+    bound, type_name = info.field_name, info.data.get("type")
+    if type_name is not None and not (type_name in NUMERIC_TYPES or is_decimal(type_name)):
+        expected = f"no {bound} on {type_name} fields (only int, long, double and decimal fields take one)"
+        raise _invalid(expected, value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _invalid("a number", value, _unquote_hint(value))
+    minimum = info.data.get("minimum")
+    if bound == "maximum" and minimum is not None and value < minimum:
+        raise _invalid(f"a number >= the minimum {minimum!r}", value)
+    return value
+
+
+def _check_allowed(value: Any, info: ValidationInfo) -> tuple[str | int, ...]:
+    type_name = info.data.get("type")
+    if type_name is None:  # the type is wrong (and reported): which values fit it cannot be told
+        raise PydanticUseDefault()
+    if type_name not in ("string", "int", "long"):
+        expected = f"no allowed list on {type_name} fields (only string, int and long fields take one)"
+        raise _invalid(expected, value)
+    what = "string" if type_name == "string" else "integer"
+    if not isinstance(value, list) or not value:
+        hint = f"; write [{value}]" if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+        raise _invalid(f"a non-empty list of {what}s", value, hint)
+    for i, item in enumerate(value):
+        if what == "string" and not isinstance(item, str):
+            hint = ""
+            if isinstance(item, bool):
+                hint = "; quote it (YAML reads yes, no, on, off, true and false as booleans)"
+            elif isinstance(item, (int, float)):
+                hint = "; quote it"
+            raise _invalid("a string", item, hint, at=f"[{i}]")
+        if what == "integer" and (isinstance(item, bool) or not isinstance(item, int)):
+            raise _invalid("an integer", item, _unquote_hint(item), at=f"[{i}]")
+        if item in value[:i]:
+            raise _invalid("each value once", item, " a second time", at=f"[{i}]")
+    return tuple(value)
+
+
+def _check_max_length(value: Any, info: ValidationInfo) -> int:
+    type_name = info.data.get("type")
+    if type_name is not None and type_name not in ("string", "json"):
+        expected = f"no max_length on {type_name} fields (only string and json fields take one)"
+        raise _invalid(expected, value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _invalid("a positive integer", value, _unquote_hint(value))
+    return value
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=_SECTION_CONFIG)
+class SchemaField(_Section):
+    """One field of the record value (an entry of ``transform.schema``): its type, or its settings."""
+
+    type: Annotated[str, BeforeValidator(_check_field_type)] = Field(
+        description="Required: string, int, long, double, boolean, date, timestamp, json or decimal(p,s) "
+        "(precision 1-38, scale 0-p; quote it inside {...}, where the comma splits). Writing only the type "
+        "(status: string) is short for {type: string}."
+    )
+    required: Annotated[bool, BeforeValidator(_check_required)] = Field(
+        False, description="true or false (default): the key must be present with a non-null value."
+    )
+    minimum: Annotated[int | float, BeforeValidator(_check_bound)] = _optional(
+        "Smallest allowed value; int, long, double and decimal fields only."
+    )
+    maximum: Annotated[int | float, BeforeValidator(_check_bound)] = _optional(
+        "Largest allowed value, at least minimum; int, long, double and decimal fields only."
+    )
+    allowed: Annotated[tuple[str | int, ...], BeforeValidator(_check_allowed)] = _optional(
+        "The only values allowed: a non-empty list of distinct strings for string fields, of integers for "
+        "int and long fields; each within minimum, maximum and max_length."
+    )
+    max_length: Annotated[int, Field(ge=1), BeforeValidator(_check_max_length)] = _optional(
+        "Positive integer: at most this many characters; string and json fields only."
+    )
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: GetJsonSchemaHandler) -> dict[str, Any]:
+        # The type alone (status: string) is read by _shorthand; the schema says so too, for editors.
+        return {"anyOf": [{"type": "string", "description": "The field's type alone."}, handler(core_schema)]}
+
+    @classmethod
+    def _expected(cls, value: Any) -> str:
+        return f"a field type (e.g. string) or {super()._expected(value)}"
+
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, str):  # just the type
+            return {"type": _check_field_type(data)}
+        split = data.get("type") if isinstance(data, dict) else None
+        if isinstance(split, str) and split.strip().lower().startswith("decimal(") and ")" not in split:
+            # {type: decimal(10,2)}: in a flow mapping the comma ends the value and '2)' becomes a key.
+            hint = '; inside {...} quote the type, e.g. "decimal(10,2)", as a bare comma ends the value'
+            raise _invalid(_TYPE_EXPECTED, split, hint, at=".type")
+        return data
+
+    @model_validator(mode="after")
+    def _allowed_values_pass_the_other_rules(self) -> SchemaField:
+        for i, item in enumerate(self.allowed or ()):
+            if self.type == "string":
+                if self.max_length is not None and len(item) > self.max_length:
+                    raise _invalid(f"a value the field's max_length {self.max_length} let through", item,
+                                   at=f".allowed[{i}]")  # fmt: skip
+            elif (self.minimum is not None and item < self.minimum) or (
+                self.maximum is not None and item > self.maximum
+            ):
+                rule = f"minimum {self.minimum!r} and maximum {self.maximum!r}"
+                raise _invalid(f"a value the field's {rule} let through", item, at=f".allowed[{i}]")
+        return self
+
+    def spec(self, name: str, required: bool) -> FieldSpec:
+        """The field as the transform job reads it; ``required`` forces it (key and ordering fields)."""
+        required = self.required or required
+        return FieldSpec(name, self.type, required, self.minimum, self.maximum, self.allowed, self.max_length)
+
+
+def _check_schema(value: Any) -> dict[str, Any]:
+    """The mapping of field names to fields: names Delta and Spark SQL take, none twice in any case."""
+    if not isinstance(value, dict) or not value:
+        raise _invalid("a non-empty mapping of field names to a type or to field settings", value)
+    seen: dict[str, str] = {}  # lower-case name -> name as declared
+    for name in value:
+        at = _suffix(name)
+        if not isinstance(name, str):
+            raise _invalid("a text key (quote it)", name, at=at)
+        if not FIELD_NAME.fullmatch(name):
+            reserved = name.startswith(SYSTEM_PREFIX)
+            hint = "; names starting with '_' are reserved for silver's own columns" if reserved else ""
+            raise _invalid(_FIELD_NAME_EXPECTED, name, hint, at=at)
+        other = seen.setdefault(name.lower(), name)
+        if other != name:
+            expected = (
+                f"a field name that differs from {other!r} in more than case "
+                "(Delta column names are case-insensitive)"
+            )
+            raise _invalid(expected, name, at=at)
+    return value
+
+
+_Schema = Annotated[dict[str, SchemaField], BeforeValidator(_check_schema)]
+_SCHEMA_FILE_EXPECTED = "the path of a YAML file of fields (relative to the pipeline file's folder)"
+#: Checks a schema file's content, which has no pipeline around it.
+_SCHEMA_FILE = TypeAdapter(_Schema)
+
+
+def _declared_in(info: ValidationInfo) -> str:
+    """Where the fields that ``transform.key`` and ``ordering`` name are declared."""
+    shown = info.data.get("schema_file")
+    return f"the schema file {shown}" if shown else "transform.schema"
+
+
+def _check_key(value: Any, info: ValidationInfo) -> str | tuple[str, ...]:
+    if isinstance(value, str):  # one field; whether it is declared is checked with the schema
+        return value
+    if not isinstance(value, (list, tuple)) or not value:
+        expected = f"a field name or a non-empty list of field names declared in {_declared_in(info)}"
+        raise _invalid(expected, value)
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise _invalid(f"the name of a field declared in {_declared_in(info)}", item, at=f"[{i}]")
+    return tuple(value)
+
+
+def _check_ordering(value: Any, info: ValidationInfo) -> str:
+    if not isinstance(value, str):
+        raise _invalid(f"the name of a field declared in {_declared_in(info)}", value)
+    return value
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=_SECTION_CONFIG)
+class TransformSection(_Section):
+    """How bronze records become silver rows (section ``transform``; without it the pipeline stops at bronze).
+
+    Loads into a :class:`~include.transform_spec.TransformSpec`.
+    """
+
+    format: _choice(FORMATS) = Field(
+        "json", description="json (default, the only one): each record value is a JSON object."
+    )
+    schema: _Schema | None = Field(
+        None,
+        description="Mapping of field name to its type (status: string) or to its settings. Field names: "
+        "letters, digits and _, starting with a letter, at most 128 characters (_ names are silver's own "
+        "columns); no two may differ only in case (Delta column names are case-insensitive). Give exactly "
+        "one of schema and schema_file.",
+    )
+    schema_file: _text(_SCHEMA_FILE_EXPECTED) | None = Field(
+        None,
+        description="Instead of schema: a YAML file holding that same mapping; a relative path is taken from "
+        "the pipeline file's folder. Errors in it name that file.",
+    )
+    key: Annotated[str | tuple[str, ...], BeforeValidator(_check_key)] = Field(
+        description="Required: a field name or a list of them, the silver table's MERGE key; each of type "
+        "string, int, long, date or boolean. Key fields are required."
+    )
+    ordering: Annotated[str, BeforeValidator(_check_ordering)] = Field(
+        description="Required: the field telling which record of a key is newer (int, long, double, date, "
+        "timestamp or string; not a key field). It is required; the Kafka offset breaks ties."
+    )
+    tombstones: _choice(TOMBSTONE_POLICIES) = Field(
+        "quarantine",
+        description="quarantine (default) or delete (a record with a null value deletes its key, named by "
+        "the Kafka key).",
+    )
+    new_fields: _choice(NEW_FIELD_POLICIES) = Field(
+        "ignore", description="ignore (default) or add (undeclared fields become silver columns)."
+    )
+    max_value_bytes: _integer(
+        1, MAX_VALUE_BYTES_LIMIT, f"a positive integer of at most {MAX_VALUE_BYTES_LIMIT} (64 MiB)"
+    ) = Field(
+        DEFAULT_MAX_VALUE_BYTES,
+        description="Positive integer, at most 64 MiB, default 1048576: larger record values go to "
+        "quarantine.",
+    )
+
+    @classmethod
+    def _check_given(cls, data: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        schema, schema_file = data.get("schema"), data.get("schema_file")
+        if (schema is None) == (schema_file is None):
+            raise _problem(
+                "expected exactly one of transform.schema (a mapping of field names to types) and "
+                "transform.schema_file (a YAML file holding that mapping), got "
+                + ("both" if schema is not None else "neither"),
+                ".schema",
+            )
+        if schema_file is not None:
+            folder = Path((info.context or {}).get("folder", "."))
+            schema, shown = _read_schema_file(schema_file, folder)
+            data = {**data, "schema": schema, "schema_file": shown}  # shown: how messages name the file
+        return data
+
+    @model_validator(mode="after")
+    def _key_and_ordering_are_declared(self) -> TransformSection:
+        declared_in = f"the schema file {self.schema_file}" if self.schema_file else "transform.schema"
+        fields = self.schema or {}
+
+        def declared(name: str, at: str) -> SchemaField:
+            if name in fields:
+                return fields[name]
+            same = [n for n in fields if n.lower() == name.lower()]
+            hint = f"; did you mean {same[0]!r}?" if same else _did_you_mean(name, list(fields))
+            raise _invalid(f"the name of a field declared in {declared_in}", name, hint, at=at)
+
+        items = [(self.key, ".key")] if isinstance(self.key, str) else [
+            (name, f".key[{i}]") for i, name in enumerate(self.key)]  # fmt: skip
+        for i, (name, at) in enumerate(items):
+            field_type = declared(name, at).type
+            if field_type not in KEY_TYPES:
+                expected = f"a key field of type {', '.join(KEY_TYPES)}"
+                raise _invalid(expected, name, f", a {field_type} field", at=at)
+            if name in [n for n, _ in items[:i]]:
+                raise _invalid("each key field once", name, " a second time", at=at)
+        field_type = declared(self.ordering, ".ordering").type
+        if field_type not in ORDERING_TYPES:
+            expected = f"an ordering field of type {', '.join(ORDERING_TYPES)}"
+            raise _invalid(expected, self.ordering, f", a {field_type} field", at=".ordering")
+        if self.ordering in self.keys():
+            raise _invalid("a field that is not part of transform.key", self.ordering, at=".ordering")
+        return self
+
+    def keys(self) -> tuple[str, ...]:
+        """The key field names, however ``key`` was written."""
+        return (self.key,) if isinstance(self.key, str) else self.key
+
+    def spec(self) -> TransformSpec:
+        """The transform as the Spark job reads it; key and ordering fields are required."""
+        required = {*self.keys(), self.ordering}
+        return TransformSpec(
+            fields=tuple(f.spec(name, name in required) for name, f in (self.schema or {}).items()),
+            key=self.keys(),
+            ordering=self.ordering,
+            format=self.format,
+            tombstones=self.tombstones,
+            new_fields=self.new_fields,
+            max_value_bytes=self.max_value_bytes,
+        )
+
+
+def _read_schema_file(value: Any, folder: Path) -> tuple[dict[str, SchemaField], str]:
+    """The fields of ``transform.schema_file`` and the file as shown; errors in it name that file."""
+    expected = _SCHEMA_FILE_EXPECTED
+    if not isinstance(value, str) or not value.strip():
+        raise _invalid(expected, value, at=".schema_file")
+    path = Path(os.path.expanduser(value.strip()))
+    path = Path(os.path.normpath(path if path.is_absolute() else folder / path))
+    shown = _display_path(path)
+    try:
+        is_file = path.is_file()
+    except OSError:  # e.g. a name too long for the file system: no such file either
+        is_file = False
+    if not is_file:
+        raise _invalid(f"{expected}; looked for {shown!r}, which is not a file", value, at=".schema_file")
+    data = _read_yaml(path, shown)
+    try:
+        return _SCHEMA_FILE.validate_python(data), shown
+    except ValidationError as exc:
+        # A ValueError: pydantic carries it out of the pipeline file's validation as it is.
+        raise _config_error(exc, shown) from None
+
+
+# --------------------------------------------------------------------------- the file and what it loads into
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(extra="forbid", title="Pipeline file"))
+class PipelineFile(_Section):
+    """One pipeline: the top level of a pipeline file (``include/pipelines/<name>.yaml``).
+
+    One file = one pipeline = one Airflow DAG. Unknown keys are errors, so a
+    typo never falls back to a default silently.
+    """
+
+    name: Annotated[str, BeforeValidator(_check_name)] = _optional(
+        "Pipeline name, default the file name without .yaml: letters, digits, _, . and -, starting with a "
+        "letter or digit, at most 200 characters. It names the DAG, the table folders, the Delta txnAppId "
+        "and the consumer group (kafka-delta-elt.<name>); renaming a pipeline starts it afresh."
+    )
+    description: Annotated[str, BeforeValidator(_check_string)] = Field(
+        "", description="Free text shown with the DAG. Default empty."
+    )
+    kafka: KafkaConfig = Field(description="Required section: the source.")
+    tables: TablesSection | None = Field(None, description="Section: the target locations.")
+    schedule: Annotated[str, BeforeValidator(_check_schedule)] | None = Field(
+        description="Required key: a 5-field cron expression (minute hour day-of-month month day-of-week, "
+        "e.g. \"*/10 * * * *\"; a step is at most the field's highest value and a range runs forwards), one "
+        "of the presets @hourly, @daily, @weekly, @monthly, @quarterly, @yearly, or null for manual runs "
+        "only. Runs never overlap (max_active_runs=1)."
+    )
+    lag: LagConfig | None = Field(None, description="Section: lag sensor thresholds.")
+    data_loss_policy: _choice(DATA_LOSS_POLICIES) = Field(
+        "fail",
+        description="fail (default): a run stops before starting the cluster when Kafka retention deleted "
+        "records the table has not read yet. record_and_continue: the run records the gap (partition, "
+        "offsets, record count) and continues after it.",
+    )
+    cluster: ClusterConfig | None = Field(None, description="Section: the Spark cluster.")
+    retries: _integer(0, 10) = Field(
+        2,
+        description="Integer from 0 to 10, default 2: Airflow retries per task (exponential back-off, at "
+        "most 10 minutes apart).",
+    )
+    tags: Annotated[tuple[str, ...], BeforeValidator(_check_tags)] = Field(
+        (),
+        description="List of strings, default empty: Airflow DAG tags (at most 100 characters each, no "
+        "duplicates); kafka-delta-elt is always added.",
+    )
+    transform: TransformSection | None = Field(
+        None, description="Optional section: how bronze records become silver rows; without it (the default, "
+        "or null) the pipeline stops at bronze."
+    )
+
+    @classmethod
+    def _expected(cls, value: Any) -> str:
+        return "a mapping of pipeline settings (kafka, schedule, ...)"
+
+
+_PIPELINE_FILE = TypeAdapter(PipelineFile)
+
+
+@dataclass(frozen=True)
+class TablesConfig:
+    """Where the records go: :class:`TablesSection` with every location worked out.
+
+    Local paths are absolute; URIs are as written, without a trailing ``/``.
+    """
+
+    lakehouse_root: str
+    bronze_path: str
+    checkpoint_root: str
+    ledger_path: str
+    silver_path: str
+    quarantine_path: str
+    transform_checkpoint_root: str
+    log_retention_days: int = DEFAULT_LOG_RETENTION_DAYS
+    deleted_file_retention_days: int = DEFAULT_DELETED_FILE_RETENTION_DAYS
+
+    def retention_properties(self) -> dict[str, str]:
+        """The Delta table properties the pipeline's tables carry for its retention settings."""
+        return {
+            "delta.logRetentionDuration": f"interval {self.log_retention_days} days",
+            "delta.deletedFileRetentionDuration": f"interval {self.deleted_file_retention_days} days",
+        }
+
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    """One pipeline: the top level of a pipeline file.
+    """One loaded pipeline: a :class:`PipelineFile` with its name, tables and transform worked out.
 
-    Attributes:
-        name: Pipeline name, default the file name without ``.yaml``: letters,
-            digits, ``_``, ``.`` and ``-``, starting with a letter or digit, at
-            most 200 characters. It names the DAG, the table folders and the
-            Delta ``txnAppId``; renaming a pipeline starts it afresh.
-        description: Free text shown with the DAG. Default empty.
-        kafka: Required section: the source (see :class:`KafkaConfig`).
-        tables: Section: the target locations (see :class:`TablesConfig`).
-        schedule: Required key: a 5-field cron expression (``minute hour
-            day-of-month month day-of-week``, e.g. ``"*/10 * * * *"``), one of
-            the presets ``@hourly``, ``@daily``, ``@weekly``, ``@monthly``,
-            ``@quarterly``, ``@yearly``, or null for manual runs only.
-        lag: Section: lag sensor thresholds (see :class:`LagConfig`).
-        data_loss_policy: ``fail`` (default): a run stops before starting the
-            cluster when Kafka retention deleted records the table has not
-            read yet. ``record_and_continue``: the run records the gap
-            (partition, offsets, record count) and continues after it.
-        cluster: Section: the Spark cluster (see :class:`ClusterConfig`).
-        retries: Integer from 0 to 10, default 2: Airflow retries per task.
-        tags: List of strings, default empty: Airflow DAG tags (at most 100
-            characters each, no duplicates).
-        transform: Optional section: how bronze records become silver rows
-            (a :class:`~include.transform_spec.TransformSpec`); null (the
-            default) when absent. Keys:
-
-            - ``format``: ``json`` (default, the only one): each record value
-              is a JSON object.
-            - ``schema``: mapping of field name to its type (``status:
-              string``) or to a mapping with the keys ``type`` (required),
-              ``required`` (true/false, default false), ``minimum`` and
-              ``maximum`` (numbers; int, long, double and decimal fields),
-              ``allowed`` (non-empty list of distinct strings for string
-              fields, of integers for int and long fields) and ``max_length``
-              (positive integer; string and json fields). Types: ``string``,
-              ``int``, ``long``, ``double``, ``boolean``, ``date``,
-              ``timestamp``, ``json`` or ``decimal(p,s)`` (precision 1-38,
-              scale 0-p; quote it inside ``{...}``, where the comma splits).
-              Field names: letters, digits and ``_``, starting with a letter,
-              at most 128 characters (``_`` names are silver's own columns);
-              no two may differ only in case (Delta column names are
-              case-insensitive).
-            - ``schema_file``: instead of ``schema`` (give exactly one): a
-              YAML file holding that same mapping; a relative path is taken
-              from the pipeline file's folder.
-            - ``key``: required: a field name or a list of them, the silver
-              table's MERGE key; each of type string, int, long, date or
-              boolean. Key fields are required.
-            - ``ordering``: required: the field telling which record of a key
-              is newer (int, long, double, date, timestamp or string; not a
-              key field). It is required.
-            - ``tombstones``: ``quarantine`` (default) or ``delete`` (a record
-              with a null value deletes its key).
-            - ``new_fields``: ``ignore`` (default) or ``add`` (undeclared
-              fields become silver columns).
-            - ``max_value_bytes``: positive integer, at most 64 MiB, default
-              1048576: larger record values go to quarantine.
-        source_path: Not a key: the file this configuration was loaded from,
-            as shown in error messages.
+    Each field is the key of the same name (see :class:`PipelineFile`), with
+    its default filled in; ``transform`` is a
+    :class:`~include.transform_spec.TransformSpec` or ``None``.
+    ``source_path`` is not a key: the file this configuration was loaded
+    from, as shown in error messages.
     """
 
     name: str
@@ -527,14 +1487,12 @@ def load_pipeline(path: str | os.PathLike[str]) -> PipelineConfig:
     """Read and validate one pipeline file; raises :class:`PipelineConfigError`."""
     path = Path(path)
     shown = _display_path(path)
+    data = _read_yaml(path, shown)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PipelineConfigError(
-            shown, "(file)", f"expected a readable UTF-8 YAML file, got {exc}"
-        ) from None
-    data = _parse_yaml(text, shown)
-    return _Checker(shown, path.parent).pipeline(data, path.stem)
+        file = _PIPELINE_FILE.validate_python(data, context={"folder": path.parent})
+    except ValidationError as exc:
+        raise _config_error(exc, shown) from None
+    return _loaded(file, shown, path.stem)
 
 
 def load_pipelines(
@@ -600,6 +1558,120 @@ def load_pipelines(
     return configs, errors
 
 
+def _loaded(file: PipelineFile, shown: str, stem: str) -> PipelineConfig:
+    """The configuration ``file`` stands for: what depends on its name, the environment or other keys."""
+    name = file.name
+    if name is None:
+        if not (_NAME.fullmatch(stem) and len(stem) <= NAME_MAX_LEN):
+            raise PipelineConfigError(
+                shown,
+                "name",
+                f"expected {_NAME_EXPECTED}, got the file name {stem!r} (str); "
+                "rename the file or set name explicitly",
+            )
+        name = stem
+    tables = _tables(file.tables or TablesSection(), name, shown)
+    cluster = file.cluster or ClusterConfig()
+    if cluster.profile == "kubernetes" and cluster.kubernetes is not None:
+        _check_pods_reach(shown, tables, file.kafka, cluster.kubernetes)
+    return PipelineConfig(
+        name=name,
+        kafka=file.kafka,
+        tables=tables,
+        schedule=file.schedule,
+        source_path=shown,
+        description=file.description,
+        lag=file.lag or LagConfig(),
+        data_loss_policy=file.data_loss_policy,
+        cluster=cluster,
+        retries=file.retries,
+        tags=file.tags,
+        transform=file.transform.spec() if file.transform is not None else None,
+    )
+
+
+def _tables(section: TablesSection, name: str, shown: str) -> TablesConfig:
+    """Every location of ``section``, defaults under ``<lakehouse_root>/<name>``; none inside another."""
+    root = default_lakehouse_root() if section.lakehouse_root is None else _location(section.lakehouse_root)
+    locations: dict[str, str] = {}
+    explicit: set[str] = set()
+    for key, default, _, _ in _TABLE_LOCATIONS:
+        given = getattr(section, key)
+        if given is None:
+            locations[key] = _join_location(root, name, *default)
+        else:
+            locations[key] = _location(given)
+            explicit.add(key)
+    for j, (key, _, _, key_is_folder) in enumerate(_TABLE_LOCATIONS):
+        for other, _, _, other_is_folder in _TABLE_LOCATIONS[:j]:
+            here, there = locations[key], locations[other]
+            if not (_is_within(here, there) or _is_within(there, here)):
+                continue
+            blamed, against, is_folder = key, other, key_is_folder
+            if key not in explicit and other in explicit:  # report the key the file set
+                blamed, against, is_folder = other, key, other_is_folder
+            what = next(w for k, _, w, _ in _TABLE_LOCATIONS if k == against)
+            raise PipelineConfigError(
+                shown,
+                f"tables.{blamed}",
+                f"expected {'a folder' if is_folder else 'a location'} apart from {what} "
+                f"(neither inside the other), got {locations[blamed]!r} with tables.{against} "
+                f"{locations[against]!r}",
+            )
+    return TablesConfig(
+        lakehouse_root=root,
+        **locations,
+        log_retention_days=section.log_retention_days,
+        deleted_file_retention_days=section.deleted_file_retention_days,
+    )
+
+
+def _check_pods_reach(shown: str, tables: TablesConfig, kafka: KafkaConfig, k8s: KubernetesConfig) -> None:
+    """Profile ``kubernetes``: what the driver pod reads is in the image, the shared volume or a secret."""
+    if k8s.shared_dir is None:  # ClusterConfig already refused it
+        return
+    for key, uri_ok in _POD_LOCATIONS:
+        location = getattr(tables, key)
+        if uri_ok and _URI.match(location):
+            continue
+        if not _is_within(location, k8s.shared_dir):
+            allowed = "a URI or a path" if uri_ok else "a path"
+            raise PipelineConfigError(
+                shown,
+                f"tables.{key}",
+                f"expected {allowed} inside cluster.kubernetes.shared_dir {k8s.shared_dir!r} with profile "
+                "kubernetes (the driver and executor pods see only that volume), got "
+                f"{_describe(location)}",
+            )
+    if kafka.options:
+        raise PipelineConfigError(
+            shown,
+            "kafka.options",
+            "expected no options with profile kubernetes, got "
+            f"{', '.join(sorted(kafka.options))}; the driver pod reads its Kafka settings only from "
+            "the secret cluster.kubernetes.kafka_options_secret, so put them in its JSON",
+        )
+
+
+def _config_error(exc: ValidationError, shown: str) -> PipelineConfigError:
+    """Pydantic's errors for the file ``shown`` as one :class:`PipelineConfigError`, a line per problem."""
+    found: list[PipelineConfigError] = []
+    for error in exc.errors(include_url=False):
+        ctx = error.get("ctx") or {}
+        nested = ctx.get("error")
+        if isinstance(nested, PipelineConfigError):  # from a schema file: it names that file
+            found += [PipelineConfigError(e.file, e.field, e.problem) for e in (nested, *nested.more)]
+            continue
+        field_path = ("".join(_suffix(part) for part in error["loc"]) + ctx.get("at", "")).removeprefix(".")
+        if error["type"] == _PROBLEM:
+            problem = error["msg"]
+        else:  # one of pydantic's own checks, which the ones above should have run before
+            problem = f"expected a valid value ({error['msg']}), got {_describe(error['input'])}"
+        found.append(PipelineConfigError(shown, field_path or "(top level)", problem))
+    first, *more = found
+    return PipelineConfigError(first.file, first.field, first.problem, more)
+
+
 def _display_path(path: Path) -> str:
     """``path`` relative to the project when inside it (short, same on every machine), else as given."""
     try:
@@ -620,6 +1692,27 @@ def default_lakehouse_root() -> str:
     if _URI.match(env):
         return env.rstrip("/")
     return os.path.abspath(os.path.expanduser(env))
+
+
+def _location(value: str) -> str:
+    """A location from the file: URIs as written, local paths absolute (relative to the project)."""
+    if _URI.match(value):
+        return value.rstrip("/")
+    path = Path(os.path.expanduser(value))
+    if not path.is_absolute():
+        path = settings.PROJECT_ROOT / path
+    return os.path.normpath(path)
+
+
+def _join_location(root: str, *parts: str) -> str:
+    if _URI.match(root):
+        return "/".join((root.rstrip("/"), *parts))
+    return str(Path(root, *parts))
+
+
+def _is_within(inner: str, outer: str) -> bool:
+    a, b = PurePosixPath(inner), PurePosixPath(outer)
+    return a == b or b in a.parents
 
 
 # --------------------------------------------------------------------------- YAML
@@ -652,6 +1745,16 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def _read_yaml(path: Path, shown: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PipelineConfigError(
+            shown, "(file)", f"expected a readable UTF-8 YAML file, got {exc}"
+        ) from None
+    return _parse_yaml(text, shown)
+
+
 def _parse_yaml(text: str, shown: str) -> Any:
     try:
         return yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader: no arbitrary objects
@@ -668,1029 +1771,3 @@ def _parse_yaml(text: str, shown: str) -> Any:
         raise PipelineConfigError(
             shown, "(file)", f"expected valid YAML, got a syntax error: {exc}"
         ) from None
-
-
-# --------------------------------------------------------------------------- validation
-
-
-class _Missing:
-    def __repr__(self) -> str:
-        return "<missing>"
-
-
-_MISSING: Any = _Missing()
-
-_TOP_KEYS = (
-    "name",
-    "description",
-    "kafka",
-    "tables",
-    "schedule",
-    "lag",
-    "data_loss_policy",
-    "cluster",
-    "retries",
-    "tags",
-    "transform",
-)
-_KAFKA_KEYS = (
-    "connection_id",
-    "topics",
-    "topic_pattern",
-    "starting_offsets",
-    "max_offsets_per_trigger",
-    "options",
-)
-_TABLES_KEYS = (
-    "lakehouse_root",
-    "bronze_path",
-    "checkpoint_root",
-    "ledger_path",
-    "silver_path",
-    "quarantine_path",
-    "transform_checkpoint_root",
-    "log_retention_days",
-    "deleted_file_retention_days",
-)
-#: The tables and folders of ``tables`` that must lie apart: key, default
-#: path under ``<lakehouse_root>/<name>``, what it is, and whether it is a
-#: folder (checkpoints) or a table location. An overlap is reported on the
-#: later key of a pair, unless only the earlier one was set in the file.
-_TABLE_LOCATIONS = (
-    ("bronze_path", ("bronze",), "the bronze table", False),
-    ("checkpoint_root", ("_checkpoints", "bronze"), "the bronze checkpoint folder", True),
-    ("ledger_path", ("_runs",), "the run ledger", False),
-    ("silver_path", ("silver",), "the silver table", False),
-    ("quarantine_path", ("quarantine",), "the quarantine table", False),
-    ("transform_checkpoint_root", ("_checkpoints", "silver"), "the transform checkpoint folder", True),
-)
-_TRANSFORM_KEYS = (
-    "format",
-    "schema",
-    "schema_file",
-    "key",
-    "ordering",
-    "tombstones",
-    "new_fields",
-    "max_value_bytes",
-)
-_FIELD_KEYS = ("type", "required", "minimum", "maximum", "allowed", "max_length")
-_TYPE_EXPECTED = (
-    f"a field type: one of {', '.join(SIMPLE_TYPES)}, or decimal(p,s) with precision p "
-    "from 1 to 38 and scale s from 0 to p"
-)
-#: Other spellings of a field type, for the did-you-mean of an unknown type.
-_TYPE_ALIASES = {
-    "str": "string",
-    "text": "string",
-    "varchar": "string",
-    "integer": "int",
-    "bigint": "long",
-    "float": "double",
-    "number": "double",
-    "bool": "boolean",
-    "datetime": "timestamp",
-    "decimal": "decimal(p,s)",
-    "numeric": "decimal(p,s)",
-    "object": "json",
-}
-_LAG_KEYS = ("min_records", "max_wait_minutes")
-_CLUSTER_KEYS = ("profile", "workers", "worker_cores", "worker_memory", "master_connection_id", "kubernetes",
-                 "local_max_records", "records_per_worker")
-_KUBERNETES_KEYS = (
-    "image",
-    "namespace",
-    "service_account",
-    "app_dir",
-    "shared_volume_claim",
-    "shared_dir",
-    "kafka_options_secret",
-    "kafka_options_key",
-    "delete_driver_pod",
-)
-#: What profile ``kubernetes`` needs in ``cluster.kubernetes``.
-_KUBERNETES_REQUIRED = ("image", "namespace", "service_account", "shared_volume_claim", "shared_dir")
-#: What ``existing_master`` (client mode) may set there: the executors' image and namespace.
-_KUBERNETES_CLIENT_KEYS = ("image", "namespace")
-#: Table locations the pods of profile ``kubernetes`` read or write: key, and
-#: whether a URI is allowed (checkpoints are read with local file I/O).
-_POD_LOCATIONS = (
-    ("bronze_path", True),
-    ("checkpoint_root", False),
-    ("silver_path", True),
-    ("quarantine_path", True),
-    ("transform_checkpoint_root", False),
-)
-
-_SECRET_WORDS = (
-    "password",
-    "secret",
-    "jaas",
-    "keystore",
-    "truststore",
-    "credential",
-    "token",
-    "api.key",
-    "apikey",
-    "username",
-)
-_CONNECTION_KEYS = ("bootstrap.servers", "bootstrap", "brokers", "security.protocol", "sasl", "ssl")
-
-
-def _is_connection_setting(key: str) -> bool:
-    """Whether ``key`` names a broker address or security setting, in any spelling."""
-    k = key.strip().lower().replace("_", ".").replace("-", ".")
-    k = k.removeprefix("kafka.")
-    return (
-        k in _CONNECTION_KEYS or k.startswith(("sasl.", "ssl.")) or any(word in k for word in _SECRET_WORDS)
-    )
-
-
-def _describe(value: Any) -> str:
-    if value is _MISSING:
-        return "nothing (the key is missing)"
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"{str(value).lower()} (bool)"
-    text = repr(value)
-    if len(text) > 80:
-        text = text[:77] + "..."
-    return f"{text} ({type(value).__name__})"
-
-
-def _choices(values: Sequence[str]) -> str:
-    return ", ".join(repr(v) for v in values)
-
-
-def _child(path: str, key: Any) -> str:
-    if isinstance(key, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-        return f"{path}.{key}" if path else key
-    return f"{path}[{key!r}]"
-
-
-def _is_within(inner: str, outer: str) -> bool:
-    a, b = PurePosixPath(inner), PurePosixPath(outer)
-    return a == b or b in a.parents
-
-
-class _Checker:
-    """Validates the parsed YAML of one file; every error names ``file``.
-
-    ``folder`` is the file's folder: relative paths in the file (``transform.schema_file``) start there.
-    """
-
-    def __init__(self, file: str, folder: Path) -> None:
-        self.file = file
-        self.folder = folder
-
-    def error(self, field_path: str, problem: str) -> PipelineConfigError:
-        return PipelineConfigError(self.file, field_path, problem)
-
-    def expected(self, field_path: str, expected: str, value: Any, hint: str = "") -> PipelineConfigError:
-        return self.error(field_path, f"expected {expected}, got {_describe(value)}{hint}")
-
-    # -- generic shapes
-
-    def mapping(self, value: Any, path: str, keys: Sequence[str], *, optional: bool) -> Mapping[str, Any]:
-        if value is _MISSING or (value is None and optional):
-            return {}
-        if not isinstance(value, dict):
-            raise self.expected(path or "(top level)", f"a mapping with keys {', '.join(keys)}", value)
-        for key in value:
-            key_path = _child(path, key)
-            if not isinstance(key, str):
-                raise self.expected(key_path, "a text key (quote it)", key)
-            # A declared key is never a connection setting, even when its name
-            # holds such a word (cluster.kubernetes.kafka_options_secret).
-            if key not in keys and _is_connection_setting(key):
-                raise self.error(key_path, _connection_setting_problem(key))
-            if key not in keys:
-                close = difflib.get_close_matches(key, keys, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise self.error(
-                    key_path, f"expected one of {', '.join(keys)}, got unknown key {key!r}{hint}"
-                )
-        return value
-
-    def integer(self, value: Any, path: str, default: int, low: int, high: int | None = None) -> int:
-        if value is _MISSING:
-            return default
-        if high is not None:
-            expected = f"an integer from {low} to {high}"
-        elif low == 1:
-            expected = "a positive integer"
-        else:
-            expected = f"an integer >= {low}"
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.expected(path, expected, value, _unquote_hint(value))
-        if value < low or (high is not None and value > high):
-            raise self.expected(path, expected, value)
-        return value
-
-    def text(self, value: Any, path: str, expected: str = "a non-empty string") -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise self.expected(path, expected, value)
-        return value.strip()
-
-    def choice(self, value: Any, path: str, choices: Sequence[str], default: str) -> str:
-        if value is _MISSING:
-            return default
-        if value not in choices or not isinstance(value, str):
-            close = difflib.get_close_matches(value, choices, n=1) if isinstance(value, str) else []
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise self.expected(path, f"one of {_choices(choices)}", value, hint)
-        return value
-
-    def connection_id(self, value: Any, path: str, what: str) -> str:
-        expected = f"the id of an Airflow {what} connection"
-        conn = self.text(value, path, expected)
-        if _BROKER_LIST.fullmatch(conn):
-            raise self.expected(
-                path,
-                expected,
-                value,
-                "; that looks like broker addresses, which belong in the connection itself",
-            )
-        if not _CONN_ID.fullmatch(conn):
-            raise self.expected(
-                path, f"{expected} (letters, digits and #!()-.:/\\_, at most 250 characters)", value
-            )
-        return conn
-
-    # -- sections
-
-    def pipeline(self, data: Any, stem: str) -> PipelineConfig:
-        if not isinstance(data, dict):
-            raise self.expected("(top level)", "a mapping of pipeline settings (kafka, schedule, ...)", data)
-        top = self.mapping(data, "", _TOP_KEYS, optional=False)
-        name = self.name(top.get("name", _MISSING), stem)
-        description = top.get("description", "")
-        if not isinstance(description, str):
-            raise self.expected("description", "a string", description)
-        kafka = self.kafka(top.get("kafka", _MISSING))
-        tables = self.tables(top.get("tables", _MISSING), name)
-        schedule = self.schedule(top.get("schedule", _MISSING))
-        lag_data = self.mapping(top.get("lag", _MISSING), "lag", _LAG_KEYS, optional=True)
-        lag = LagConfig(
-            min_records=self.integer(lag_data.get("min_records", _MISSING), "lag.min_records", 1, 0),
-            max_wait_minutes=self.minutes(lag_data.get("max_wait_minutes", _MISSING), "lag.max_wait_minutes"),
-        )
-        policy = self.choice(
-            top.get("data_loss_policy", _MISSING), "data_loss_policy", DATA_LOSS_POLICIES, "fail"
-        )
-        cluster = self.cluster(top.get("cluster", _MISSING))
-        if cluster.profile == "kubernetes":
-            self.pod_reachable(tables, kafka, cluster.kubernetes)
-        retries = self.integer(top.get("retries", _MISSING), "retries", 2, 0, 10)
-        tags = self.tags(top.get("tags", _MISSING))
-        transform = self.transform(top.get("transform", _MISSING))
-        return PipelineConfig(
-            name=name,
-            kafka=kafka,
-            tables=tables,
-            schedule=schedule,
-            source_path=self.file,
-            description=description,
-            lag=lag,
-            data_loss_policy=policy,
-            cluster=cluster,
-            retries=retries,
-            tags=tags,
-            transform=transform,
-        )
-
-    def name(self, value: Any, stem: str) -> str:
-        expected = (
-            f"letters, digits, '_', '.' or '-', starting with a letter or digit, "
-            f"at most {NAME_MAX_LEN} characters"
-        )
-        if value is _MISSING:
-            if _NAME.fullmatch(stem) and len(stem) <= NAME_MAX_LEN:
-                return stem
-            raise self.error(
-                "name",
-                f"expected {expected}, got the file name {stem!r} (str); "
-                "rename the file or set name explicitly",
-            )
-        if not isinstance(value, str) or not _NAME.fullmatch(value) or len(value) > NAME_MAX_LEN:
-            raise self.expected("name", expected, value)
-        return value
-
-    def kafka(self, value: Any) -> KafkaConfig:
-        if value is _MISSING or value is None:
-            raise self.expected("kafka", "a mapping with connection_id and topics or topic_pattern", value)
-        data = self.mapping(value, "kafka", _KAFKA_KEYS, optional=False)
-        conn = self.connection_id(data.get("connection_id", _MISSING), "kafka.connection_id", "Kafka")
-        topics_value = data.get("topics")
-        pattern_value = data.get("topic_pattern")
-        if (topics_value is None) == (pattern_value is None):
-            both = "both" if topics_value is not None else "neither"
-            raise self.error(
-                "kafka.topics",
-                "expected exactly one of kafka.topics (a list of names) and "
-                f"kafka.topic_pattern (a regex), got {both}",
-            )
-        topics: tuple[str, ...] = ()
-        pattern: str | None = None
-        if topics_value is not None:
-            topics = self.topics(topics_value)
-        else:
-            pattern = self.text(pattern_value, "kafka.topic_pattern", "a regular expression of topic names")
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise self.expected(
-                    "kafka.topic_pattern", f"a valid regular expression ({exc})", pattern_value
-                ) from None
-        starting = self.choice(
-            data.get("starting_offsets", _MISSING), "kafka.starting_offsets", STARTING_OFFSETS, "earliest"
-        )
-        max_value = data.get("max_offsets_per_trigger")
-        max_offsets = (
-            None if max_value is None else self.integer(max_value, "kafka.max_offsets_per_trigger", 1, 1)
-        )
-        options = self.options(data.get("options", _MISSING))
-        return KafkaConfig(conn, topics, pattern, starting, max_offsets, options)
-
-    def topics(self, value: Any) -> tuple[str, ...]:
-        if not isinstance(value, list) or not value:
-            hint = f"; write [{value}]" if isinstance(value, str) else ""
-            raise self.expected("kafka.topics", "a non-empty list of topic names", value, hint)
-        seen: set[str] = set()
-        for i, topic in enumerate(value):
-            path = f"kafka.topics[{i}]"
-            if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic in (".", ".."):
-                raise self.expected(
-                    path, "a Kafka topic name (letters, digits, '.', '_', '-'; at most 249 characters)", topic
-                )
-            if topic in seen:
-                raise self.expected(path, "each topic once", topic, " a second time")
-            seen.add(topic)
-        return tuple(value)
-
-    def options(self, value: Any) -> dict[str, str]:
-        if value is _MISSING or value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise self.expected(
-                "kafka.options", "a mapping of Kafka consumer settings to string values", value
-            )
-        options: dict[str, str] = {}
-        for key, setting in value.items():
-            path = f"kafka.options[{key!r}]"  # setting names hold dots: always bracketed
-            if not isinstance(key, str):
-                raise self.expected(path, "a text key (quote it)", key)
-            if _is_connection_setting(key):
-                raise self.error(path, _connection_setting_problem(key))
-            if key.startswith("kafka."):
-                raise self.expected(
-                    path, "a Kafka setting name without the 'kafka.' prefix (the job adds it)", key
-                )
-            if key in _MANAGED_OPTIONS:
-                raise self.expected(
-                    path, "a setting the pipeline does not manage", key, f": {_MANAGED_OPTIONS[key]}"
-                )
-            if not _OPTION_KEY.fullmatch(key):
-                raise self.expected(
-                    path,
-                    "a Kafka consumer setting name (lower-case words joined by dots, "
-                    "e.g. 'max.poll.records')",
-                    key,
-                )
-            if not isinstance(setting, str):
-                hint = " (quote the value)" if isinstance(setting, (int, float, bool)) else ""
-                raise self.expected(path, "a string value", setting, hint)
-            options[key] = setting
-        return options
-
-    def tables(self, value: Any, name: str) -> TablesConfig:
-        data = self.mapping(value, "tables", _TABLES_KEYS, optional=True)
-        expected = "a folder path or URI"
-        root_value = data.get("lakehouse_root", _MISSING)
-        root = (
-            default_lakehouse_root()
-            if root_value is _MISSING
-            else _location(self.text(root_value, "tables.lakehouse_root", expected))
-        )
-        locations: dict[str, str] = {}
-        explicit: set[str] = set()
-        for key, default, _, _ in _TABLE_LOCATIONS:
-            given = data.get(key, _MISSING)
-            if given is _MISSING:
-                locations[key] = _join_location(root, name, *default)
-            else:
-                locations[key] = _location(self.text(given, f"tables.{key}", expected))
-                explicit.add(key)
-        for j, (key, _, _, key_is_folder) in enumerate(_TABLE_LOCATIONS):
-            for other, _, _, other_is_folder in _TABLE_LOCATIONS[:j]:
-                here, there = locations[key], locations[other]
-                if not (_is_within(here, there) or _is_within(there, here)):
-                    continue
-                blamed, against, is_folder = key, other, key_is_folder
-                if key not in explicit and other in explicit:  # report the key the file set
-                    blamed, against, is_folder = other, key, other_is_folder
-                what = next(w for k, _, w, _ in _TABLE_LOCATIONS if k == against)
-                raise self.error(
-                    f"tables.{blamed}",
-                    f"expected {'a folder' if is_folder else 'a location'} apart from {what} "
-                    f"(neither inside the other), got {locations[blamed]!r} with tables.{against} "
-                    f"{locations[against]!r}",
-                )
-        files_days = self.integer(data.get("deleted_file_retention_days", _MISSING),
-                                  "tables.deleted_file_retention_days", DEFAULT_DELETED_FILE_RETENTION_DAYS,
-                                  DEFAULT_DELETED_FILE_RETENTION_DAYS)  # fmt: skip
-        log_days = self.integer(data.get("log_retention_days", _MISSING), "tables.log_retention_days",
-                                DEFAULT_LOG_RETENTION_DAYS, 1)  # fmt: skip
-        if log_days < files_days:
-            # Time travel to a version needs its commit and its files; a shorter log makes the longer file
-            # retention useless.
-            raise self.expected("tables.log_retention_days",
-                                f"an integer >= tables.deleted_file_retention_days ({files_days})", log_days)  # fmt: skip
-        return TablesConfig(
-            lakehouse_root=root,
-            bronze_path=locations["bronze_path"],
-            checkpoint_root=locations["checkpoint_root"],
-            ledger_path=locations["ledger_path"],
-            silver_path=locations["silver_path"],
-            quarantine_path=locations["quarantine_path"],
-            transform_checkpoint_root=locations["transform_checkpoint_root"],
-            log_retention_days=log_days,
-            deleted_file_retention_days=files_days,
-        )
-
-    def schedule(self, value: Any) -> str | None:
-        expected = (
-            "a 5-field cron expression (minute hour day-of-month month day-of-week), "
-            f"one of {', '.join(SCHEDULE_PRESETS)}, or null for manual runs only"
-        )
-        if value is None:
-            return None
-        if not isinstance(value, str) or not value.strip():
-            raise self.expected("schedule", expected, value)
-        text = value.strip()
-        if text.startswith("@"):
-            if text not in SCHEDULE_PRESETS:
-                raise self.expected("schedule", expected, value)
-            return text
-        parts = text.split()
-        if len(parts) != 5:
-            raise self.expected("schedule", expected, value, f": it has {len(parts)} fields")
-        for part, spec in zip(parts, _CRON_FIELDS, strict=True):
-            problem = _cron_field_problem(part, spec)
-            if problem:
-                raise self.expected("schedule", expected, value, f": {spec.name} {part!r}: {problem}")
-        return " ".join(parts)
-
-    def minutes(self, value: Any, path: str) -> float:
-        if value is _MISSING:
-            return 60.0
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value <= 0
-        ):
-            raise self.expected(path, "a positive number of minutes", value, _unquote_hint(value))
-        return float(value)
-
-    def cluster(self, value: Any) -> ClusterConfig:
-        data = self.mapping(value, "cluster", _CLUSTER_KEYS, optional=True)
-        profile = self.choice(
-            data.get("profile", _MISSING), "cluster.profile", CLUSTER_PROFILES, "local_standalone"
-        )
-        workers = self.integer(data.get("workers", _MISSING), "cluster.workers", 1, 1, 8)
-        cores = self.integer(data.get("worker_cores", _MISSING), "cluster.worker_cores", 1, 1)
-        memory = self.memory(data.get("worker_memory", _MISSING), "cluster.worker_memory")
-        master = data.get("master_connection_id", _MISSING)
-        if profile != "local_standalone":
-            if master is _MISSING or master is None:
-                raise self.expected(
-                    "cluster.master_connection_id",
-                    f"the id of an Airflow Spark connection (required with profile {profile})",
-                    master,
-                )
-            master = self.connection_id(master, "cluster.master_connection_id", "Spark")
-        elif master is _MISSING or master is None:
-            master = None
-        else:
-            raise self.expected(
-                "cluster.master_connection_id",
-                "no master connection with profile local_standalone (set "
-                "cluster.profile: existing_master or kubernetes to use one)",
-                master,
-            )
-        kubernetes = self.kubernetes(data.get("kubernetes", _MISSING), profile)
-        sizing = {}
-        for key in ("local_max_records", "records_per_worker"):
-            sizing[key] = self.integer(data.get(key, _MISSING), f"cluster.{key}", 0, 0)
-            if sizing[key] and profile != "local_standalone":
-                raise self.expected(
-                    f"cluster.{key}",
-                    f"0 or no value with profile {profile} (sizing the cluster to the backlog needs the "
-                    "run's own cluster: profile local_standalone)",
-                    sizing[key],
-                )
-        return ClusterConfig(profile, workers, cores, memory, master, kubernetes, **sizing)
-
-    def kubernetes(self, value: Any, profile: str) -> KubernetesConfig | None:
-        path = "cluster.kubernetes"
-        if value is _MISSING or value is None:
-            if profile == "kubernetes":
-                raise self.expected(
-                    path,
-                    f"a mapping with keys {', '.join(_KUBERNETES_REQUIRED)} (required with profile kubernetes)",
-                    value,
-                )
-            return None
-        if profile == "local_standalone":
-            raise self.expected(
-                path,
-                "no kubernetes section with profile local_standalone (it runs on this machine)",
-                value,
-            )
-        data = self.mapping(value, path, _KUBERNETES_KEYS, optional=False)
-        if profile == "existing_master":
-            for key in data:
-                if key not in _KUBERNETES_CLIENT_KEYS:
-                    raise self.error(
-                        f"{path}.{key}",
-                        f"expected only {', '.join(_KUBERNETES_CLIENT_KEYS)} with profile existing_master "
-                        f"(client mode: the driver runs on the Airflow worker), got {key!r}; "
-                        "it applies to profile kubernetes",
-                    )
-        required = _KUBERNETES_REQUIRED if profile == "kubernetes" else ("image",)
-        for key in required:
-            if data.get(key) is None:
-                raise self.expected(
-                    f"{path}.{key}", f"a value (required with profile {profile})", data.get(key, _MISSING)
-                )
-
-        def name(key: str, pattern: re.Pattern[str], what: str) -> str | None:
-            given = data.get(key)
-            if given is None:
-                return None
-            if not isinstance(given, str) or not pattern.fullmatch(given):
-                raise self.expected(f"{path}.{key}", what, given)
-            return given
-
-        def folder(key: str, default: str | None) -> str | None:
-            given = data.get(key)
-            if given is None:
-                return default
-            if not isinstance(given, str) or not given.startswith("/") or "//" in given or ":" in given:
-                raise self.expected(f"{path}.{key}", "an absolute path (e.g. /mnt/kde)", given)
-            return os.path.normpath(given)
-
-        dns_label = "a Kubernetes namespace name (lower-case letters, digits and '-', at most 63 characters)"
-        dns_name = (
-            "a Kubernetes object name (lower-case letters, digits, '-' and '.', at most 253 characters)"
-        )
-        image = name("image", _IMAGE, "a container image reference without spaces, e.g. 'registry/app:1.0'")
-        delete = self.choice(
-            data.get("delete_driver_pod", _MISSING),
-            f"{path}.delete_driver_pod",
-            DRIVER_POD_DELETION,
-            "on_success",
-        )
-        return KubernetesConfig(
-            image=image or "",
-            namespace=name("namespace", _K8S_LABEL, dns_label),
-            service_account=name("service_account", _K8S_SUBDOMAIN, dns_name),
-            app_dir=folder("app_dir", KubernetesConfig.app_dir) or KubernetesConfig.app_dir,
-            shared_volume_claim=name("shared_volume_claim", _K8S_SUBDOMAIN, dns_name),
-            shared_dir=folder("shared_dir", None),
-            kafka_options_secret=name("kafka_options_secret", _K8S_SUBDOMAIN, dns_name),
-            kafka_options_key=name(
-                "kafka_options_key", _K8S_SECRET_KEY, "a secret key (letters, digits, '-', '_' and '.')"
-            )
-            or KubernetesConfig.kafka_options_key,
-            delete_driver_pod=delete,
-        )
-
-    def pod_reachable(self, tables: TablesConfig, kafka: KafkaConfig, k8s: KubernetesConfig | None) -> None:
-        """Profile ``kubernetes``: what the driver pod reads must be in the image, the shared volume or a secret."""
-        if k8s is None or k8s.shared_dir is None:  # cluster() already refused it
-            return
-        for key, uri_ok in _POD_LOCATIONS:
-            location = getattr(tables, key)
-            if uri_ok and _URI.match(location):
-                continue
-            if not _is_within(location, k8s.shared_dir):
-                allowed = "a URI or a path" if uri_ok else "a path"
-                raise self.expected(
-                    f"tables.{key}",
-                    f"{allowed} inside cluster.kubernetes.shared_dir {k8s.shared_dir!r} with profile "
-                    "kubernetes (the driver and executor pods see only that volume)",
-                    location,
-                )
-        if kafka.options:
-            raise self.error(
-                "kafka.options",
-                "expected no options with profile kubernetes, got "
-                f"{', '.join(sorted(kafka.options))}; the driver pod reads its Kafka settings only from "
-                "the secret cluster.kubernetes.kafka_options_secret, so put them in its JSON",
-            )
-
-    def memory(self, value: Any, path: str) -> str:
-        if value is _MISSING:
-            return "1g"
-        expected = "a Spark size with a unit, like '512m' or '2g', of at least 450m"
-        match = _MEMORY.fullmatch(value.strip()) if isinstance(value, str) else None
-        if match is None:
-            raise self.expected(path, expected, value)
-        amount, unit = int(match.group(1)), match.group(2).lower()
-        if amount * 1024 ** "kmgt".index(unit) * 1024 < _MIN_MEMORY_BYTES:
-            raise self.expected(path, expected, value, "; Spark refuses executors below 450m")
-        return f"{amount}{unit}"
-
-    def tags(self, value: Any) -> tuple[str, ...]:
-        if value is _MISSING:
-            return ()
-        if not isinstance(value, list):
-            raise self.expected("tags", "a list of strings", value)
-        seen: set[str] = set()
-        for i, tag in enumerate(value):
-            if not isinstance(tag, str) or not tag.strip() or len(tag) > TAG_MAX_LEN:
-                raise self.expected(
-                    f"tags[{i}]", f"a non-empty string of at most {TAG_MAX_LEN} characters", tag
-                )
-            if tag in seen:
-                raise self.expected(f"tags[{i}]", "each tag once", tag, " a second time")
-            seen.add(tag)
-        return tuple(value)
-
-    # -- transform
-
-    def transform(self, value: Any) -> TransformSpec | None:
-        if value is _MISSING or value is None:
-            return None
-        data = self.mapping(value, "transform", _TRANSFORM_KEYS, optional=False)
-        fmt = self.choice(data.get("format", _MISSING), "transform.format", FORMATS, "json")
-        schema_value = data.get("schema")
-        file_value = data.get("schema_file")
-        if (schema_value is None) == (file_value is None):
-            both = "both" if schema_value is not None else "neither"
-            raise self.error(
-                "transform.schema",
-                "expected exactly one of transform.schema (a mapping of field names to types) and "
-                f"transform.schema_file (a YAML file holding that mapping), got {both}",
-            )
-        if schema_value is not None:
-            fields = self.fields(schema_value, "transform.schema")
-            declared_in = "transform.schema"
-        else:
-            fields, schema_shown = self.schema_file(file_value)
-            declared_in = f"the schema file {schema_shown}"
-        by_name = {f.name: f for f in fields}
-        key = self.key(data.get("key", _MISSING), by_name, declared_in)
-        ordering = self.ordering(data.get("ordering", _MISSING), by_name, declared_in, key)
-        tombstones = self.choice(
-            data.get("tombstones", _MISSING), "transform.tombstones", TOMBSTONE_POLICIES, "quarantine"
-        )
-        new_fields = self.choice(
-            data.get("new_fields", _MISSING), "transform.new_fields", NEW_FIELD_POLICIES, "ignore"
-        )
-        max_bytes = data.get("max_value_bytes", _MISSING)
-        if max_bytes is _MISSING:
-            max_bytes = DEFAULT_MAX_VALUE_BYTES
-        elif (
-            isinstance(max_bytes, bool)
-            or not isinstance(max_bytes, int)
-            or not 1 <= max_bytes <= MAX_VALUE_BYTES_LIMIT
-        ):
-            raise self.expected(
-                "transform.max_value_bytes",
-                f"a positive integer of at most {MAX_VALUE_BYTES_LIMIT} (64 MiB)",
-                max_bytes,
-                _unquote_hint(max_bytes),
-            )
-        required = {*key, ordering}
-        return TransformSpec(
-            fields=tuple(replace(f, required=True) if f.name in required else f for f in fields),
-            key=key,
-            ordering=ordering,
-            format=fmt,
-            tombstones=tombstones,
-            new_fields=new_fields,
-            max_value_bytes=max_bytes,
-        )
-
-    def schema_file(self, value: Any) -> tuple[tuple[FieldSpec, ...], str]:
-        """The fields of ``transform.schema_file`` and the file as shown; errors in it name that file."""
-        field_path = "transform.schema_file"
-        expected = "the path of a YAML file of fields (relative to the pipeline file's folder)"
-        path = Path(os.path.expanduser(self.text(value, field_path, expected)))
-        if not path.is_absolute():
-            path = self.folder / path
-        path = Path(os.path.normpath(path))
-        shown = _display_path(path)
-        if not path.is_file():
-            raise self.expected(field_path, f"{expected}; looked for {shown!r}, which is not a file", value)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PipelineConfigError(
-                shown, "(file)", f"expected a readable UTF-8 YAML file, got {exc}"
-            ) from None
-        data = _parse_yaml(text, shown)
-        return _Checker(shown, path.parent).fields(data, ""), shown
-
-    def fields(self, value: Any, path: str) -> tuple[FieldSpec, ...]:
-        if not isinstance(value, dict) or not value:
-            raise self.expected(
-                path or "(top level)",
-                "a non-empty mapping of field names to a type or to field settings",
-                value,
-            )
-        specs: list[FieldSpec] = []
-        seen: dict[str, str] = {}  # lower-case name -> name as declared
-        for name, spec in value.items():
-            field_path = _child(path, name)
-            if not isinstance(name, str):
-                raise self.expected(field_path, "a text key (quote it)", name)
-            if not FIELD_NAME.fullmatch(name):
-                hint = (
-                    "; names starting with '_' are reserved for silver's own columns"
-                    if name.startswith(SYSTEM_PREFIX)
-                    else ""
-                )
-                raise self.expected(
-                    field_path,
-                    "a field name (letters, digits and '_', starting with a letter, at most 128 characters)",
-                    name,
-                    hint,
-                )
-            other = seen.get(name.lower())
-            if other is not None:
-                raise self.expected(
-                    field_path,
-                    f"a field name that differs from {other!r} in more than case "
-                    "(Delta column names are case-insensitive)",
-                    name,
-                )
-            seen[name.lower()] = name
-            specs.append(self.field_spec(spec, field_path, name))
-        return tuple(specs)
-
-    def field_spec(self, value: Any, path: str, name: str) -> FieldSpec:
-        if isinstance(value, str):  # shorthand: just the type
-            return FieldSpec(name, self.field_type(value, path))
-        if not isinstance(value, dict):
-            raise self.expected(
-                path, f"a field type (e.g. string) or a mapping with keys {', '.join(_FIELD_KEYS)}", value
-            )
-        split = value.get("type")
-        if isinstance(split, str) and split.strip().lower().startswith("decimal(") and ")" not in split:
-            # {type: decimal(10,2)}: in a flow mapping the comma ends the value and '2)' becomes a key.
-            raise self.expected(
-                f"{path}.type",
-                _TYPE_EXPECTED,
-                split,
-                '; inside {...} quote the type, e.g. "decimal(10,2)", as a bare comma ends the value',
-            )
-        data = self.mapping(value, path, _FIELD_KEYS, optional=False)
-        type_name = self.field_type(data.get("type", _MISSING), f"{path}.type")
-        required = data.get("required", False)
-        if not isinstance(required, bool):
-            raise self.expected(f"{path}.required", "true or false", required)
-        ranged = type_name in NUMERIC_TYPES or is_decimal(type_name)
-        bounds: dict[str, float | None] = {}
-        for bound in ("minimum", "maximum"):
-            number = data.get(bound, _MISSING)
-            bound_path = f"{path}.{bound}"
-            if number is _MISSING:
-                bounds[bound] = None
-                continue
-            if not ranged:
-                raise self.expected(
-                    bound_path,
-                    f"no {bound} on {type_name} fields (only int, long, double and decimal fields take one)",
-                    number,
-                )
-            if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
-                raise self.expected(bound_path, "a number", number, _unquote_hint(number))
-            bounds[bound] = number
-        minimum, maximum = bounds["minimum"], bounds["maximum"]
-        if minimum is not None and maximum is not None and maximum < minimum:
-            raise self.expected(f"{path}.maximum", f"a number >= the minimum {minimum!r}", maximum)
-        max_length = data.get("max_length", _MISSING)
-        if max_length is _MISSING:
-            max_length = None
-        elif type_name not in ("string", "json"):
-            raise self.expected(
-                f"{path}.max_length",
-                f"no max_length on {type_name} fields (only string and json fields take one)",
-                max_length,
-            )
-        else:
-            max_length = self.integer(max_length, f"{path}.max_length", 1, 1)
-        allowed = self.allowed(data.get("allowed", _MISSING), f"{path}.allowed", type_name)
-        for i, item in enumerate(allowed or ()):
-            outside = (minimum is not None and item < minimum) or (maximum is not None and item > maximum)
-            too_long = max_length is not None and len(item) > max_length
-            if (type_name != "string" and outside) or (type_name == "string" and too_long):
-                rule = (
-                    f"max_length {max_length}"
-                    if type_name == "string"
-                    else f"minimum {minimum!r} and maximum {maximum!r}"
-                )
-                raise self.expected(f"{path}.allowed[{i}]", f"a value the field's {rule} let through", item)
-        return FieldSpec(name, type_name, required, minimum, maximum, allowed, max_length)
-
-    def field_type(self, value: Any, path: str) -> str:
-        canonical = normalize_type(value) if isinstance(value, str) else None
-        if canonical is None:
-            hint = ""
-            if isinstance(value, str):
-                word = value.strip().lower()
-                close = [_TYPE_ALIASES[word]] if word in _TYPE_ALIASES else []
-                close = close or difflib.get_close_matches(word, SIMPLE_TYPES, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise self.expected(path, _TYPE_EXPECTED, value, hint)
-        return canonical
-
-    def allowed(self, value: Any, path: str, type_name: str) -> tuple[Any, ...] | None:
-        if value is _MISSING:
-            return None
-        if type_name == "string":
-            what = "string"
-        elif type_name in ("int", "long"):
-            what = "integer"
-        else:
-            raise self.expected(
-                path,
-                f"no allowed list on {type_name} fields (only string, int and long fields take one)",
-                value,
-            )
-        if not isinstance(value, list) or not value:
-            hint = (
-                f"; write [{value}]" if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
-            )
-            raise self.expected(path, f"a non-empty list of {what}s", value, hint)
-        seen: set[Any] = set()
-        for i, item in enumerate(value):
-            item_path = f"{path}[{i}]"
-            if what == "string" and not isinstance(item, str):
-                hint = ""
-                if isinstance(item, bool):
-                    hint = "; quote it (YAML reads yes, no, on, off, true and false as booleans)"
-                elif isinstance(item, (int, float)):
-                    hint = "; quote it"
-                raise self.expected(item_path, "a string", item, hint)
-            if what == "integer" and (isinstance(item, bool) or not isinstance(item, int)):
-                raise self.expected(item_path, "an integer", item, _unquote_hint(item))
-            if item in seen:
-                raise self.expected(item_path, "each value once", item, " a second time")
-            seen.add(item)
-        return tuple(value)
-
-    def declared_field(
-        self, value: Any, path: str, fields: Mapping[str, FieldSpec], declared_in: str
-    ) -> FieldSpec:
-        if isinstance(value, str) and value in fields:
-            return fields[value]
-        hint = ""
-        if isinstance(value, str):
-            same = [n for n in fields if n.lower() == value.lower()]
-            close = same or difflib.get_close_matches(value, list(fields), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise self.expected(path, f"the name of a field declared in {declared_in}", value, hint)
-
-    def key(self, value: Any, fields: Mapping[str, FieldSpec], declared_in: str) -> tuple[str, ...]:
-        if isinstance(value, str):
-            items = [(value, "transform.key")]
-        elif isinstance(value, list) and value:
-            items = [(item, f"transform.key[{i}]") for i, item in enumerate(value)]
-        else:
-            raise self.expected(
-                "transform.key",
-                f"a field name or a non-empty list of field names declared in {declared_in}",
-                value,
-            )
-        names: list[str] = []
-        for item, path in items:
-            spec = self.declared_field(item, path, fields, declared_in)
-            if spec.type not in KEY_TYPES:
-                raise self.expected(
-                    path, f"a key field of type {', '.join(KEY_TYPES)}", item, f", a {spec.type} field"
-                )
-            if spec.name in names:
-                raise self.expected(path, "each key field once", item, " a second time")
-            names.append(spec.name)
-        return tuple(names)
-
-    def ordering(
-        self, value: Any, fields: Mapping[str, FieldSpec], declared_in: str, key: tuple[str, ...]
-    ) -> str:
-        spec = self.declared_field(value, "transform.ordering", fields, declared_in)
-        if spec.type not in ORDERING_TYPES:
-            raise self.expected(
-                "transform.ordering",
-                f"an ordering field of type {', '.join(ORDERING_TYPES)}",
-                value,
-                f", a {spec.type} field",
-            )
-        if spec.name in key:
-            raise self.expected("transform.ordering", "a field that is not part of transform.key", value)
-        return spec.name
-
-
-def _connection_setting_problem(key: str) -> str:
-    return (
-        f"expected no broker addresses or security settings in a pipeline file, got {key!r}; "
-        "put them in the Airflow connection named by kafka.connection_id"
-    )
-
-
-def _unquote_hint(value: Any) -> str:
-    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+(\.\d+)?\s*", value):
-        return "; write the number without quotes"
-    return ""
-
-
-def _location(value: str) -> str:
-    """A location from the file: URIs as written, local paths absolute (relative to the project)."""
-    if _URI.match(value):
-        return value.rstrip("/")
-    path = Path(os.path.expanduser(value))
-    if not path.is_absolute():
-        path = settings.PROJECT_ROOT / path
-    return os.path.normpath(path)
-
-
-def _join_location(root: str, *parts: str) -> str:
-    if _URI.match(root):
-        return "/".join((root.rstrip("/"), *parts))
-    return str(Path(root, *parts))
-
-
-# --------------------------------------------------------------------------- cron
-
-
-@dataclass(frozen=True)
-class _CronField:
-    name: str
-    low: int
-    high: int
-    names: tuple[str, ...] = ()  # names[i] stands for low + i
-    question_mark: bool = False  # '?' ("no specific value") is allowed
-
-
-_CRON_FIELDS = (
-    _CronField("minute", 0, 59),
-    _CronField("hour", 0, 23),
-    _CronField("day-of-month", 1, 31, question_mark=True),
-    _CronField(
-        "month", 1, 12, ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
-    ),
-    # 0 and 7 are both Sunday, as in cron.
-    _CronField("day-of-week", 0, 7, ("sun", "mon", "tue", "wed", "thu", "fri", "sat"), question_mark=True),
-)
-
-
-def _cron_value(text: str, spec: _CronField) -> int | None:
-    if text.isdigit():
-        value = int(text)
-        return value if spec.low <= value <= spec.high else None
-    if text.lower() in spec.names:
-        return spec.low + spec.names.index(text.lower())
-    return None
-
-
-def _cron_field_problem(part: str, spec: _CronField) -> str | None:
-    """Why ``part`` is not a valid cron field, or ``None``.
-
-    Standard syntax (``*``, values, names, ``a-b`` ranges, ``/step``, lists)
-    plus what Airflow's croniter also accepts: ``?``, ``L`` and ``nW`` in
-    day-of-month, ``d#n`` in day-of-week.
-    """
-    bounds = f"values {spec.low}-{spec.high}" + (f" or names like {spec.names[1]!r}" if spec.names else "")
-    for item in part.split(","):
-        if spec.question_mark and item == "?":
-            continue
-        if spec.name == "day-of-month" and (item.upper() == "L" or re.fullmatch(r"\d+[Ww]", item)):
-            if item.upper() == "L" or 1 <= int(item[:-1]) <= 31:
-                continue
-            return f"{item!r} needs a day from 1 to 31"
-        if spec.name == "day-of-week" and "#" in item:
-            day, _, nth = item.partition("#")
-            if _cron_value(day, spec) is None or nth not in ("1", "2", "3", "4", "5"):
-                return f"{item!r} must be a day of the week, '#' and 1-5"
-            continue
-        base, slash, step = item.partition("/")
-        if slash and not (step.isdigit() and 1 <= int(step) <= spec.high):
-            return f"step {step!r} must be an integer from 1 to {spec.high}"
-        if base == "*":
-            continue
-        first, dash, last = base.partition("-")
-        start = _cron_value(first, spec)
-        if start is None:
-            return f"{first!r} is not one of the {bounds}"
-        if dash:
-            end = _cron_value(last, spec)
-            if end is None:
-                return f"{last!r} is not one of the {bounds}"
-            if end < start:
-                return f"range {base!r} runs backwards"
-    return None
