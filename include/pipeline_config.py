@@ -11,7 +11,9 @@ was found, e.g.::
     include/pipelines/orders.yaml: kafka.max_offsets_per_trigger: expected a positive integer, got 'lots' (str)
 
 The file is read by pydantic models: :class:`PipelineFile` and its sections.
-Their ``Field(description=...)`` texts are the configuration reference. The ``kafka``, ``lag``,
+Their ``Field(description=...)`` texts are the configuration reference, and
+``docs/pipeline.schema.json`` is generated from them
+(``python -m include.pipeline_config --schema``). The ``kafka``, ``lag``,
 ``cluster`` and ``cluster.kubernetes`` sections load as they are written, so
 their models are also what the rest of the project reads; ``tables``,
 ``transform`` and the top level have defaults that depend on the pipeline's
@@ -37,10 +39,13 @@ like them are rejected wherever they appear.
 
 from __future__ import annotations
 
+import argparse
 import difflib
+import json
 import math
 import os
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -1771,3 +1776,36 @@ def _parse_yaml(text: str, shown: str) -> Any:
         raise PipelineConfigError(
             shown, "(file)", f"expected valid YAML, got a syntax error: {exc}"
         ) from None
+
+
+# --------------------------------------------------------------------------- JSON Schema
+
+#: Where the pipeline file's JSON Schema is checked in (a unit test keeps it current).
+SCHEMA_PATH = settings.PROJECT_ROOT / "docs" / "pipeline.schema.json"
+SCHEMA_COMMAND = ".venv/bin/python -m include.pipeline_config --schema > docs/pipeline.schema.json"
+
+
+def pipeline_schema_json() -> str:
+    """The JSON Schema of a pipeline file, as checked in at ``docs/pipeline.schema.json``.
+
+    Generated from :class:`PipelineFile`, so editors (e.g. with a
+    ``# yaml-language-server: $schema=...`` line) show the same keys,
+    defaults and descriptions the loader uses.
+    """
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **_PIPELINE_FILE.json_schema()}
+    return json.dumps(schema, indent=2) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m include.pipeline_config --schema``: print the pipeline file's JSON Schema."""
+    parser = argparse.ArgumentParser(
+        prog="python -m include.pipeline_config", description="Print the JSON Schema of a pipeline file."
+    )
+    parser.add_argument("--schema", action="store_true", required=True, help=f"print it: {SCHEMA_COMMAND}")
+    parser.parse_args(argv)
+    sys.stdout.write(pipeline_schema_json())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -951,6 +951,34 @@ def test_ingest_job_args_rejects_bad_runtime_values(kwargs, message):
         cfg.ingest_job_args(**{**args, **kwargs})
 
 
+# --------------------------------------------------------------------------- JSON Schema
+
+
+def test_checked_in_json_schema_is_current():
+    assert pipeline_config.SCHEMA_PATH.read_text() == pipeline_config.pipeline_schema_json(), (
+        f"docs/pipeline.schema.json is stale; regenerate it with: {pipeline_config.SCHEMA_COMMAND}"
+    )
+
+
+def test_schema_command_prints_the_schema(capsys):
+    assert pipeline_config.main(["--schema"]) == 0
+    assert capsys.readouterr().out == pipeline_config.pipeline_schema_json()
+
+
+def test_json_schema_accepts_the_files_the_loader_accepts():
+    # Editors check pipeline files against the schema: it must not flag a file that loads.
+    jsonschema = pytest.importorskip("jsonschema")  # comes with Airflow
+    schema = json.loads(pipeline_config.pipeline_schema_json())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    files = {str(p): yaml.safe_load(p.read_text()) for p in sorted(EXAMPLE.parent.glob("*.yaml"))}
+    files["BASE + TRANSFORM"] = _transform_config()  # 'status: string', the short form of a field
+    for name, data in files.items():
+        assert [e.message for e in validator.iter_errors(data)] == [], name
+    assert not validator.is_valid({**BASE, "retries": 11})
+    assert not validator.is_valid({**BASE, "schedul": "@daily"})
+
+
 # --------------------------------------------------------------------------- the error type
 
 
