@@ -28,5 +28,5 @@ _, _errors = load_pipelines(pipelines_dir())
 if _errors:
     raise InvalidPipelineFiles(
         f"{len(_errors)} invalid pipeline file(s); their DAGs were not created:\n"
-        + "\n".join(f"  {message}" for message in _errors.values())
+        + "\n".join(f"  {line}" for message in _errors.values() for line in message.splitlines())
     )
