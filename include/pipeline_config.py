@@ -563,7 +563,7 @@ def _check_schedule(value: Any) -> str:
         if problem:
             raise _invalid(_SCHEDULE_EXPECTED, value, f": {_CRON_FIELDS[i][0]} {part!r}: {problem}")
     expression = " ".join(parts)
-    problem = _croniter_problem(expression)
+    problem = _croniter_problem(expression, expression)
     if problem:
         raise _invalid(_SCHEDULE_EXPECTED, value, f": {problem}")
     return expression
@@ -572,26 +572,50 @@ def _check_schedule(value: Any) -> str:
 def _cron_field_problem(index: int, part: str) -> str | None:
     """Why field ``index`` of a cron expression is invalid, or ``None``.
 
-    croniter decides, with two rules of cron's it does not keep: a step is at
-    most the field's highest value (croniter takes ``*/70`` in the minute field
-    and runs it hourly, surely not what was meant), and a range runs forwards
-    between two plain values (croniter wraps ``5-1`` around and takes ``3-L``).
+    The syntax is an allowlist, as croniter takes more than cron means: it
+    runs ``*/70`` in the minute field hourly, wraps ``5-1`` around and takes
+    ``0-0`` as a day of the month, ``L1`` as a day of the week and ``W1``.
+    Allowed: ``*``, values and names, ``a-b`` ranges forwards, ``/step`` up to
+    the field's highest value, lists; ``?``, ``L`` and ``nW`` in
+    day-of-month, ``?`` and ``d#n`` in day-of-week. croniter (what Airflow
+    runs the schedule with) then has the last word on the field.
     """
-    _, low, high, names = _CRON_FIELDS[index]
+    name, low, high, names = _CRON_FIELDS[index]
     for item in part.split(","):
-        base, slash, step = item.partition("/")
-        if slash and not (step.isdigit() and 1 <= int(step) <= high):
-            return f"step {step!r} must be an integer from 1 to {high}"
-        first, dash, last = base.partition("-")
-        if dash:
-            start, end = _cron_value(first, low, names), _cron_value(last, low, names)
-            if start is None or end is None:
-                return f"range {base!r} must run between two values ({_cron_values(low, high, names)})"
-            if end < start:
-                return f"range {base!r} runs backwards"
+        problem = _cron_item_problem(item, name, low, high, names)
+        if problem:
+            return problem
     # The field alone, so that croniter's verdict is about this field.
-    problem = _croniter_problem(" ".join(part if i == index else "*" for i in range(5)))
+    problem = _croniter_problem(" ".join(part if i == index else "*" for i in range(5)), part)
     return problem and f"{problem}; the field takes {_cron_values(low, high, names)}"
+
+
+def _cron_item_problem(item: str, name: str, low: int, high: int, names: tuple[str, ...]) -> str | None:
+    """Why one comma-separated item of a cron field is outside the allowed syntax, or ``None``."""
+    if item == "?" and name in ("day-of-month", "day-of-week"):  # "no specific value"
+        return None
+    if name == "day-of-month" and (item.upper() == "L" or re.fullmatch(r"\d+[Ww]", item)):
+        # L: the month's last day; nW: the weekday nearest day n.
+        if item.upper() == "L" or 1 <= int(item[:-1]) <= 31:
+            return None
+        return f"{item!r} needs a day from 1 to 31"
+    if name == "day-of-week" and "#" in item:  # d#n: the n-th such day of the month
+        day, _, nth = item.partition("#")
+        if _cron_value(day, low, names) not in range(low, high + 1) or nth not in ("1", "2", "3", "4", "5"):
+            return f"{item!r} must be a day of the week, '#' and 1-5"
+        return None
+    base, slash, step = item.partition("/")
+    if slash and not (step.isdigit() and 1 <= int(step) <= high):
+        return f"step {step!r} must be an integer from 1 to {high}"
+    if base == "*":
+        return None
+    first, dash, last = base.partition("-")
+    for text in (first, last) if dash else (first,):
+        if _cron_value(text, low, names) not in range(low, high + 1):
+            return f"{text!r} is not one of the {_cron_values(low, high, names)}"
+    if dash and _cron_value(last, low, names) < _cron_value(first, low, names):
+        return f"range {base!r} runs backwards"
+    return None
 
 
 def _cron_value(text: str, low: int, names: tuple[str, ...]) -> int | None:
@@ -606,12 +630,12 @@ def _cron_values(low: int, high: int, names: tuple[str, ...]) -> str:
     return f"values {low}-{high}" + (f" or names like {names[1]!r}" if names else "")
 
 
-def _croniter_problem(expression: str) -> str | None:
+def _croniter_problem(expression: str, shown: str) -> str | None:
+    """What croniter says against ``expression``, naming ``shown`` where it names the expression."""
     try:
         croniter(expression)
     except (CroniterError, CroniterBadTypeRangeError) as exc:
-        # croniter starts with the whole expression in brackets; the caller names the field instead.
-        return "croniter refuses it: " + re.sub(r"^\[.*?\]\s*", "", str(exc))
+        return "croniter refuses it: " + re.sub(r"^\[.*?\]", lambda _: repr(shown), str(exc))
     return None
 
 
@@ -1132,15 +1156,14 @@ class SchemaField(_Section):
 
     @model_validator(mode="after")
     def _allowed_values_pass_the_other_rules(self) -> SchemaField:
+        low, high, longest = self.minimum, self.maximum, self.max_length
         for i, item in enumerate(self.allowed or ()):
             if self.type == "string":
-                if self.max_length is not None and len(item) > self.max_length:
-                    raise _invalid(f"a value the field's max_length {self.max_length} let through", item,
-                                   at=f".allowed[{i}]")  # fmt: skip
-            elif (self.minimum is not None and item < self.minimum) or (
-                self.maximum is not None and item > self.maximum
-            ):
-                rule = f"minimum {self.minimum!r} and maximum {self.maximum!r}"
+                rule, outside = f"max_length {longest}", longest is not None and len(item) > longest
+            else:
+                rule = f"minimum {low!r} and maximum {high!r}"
+                outside = (low is not None and item < low) or (high is not None and item > high)
+            if outside:
                 raise _invalid(f"a value the field's {rule} let through", item, at=f".allowed[{i}]")
         return self
 
@@ -1277,33 +1300,33 @@ class TransformSection(_Section):
             hint = f"; did you mean {same[0]!r}?" if same else _did_you_mean(name, list(fields))
             raise _invalid(f"the name of a field declared in {declared_in}", name, hint, at=at)
 
-        items = [(self.key, ".key")] if isinstance(self.key, str) else [
-            (name, f".key[{i}]") for i, name in enumerate(self.key)]  # fmt: skip
-        for i, (name, at) in enumerate(items):
+        key = self.key_fields()
+        for i, name in enumerate(key):
+            at = ".key" if isinstance(self.key, str) else f".key[{i}]"
             field_type = declared(name, at).type
             if field_type not in KEY_TYPES:
                 expected = f"a key field of type {', '.join(KEY_TYPES)}"
                 raise _invalid(expected, name, f", a {field_type} field", at=at)
-            if name in [n for n, _ in items[:i]]:
+            if name in key[:i]:
                 raise _invalid("each key field once", name, " a second time", at=at)
         field_type = declared(self.ordering, ".ordering").type
         if field_type not in ORDERING_TYPES:
             expected = f"an ordering field of type {', '.join(ORDERING_TYPES)}"
             raise _invalid(expected, self.ordering, f", a {field_type} field", at=".ordering")
-        if self.ordering in self.keys():
+        if self.ordering in key:
             raise _invalid("a field that is not part of transform.key", self.ordering, at=".ordering")
         return self
 
-    def keys(self) -> tuple[str, ...]:
+    def key_fields(self) -> tuple[str, ...]:
         """The key field names, however ``key`` was written."""
         return (self.key,) if isinstance(self.key, str) else self.key
 
     def spec(self) -> TransformSpec:
         """The transform as the Spark job reads it; key and ordering fields are required."""
-        required = {*self.keys(), self.ordering}
+        required = {*self.key_fields(), self.ordering}
         return TransformSpec(
             fields=tuple(f.spec(name, name in required) for name, f in (self.schema or {}).items()),
-            key=self.keys(),
+            key=self.key_fields(),
             ordering=self.ordering,
             format=self.format,
             tombstones=self.tombstones,
@@ -1337,7 +1360,7 @@ def _read_schema_file(value: Any, folder: Path) -> tuple[dict[str, SchemaField],
 # --------------------------------------------------------------------------- the file and what it loads into
 
 
-@pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(extra="forbid", title="Pipeline file"))
+@pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(**_SECTION_CONFIG, title="Pipeline file"))
 class PipelineFile(_Section):
     """One pipeline: the top level of a pipeline file (``include/pipelines/<name>.yaml``).
 
@@ -1380,8 +1403,9 @@ class PipelineFile(_Section):
         "duplicates); kafka-delta-elt is always added.",
     )
     transform: TransformSection | None = Field(
-        None, description="Optional section: how bronze records become silver rows; without it (the default, "
-        "or null) the pipeline stops at bronze."
+        None,
+        description="Optional section: how bronze records become silver rows; without it (the default, or "
+        "null) the pipeline stops at bronze.",
     )
 
     @classmethod

@@ -316,7 +316,7 @@ BAD_VALUES = [
     ("schedule", "*/70 * * * *", None, "5-field cron", "minute '*/70': step '70' must be an integer from 1 to 59"),
     ("schedule", "0 */24 * * *", None, "5-field cron", "hour '*/24': step '24' must be an integer from 1 to 23"),
     ("schedule", "0 0 * * fri-mon", None, "5-field cron expression", "range 'fri-mon' runs backwards"),
-    ("schedule", "0 0 3-L * *", None, "5-field cron expression", "range '3-L' must run between two values"),
+    ("schedule", "0 0 3-L * *", None, "5-field cron expression", "day-of-month '3-L': 'L' is not one of"),
     ("schedule", "0 0 ?,1 * *", None, "5-field cron expression", "day-of-month '?,1': croniter refuses it"),
     ("lag", "x", None, "a mapping with keys min_records", "'x' (str)"),
     ("lag.min_records", -1, None, "an integer >= 0", "-1 (int)"),
@@ -647,6 +647,7 @@ def test_valid_cron_is_accepted_and_croniter_agrees(tmp_path, expr):
         "0 0 ?,1 * *",
         "0 0 * * mon,?",
         "0 0 15W,L * *",
+        "0 0 * * sun,1#5",
     ],
 )
 def test_cron_that_croniter_refuses_is_refused_too(tmp_path, expr):
@@ -669,11 +670,15 @@ def test_cron_that_croniter_refuses_is_refused_too(tmp_path, expr):
         "0 0 * feb-jan *",
         "0 0 * * fri-mon",
         "0 0 3-L * *",
+        "0 0 0-0 * *",
+        "0 0 * 0-0 *",
+        "0 0 W1 * *",
+        "0 0 * * L1",
     ],
 )
 def test_cron_that_croniter_lets_through_is_still_refused(tmp_path, expr):
-    # croniter runs '*/70' in the minute field once an hour and wraps '5-1' around; cron refuses both,
-    # and a schedule that does not do what it says must fail when the file is loaded.
+    # croniter runs '*/70' in the minute field once an hour, wraps '5-1' around and takes '0-0' as a day
+    # of the month; cron refuses them, and a schedule that does not do what it says must fail at load.
     croniter(expr)
     err = _error(_write(tmp_path, _set("schedule", expr)))
     assert err.field == "schedule" and err.problem.startswith("expected a 5-field cron expression")
