@@ -17,8 +17,8 @@ $(STAMP): requirements.txt constraints.txt
 # Python packages into .venv, JVM jars (Kafka broker, Spark connector, Delta) into .cache, and
 # the Spark driver's class-data-sharing archive (built once, about 30 s; never fails setup)
 setup: $(STAMP)
-	$(PY) -m include.jvm_deps
-	$(PY) -m include.jvm_cds
+	$(PY) -m include.spark.jvm_deps
+	$(PY) -m include.spark.jvm_cds
 
 # Debian packages the tests use (never a downloaded browser): chromium and chromedriver for
 # the UI plugin's browser test; docker-compose for the Compose specification schema that
@@ -31,10 +31,10 @@ test-tools:
 	    --no-install-recommends chromium chromium-driver docker-compose >/dev/null; }
 
 demo: setup
-	$(PY) -m include.demo
+	$(PY) -m include.tooling.demo
 
 ui: setup
-	$(PY) -m include.ui
+	$(PY) -m include.tooling.ui
 
 # Two workers (pytest-xdist), each with its own broker, SparkSession and Airflow home: a DAG-run
 # test spends most of its time waiting on process starts and Airflow's polling, so one worker
@@ -53,11 +53,11 @@ soak: setup
 	SOAK_FAULTS=$(SOAK_FAULTS) SOAK_SEED=$(SOAK_SEED) $(PY) -m pytest tests/soak -p no:xdist -s --timeout 0
 
 bench: setup
-	$(PY) -m include.benchmark $(BENCH_ARGS)
+	$(PY) -m include.tooling.benchmark $(BENCH_ARGS)
 
 # Where the transform's batch spends its time (a profile on this machine, not a comparison).
 profile-transform: setup
-	$(PY) -m include.transform_profile $(PROFILE_ARGS)
+	$(PY) -m include.tooling.transform_profile $(PROFILE_ARGS)
 
 lint: setup
 	$(PY) -m ruff check .

@@ -2,7 +2,7 @@
 
 Each DAG waits for lag, checks offsets before and after, runs the ingestion
 job on a Spark cluster that exists only for the run, and records the run. The
-DAGs are built by ``include.dag_factory``; parsing this file reads the pipeline
+DAGs are built by ``include.orchestration.dag_factory``; parsing this file reads the pipeline
 files and nothing else (no connection, Kafka, Spark or Delta access).
 Invalid pipeline files are reported by ``pipeline_file_errors.py``.
 """
@@ -17,7 +17,7 @@ _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from include.dag_factory import build_dags  # noqa: E402
+from include.orchestration.dag_factory import build_dags  # noqa: E402
 
 _dags, _errors = build_dags()
 for _dag_id, _dag in _dags.items():

@@ -39,7 +39,7 @@ ENV PYTHONPATH=/opt/kde \
 # dropped: the resolved bundles under /opt/kde-cache/jars are all that is read.
 COPY --chown=airflow:0 include /opt/kde/include
 RUN cd /opt/kde \
-    && python -m include.jvm_deps \
+    && python -m include.spark.jvm_deps \
     && rm -rf /opt/kde-cache/m2
 
 # The code is baked in too, so the image runs without the compose file's bind

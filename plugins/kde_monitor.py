@@ -16,7 +16,7 @@ user may read. Anonymous HTML requests are sent to the login page; anonymous
 JSON requests get 401.
 
 Data: pipeline files as the DAGs read them, Kafka through each pipeline's
-Airflow connection, the tables through delta-rs (:mod:`include.monitor`); no
+Airflow connection, the tables through delta-rs (:mod:`include.monitoring.monitor`); no
 JVM. Every Kafka call is bounded by ``KDE_MONITOR_TIMEOUT_S`` (default 5 s),
 so a dead broker shows as such on the page within seconds.
 """
@@ -39,7 +39,7 @@ from airflow.plugins_manager import AirflowPlugin  # noqa: E402
 from fastapi import Depends, FastAPI, HTTPException, Request, status  # noqa: E402
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response  # noqa: E402
 
-from include import monitor, monitor_page  # noqa: E402
+from include.monitoring import monitor, monitor_page  # noqa: E402
 
 PREFIX = "/kde-monitor"
 URL_ROUTE = "kafka-delta"
@@ -98,9 +98,9 @@ def _scheduler_views(dag_ids: list[str]) -> dict[str, monitor.SchedulerView]:
 
 def _snapshots(user: Any, only: str | None = None) -> tuple[list[dict], dict[str, str]]:
     """Snapshots of the pipelines ``user`` may read (or just ``only``), and invalid pipeline files."""
-    from include.connections import kafka_client_config, server_connection
-    from include.dag_factory import pipelines_dir
-    from include.pipeline_config import load_pipelines
+    from include.config.pipeline_config import load_pipelines
+    from include.orchestration.dag_factory import pipelines_dir
+    from include.readers.connections import kafka_client_config, server_connection
 
     configs, errors = load_pipelines(pipelines_dir())
     if only is not None:
@@ -207,7 +207,7 @@ def pipelines_json(request: Request, user: ApiUser) -> JSONResponse:
 
 @app.get("/api/pipelines/{name}")
 def pipeline_json(name: str, request: Request, user: ApiUser) -> JSONResponse:
-    """One pipeline's snapshot (see :func:`include.monitor.pipeline_snapshot`)."""
+    """One pipeline's snapshot (see :func:`include.monitoring.monitor.pipeline_snapshot`)."""
     _, ui_root = _roots(request)
     snaps, _ = _snapshots(user, only=name)
     return JSONResponse(_rooted(snaps[0], ui_root))

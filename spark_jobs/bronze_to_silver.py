@@ -1,6 +1,6 @@
 """Transform job: what is new in bronze → typed, deduplicated silver rows, and a quarantine.
 
-Submitted after the ingestion job, to the same cluster (``include/spark_operator.py``)::
+Submitted after the ingestion job, to the same cluster (``include/orchestration/spark_operator.py``)::
 
     spark-submit ... --py-files kde_jobs.zip spark_jobs/bronze_to_silver.py \\
         --pipeline orders --bronze-path lakehouse/orders/bronze \\
@@ -18,7 +18,7 @@ pipeline says so, append bad records to quarantine (idempotent
 one commit carrying the batch's counts → write the run summary.
 
 Exactly once: a batch's silver commit is its completion mark, and carries
-where the transform stands as a txn action (:func:`include.transform_spec.silver_app_id`),
+where the transform stands as a txn action (:func:`include.contract.transform_spec.silver_app_id`),
 which log checkpoints keep after Delta's log cleanup removed the commit. A
 batch Spark replays after a crash is skipped when silver already has its
 commit; a quarantine append it repeats is dropped by Delta (same app id and
@@ -35,8 +35,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from include import spark_checkpoint
-from include.transform_spec import (
+from include.contract.transform_spec import (
     COUNT_KEYS,
     SCHEMA_KIND,
     BronzePosition,
@@ -51,6 +50,7 @@ from include.transform_spec import (
     silver_history_covered,
     silver_txn_version,
 )
+from include.readers import spark_checkpoint
 from spark_jobs.job_common import (
     JobArgumentParser,
     JobStep,
@@ -323,7 +323,7 @@ def ensure_silver(spark, path: str, spec: TransformSpec) -> list[FieldSpec]:
 
 def add_fields(spark, path: str, added: list[FieldSpec], metadata: dict) -> None:
     """``ALTER TABLE ADD COLUMNS`` for fields the data brought, recorded in that commit's metadata."""
-    from include.transform_spec import spark_type
+    from include.contract.transform_spec import spark_type
     from spark_jobs.silver_rules import JSON_COMMENT
 
     cols = ", ".join(

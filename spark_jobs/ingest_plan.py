@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from include.offsets import (
+from include.contract.offsets import (
     BronzeCommit,
     Gap,
     OffsetError,
@@ -22,7 +22,7 @@ from include.offsets import (
     positions_to_json,
     skip_gaps,
 )
-from include.spark_checkpoint import CheckpointState
+from include.readers.spark_checkpoint import CheckpointState
 from spark_jobs.job_common import JobArgumentParser, parse_table_properties, positive
 
 RUN_TYPES = ("scheduled", "manual", "backfill", "rebuild_checkpoint")

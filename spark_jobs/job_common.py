@@ -93,7 +93,7 @@ def _num_files(snapshot) -> int:
 
 
 def read_table_stand(spark, path: str, pipeline: str, partitions: dict[str, list[int]]):
-    """Where the bronze table stands (:func:`include.table_stand.resolve`), read through Spark's Delta.
+    """Where the bronze table stands (:func:`include.contract.table_stand.resolve`), read through Spark's Delta.
 
     The same decision the Airflow side makes with delta-rs: the table's state
     (its txn actions, every one of them, so partitions Kafka no longer has
@@ -102,8 +102,8 @@ def read_table_stand(spark, path: str, pipeline: str, partitions: dict[str, list
     """
     from delta.tables import DeltaTable
 
-    from include import table_stand
-    from include.offsets import txn_app_id
+    from include.contract import table_stand
+    from include.contract.offsets import txn_app_id
 
     if not DeltaTable.isDeltaTable(spark, path):
         return None
@@ -150,7 +150,7 @@ def commit_with_stand(spark, path: str, df, *, finish: Finish, idempotency: tupl
     statistics as it goes), then ``finish(read_version, files)`` decides the
     commit's ``userMetadata`` and the ``(app id, version)`` txn actions that
     travel in the same atomic commit as the rows (where the table stands, see
-    :mod:`include.table_stand`); Spark's DataFrame writer can set only one.
+    :mod:`include.contract.table_stand`); Spark's DataFrame writer can set only one.
     An exception in ``finish`` leaves the written files uncommitted: they are
     never part of the table (VACUUM removes them).
     ``idempotency`` is ``(app id, version)``: when the table already records

@@ -12,7 +12,7 @@ range there (offsets past it belong to the next normal run) -> ``spark.read``
 kafka with starting and ending offsets (no checkpoint, no stream) -> keep the
 records inside the time window, if any -> anti-join with bronze on
 ``(topic, partition, offset)`` -> one ``MERGE ... WHEN NOT MATCHED THEN INSERT``
-whose ``userMetadata`` is a :class:`include.offsets.BackfillCommit` (ranges,
+whose ``userMetadata`` is a :class:`include.contract.offsets.BackfillCommit` (ranges,
 records read and inserted, who and why).
 
 Running it twice inserts nothing the second time. It never touches the
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from include.offsets import BackfillCommit, BackfillRange, OffsetError, PositionMap
+from include.contract.offsets import BackfillCommit, BackfillRange, OffsetError, PositionMap
 from spark_jobs.ingest_plan import JobConfigError, read_kafka_options_file
 from spark_jobs.job_common import (
     JobArgumentParser,

@@ -1,6 +1,6 @@
 """Ingestion job: drain what is new in Kafka into a Delta bronze table, exactly once.
 
-Submitted as (the orchestrator renders this; see ``include/spark_submit.py``)::
+Submitted as (the orchestrator renders this; see ``include/spark/spark_submit.py``)::
 
     spark-submit --master spark://127.0.0.1:7077 \\
         --jars <spark-sql-kafka, delta jars> --py-files kde_jobs.zip \\
@@ -28,9 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
-from include import spark_checkpoint
-from include.manual_ops import REBUILD_CHECKPOINT, action_hint
-from include.offsets import (
+from include.contract.manual_ops import REBUILD_CHECKPOINT, action_hint
+from include.contract.offsets import (
     BronzeCommit,
     OffsetError,
     OffsetRange,
@@ -42,7 +41,8 @@ from include.offsets import (
     skip_gaps,
     txn_app_id,
 )
-from include.table_stand import PositionUnknownError, stand_actions
+from include.contract.table_stand import PositionUnknownError, stand_actions
+from include.readers import spark_checkpoint
 from spark_jobs.ingest_plan import (
     CheckpointPlan,
     IngestConfig,

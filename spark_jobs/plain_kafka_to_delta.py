@@ -1,6 +1,6 @@
 """The plain Kafka -> Delta job a user would write from the Spark and Delta docs.
 
-Baseline for ``python -m include.benchmark``: ``readStream`` kafka ->
+Baseline for ``python -m include.tooling.benchmark``: ``readStream`` kafka ->
 ``Trigger.AvailableNow`` -> ``writeStream.format("delta")`` with a checkpoint,
 nothing else (no offset bookkeeping, no idempotent commits, no summary)::
 

@@ -1,7 +1,7 @@
 """Pure DataFrame rules of the bronze → silver transform: decode, validate, evolve, classify.
 
 No I/O here: each function takes DataFrames and the pipeline's
-:class:`~include.transform_spec.TransformSpec` and returns DataFrames, so the
+:class:`~include.contract.transform_spec.TransformSpec` and returns DataFrames, so the
 rules are tested on small inline data (``tests/spark_jobs/test_silver_rules.py``).
 
 Every check runs in the JVM (Spark 4's ``try_parse_json`` / variant functions,
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from include.transform_spec import (
+from include.contract.transform_spec import (
     FIELD_NAME,
     FieldSpec,
     TransformSpec,

@@ -19,7 +19,7 @@ from include import settings
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory) -> Iterator:
     """A real single-node KRaft broker from the Apache Kafka jars, on a free port."""
-    from include import local_kafka
+    from include.tooling import local_kafka
 
     broker = local_kafka.start(tmp_path_factory.mktemp("kafka"))
     yield broker
@@ -39,7 +39,7 @@ def spark(tmp_path_factory):
     Small settings keep a 2-core machine responsive: two shuffle partitions,
     two snapshot partitions for Delta's log replay, no UI.
     """
-    from include.spark_submit import local_session
+    from include.spark.spark_submit import local_session
 
     session = local_session("kde-tests", warehouse=tmp_path_factory.mktemp("warehouse"))
     yield session
@@ -56,7 +56,7 @@ def unique_name(request) -> str:
 @pytest.fixture
 def make_topic(bootstrap) -> Callable[..., str]:
     """Create a fresh topic on the session broker; returns its name."""
-    from include.kafka_admin import create_topic
+    from include.readers.kafka_admin import create_topic
 
     def make(name: str, partitions: int = 3, **config: str) -> str:
         create_topic(bootstrap, name, partitions, **config)

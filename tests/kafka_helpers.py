@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from include.kafka_admin import watermarks
+from include.readers.kafka_admin import watermarks
 
 
 def add_partitions(bootstrap: str, name: str, total: int) -> None:

@@ -5,7 +5,7 @@ started here. Instead each test pins one fact the stack depends on to its
 source of truth: image versions to ``requirements.txt``, ``constraints.txt``
 and ``include/settings.py``; connection addresses to the listeners and ports
 the services actually use (resolved with the project's own
-``include.connections``); shared paths to the volumes behind them; the
+``include.readers.connections``); shared paths to the volumes behind them; the
 service list to ``docs/docker-compose.md``.
 """
 
@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
-from include import connections, settings
-from include.pipeline_config import LAKEHOUSE_ROOT_ENV, load_pipelines
+from include import settings
+from include.config.pipeline_config import LAKEHOUSE_ROOT_ENV, load_pipelines
+from include.readers import connections
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yaml"
@@ -172,7 +173,7 @@ def published(service: dict[str, Any]) -> dict[int, int]:
 
 
 def connection_from_env(value: str) -> SimpleNamespace:
-    """An ``AIRFLOW_CONN_*`` JSON value as the attributes ``include.connections`` reads."""
+    """An ``AIRFLOW_CONN_*`` JSON value as the attributes ``include.readers.connections`` reads."""
     data = json.loads(value)
     return SimpleNamespace(
         conn_type=data.get("conn_type"),
@@ -305,7 +306,7 @@ def test_airflow_image_installs_the_locked_requirements_and_the_jars() -> None:
     assert re.search(r"pip install\b.*-r\s+\S*requirements\.txt", text)
     # requirements.txt applies the lock itself; the image relies on that line.
     assert "-c constraints.txt" in ROOT.joinpath("requirements.txt").read_text().splitlines()
-    assert "python -m include.jvm_deps" in text
+    assert "python -m include.spark.jvm_deps" in text
     ignore_file = ROOT / "docker" / "airflow.Dockerfile.dockerignore"
     rules = [r.strip() for r in ignore_file.read_text().splitlines() if r.strip() and not r.startswith("#")]
     # Everything is excluded first, so .venv, .cache and var never reach the build context.

@@ -22,15 +22,17 @@ from typing import Any
 import pytest
 import yaml
 
-from include import dag_factory, jvm_deps, settings, spark_submit
-from include.pipeline_config import PipelineConfigError, load_pipeline
-from include.spark_operator import (
+from include import settings
+from include.config.pipeline_config import PipelineConfigError, load_pipeline
+from include.orchestration import dag_factory
+from include.orchestration.spark_operator import (
     K8S_PIPELINE_LABEL,
     K8S_RUN_LABEL,
     IngestOperator,
     TransformOperator,
     k8s_pod_base,
 )
+from include.spark import jvm_deps, spark_submit
 
 RUN_ID = "manual__2026-03-01T10:00:00+00:00"
 FAKE_SASL_PASSWORD = "FAKE-sasl-pw-7731"
@@ -112,7 +114,7 @@ def _run(monkeypatch, op, *, fail: bool = False) -> tuple[list[str], list[list[s
     """``op.execute`` with the hook's submit recording its command; (the command, the kill commands run)."""
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-    from include import spark_operator
+    from include.orchestration import spark_operator
 
     commands: list[list[str]] = []
     kills: list[list[str]] = []
@@ -334,7 +336,7 @@ def test_kubernetes_transform_job_reads_its_spec_from_the_shared_volume(tmp_path
                                              "superseded": 0, "silver_version": 0, "epoch": 0, "duration_s": 1}))  # fmt: skip
 
     monkeypatch.setattr(SparkSubmitHook, "submit", submit)
-    from include import spark_operator
+    from include.orchestration import spark_operator
 
     monkeypatch.setattr(spark_operator.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=0))
     op.execute(_context())

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from include import jvm_deps, settings, spark_submit
-from include.pipeline_config import load_pipeline
-from include.spark_operator import IngestOperator, TransformOperator
+from include import settings
+from include.config.pipeline_config import load_pipeline
+from include.orchestration.spark_operator import IngestOperator, TransformOperator
+from include.spark import jvm_deps, spark_submit
 from spark_jobs import run_steps
 
 RUN_ID = "manual__2026-03-01T10:00:00+00:00"

@@ -10,9 +10,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from include import connections, record, run_ledger
-from include.pipeline_config import load_pipeline
-from include.spark_operator import _hook_class, job_run_type, job_spark_conf
+from include.config.pipeline_config import load_pipeline
+from include.orchestration import record
+from include.orchestration.spark_operator import _hook_class, job_run_type, job_spark_conf
+from include.readers import connections, run_ledger
 
 
 @pytest.fixture
@@ -110,8 +111,8 @@ def test_record_success_carries_rows_ranges_and_lag(cfg):
 
 
 def test_record_failed_names_the_task_and_the_blocking_findings(cfg):
-    from include.offsets import PartitionState, TopicState
-    from include.preflight import preflight
+    from include.contract.offsets import PartitionState, TopicState
+    from include.contract.preflight import preflight
 
     kafka = {"t": TopicState("t", "id", {0: PartitionState(0, 9), 1: PartitionState(10, 12), 2: PartitionState(0, 1)})}
     report = preflight(table_next={"t": {0: 5, 1: 5}}, recorded_topic_ids={}, kafka=kafka,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from include import airflow_local
-from include.kafka_admin import create_topic
+from include.readers.kafka_admin import create_topic
+from include.tooling import airflow_local
 from tests.integration.dag_helpers import Pipeline
 
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from include import airflow_local, local_kafka, run_ledger, spark_cluster
+from include.readers import run_ledger
+from include.spark import spark_cluster
+from include.tooling import airflow_local, local_kafka
 
 ORDERS_TRANSFORM = {
     "schema": {

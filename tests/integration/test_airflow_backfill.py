@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from include import airflow_local
-from include.kafka_admin import create_topic
 from include.ports import free_port
+from include.readers.kafka_admin import create_topic
+from include.tooling import airflow_local
 from tests.integration.dag_helpers import Pipeline, assert_no_cluster_left
 from tests.kafka_helpers import produce_at
 

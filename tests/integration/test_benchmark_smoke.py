@@ -1,4 +1,4 @@
-"""Smoke test of ``python -m include.benchmark`` on a tiny backlog (no timing assertions).
+"""Smoke test of ``python -m include.tooling.benchmark`` on a tiny backlog (no timing assertions).
 
 Runs the whole benchmark (consumer-perf-test, the plain job and the project's
 job through spark-submit) against the session broker, once.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from include import benchmark
+from include.tooling import benchmark
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from include import airflow_local
-from include.offsets import BackfillCommit
+from include.contract.offsets import BackfillCommit
+from include.tooling import airflow_local
 from tests.integration.dag_helpers import ORDERS_TRANSFORM, Pipeline, assert_no_cluster_left, order
 from tests.kafka_helpers import produce, produce_at, produce_numbered
 
@@ -185,7 +185,9 @@ def test_data_loss_gap_acknowledged_through_the_form_is_recorded_with_its_reason
 
 def _refusal(p: Pipeline, conf: dict, monkeypatch) -> str:
     """What ``check_request`` makes of ``conf``: the same two calls as the task, against the real broker and table."""
-    from include import manual_ops, pipeline_config, pipeline_run
+    from include.config import pipeline_config
+    from include.contract import manual_ops
+    from include.orchestration import pipeline_run
 
     monkeypatch.setenv(pipeline_config.LAKEHOUSE_ROOT_ENV, str(p.lake))
     cfg = pipeline_config.load_pipeline(p.dir / f"{p.name}.yaml")

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from include import airflow_local, local_kafka, ports, settings
-from include.kafka_admin import create_topic, watermarks
+from include import ports, settings
+from include.readers.kafka_admin import create_topic, watermarks
+from include.tooling import airflow_local, local_kafka
 from tests.integration.dag_helpers import ORDERS_TRANSFORM, Pipeline, order
 from tests.kafka_helpers import produce
 

@@ -12,8 +12,8 @@ import re
 import pytest
 import yaml
 
-from include import airflow_local
-from include.kafka_admin import create_topic, delete_topic
+from include.readers.kafka_admin import create_topic, delete_topic
+from include.tooling import airflow_local
 from tests.integration.dag_helpers import (
     ORDERS_TRANSFORM,
     STANDALONE,

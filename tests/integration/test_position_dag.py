@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from include.kafka_admin import create_topic
-from include.kafka_state import read_topics
+from include.readers.kafka_admin import create_topic
+from include.readers.kafka_state import read_topics
 from tests.integration.dag_helpers import assert_no_cluster_left
 from tests.kafka_helpers import produce_numbered, read_all
 
@@ -114,7 +114,7 @@ def test_restore_is_refused_before_a_cluster_then_reread_and_an_older_copy_is_re
 
 
 def _newest(folder, kind: str):
-    from include import spark_checkpoint
+    from include.readers import spark_checkpoint
 
     epochs = spark_checkpoint.epoch_dirs(folder)
     newest = epochs[max(epochs)] / kind
@@ -124,7 +124,7 @@ def _newest(folder, kind: str):
 def test_damaged_or_lost_checkpoints_heal_from_the_tables_exactly_once(pipeline, bootstrap):
     from deltalake import DeltaTable
 
-    from include import airflow_local
+    from include.tooling import airflow_local
     from tests.integration.dag_helpers import ORDERS_TRANSFORM, order
     from tests.kafka_helpers import produce
 

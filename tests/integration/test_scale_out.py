@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from include.kafka_admin import create_topic
+from include.readers.kafka_admin import create_topic
 from tests.integration.dag_helpers import Pipeline, assert_no_cluster_left
 from tests.kafka_helpers import produce_numbered, read_all
 

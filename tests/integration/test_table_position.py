@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from include.delta_progress import positions_from_rows, read_progress
-from include.offsets import BronzeCommit, OffsetError, positions_to_json
-from include.table_stand import PositionUnknownError
+from include.contract.offsets import BronzeCommit, OffsetError, positions_to_json
+from include.contract.table_stand import PositionUnknownError
+from include.readers.delta_progress import positions_from_rows, read_progress
 from spark_jobs.ingest_plan import parse_config
 from spark_jobs.kafka_to_bronze import run
 from tests.kafka_helpers import produce_numbered, read_all

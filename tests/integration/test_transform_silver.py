@@ -20,10 +20,10 @@ from decimal import Decimal
 import pytest
 from confluent_kafka import Producer
 
-from include import delta_progress, spark_checkpoint
-from include.delta_progress import read_progress
-from include.spark_submit import submit_command, submit_environment
-from include.transform_spec import SCHEMA_KIND, FieldSpec, SilverCommit, TransformSpec
+from include.contract.transform_spec import SCHEMA_KIND, FieldSpec, SilverCommit, TransformSpec
+from include.readers import delta_progress, spark_checkpoint
+from include.readers.delta_progress import read_progress
+from include.spark.spark_submit import submit_command, submit_environment
 from spark_jobs import bronze_to_silver, kafka_to_bronze
 from spark_jobs.ingest_plan import parse_config
 from spark_jobs.job_common import FAILPOINT_ENV
@@ -427,7 +427,7 @@ def test_the_pipelines_retention_is_set_on_every_table_once_and_is_not_progress(
 ):
     from deltalake import DeltaTable
 
-    from include import run_ledger
+    from include.readers import run_ledger
 
     retention = {"delta.logRetentionDuration": "interval 90 days",
                  "delta.deletedFileRetentionDuration": "interval 14 days"}  # fmt: skip

@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from include import airflow_local, kafka_state, local_kafka, run_ledger
-from include.kafka_admin import create_topic, watermarks
+from include.readers import kafka_state, run_ledger
+from include.readers.kafka_admin import create_topic, watermarks
+from include.tooling import airflow_local, local_kafka
 from tests.integration.dag_helpers import LOCAL_MODE, ORDERS_TRANSFORM, STANDALONE, Pipeline
 from tests.kafka_helpers import read_committed
 

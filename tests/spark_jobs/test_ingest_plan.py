@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from include.offsets import BronzeCommit, Gap, OffsetError, OffsetRange
-from include.spark_checkpoint import CheckpointState
+from include.contract.offsets import BronzeCommit, Gap, OffsetError, OffsetRange
+from include.readers.spark_checkpoint import CheckpointState
 from spark_jobs.ingest_plan import (
     RUN_TYPES,
     CheckpointPlan,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from include.offsets import BackfillRange
+from include.contract.offsets import BackfillRange
 from spark_jobs.ingest_plan import JobConfigError
 from spark_jobs.kafka_backfill import cap_at_position, merge_conflicts, parse_config
 

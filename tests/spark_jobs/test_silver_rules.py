@@ -12,7 +12,7 @@ from decimal import Decimal
 
 import pytest
 
-from include.transform_spec import FieldSpec, TransformSpec
+from include.contract.transform_spec import FieldSpec, TransformSpec
 from spark_jobs import silver_rules
 
 # Real Spark: `-m "not integration"` (the quick unit run) leaves these out.

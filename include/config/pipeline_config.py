@@ -1,0 +1,1835 @@
+"""Pipeline configuration: one YAML file per pipeline, typed and validated when loaded.
+
+A pipeline file (``include/pipelines/<name>.yaml``) declares what one Airflow
+DAG ingests and how: topics, starting position, tables, schedule, lag
+thresholds, data-loss policy, cluster profile and, optionally, how bronze
+records become silver rows (the ``transform`` section). :func:`load_pipeline` turns it
+into a frozen :class:`PipelineConfig` or raises :class:`PipelineConfigError`
+whose message names the file, the field and what was expected against what
+was found, e.g.::
+
+    include/pipelines/orders.yaml: kafka.max_offsets_per_trigger: expected a positive integer, got 'lots' (str)
+
+The file is read by pydantic models: :class:`PipelineFile` and its sections.
+Their ``Field(description=...)`` texts are the configuration reference, and
+``docs/pipeline.schema.json`` is generated from them
+(``python -m include.config.pipeline_config --schema``). The ``kafka``, ``lag``,
+``cluster`` and ``cluster.kubernetes`` sections load as they are written, so
+their models are also what the rest of the project reads; ``tables``,
+``transform`` and the top level have defaults that depend on the pipeline's
+name, the environment or another file, so they load into
+:class:`TablesConfig`, :class:`~include.contract.transform_spec.TransformSpec` and
+:class:`PipelineConfig`.
+
+Every check raises a pydantic error carrying this project's own message
+("expected ..., got ..."): YAML has no types beyond what it guesses, and a
+user needs "write the number without quotes", not "Input should be a valid
+integer". :func:`load_pipeline` turns pydantic's ``ValidationError`` into one
+line per problem.
+
+The DAG factory calls :func:`load_pipelines` while Airflow parses DAG files, so
+this module imports only the standard library, PyYAML, pydantic, croniter,
+:mod:`include.settings` and :mod:`include.contract.transform_spec`: no Kafka, Spark or
+Airflow, no network.
+
+Broker addresses and security settings never appear in a pipeline file; they
+live in the Airflow connection named by ``kafka.connection_id``. Keys that look
+like them are rejected wherever they appear.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import math
+import os
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Literal
+
+import yaml
+from croniter import CroniterBadTypeRangeError, CroniterError, croniter
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+from pydantic_core import ArgsKwargs, PydanticCustomError, PydanticUseDefault
+
+from include import settings
+from include.contract.transform_spec import (
+    DEFAULT_MAX_VALUE_BYTES,
+    FIELD_NAME,
+    FORMATS,
+    KEY_TYPES,
+    NEW_FIELD_POLICIES,
+    NUMERIC_TYPES,
+    ORDERING_TYPES,
+    SIMPLE_TYPES,
+    SYSTEM_PREFIX,
+    TOMBSTONE_POLICIES,
+    FieldSpec,
+    TransformSpec,
+    is_decimal,
+    normalize_type,
+)
+
+#: Prefix of the consumer group that mirrors a pipeline's offsets (``kafka-delta-elt.<name>``).
+CONSUMER_GROUP_PREFIX = "kafka-delta-elt."
+#: Delta's own defaults for ``delta.logRetentionDuration`` and
+#: ``delta.deletedFileRetentionDuration``; the second is also the floor
+#: (VACUUM's safety check refuses less).
+DEFAULT_LOG_RETENTION_DAYS = 30
+DEFAULT_DELETED_FILE_RETENTION_DAYS = 7
+#: Environment variable overriding the default ``tables.lakehouse_root``.
+LAKEHOUSE_ROOT_ENV = "KDE_LAKEHOUSE_ROOT"
+
+STARTING_OFFSETS = ("earliest", "latest")
+DATA_LOSS_POLICIES = ("fail", "record_and_continue")
+CLUSTER_PROFILES = ("local_standalone", "existing_master", "kubernetes")
+#: ``cluster.kubernetes.delete_driver_pod`` choices: when the operator removes a finished driver pod.
+DRIVER_POD_DELETION = ("on_success", "always", "never")
+#: Airflow's cron presets (``airflow.utils.dates.cron_presets``). ``@once`` and
+#: ``@continuous`` are left out: a pipeline runs on a cron or by hand (null).
+SCHEDULE_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
+#: ``--run-type`` choices of ``spark_jobs/kafka_to_bronze.py``; a unit test keeps
+#: this equal to ``spark_jobs.ingest_plan.RUN_TYPES`` (not imported here so that
+#: loading configs at DAG-parse time stays free of the job's modules).
+RUN_TYPES = ("scheduled", "manual", "backfill", "rebuild_checkpoint")
+
+#: Same rule as the job's ``--pipeline`` (``spark_jobs.ingest_plan``), which is
+#: also a valid Airflow dag_id (``^[\w.-]+$``, at most 250 characters); the
+#: length cap leaves room for a prefix or suffix the DAG factory may add.
+NAME_MAX_LEN = 200
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+#: Kafka's legal topic names (``org.apache.kafka.common.internals.Topic``).
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+#: Airflow's ``RE_SANITIZE_CONN_ID`` and ``CONN_ID_MAX_LEN``.
+_CONN_ID = re.compile(r"^[\w#!()\-.:/\\]{1,250}$")
+_BROKER_LIST = re.compile(r"^[\w.-]+:\d+(,\s*[\w.-]+:\d+)*$")
+#: Airflow's ``TAG_MAX_LEN``.
+TAG_MAX_LEN = 100
+_OPTION_KEY = re.compile(r"^[a-z][a-z0-9]*(\.[a-z0-9]+)*$")
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_MEMORY = re.compile(r"^(\d+)([kmgt])b?$", re.IGNORECASE)
+#: Kubernetes names: a DNS-1123 label (namespaces) and subdomain (service
+#: accounts, claims, secrets); secret keys are file names.
+_K8S_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_K8S_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_K8S_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+_IMAGE = re.compile(r"^[^\s]+$")
+#: Spark refuses executors with less than 1.5 x its 300 MiB reserved memory.
+_MIN_MEMORY_BYTES = 450 * 1024**2
+#: Largest ``transform.max_value_bytes``: 64 MiB.
+MAX_VALUE_BYTES_LIMIT = 64 * 1024**2
+#: Where the project lives inside the Kubernetes image (``cluster.kubernetes.app_dir``).
+DEFAULT_APP_DIR = "/opt/kafka-delta-elt"
+
+#: Consumer settings a pipeline file may not set in ``kafka.options``, and why.
+_MANAGED_OPTIONS = {
+    "group.id": "the pipeline's consumer group is managed by the pipeline, not by the Spark source",
+    "auto.offset.reset": "use kafka.starting_offsets instead",
+    "enable.auto.commit": "Spark's Kafka source refuses it; offsets are tracked in the bronze table",
+    "key.deserializer": "Spark's Kafka source refuses it; keys and values are always read as bytes",
+    "value.deserializer": "Spark's Kafka source refuses it; keys and values are always read as bytes",
+    "interceptor.classes": "Spark's Kafka source refuses it",
+    "isolation.level": "the ingestion job always reads with read_committed",
+}
+_SECRET_WORDS = (
+    "password",
+    "secret",
+    "jaas",
+    "keystore",
+    "truststore",
+    "credential",
+    "token",
+    "api.key",
+    "apikey",
+    "username",
+)
+_CONNECTION_KEYS = ("bootstrap.servers", "bootstrap", "brokers", "security.protocol", "sasl", "ssl")
+
+#: The tables and folders of ``tables`` that must lie apart: key, default
+#: path under ``<lakehouse_root>/<name>``, what it is, and whether it is a
+#: folder (checkpoints) or a table location. An overlap is reported on the
+#: later key of a pair, unless only the earlier one was set in the file.
+_TABLE_LOCATIONS = (
+    ("bronze_path", ("bronze",), "the bronze table", False),
+    ("checkpoint_root", ("_checkpoints", "bronze"), "the bronze checkpoint folder", True),
+    ("ledger_path", ("_runs",), "the run ledger", False),
+    ("silver_path", ("silver",), "the silver table", False),
+    ("quarantine_path", ("quarantine",), "the quarantine table", False),
+    ("transform_checkpoint_root", ("_checkpoints", "silver"), "the transform checkpoint folder", True),
+)
+#: What profile ``kubernetes`` needs in ``cluster.kubernetes``.
+_KUBERNETES_REQUIRED = ("image", "namespace", "service_account", "shared_volume_claim", "shared_dir")
+#: What ``existing_master`` (client mode) may set there: the executors' image and namespace.
+_KUBERNETES_CLIENT_KEYS = ("image", "namespace")
+#: Table locations the pods of profile ``kubernetes`` read or write: key, and
+#: whether a URI is allowed (checkpoints are read with local file I/O).
+_POD_LOCATIONS = (
+    ("bronze_path", True),
+    ("checkpoint_root", False),
+    ("silver_path", True),
+    ("quarantine_path", True),
+    ("transform_checkpoint_root", False),
+)
+_TYPE_EXPECTED = (
+    f"a field type: one of {', '.join(SIMPLE_TYPES)}, or decimal(p,s) with precision p "
+    "from 1 to 38 and scale s from 0 to p"
+)
+#: Other spellings of a field type, for the did-you-mean of an unknown type.
+_TYPE_ALIASES = {
+    "str": "string",
+    "text": "string",
+    "varchar": "string",
+    "integer": "int",
+    "bigint": "long",
+    "float": "double",
+    "number": "double",
+    "bool": "boolean",
+    "datetime": "timestamp",
+    "decimal": "decimal(p,s)",
+    "numeric": "decimal(p,s)",
+    "object": "json",
+}
+_NAME_EXPECTED = (
+    f"letters, digits, '_', '.' or '-', starting with a letter or digit, at most {NAME_MAX_LEN} characters"
+)
+_FIELD_NAME_EXPECTED = (
+    "a field name (letters, digits and '_', starting with a letter, at most 128 characters)"
+)
+_SCHEDULE_EXPECTED = (
+    "a 5-field cron expression (minute hour day-of-month month day-of-week), "
+    f"one of {', '.join(SCHEDULE_PRESETS)}, or null for manual runs only"
+)
+
+
+class PipelineConfigError(ValueError):
+    """A pipeline file is invalid. The message is ``<file>: <field>: <what was expected, what was found>``.
+
+    One line per problem: ``file``, ``field`` and ``problem`` are the first
+    one's, ``more`` holds the others (pydantic checks every key, not only up
+    to the first bad one).
+    """
+
+    def __init__(
+        self, file: str, field: str, problem: str, more: Sequence[PipelineConfigError] = ()
+    ) -> None:
+        self.file = file
+        self.field = field
+        self.problem = problem
+        self.more = tuple(more)
+        lines = [f"{file}: {field}: {problem}", *(f"{e.file}: {e.field}: {e.problem}" for e in self.more)]
+        super().__init__("\n".join(lines))
+
+    def __reduce__(self):  # keeps the error picklable despite the custom __init__
+        return (type(self), (self.file, self.field, self.problem, self.more))
+
+
+# --------------------------------------------------------------------------- how a check reports
+
+#: Error type of every check below; its context carries the message and where below the value it applies.
+_PROBLEM = "pipeline_file"
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+#: Stands for a required key the file leaves out, so that the key's own check
+#: says what it expected (pydantic's "Field required" would not).
+_MISSING: Any = _Missing()
+
+
+def _problem(text: str, at: str = "") -> PydanticCustomError:
+    """A validation error with this project's message.
+
+    ``at`` continues the field path below the value being checked (``.topics``,
+    ``['group.id']``, ``[2]``): checks that look inside a mapping or list say
+    which entry is wrong.
+    """
+    return PydanticCustomError(_PROBLEM, "{problem}", {"problem": text, "at": at})
+
+
+def _invalid(expected: str, value: Any, hint: str = "", at: str = "") -> PydanticCustomError:
+    """The usual problem: ``expected <expected>, got <value> (<type>)<hint>``."""
+    return _problem(f"expected {expected}, got {_describe(value)}{hint}", at)
+
+
+def _describe(value: Any) -> str:
+    if value is _MISSING:
+        return "nothing (the key is missing)"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (bool)"
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def _choices(values: Sequence[str]) -> str:
+    return ", ".join(repr(v) for v in values)
+
+
+def _did_you_mean(word: Any, candidates: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, candidates, n=1) if isinstance(word, str) else []
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _unquote_hint(value: Any) -> str:
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+(\.\d+)?\s*", value):
+        return "; write the number without quotes"
+    return ""
+
+
+def _suffix(key: Any) -> str:
+    """How ``key`` continues a field path: ``.name`` for plain names, ``['a.b']`` or ``[0]`` otherwise."""
+    if isinstance(key, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+        return f".{key}"
+    return f"[{key!r}]"
+
+
+def _is_connection_setting(key: str) -> bool:
+    """Whether ``key`` names a broker address or security setting, in any spelling."""
+    k = key.strip().lower().replace("_", ".").replace("-", ".")
+    k = k.removeprefix("kafka.")
+    return (
+        k in _CONNECTION_KEYS or k.startswith(("sasl.", "ssl.")) or any(word in k for word in _SECRET_WORDS)
+    )
+
+
+def _connection_setting_problem(key: str) -> str:
+    return (
+        f"expected no broker addresses or security settings in a pipeline file, got {key!r}; "
+        "put them in the Airflow connection named by kafka.connection_id"
+    )
+
+
+def _check_keys(value: Any, keys: Sequence[str], expected: str, at: str = "") -> dict[str, Any]:
+    """``value`` as a mapping whose keys are all in ``keys``; what every section of the file gets."""
+    if not isinstance(value, dict):
+        raise _invalid(expected, value, at=at)
+    for key in value:
+        key_at = at + _suffix(key)
+        if not isinstance(key, str):
+            raise _invalid("a text key (quote it)", key, at=key_at)
+        if key in keys:
+            continue
+        # A declared key is never a connection setting, even when its name
+        # holds such a word (cluster.kubernetes.kafka_options_secret).
+        if _is_connection_setting(key):
+            raise _problem(_connection_setting_problem(key), key_at)
+        raise _problem(
+            f"expected one of {', '.join(keys)}, got unknown key {key!r}{_did_you_mean(key, keys)}", key_at
+        )
+    return value
+
+
+# --------------------------------------------------------------------------- value types
+#
+# Each is the type pydantic (and the JSON Schema) sees, plus a check that
+# runs first on the value as YAML gave it and raises this project's message.
+
+
+def _integer(low: int, high: int | None = None, expected: str | None = None) -> Any:
+    """An integer from ``low`` (to ``high``); YAML booleans and quoted numbers are refused."""
+    if expected is None:
+        if high is not None:
+            expected = f"an integer from {low} to {high}"
+        else:
+            expected = "a positive integer" if low == 1 else f"an integer >= {low}"
+
+    def check(value: Any) -> int:
+        in_range = isinstance(value, int) and low <= value and (high is None or value <= high)
+        if isinstance(value, bool) or not in_range:
+            raise _invalid(expected, value, _unquote_hint(value))
+        return value
+
+    return Annotated[int, Field(ge=low, le=high), BeforeValidator(check)]
+
+
+def _choice(choices: tuple[str, ...]) -> Any:
+    """One of ``choices``, spelled exactly (``Fail`` is not ``fail``, but gets a did-you-mean)."""
+
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or value not in choices:
+            raise _invalid(f"one of {_choices(choices)}", value, _did_you_mean(value, choices))
+        return value
+
+    return Annotated[Literal[choices], BeforeValidator(check)]
+
+
+def _text(expected: str = "a non-empty string") -> Any:
+    """A non-empty string, stripped."""
+
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise _invalid(expected, value)
+        return value.strip()
+
+    return Annotated[str, BeforeValidator(check)]
+
+
+def _matching(pattern: re.Pattern[str], expected: str, if_null: str | None = None) -> Any:
+    """A string ``pattern`` matches whole; null stands for ``if_null`` when one is given."""
+
+    def check(value: Any) -> str:
+        if value is None and if_null is not None:
+            return if_null
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            raise _invalid(expected, value)
+        return value
+
+    return Annotated[str, BeforeValidator(check)]
+
+
+def _connection_id(what: str) -> Any:
+    """The id of an Airflow connection: never the broker or master addresses themselves."""
+    expected = f"the id of an Airflow {what} connection"
+
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise _invalid(expected, value)
+        conn = value.strip()
+        if _BROKER_LIST.fullmatch(conn):
+            hint = "; that looks like broker addresses, which belong in the connection itself"
+            raise _invalid(expected, value, hint)
+        if not _CONN_ID.fullmatch(conn):
+            raise _invalid(f"{expected} (letters, digits and #!()-.:/\\_, at most 250 characters)", value)
+        return conn
+
+    return Annotated[str, BeforeValidator(check)]
+
+
+def _folder(if_null: str | None = None) -> Any:
+    """An absolute path inside a container (no URI); null stands for ``if_null`` when one is given."""
+
+    def check(value: Any) -> str:
+        if value is None and if_null is not None:
+            return if_null
+        if not isinstance(value, str) or not value.startswith("/") or "//" in value or ":" in value:
+            raise _invalid("an absolute path (e.g. /mnt/kde)", value)
+        return os.path.normpath(value)
+
+    return Annotated[str, BeforeValidator(check)]
+
+
+def _check_name(value: Any) -> str:
+    if not isinstance(value, str) or not _NAME.fullmatch(value) or len(value) > NAME_MAX_LEN:
+        raise _invalid(_NAME_EXPECTED, value)
+    return value
+
+
+def _check_string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _invalid("a string", value)
+    return value
+
+
+@dataclass(frozen=True)
+class _NotOneSource:
+    """Stands for ``kafka.topics`` when it and ``kafka.topic_pattern`` are both given, or neither."""
+
+    found: str
+
+
+def _check_topics(value: Any) -> tuple[str, ...]:
+    if isinstance(value, _NotOneSource):
+        raise _problem(
+            "expected exactly one of kafka.topics (a list of names) and "
+            f"kafka.topic_pattern (a regex), got {value.found}"
+        )
+    if value is None:  # kafka.topic_pattern is used instead
+        return ()
+    if not isinstance(value, (list, tuple)) or not value:
+        hint = f"; write [{value}]" if isinstance(value, str) else ""
+        raise _invalid("a non-empty list of topic names", value, hint)
+    for i, topic in enumerate(value):
+        if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic in (".", ".."):
+            expected = "a Kafka topic name (letters, digits, '.', '_', '-'; at most 249 characters)"
+            raise _invalid(expected, topic, at=f"[{i}]")
+        if topic in value[:i]:
+            raise _invalid("each topic once", topic, " a second time", at=f"[{i}]")
+    return tuple(value)
+
+
+def _check_topic_pattern(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _invalid("a regular expression of topic names", value)
+    try:
+        re.compile(value.strip())
+    except re.error as exc:
+        raise _invalid(f"a valid regular expression ({exc})", value) from None
+    return value.strip()
+
+
+def _check_options(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _invalid("a mapping of Kafka consumer settings to string values", value)
+    for key, setting in value.items():
+        at = f"[{key!r}]"  # setting names hold dots: always bracketed
+        if not isinstance(key, str):
+            raise _invalid("a text key (quote it)", key, at=at)
+        if _is_connection_setting(key):
+            raise _problem(_connection_setting_problem(key), at)
+        if key.startswith("kafka."):
+            expected = "a Kafka setting name without the 'kafka.' prefix (the job adds it)"
+            raise _invalid(expected, key, at=at)
+        if key in _MANAGED_OPTIONS:
+            raise _invalid("a setting the pipeline does not manage", key, f": {_MANAGED_OPTIONS[key]}", at=at)
+        if not _OPTION_KEY.fullmatch(key):
+            expected = (
+                "a Kafka consumer setting name (lower-case words joined by dots, e.g. 'max.poll.records')"
+            )
+            raise _invalid(expected, key, at=at)
+        if not isinstance(setting, str):
+            hint = " (quote the value)" if isinstance(setting, (int, float, bool)) else ""
+            raise _invalid("a string value", setting, hint, at=at)
+    return dict(value)
+
+
+def _check_minutes(value: Any) -> float:
+    positive = isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+    if isinstance(value, bool) or not positive:
+        raise _invalid("a positive number of minutes", value, _unquote_hint(value))
+    return float(value)
+
+
+def _check_memory(value: Any) -> str:
+    expected = "a Spark size with a unit, like '512m' or '2g', of at least 450m"
+    match = _MEMORY.fullmatch(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        raise _invalid(expected, value)
+    amount, unit = int(match.group(1)), match.group(2).lower()
+    if amount * 1024 ** "kmgt".index(unit) * 1024 < _MIN_MEMORY_BYTES:
+        raise _invalid(expected, value, "; Spark refuses executors below 450m")
+    return f"{amount}{unit}"
+
+
+def _check_tags(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise _invalid("a list of strings", value)
+    for i, tag in enumerate(value):
+        if not isinstance(tag, str) or not tag.strip() or len(tag) > TAG_MAX_LEN:
+            raise _invalid(f"a non-empty string of at most {TAG_MAX_LEN} characters", tag, at=f"[{i}]")
+        if tag in value[:i]:
+            raise _invalid("each tag once", tag, " a second time", at=f"[{i}]")
+    return tuple(value)
+
+
+# --------------------------------------------------------------------------- cron
+
+#: Cron's five fields: name, lowest and highest value, and names standing for low, low + 1, ...
+_CRON_FIELDS = (
+    ("minute", 0, 59, ()),
+    ("hour", 0, 23, ()),
+    ("day-of-month", 1, 31, ()),
+    ("month", 1, 12, ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")),
+    # 0 and 7 are both Sunday, as in cron.
+    ("day-of-week", 0, 7, ("sun", "mon", "tue", "wed", "thu", "fri", "sat")),
+)
+
+
+def _check_schedule(value: Any) -> str:
+    """A preset, or a 5-field cron expression both croniter (what Airflow runs it with) and cron accept."""
+    if not isinstance(value, str) or not value.strip():
+        raise _invalid(_SCHEDULE_EXPECTED, value)
+    text = value.strip()
+    if text.startswith("@"):
+        if text not in SCHEDULE_PRESETS:
+            raise _invalid(_SCHEDULE_EXPECTED, value)
+        return text
+    parts = text.split()
+    if len(parts) != 5:  # croniter also takes seconds and years, which Airflow's cron does not
+        raise _invalid(_SCHEDULE_EXPECTED, value, f": it has {len(parts)} fields")
+    for i, part in enumerate(parts):
+        problem = _cron_field_problem(i, part)
+        if problem:
+            raise _invalid(_SCHEDULE_EXPECTED, value, f": {_CRON_FIELDS[i][0]} {part!r}: {problem}")
+    expression = " ".join(parts)
+    problem = _croniter_problem(expression, expression)
+    if problem:
+        raise _invalid(_SCHEDULE_EXPECTED, value, f": {problem}")
+    return expression
+
+
+def _cron_field_problem(index: int, part: str) -> str | None:
+    """Why field ``index`` of a cron expression is invalid, or ``None``.
+
+    The syntax is an allowlist, as croniter takes more than cron means: it
+    runs ``*/70`` in the minute field hourly, wraps ``5-1`` around and takes
+    ``0-0`` as a day of the month, ``L1`` as a day of the week and ``W1``.
+    Allowed: ``*``, values and names, ``a-b`` ranges forwards, ``/step`` up to
+    the field's highest value, lists; ``?``, ``L`` and ``nW`` in
+    day-of-month, ``?`` and ``d#n`` in day-of-week. croniter (what Airflow
+    runs the schedule with) then has the last word on the field.
+    """
+    name, low, high, names = _CRON_FIELDS[index]
+    for item in part.split(","):
+        problem = _cron_item_problem(item, name, low, high, names)
+        if problem:
+            return problem
+    # The field alone, so that croniter's verdict is about this field.
+    problem = _croniter_problem(" ".join(part if i == index else "*" for i in range(5)), part)
+    return problem and f"{problem}; the field takes {_cron_values(low, high, names)}"
+
+
+def _cron_item_problem(item: str, name: str, low: int, high: int, names: tuple[str, ...]) -> str | None:
+    """Why one comma-separated item of a cron field is outside the allowed syntax, or ``None``."""
+    if item == "?" and name in ("day-of-month", "day-of-week"):  # "no specific value"
+        return None
+    if name == "day-of-month" and (item.upper() == "L" or re.fullmatch(r"\d+[Ww]", item)):
+        # L: the month's last day; nW: the weekday nearest day n.
+        if item.upper() == "L" or 1 <= int(item[:-1]) <= 31:
+            return None
+        return f"{item!r} needs a day from 1 to 31"
+    if name == "day-of-week" and "#" in item:  # d#n: the n-th such day of the month
+        day, _, nth = item.partition("#")
+        if _cron_value(day, low, names) not in range(low, high + 1) or nth not in ("1", "2", "3", "4", "5"):
+            return f"{item!r} must be a day of the week, '#' and 1-5"
+        return None
+    base, slash, step = item.partition("/")
+    if slash and not (step.isdigit() and 1 <= int(step) <= high):
+        return f"step {step!r} must be an integer from 1 to {high}"
+    if base == "*":
+        return None
+    first, dash, last = base.partition("-")
+    for text in (first, last) if dash else (first,):
+        if _cron_value(text, low, names) not in range(low, high + 1):
+            return f"{text!r} is not one of the {_cron_values(low, high, names)}"
+    if dash and _cron_value(last, low, names) < _cron_value(first, low, names):
+        return f"range {base!r} runs backwards"
+    return None
+
+
+def _cron_value(text: str, low: int, names: tuple[str, ...]) -> int | None:
+    if text.isdigit():
+        return int(text)
+    if text.lower() in names:
+        return low + names.index(text.lower())
+    return None
+
+
+def _cron_values(low: int, high: int, names: tuple[str, ...]) -> str:
+    return f"values {low}-{high}" + (f" or names like {names[1]!r}" if names else "")
+
+
+def _croniter_problem(expression: str, shown: str) -> str | None:
+    """What croniter says against ``expression``, naming ``shown`` where it names the expression."""
+    try:
+        croniter(expression)
+    except (CroniterError, CroniterBadTypeRangeError) as exc:
+        return "croniter refuses it: " + re.sub(r"^\[.*?\]", lambda _: repr(shown), str(exc))
+    return None
+
+
+# --------------------------------------------------------------------------- the sections
+
+#: Unknown keys are errors, so a typo never falls back to a default silently (_check_keys reports them
+#: first, with a did-you-mean; "forbid" also puts additionalProperties: false in the JSON Schema).
+_SECTION_CONFIG = ConfigDict(extra="forbid")
+
+
+def _without_default(schema: dict[str, Any]) -> None:
+    """JSON Schema of a key that may be left out but not set to null: null is no value to write."""
+    schema.pop("default", None)
+
+
+def _optional(description: str) -> Any:
+    """A key that may be left out (then ``None``: the loader works out its value) but not set to null."""
+    return Field(None, description=description, json_schema_extra=_without_default)
+
+
+@pydantic_dataclass(frozen=True, config=_SECTION_CONFIG)
+class _Section:
+    """What every mapping of the file gets before its keys are checked one by one."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_mapping(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, ArgsKwargs):  # built in code (tests, dataclasses.replace), not read from a file
+            return data
+        data = cls._check_mapping(cls._shorthand(data))
+        fields = cls.__pydantic_fields__
+        missing = {key: _MISSING for key, f in fields.items() if f.is_required() and key not in data}
+        return cls._check_given({**data, **missing}, info)
+
+    @classmethod
+    def _keys(cls) -> tuple[str, ...]:
+        return tuple(cls.__pydantic_fields__)
+
+    @classmethod
+    def _expected(cls, value: Any) -> str:
+        """What the section must be, for a message about ``value``, which is not a mapping."""
+        return f"a mapping with keys {', '.join(cls._keys())}"
+
+    @classmethod
+    def _check_mapping(cls, data: Any, at: str = "") -> dict[str, Any]:
+        return _check_keys(data, cls._keys(), cls._expected(data), at)
+
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        """The mapping a shorter way of writing the section stands for."""
+        return data
+
+    @classmethod
+    def _check_given(cls, data: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Rules on which keys are given (with null as not given), before their values are checked."""
+        return data
+
+
+@pydantic_dataclass(frozen=True, config=_SECTION_CONFIG)
+class KafkaConfig(_Section):
+    """Where the records come from (section ``kafka``)."""
+
+    connection_id: _connection_id("Kafka") = Field(
+        description="Required. Id of the Airflow connection to the Kafka cluster. Bootstrap servers and "
+        "every security setting (SASL, SSL, passwords) live in that connection, never in the pipeline file."
+    )
+    topics: Annotated[tuple[str, ...], BeforeValidator(_check_topics)] = Field(
+        (),
+        description="List of topic names to ingest. Give exactly one of topics and topic_pattern.",
+    )
+    topic_pattern: Annotated[str, BeforeValidator(_check_topic_pattern)] | None = Field(
+        None,
+        description="Regular expression of topic names to ingest (Spark's subscribePattern; checked with "
+        "Python's re, which agrees with Java for ordinary patterns). Give exactly one of topics and "
+        "topic_pattern.",
+    )
+    starting_offsets: _choice(STARTING_OFFSETS) = Field(
+        "earliest",
+        description="earliest (default) or latest: where partitions start on the pipeline's first run. "
+        "Later runs resume where the bronze table stands; partitions added later start at their earliest "
+        "offset.",
+    )
+    max_offsets_per_trigger: _integer(1) | None = Field(
+        None,
+        description="Positive integer, or null (default) for no cap: at most this many records per "
+        "micro-batch (Spark's maxOffsetsPerTrigger). A larger backlog is written as several Delta commits "
+        "in the same run.",
+    )
+    options: Annotated[dict[str, str], BeforeValidator(_check_options)] = Field(
+        default_factory=dict,
+        description="Mapping of extra, non-secret Kafka consumer settings, e.g. max.poll.records: \"500\". "
+        "Keys are Kafka's own names without a kafka. prefix; values are strings (quote numbers and "
+        "booleans). Settings Spark or the pipeline manage (group.id, auto.offset.reset, isolation.level, "
+        "deserializers, ...) are refused.",
+    )
+
+    @classmethod
+    def _expected(cls, value: Any) -> str:
+        if value is _MISSING or value is None:  # the section left out: say what it needs
+            return "a mapping with connection_id and topics or topic_pattern"
+        return super()._expected(value)
+
+    @classmethod
+    def _check_given(cls, data: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        topics, pattern = data.get("topics"), data.get("topic_pattern")
+        if (topics is None) == (pattern is None):
+            # Reported by the check of topics, after connection_id's and before the values'.
+            data = {**data, "topics": _NotOneSource("both" if topics is not None else "neither")}
+        return data
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=_SECTION_CONFIG)
+class TablesSection(_Section):
+    """Where the records go (section ``tables``).
+
+    Relative local paths in the file are taken from the project folder (not
+    from the working directory, which differs between Airflow's processes);
+    URIs such as ``s3a://bucket/lake`` are kept as written. The six tables and
+    folders (bronze, silver, quarantine, ledger and both checkpoint folders)
+    must lie apart: none may be another or sit inside another. The silver ones
+    have their defaults even when the pipeline has no ``transform`` section.
+    """
+
+    lakehouse_root: _text("a folder path or URI") = _optional(
+        "Folder or URI under which the pipeline's tables and checkpoints live. Default: the environment "
+        "variable KDE_LAKEHOUSE_ROOT if set, else <project>/var/lakehouse (KDE_VAR_DIR/lakehouse)."
+    )
+    bronze_path: _text("a folder path or URI") = _optional(
+        "Location of the Delta bronze table. Default: <lakehouse_root>/<name>/bronze."
+    )
+    checkpoint_root: _text("a folder path or URI") = _optional(
+        "Folder holding the ingestion job's Spark checkpoints, one per epoch. Default: "
+        "<lakehouse_root>/<name>/_checkpoints/bronze. Must be neither the bronze table's folder nor inside "
+        "it (nor the other way round). The job reads it with local file I/O, so it must be a local or "
+        "mounted path."
+    )
+    ledger_path: _text("a folder path or URI") = _optional(
+        "Location of the run-ledger Delta table (one row per DAG run: ranges, rows, lag, outcome). "
+        "Default: <lakehouse_root>/<name>/_runs."
+    )
+    silver_path: _text("a folder path or URI") = _optional(
+        "Location of the Delta silver table the transform writes (one row per key). Default: "
+        "<lakehouse_root>/<name>/silver."
+    )
+    quarantine_path: _text("a folder path or URI") = _optional(
+        "Location of the Delta table of records the transform refused (with the reason). Default: "
+        "<lakehouse_root>/<name>/quarantine."
+    )
+    transform_checkpoint_root: _text("a folder path or URI") = _optional(
+        "Folder holding the transform job's checkpoints. Default: "
+        "<lakehouse_root>/<name>/_checkpoints/silver."
+    )
+    log_retention_days: _integer(1) = Field(
+        DEFAULT_LOG_RETENTION_DAYS,
+        description="Days Delta keeps each table's commit files (delta.logRetentionDuration of bronze, "
+        "silver, quarantine and the ledger). Default 30, Delta's own. It bounds time travel and how long a "
+        "commit's detail (ranges, counts) and a RESTORE stay visible; where a table stands does not depend "
+        "on it (it is in the table's state). At least deleted_file_retention_days.",
+    )
+    deleted_file_retention_days: _integer(DEFAULT_DELETED_FILE_RETENTION_DAYS) = Field(
+        DEFAULT_DELETED_FILE_RETENTION_DAYS,
+        description="Days a file a commit removed stays on disk before VACUUM may delete it "
+        "(delta.deletedFileRetentionDuration). Default 7, and never less: Delta's safety default, which "
+        "protects readers in flight, the transform's stream reading bronze versions it has not read yet, "
+        "and backfills by time travel.",
+    )
+
+    @model_validator(mode="after")
+    def _log_outlives_files(self) -> TablesSection:
+        # Time travel to a version needs its commit and its files; a shorter log makes the longer file
+        # retention useless.
+        if self.log_retention_days < self.deleted_file_retention_days:
+            files_days = self.deleted_file_retention_days
+            expected = f"an integer >= tables.deleted_file_retention_days ({files_days})"
+            raise _invalid(expected, self.log_retention_days, at=".log_retention_days")
+        return self
+
+
+@pydantic_dataclass(frozen=True, config=_SECTION_CONFIG)
+class LagConfig(_Section):
+    """When a run has enough new data to start a cluster (section ``lag``)."""
+
+    min_records: _integer(0) = Field(
+        1,
+        description="Integer >= 0, default 1. The lag sensor lets the run proceed once the total lag (new "
+        "records over all partitions) is at least this many records.",
+    )
+    max_wait_minutes: Annotated[float, Field(gt=0), BeforeValidator(_check_minutes)] = Field(
+        60.0,
+        description="Positive number of minutes, default 60. When fewer than min_records are waiting, the "
+        "run proceeds anyway once the oldest of them has waited this long in Kafka, so a trickle is never "
+        "held back forever. With no new record at all the run is skipped at once (no cluster is started).",
+    )
+
+
+_K8S_NAME = "a Kubernetes object name (lower-case letters, digits, '-' and '.', at most 253 characters)"
+
+
+@pydantic_dataclass(frozen=True, config=_SECTION_CONFIG)
+class KubernetesConfig(_Section):
+    """Kubernetes settings of the cluster (section ``cluster.kubernetes``).
+
+    With profile ``kubernetes`` (cluster mode), ``spark-submit`` asks the
+    Kubernetes API for a driver pod per job, the driver asks for
+    ``cluster.workers`` executor pods, and Spark deletes the executor pods
+    when the job ends; the operator then deletes the driver pod (see
+    ``delete_driver_pod``). The driver runs in a pod, not on the Airflow
+    worker, so:
+
+    - the job code is baked into ``image`` (nothing is uploaded): the
+      project's ``spark_jobs/`` folder and the ``--py-files`` archive
+      ``kde_jobs.zip`` (``include.spark.spark_submit.package_py_files``) under
+      ``app_dir``, and the Kafka connector and Delta jars that
+      ``include/spark/jvm_deps.py`` pins in the image's ``$SPARK_HOME/jars``;
+    - the run's request files (preflight result, backfill request,
+      transform spec) and the job's summary JSON go through ``shared_dir``,
+      a volume mounted at that same path on the Airflow workers and, from
+      the claim ``shared_volume_claim``, in the driver and executor pods;
+      checkpoints and local table paths must lie inside it too;
+    - Kafka client settings come from the Kubernetes secret
+      ``kafka_options_secret``, mounted in the driver pod only; they never
+      pass through Airflow or the command line.
+
+    Not exercised on a real Kubernetes cluster here: the submit command is
+    unit-tested only.
+
+    With profile ``existing_master`` and a ``k8s://`` master (client mode:
+    the driver stays on the Airflow worker), only ``image`` and
+    ``namespace`` may be given; ``image`` is then required for the executor
+    pods (checked when the task runs, as only then is the master known).
+    """
+
+    image: _matching(_IMAGE, "a container image reference without spaces, e.g. 'registry/app:1.0'") = Field(
+        description="Required. Container image of the driver and executor pods "
+        "(spark.kubernetes.container.image), e.g. registry.example/kafka-delta-elt:1.4."
+    )
+    namespace: _matching(
+        _K8S_LABEL, "a Kubernetes namespace name (lower-case letters, digits and '-', at most 63 characters)"
+    ) | None = Field(
+        None,
+        description="Kubernetes namespace of the pods (spark.kubernetes.namespace): a DNS label. Required "
+        "with profile kubernetes; optional with existing_master (the Spark connection's namespace extra, "
+        "else default).",
+    )
+    service_account: _matching(_K8S_SUBDOMAIN, _K8S_NAME) | None = Field(
+        None,
+        description="Service account of the driver pod, allowed to create and delete pods, services and "
+        "config maps in namespace (spark.kubernetes.authenticate.driver.serviceAccountName). Required with "
+        "profile kubernetes.",
+    )
+    app_dir: _folder(if_null=DEFAULT_APP_DIR) = Field(
+        DEFAULT_APP_DIR,
+        description="Absolute path of the project inside image, default /opt/kafka-delta-elt: it holds "
+        "spark_jobs/*.py and kde_jobs.zip, submitted as local:// URIs.",
+    )
+    shared_volume_claim: _matching(_K8S_SUBDOMAIN, _K8S_NAME) | None = Field(
+        None,
+        description="Required with profile kubernetes: name of a ReadWriteMany persistent volume claim in "
+        "namespace, mounted at shared_dir in the driver and executor pods.",
+    )
+    shared_dir: _folder() | None = Field(
+        None,
+        description="Required with profile kubernetes: absolute path where that volume is mounted, the "
+        "same on the Airflow workers and in the pods. Run files live in <shared_dir>/runs/<name>/<run>. "
+        "tables.checkpoint_root and tables.transform_checkpoint_root must lie inside it, and so must "
+        "tables.bronze_path, silver_path and quarantine_path unless they are URIs.",
+    )
+    kafka_options_secret: _matching(_K8S_SUBDOMAIN, _K8S_NAME) | None = Field(
+        None,
+        description="Name of a Kubernetes secret in namespace whose key kafka_options_key holds the job's "
+        "Kafka client settings as a JSON object in the Java client's names (e.g. security.protocol, "
+        "sasl.mechanism, sasl.jaas.config), with any non-secret consumer settings besides. Mounted "
+        "read-only in the driver pod at /etc/kafka-delta-elt/kafka. Optional (a plaintext broker needs "
+        "none). With profile kubernetes, kafka.options must be empty: put them in this secret.",
+    )
+    kafka_options_key: _matching(
+        _K8S_SECRET_KEY, "a secret key (letters, digits, '-', '_' and '.')", if_null="kafka-options.json"
+    ) = Field("kafka-options.json", description="Key of that secret, default kafka-options.json.")
+    delete_driver_pod: _choice(DRIVER_POD_DELETION) = Field(
+        "on_success",
+        description="on_success (default): the operator deletes a driver pod that finished well and keeps a "
+        "failed one for kubectl logs; always; never.",
+    )
+
+
+@pydantic_dataclass(frozen=True, config=_SECTION_CONFIG)
+class ClusterConfig(_Section):
+    """The Spark cluster a run uses (section ``cluster``)."""
+
+    profile: _choice(CLUSTER_PROFILES) = Field(
+        "local_standalone",
+        description="local_standalone (default): each run starts a Spark standalone master and "
+        "cluster.workers workers on 127.0.0.1 and stops them afterwards (setup and teardown tasks). "
+        "existing_master: submit in client mode (the driver runs on the Airflow worker) to the running "
+        "cluster named by master_connection_id (spark://, yarn or k8s://); no cluster is started or stopped. "
+        "kubernetes: submit in cluster mode to the k8s:// master of master_connection_id; Spark creates the "
+        "driver and executor pods of each job and removes them (see cluster.kubernetes; unit-tested only, "
+        "not run here).",
+    )
+    workers: _integer(1, 8) = Field(
+        1,
+        description="Integer from 1 to 8, default 1: number of workers a local_standalone run starts (one "
+        "executor each); with the other profiles, the number of executors requested "
+        "(spark.executor.instances).",
+    )
+    worker_cores: _integer(1) = Field(
+        1,
+        description="Positive integer, default 1: cores per worker, which is also each executor's "
+        "spark.executor.cores.",
+    )
+    worker_memory: Annotated[str, BeforeValidator(_check_memory)] = Field(
+        "1g",
+        description="Spark size string with a unit (k, m, g or t, e.g. \"512m\", \"2g\"), default \"1g\", at "
+        "least 450m (Spark's minimum for an executor): what each worker offers, and each executor's "
+        "spark.executor.memory. Stored lower-case without a trailing b.",
+    )
+    master_connection_id: _connection_id("Spark") | None = Field(
+        None,
+        description="Id of the Airflow Spark connection whose host is the master URL (spark://, yarn, "
+        "k8s://). Required with existing_master and kubernetes (where it must name a k8s://https://... "
+        "master), refused with local_standalone. With existing_master, the connection's queue extra (YARN) "
+        "and namespace extra (Kubernetes) are used; its deploy-mode extra is overridden by the profile.",
+    )
+    kubernetes: KubernetesConfig | None = Field(
+        None,
+        description="Section: Kubernetes settings. Required with kubernetes; optional with existing_master "
+        "(image, namespace); refused with local_standalone. Null when absent.",
+    )
+    local_max_records: _integer(0) = Field(
+        0,
+        description="Integer >= 0, default 0 (off); local_standalone only. A run whose backlog (the "
+        "preflight's lag, or a backfill's offsets) is at most this many records runs its Spark application "
+        "in local mode inside the driver (local[k], k = workers x worker_cores, at most this machine's "
+        "cores): no cluster starts, no executor warms up. The choice and its reason are in start_cluster's "
+        "log and the ledger's cluster_choice.",
+    )
+    records_per_worker: _integer(0) = Field(
+        0,
+        description="Integer >= 0, default 0 (off); local_standalone only. Above local_max_records, the run "
+        "starts ceil(backlog / records_per_worker) workers, at least 1 and at most workers; 0 always starts "
+        "workers.",
+    )
+
+    @property
+    def transient(self) -> bool:
+        """Whether each run starts and stops its own cluster (setup and teardown tasks)."""
+        return self.profile == "local_standalone"
+
+    @classmethod
+    def _check_given(cls, data: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        profile = data.get("profile", "local_standalone")
+        if profile not in CLUSTER_PROFILES:  # the profile's own check says what is wrong
+            return data
+        master = data.get("master_connection_id")
+        if profile == "local_standalone" and master is not None:
+            expected = (
+                "no master connection with profile local_standalone (set cluster.profile: existing_master "
+                "or kubernetes to use one)"
+            )
+            raise _invalid(expected, master, at=".master_connection_id")
+        if profile != "local_standalone" and master is None:
+            expected = f"the id of an Airflow Spark connection (required with profile {profile})"
+            raise _invalid(expected, data.get("master_connection_id", _MISSING), at=".master_connection_id")
+        k8s = data.get("kubernetes")
+        if k8s is None:
+            if profile == "kubernetes":
+                required = ", ".join(_KUBERNETES_REQUIRED)
+                expected = f"a mapping with keys {required} (required with profile kubernetes)"
+                raise _invalid(expected, data.get("kubernetes", _MISSING), at=".kubernetes")
+            return data
+        if profile == "local_standalone":
+            expected = "no kubernetes section with profile local_standalone (it runs on this machine)"
+            raise _invalid(expected, k8s, at=".kubernetes")
+        KubernetesConfig._check_mapping(k8s, ".kubernetes")  # an unknown key is the first thing to fix
+        if profile == "existing_master":
+            for key in k8s:
+                if key not in _KUBERNETES_CLIENT_KEYS:
+                    raise _problem(
+                        f"expected only {', '.join(_KUBERNETES_CLIENT_KEYS)} with profile existing_master "
+                        f"(client mode: the driver runs on the Airflow worker), got {key!r}; "
+                        "it applies to profile kubernetes",
+                        f".kubernetes{_suffix(key)}",
+                    )
+        for key in _KUBERNETES_REQUIRED if profile == "kubernetes" else ("image",):
+            if k8s.get(key) is None:
+                expected = f"a value (required with profile {profile})"
+                raise _invalid(expected, k8s.get(key, _MISSING), at=f".kubernetes.{key}")
+        return data
+
+    @model_validator(mode="after")
+    def _sizing_needs_its_own_cluster(self) -> ClusterConfig:
+        for key in ("local_max_records", "records_per_worker"):
+            if getattr(self, key) and self.profile != "local_standalone":
+                expected = (
+                    f"0 or no value with profile {self.profile} (sizing the cluster to the backlog needs the "
+                    "run's own cluster: profile local_standalone)"
+                )
+                raise _invalid(expected, getattr(self, key), at=f".{key}")
+        return self
+
+
+# --------------------------------------------------------------------------- transform
+
+
+def _check_field_type(value: Any) -> str:
+    canonical = normalize_type(value) if isinstance(value, str) else None
+    if canonical is None:
+        hint = ""
+        if isinstance(value, str):
+            word = value.strip().lower()
+            hint = f"; did you mean {_TYPE_ALIASES[word]!r}?" if word in _TYPE_ALIASES else ""
+            hint = hint or _did_you_mean(word, SIMPLE_TYPES)
+        raise _invalid(_TYPE_EXPECTED, value, hint)
+    return canonical
+
+
+def _check_required(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _invalid("true or false", value)
+    return value
+
+
+def _check_bound(value: Any, info: ValidationInfo) -> int | float:
+    """``minimum`` or ``maximum``: a number, on numeric fields only, the maximum at least the minimum."""
+    bound, type_name = info.field_name, info.data.get("type")
+    if type_name is not None and not (type_name in NUMERIC_TYPES or is_decimal(type_name)):
+        expected = f"no {bound} on {type_name} fields (only int, long, double and decimal fields take one)"
+        raise _invalid(expected, value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _invalid("a number", value, _unquote_hint(value))
+    minimum = info.data.get("minimum")
+    if bound == "maximum" and minimum is not None and value < minimum:
+        raise _invalid(f"a number >= the minimum {minimum!r}", value)
+    return value
+
+
+def _check_allowed(value: Any, info: ValidationInfo) -> tuple[str | int, ...]:
+    type_name = info.data.get("type")
+    if type_name is None:  # the type is wrong (and reported): which values fit it cannot be told
+        raise PydanticUseDefault()
+    if type_name not in ("string", "int", "long"):
+        expected = f"no allowed list on {type_name} fields (only string, int and long fields take one)"
+        raise _invalid(expected, value)
+    what = "string" if type_name == "string" else "integer"
+    if not isinstance(value, list) or not value:
+        hint = f"; write [{value}]" if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+        raise _invalid(f"a non-empty list of {what}s", value, hint)
+    for i, item in enumerate(value):
+        if what == "string" and not isinstance(item, str):
+            hint = ""
+            if isinstance(item, bool):
+                hint = "; quote it (YAML reads yes, no, on, off, true and false as booleans)"
+            elif isinstance(item, (int, float)):
+                hint = "; quote it"
+            raise _invalid("a string", item, hint, at=f"[{i}]")
+        if what == "integer" and (isinstance(item, bool) or not isinstance(item, int)):
+            raise _invalid("an integer", item, _unquote_hint(item), at=f"[{i}]")
+        if item in value[:i]:
+            raise _invalid("each value once", item, " a second time", at=f"[{i}]")
+    return tuple(value)
+
+
+def _check_max_length(value: Any, info: ValidationInfo) -> int:
+    type_name = info.data.get("type")
+    if type_name is not None and type_name not in ("string", "json"):
+        expected = f"no max_length on {type_name} fields (only string and json fields take one)"
+        raise _invalid(expected, value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _invalid("a positive integer", value, _unquote_hint(value))
+    return value
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=_SECTION_CONFIG)
+class SchemaField(_Section):
+    """One field of the record value (an entry of ``transform.schema``): its type, or its settings."""
+
+    type: Annotated[str, BeforeValidator(_check_field_type)] = Field(
+        description="Required: string, int, long, double, boolean, date, timestamp, json or decimal(p,s) "
+        "(precision 1-38, scale 0-p; quote it inside {...}, where the comma splits). Writing only the type "
+        "(status: string) is short for {type: string}."
+    )
+    required: Annotated[bool, BeforeValidator(_check_required)] = Field(
+        False, description="true or false (default): the key must be present with a non-null value."
+    )
+    minimum: Annotated[int | float, BeforeValidator(_check_bound)] = _optional(
+        "Smallest allowed value; int, long, double and decimal fields only."
+    )
+    maximum: Annotated[int | float, BeforeValidator(_check_bound)] = _optional(
+        "Largest allowed value, at least minimum; int, long, double and decimal fields only."
+    )
+    allowed: Annotated[tuple[str | int, ...], BeforeValidator(_check_allowed)] = _optional(
+        "The only values allowed: a non-empty list of distinct strings for string fields, of integers for "
+        "int and long fields; each within minimum, maximum and max_length."
+    )
+    max_length: Annotated[int, Field(ge=1), BeforeValidator(_check_max_length)] = _optional(
+        "Positive integer: at most this many characters; string and json fields only."
+    )
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: GetJsonSchemaHandler) -> dict[str, Any]:
+        # The type alone (status: string) is read by _shorthand; the schema says so too, for editors.
+        return {"anyOf": [{"type": "string", "description": "The field's type alone."}, handler(core_schema)]}
+
+    @classmethod
+    def _expected(cls, value: Any) -> str:
+        return f"a field type (e.g. string) or {super()._expected(value)}"
+
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, str):  # just the type
+            return {"type": _check_field_type(data)}
+        split = data.get("type") if isinstance(data, dict) else None
+        if isinstance(split, str) and split.strip().lower().startswith("decimal(") and ")" not in split:
+            # {type: decimal(10,2)}: in a flow mapping the comma ends the value and '2)' becomes a key.
+            hint = '; inside {...} quote the type, e.g. "decimal(10,2)", as a bare comma ends the value'
+            raise _invalid(_TYPE_EXPECTED, split, hint, at=".type")
+        return data
+
+    @model_validator(mode="after")
+    def _allowed_values_pass_the_other_rules(self) -> SchemaField:
+        low, high, longest = self.minimum, self.maximum, self.max_length
+        for i, item in enumerate(self.allowed or ()):
+            if self.type == "string":
+                rule, outside = f"max_length {longest}", longest is not None and len(item) > longest
+            else:
+                rule = f"minimum {low!r} and maximum {high!r}"
+                outside = (low is not None and item < low) or (high is not None and item > high)
+            if outside:
+                raise _invalid(f"a value the field's {rule} let through", item, at=f".allowed[{i}]")
+        return self
+
+    def spec(self, name: str, required: bool) -> FieldSpec:
+        """The field as the transform job reads it; ``required`` forces it (key and ordering fields)."""
+        required = self.required or required
+        return FieldSpec(name, self.type, required, self.minimum, self.maximum, self.allowed, self.max_length)
+
+
+def _check_schema(value: Any) -> dict[str, Any]:
+    """The mapping of field names to fields: names Delta and Spark SQL take, none twice in any case."""
+    if not isinstance(value, dict) or not value:
+        raise _invalid("a non-empty mapping of field names to a type or to field settings", value)
+    seen: dict[str, str] = {}  # lower-case name -> name as declared
+    for name in value:
+        at = _suffix(name)
+        if not isinstance(name, str):
+            raise _invalid("a text key (quote it)", name, at=at)
+        if not FIELD_NAME.fullmatch(name):
+            reserved = name.startswith(SYSTEM_PREFIX)
+            hint = "; names starting with '_' are reserved for silver's own columns" if reserved else ""
+            raise _invalid(_FIELD_NAME_EXPECTED, name, hint, at=at)
+        other = seen.setdefault(name.lower(), name)
+        if other != name:
+            expected = (
+                f"a field name that differs from {other!r} in more than case "
+                "(Delta column names are case-insensitive)"
+            )
+            raise _invalid(expected, name, at=at)
+    return value
+
+
+_Schema = Annotated[dict[str, SchemaField], BeforeValidator(_check_schema)]
+_SCHEMA_FILE_EXPECTED = "the path of a YAML file of fields (relative to the pipeline file's folder)"
+#: Checks a schema file's content, which has no pipeline around it.
+_SCHEMA_FILE = TypeAdapter(_Schema)
+
+
+def _declared_in(info: ValidationInfo) -> str:
+    """Where the fields that ``transform.key`` and ``ordering`` name are declared."""
+    shown = info.data.get("schema_file")
+    return f"the schema file {shown}" if shown else "transform.schema"
+
+
+def _check_key(value: Any, info: ValidationInfo) -> str | tuple[str, ...]:
+    if isinstance(value, str):  # one field; whether it is declared is checked with the schema
+        return value
+    if not isinstance(value, (list, tuple)) or not value:
+        expected = f"a field name or a non-empty list of field names declared in {_declared_in(info)}"
+        raise _invalid(expected, value)
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise _invalid(f"the name of a field declared in {_declared_in(info)}", item, at=f"[{i}]")
+    return tuple(value)
+
+
+def _check_ordering(value: Any, info: ValidationInfo) -> str:
+    if not isinstance(value, str):
+        raise _invalid(f"the name of a field declared in {_declared_in(info)}", value)
+    return value
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=_SECTION_CONFIG)
+class TransformSection(_Section):
+    """How bronze records become silver rows (section ``transform``; without it the pipeline stops at bronze).
+
+    Loads into a :class:`~include.contract.transform_spec.TransformSpec`.
+    """
+
+    format: _choice(FORMATS) = Field(
+        "json", description="json (default, the only one): each record value is a JSON object."
+    )
+    schema: _Schema | None = Field(
+        None,
+        description="Mapping of field name to its type (status: string) or to its settings. Field names: "
+        "letters, digits and _, starting with a letter, at most 128 characters (_ names are silver's own "
+        "columns); no two may differ only in case (Delta column names are case-insensitive). Give exactly "
+        "one of schema and schema_file.",
+    )
+    schema_file: _text(_SCHEMA_FILE_EXPECTED) | None = Field(
+        None,
+        description="Instead of schema: a YAML file holding that same mapping; a relative path is taken from "
+        "the pipeline file's folder. Errors in it name that file.",
+    )
+    key: Annotated[str | tuple[str, ...], BeforeValidator(_check_key)] = Field(
+        description="Required: a field name or a list of them, the silver table's MERGE key; each of type "
+        "string, int, long, date or boolean. Key fields are required."
+    )
+    ordering: Annotated[str, BeforeValidator(_check_ordering)] = Field(
+        description="Required: the field telling which record of a key is newer (int, long, double, date, "
+        "timestamp or string; not a key field). It is required; the Kafka offset breaks ties."
+    )
+    tombstones: _choice(TOMBSTONE_POLICIES) = Field(
+        "quarantine",
+        description="quarantine (default) or delete (a record with a null value deletes its key, named by "
+        "the Kafka key).",
+    )
+    new_fields: _choice(NEW_FIELD_POLICIES) = Field(
+        "ignore", description="ignore (default) or add (undeclared fields become silver columns)."
+    )
+    max_value_bytes: _integer(
+        1, MAX_VALUE_BYTES_LIMIT, f"a positive integer of at most {MAX_VALUE_BYTES_LIMIT} (64 MiB)"
+    ) = Field(
+        DEFAULT_MAX_VALUE_BYTES,
+        description="Positive integer, at most 64 MiB, default 1048576: larger record values go to "
+        "quarantine.",
+    )
+
+    @classmethod
+    def _check_given(cls, data: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        schema, schema_file = data.get("schema"), data.get("schema_file")
+        if (schema is None) == (schema_file is None):
+            raise _problem(
+                "expected exactly one of transform.schema (a mapping of field names to types) and "
+                "transform.schema_file (a YAML file holding that mapping), got "
+                + ("both" if schema is not None else "neither"),
+                ".schema",
+            )
+        if schema_file is not None:
+            folder = Path((info.context or {}).get("folder", "."))
+            schema, shown = _read_schema_file(schema_file, folder)
+            data = {**data, "schema": schema, "schema_file": shown}  # shown: how messages name the file
+        return data
+
+    @model_validator(mode="after")
+    def _key_and_ordering_are_declared(self) -> TransformSection:
+        declared_in = f"the schema file {self.schema_file}" if self.schema_file else "transform.schema"
+        fields = self.schema or {}
+
+        def declared(name: str, at: str) -> SchemaField:
+            if name in fields:
+                return fields[name]
+            same = [n for n in fields if n.lower() == name.lower()]
+            hint = f"; did you mean {same[0]!r}?" if same else _did_you_mean(name, list(fields))
+            raise _invalid(f"the name of a field declared in {declared_in}", name, hint, at=at)
+
+        key = self.key_fields()
+        for i, name in enumerate(key):
+            at = ".key" if isinstance(self.key, str) else f".key[{i}]"
+            field_type = declared(name, at).type
+            if field_type not in KEY_TYPES:
+                expected = f"a key field of type {', '.join(KEY_TYPES)}"
+                raise _invalid(expected, name, f", a {field_type} field", at=at)
+            if name in key[:i]:
+                raise _invalid("each key field once", name, " a second time", at=at)
+        field_type = declared(self.ordering, ".ordering").type
+        if field_type not in ORDERING_TYPES:
+            expected = f"an ordering field of type {', '.join(ORDERING_TYPES)}"
+            raise _invalid(expected, self.ordering, f", a {field_type} field", at=".ordering")
+        if self.ordering in key:
+            raise _invalid("a field that is not part of transform.key", self.ordering, at=".ordering")
+        return self
+
+    def key_fields(self) -> tuple[str, ...]:
+        """The key field names, however ``key`` was written."""
+        return (self.key,) if isinstance(self.key, str) else self.key
+
+    def spec(self) -> TransformSpec:
+        """The transform as the Spark job reads it; key and ordering fields are required."""
+        required = {*self.key_fields(), self.ordering}
+        return TransformSpec(
+            fields=tuple(f.spec(name, name in required) for name, f in (self.schema or {}).items()),
+            key=self.key_fields(),
+            ordering=self.ordering,
+            format=self.format,
+            tombstones=self.tombstones,
+            new_fields=self.new_fields,
+            max_value_bytes=self.max_value_bytes,
+        )
+
+
+def _read_schema_file(value: Any, folder: Path) -> tuple[dict[str, SchemaField], str]:
+    """The fields of ``transform.schema_file`` and the file as shown; errors in it name that file."""
+    expected = _SCHEMA_FILE_EXPECTED
+    if not isinstance(value, str) or not value.strip():
+        raise _invalid(expected, value, at=".schema_file")
+    path = Path(os.path.expanduser(value.strip()))
+    path = Path(os.path.normpath(path if path.is_absolute() else folder / path))
+    shown = _display_path(path)
+    try:
+        is_file = path.is_file()
+    except OSError:  # e.g. a name too long for the file system: no such file either
+        is_file = False
+    if not is_file:
+        raise _invalid(f"{expected}; looked for {shown!r}, which is not a file", value, at=".schema_file")
+    data = _read_yaml(path, shown)
+    try:
+        return _SCHEMA_FILE.validate_python(data), shown
+    except ValidationError as exc:
+        # A ValueError: pydantic carries it out of the pipeline file's validation as it is.
+        raise _config_error(exc, shown) from None
+
+
+# --------------------------------------------------------------------------- the file and what it loads into
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(**_SECTION_CONFIG, title="Pipeline file"))
+class PipelineFile(_Section):
+    """One pipeline: the top level of a pipeline file (``include/pipelines/<name>.yaml``).
+
+    One file = one pipeline = one Airflow DAG. Unknown keys are errors, so a
+    typo never falls back to a default silently.
+    """
+
+    name: Annotated[str, BeforeValidator(_check_name)] = _optional(
+        "Pipeline name, default the file name without .yaml: letters, digits, _, . and -, starting with a "
+        "letter or digit, at most 200 characters. It names the DAG, the table folders, the Delta txnAppId "
+        "and the consumer group (kafka-delta-elt.<name>); renaming a pipeline starts it afresh."
+    )
+    description: Annotated[str, BeforeValidator(_check_string)] = Field(
+        "", description="Free text shown with the DAG. Default empty."
+    )
+    kafka: KafkaConfig = Field(description="Required section: the source.")
+    tables: TablesSection | None = Field(None, description="Section: the target locations.")
+    schedule: Annotated[str, BeforeValidator(_check_schedule)] | None = Field(
+        description="Required key: a 5-field cron expression (minute hour day-of-month month day-of-week, "
+        "e.g. \"*/10 * * * *\"; a step is at most the field's highest value and a range runs forwards), one "
+        "of the presets @hourly, @daily, @weekly, @monthly, @quarterly, @yearly, or null for manual runs "
+        "only. Runs never overlap (max_active_runs=1)."
+    )
+    lag: LagConfig | None = Field(None, description="Section: lag sensor thresholds.")
+    data_loss_policy: _choice(DATA_LOSS_POLICIES) = Field(
+        "fail",
+        description="fail (default): a run stops before starting the cluster when Kafka retention deleted "
+        "records the table has not read yet. record_and_continue: the run records the gap (partition, "
+        "offsets, record count) and continues after it.",
+    )
+    cluster: ClusterConfig | None = Field(None, description="Section: the Spark cluster.")
+    retries: _integer(0, 10) = Field(
+        2,
+        description="Integer from 0 to 10, default 2: Airflow retries per task (exponential back-off, at "
+        "most 10 minutes apart).",
+    )
+    tags: Annotated[tuple[str, ...], BeforeValidator(_check_tags)] = Field(
+        (),
+        description="List of strings, default empty: Airflow DAG tags (at most 100 characters each, no "
+        "duplicates); kafka-delta-elt is always added.",
+    )
+    transform: TransformSection | None = Field(
+        None,
+        description="Optional section: how bronze records become silver rows; without it (the default, or "
+        "null) the pipeline stops at bronze.",
+    )
+
+    @classmethod
+    def _expected(cls, value: Any) -> str:
+        return "a mapping of pipeline settings (kafka, schedule, ...)"
+
+
+_PIPELINE_FILE = TypeAdapter(PipelineFile)
+
+
+@dataclass(frozen=True)
+class TablesConfig:
+    """Where the records go: :class:`TablesSection` with every location worked out.
+
+    Local paths are absolute; URIs are as written, without a trailing ``/``.
+    """
+
+    lakehouse_root: str
+    bronze_path: str
+    checkpoint_root: str
+    ledger_path: str
+    silver_path: str
+    quarantine_path: str
+    transform_checkpoint_root: str
+    log_retention_days: int = DEFAULT_LOG_RETENTION_DAYS
+    deleted_file_retention_days: int = DEFAULT_DELETED_FILE_RETENTION_DAYS
+
+    def retention_properties(self) -> dict[str, str]:
+        """The Delta table properties the pipeline's tables carry for its retention settings."""
+        return {
+            "delta.logRetentionDuration": f"interval {self.log_retention_days} days",
+            "delta.deletedFileRetentionDuration": f"interval {self.deleted_file_retention_days} days",
+        }
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """One loaded pipeline: a :class:`PipelineFile` with its name, tables and transform worked out.
+
+    Each field is the key of the same name (see :class:`PipelineFile`), with
+    its default filled in; ``transform`` is a
+    :class:`~include.contract.transform_spec.TransformSpec` or ``None``.
+    ``source_path`` is not a key: the file this configuration was loaded
+    from, as shown in error messages.
+    """
+
+    name: str
+    kafka: KafkaConfig
+    tables: TablesConfig
+    schedule: str | None
+    source_path: str
+    description: str = ""
+    lag: LagConfig = field(default_factory=LagConfig)
+    data_loss_policy: str = "fail"
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    retries: int = 2
+    tags: tuple[str, ...] = ()
+    transform: TransformSpec | None = None
+
+    @property
+    def consumer_group(self) -> str:
+        """Kafka consumer group mirroring the bronze table's next offsets, for lag tooling."""
+        return CONSUMER_GROUP_PREFIX + self.name
+
+    def ingest_job_args(
+        self, bootstrap_servers: str, run_id: str, run_type: str, summary_path: str
+    ) -> list[str]:
+        """Arguments of ``spark_jobs/kafka_to_bronze.py`` for one run of this pipeline.
+
+        ``bootstrap_servers`` comes from the Airflow connection. Every flag is
+        rendered as ``--flag=value`` so that a value starting with ``-`` (a
+        topic pattern, a run id) is never read as a flag. ``kafka.options`` and
+        the connection's security settings are not rendered: they go to the
+        job through ``--kafka-options-file`` so they never show in a command
+        line.
+        """
+        for arg, value in (
+            ("bootstrap_servers", bootstrap_servers),
+            ("run_id", run_id),
+            ("summary_path", summary_path),
+        ):
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{arg}: expected a non-empty string, got {_describe(value)}")
+        if run_type not in RUN_TYPES:
+            raise ValueError(f"run_type: expected one of {_choices(RUN_TYPES)}, got {_describe(run_type)}")
+        kafka = self.kafka
+        args = [f"--pipeline={self.name}", f"--bootstrap-servers={bootstrap_servers}"]
+        if kafka.topic_pattern is not None:
+            args.append(f"--topic-pattern={kafka.topic_pattern}")
+        else:
+            args.append(f"--topics={','.join(kafka.topics)}")
+        args += [
+            f"--bronze-path={self.tables.bronze_path}",
+            f"--checkpoint-root={self.tables.checkpoint_root}",
+            f"--starting-offsets={kafka.starting_offsets}",
+        ]
+        if kafka.max_offsets_per_trigger is not None:
+            args.append(f"--max-offsets-per-trigger={kafka.max_offsets_per_trigger}")
+        args += [f"--run-id={run_id}", f"--run-type={run_type}", f"--summary-path={summary_path}"]
+        args += [f"--table-property={k}={v}" for k, v in self.tables.retention_properties().items()]
+        return args
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_pipeline(path: str | os.PathLike[str]) -> PipelineConfig:
+    """Read and validate one pipeline file; raises :class:`PipelineConfigError`."""
+    path = Path(path)
+    shown = _display_path(path)
+    data = _read_yaml(path, shown)
+    try:
+        file = _PIPELINE_FILE.validate_python(data, context={"folder": path.parent})
+    except ValidationError as exc:
+        raise _config_error(exc, shown) from None
+    return _loaded(file, shown, path.stem)
+
+
+def load_pipelines(
+    folder: str | os.PathLike[str],
+) -> tuple[dict[str, PipelineConfig], dict[str, str]]:
+    """Load every ``*.yaml``/``*.yml`` file directly in ``folder``.
+
+    Returns the valid pipelines by name and the errors by file path. One bad
+    file never stops the others. Files are read in name order; a pipeline whose
+    name, bronze, silver or quarantine table or checkpoint folder an earlier
+    file already uses is an error of the later file (two pipelines writing one
+    table would corrupt it).
+    Hidden files (editor backups) are skipped.
+    """
+    folder = Path(folder)
+    configs: dict[str, PipelineConfig] = {}
+    errors: dict[str, str] = {}
+    if not folder.is_dir():
+        shown = _display_path(folder)
+        errors[shown] = str(
+            PipelineConfigError(
+                shown, "(folder)", "expected a folder of pipeline files, got nothing at that path"
+            )
+        )
+        return configs, errors
+    files = sorted(
+        p
+        for p in folder.iterdir()
+        if p.suffix in (".yaml", ".yml") and not p.name.startswith(".") and p.is_file()
+    )
+    owners: dict[tuple[str, str], str] = {}
+    for path in files:
+        shown = _display_path(path)
+        try:
+            config = load_pipeline(path)
+            claims = [
+                ("name", "name", config.name),
+                ("bronze table", "tables.bronze_path", config.tables.bronze_path),
+                ("checkpoint folder", "tables.checkpoint_root", config.tables.checkpoint_root),
+                ("silver table", "tables.silver_path", config.tables.silver_path),
+                ("quarantine table", "tables.quarantine_path", config.tables.quarantine_path),
+                (
+                    "transform checkpoint folder",
+                    "tables.transform_checkpoint_root",
+                    config.tables.transform_checkpoint_root,
+                ),
+            ]
+            for what, field_path, value in claims:
+                owner = owners.get((what, value))
+                if owner is not None:
+                    raise PipelineConfigError(
+                        shown,
+                        field_path,
+                        f"expected a {what} no other pipeline uses, got {value!r}, already used by {owner}",
+                    )
+            for what, _, value in claims:
+                owners[(what, value)] = shown
+            configs[config.name] = config
+        except PipelineConfigError as exc:
+            errors[shown] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - a loader bug on one file must not hide every other pipeline
+            errors[shown] = f"{shown}: (file): unexpected error while loading: {type(exc).__name__}: {exc}"
+    return configs, errors
+
+
+def _loaded(file: PipelineFile, shown: str, stem: str) -> PipelineConfig:
+    """The configuration ``file`` stands for: what depends on its name, the environment or other keys."""
+    name = file.name
+    if name is None:
+        if not (_NAME.fullmatch(stem) and len(stem) <= NAME_MAX_LEN):
+            raise PipelineConfigError(
+                shown,
+                "name",
+                f"expected {_NAME_EXPECTED}, got the file name {stem!r} (str); "
+                "rename the file or set name explicitly",
+            )
+        name = stem
+    tables = _tables(file.tables or TablesSection(), name, shown)
+    cluster = file.cluster or ClusterConfig()
+    if cluster.profile == "kubernetes" and cluster.kubernetes is not None:
+        _check_pods_reach(shown, tables, file.kafka, cluster.kubernetes)
+    return PipelineConfig(
+        name=name,
+        kafka=file.kafka,
+        tables=tables,
+        schedule=file.schedule,
+        source_path=shown,
+        description=file.description,
+        lag=file.lag or LagConfig(),
+        data_loss_policy=file.data_loss_policy,
+        cluster=cluster,
+        retries=file.retries,
+        tags=file.tags,
+        transform=file.transform.spec() if file.transform is not None else None,
+    )
+
+
+def _tables(section: TablesSection, name: str, shown: str) -> TablesConfig:
+    """Every location of ``section``, defaults under ``<lakehouse_root>/<name>``; none inside another."""
+    root = default_lakehouse_root() if section.lakehouse_root is None else _location(section.lakehouse_root)
+    locations: dict[str, str] = {}
+    explicit: set[str] = set()
+    for key, default, _, _ in _TABLE_LOCATIONS:
+        given = getattr(section, key)
+        if given is None:
+            locations[key] = _join_location(root, name, *default)
+        else:
+            locations[key] = _location(given)
+            explicit.add(key)
+    for j, (key, _, _, key_is_folder) in enumerate(_TABLE_LOCATIONS):
+        for other, _, _, other_is_folder in _TABLE_LOCATIONS[:j]:
+            here, there = locations[key], locations[other]
+            if not (_is_within(here, there) or _is_within(there, here)):
+                continue
+            blamed, against, is_folder = key, other, key_is_folder
+            if key not in explicit and other in explicit:  # report the key the file set
+                blamed, against, is_folder = other, key, other_is_folder
+            what = next(w for k, _, w, _ in _TABLE_LOCATIONS if k == against)
+            raise PipelineConfigError(
+                shown,
+                f"tables.{blamed}",
+                f"expected {'a folder' if is_folder else 'a location'} apart from {what} "
+                f"(neither inside the other), got {locations[blamed]!r} with tables.{against} "
+                f"{locations[against]!r}",
+            )
+    return TablesConfig(
+        lakehouse_root=root,
+        **locations,
+        log_retention_days=section.log_retention_days,
+        deleted_file_retention_days=section.deleted_file_retention_days,
+    )
+
+
+def _check_pods_reach(shown: str, tables: TablesConfig, kafka: KafkaConfig, k8s: KubernetesConfig) -> None:
+    """Profile ``kubernetes``: what the driver pod reads is in the image, the shared volume or a secret."""
+    if k8s.shared_dir is None:  # ClusterConfig already refused it
+        return
+    for key, uri_ok in _POD_LOCATIONS:
+        location = getattr(tables, key)
+        if uri_ok and _URI.match(location):
+            continue
+        if not _is_within(location, k8s.shared_dir):
+            allowed = "a URI or a path" if uri_ok else "a path"
+            raise PipelineConfigError(
+                shown,
+                f"tables.{key}",
+                f"expected {allowed} inside cluster.kubernetes.shared_dir {k8s.shared_dir!r} with profile "
+                "kubernetes (the driver and executor pods see only that volume), got "
+                f"{_describe(location)}",
+            )
+    if kafka.options:
+        raise PipelineConfigError(
+            shown,
+            "kafka.options",
+            "expected no options with profile kubernetes, got "
+            f"{', '.join(sorted(kafka.options))}; the driver pod reads its Kafka settings only from "
+            "the secret cluster.kubernetes.kafka_options_secret, so put them in its JSON",
+        )
+
+
+def _config_error(exc: ValidationError, shown: str) -> PipelineConfigError:
+    """Pydantic's errors for the file ``shown`` as one :class:`PipelineConfigError`, a line per problem."""
+    found: list[PipelineConfigError] = []
+    for error in exc.errors(include_url=False):
+        ctx = error.get("ctx") or {}
+        nested = ctx.get("error")
+        if isinstance(nested, PipelineConfigError):  # from a schema file: it names that file
+            found += [PipelineConfigError(e.file, e.field, e.problem) for e in (nested, *nested.more)]
+            continue
+        field_path = ("".join(_suffix(part) for part in error["loc"]) + ctx.get("at", "")).removeprefix(".")
+        if error["type"] == _PROBLEM:
+            problem = error["msg"]
+        else:  # one of pydantic's own checks, which the ones above should have run before
+            problem = f"expected a valid value ({error['msg']}), got {_describe(error['input'])}"
+        found.append(PipelineConfigError(shown, field_path or "(top level)", problem))
+    first, *more = found
+    return PipelineConfigError(first.file, first.field, first.problem, more)
+
+
+def _display_path(path: Path) -> str:
+    """``path`` relative to the project when inside it (short, same on every machine), else as given."""
+    try:
+        return str(path.resolve().relative_to(settings.PROJECT_ROOT))
+    except (OSError, ValueError):
+        return str(path)
+
+
+def default_lakehouse_root() -> str:
+    """``KDE_LAKEHOUSE_ROOT`` if set (relative to the working directory, like the
+    other ``KDE_*`` folders in :mod:`include.settings`), else ``<KDE_VAR_DIR>/lakehouse``.
+
+    Read at call time, not import time, so one process can load with different settings.
+    """
+    env = os.environ.get(LAKEHOUSE_ROOT_ENV, "").strip()
+    if not env:
+        return str(settings.VAR_DIR / "lakehouse")
+    if _URI.match(env):
+        return env.rstrip("/")
+    return os.path.abspath(os.path.expanduser(env))
+
+
+def _location(value: str) -> str:
+    """A location from the file: URIs as written, local paths absolute (relative to the project)."""
+    if _URI.match(value):
+        return value.rstrip("/")
+    path = Path(os.path.expanduser(value))
+    if not path.is_absolute():
+        path = settings.PROJECT_ROOT / path
+    return os.path.normpath(path)
+
+
+def _join_location(root: str, *parts: str) -> str:
+    if _URI.match(root):
+        return "/".join((root.rstrip("/"), *parts))
+    return str(Path(root, *parts))
+
+
+def _is_within(inner: str, outer: str) -> bool:
+    a, b = PurePosixPath(inner), PurePosixPath(outer)
+    return a == b or b in a.parents
+
+
+# --------------------------------------------------------------------------- YAML
+
+
+class _DuplicateKey(yaml.MarkedYAMLError):
+    pass
+
+
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """Safe loader that refuses duplicate keys (PyYAML silently keeps the last one)."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            duplicate = key in seen
+        except TypeError:  # unhashable key: construct_mapping reports it with its position
+            continue
+        if duplicate:
+            raise _DuplicateKey(problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=True)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _read_yaml(path: Path, shown: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PipelineConfigError(
+            shown, "(file)", f"expected a readable UTF-8 YAML file, got {exc}"
+        ) from None
+    return _parse_yaml(text, shown)
+
+
+def _parse_yaml(text: str, shown: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader: no arbitrary objects
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
+        problem = exc.problem or "unreadable"
+        if exc.context:
+            problem = f"{problem} ({exc.context})"
+        raise PipelineConfigError(
+            shown, where, f"expected valid YAML, got a syntax error: {problem}"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise PipelineConfigError(
+            shown, "(file)", f"expected valid YAML, got a syntax error: {exc}"
+        ) from None
+
+
+# --------------------------------------------------------------------------- JSON Schema
+
+#: Where the pipeline file's JSON Schema is checked in (a unit test keeps it current).
+SCHEMA_PATH = settings.PROJECT_ROOT / "docs" / "pipeline.schema.json"
+SCHEMA_COMMAND = ".venv/bin/python -m include.config.pipeline_config --schema > docs/pipeline.schema.json"
+
+
+def pipeline_schema_json() -> str:
+    """The JSON Schema of a pipeline file, as checked in at ``docs/pipeline.schema.json``.
+
+    Generated from :class:`PipelineFile`, so editors (e.g. with a
+    ``# yaml-language-server: $schema=...`` line) show the same keys,
+    defaults and descriptions the loader uses.
+    """
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **_PIPELINE_FILE.json_schema()}
+    return json.dumps(schema, indent=2) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m include.config.pipeline_config --schema``: print the pipeline file's JSON Schema."""
+    parser = argparse.ArgumentParser(
+        prog="python -m include.config.pipeline_config", description="Print the JSON Schema of a pipeline file."
+    )
+    parser.add_argument("--schema", action="store_true", required=True, help=f"print it: {SCHEMA_COMMAND}")
+    parser.parse_args(argv)
+    sys.stdout.write(pipeline_schema_json())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,346 @@
+"""What the monitoring page shows about a pipeline, gathered without a JVM and in bounded time.
+
+One *snapshot* per pipeline joins three sources that no single tool shows
+together:
+
+- **Kafka** (confluent-kafka, through the pipeline's Airflow connection):
+  each partition's earliest and latest offsets, the timestamps of the oldest
+  pending records and the consumer-group mirror's offsets;
+- **the bronze table** (delta-rs): its position (the newest bronze commit's
+  next offsets) and the Kafka timestamp of the last record it holds per
+  partition;
+- **the run ledger** (delta-rs): the recent runs, the gaps they recorded and
+  the manual actions with who asked and why.
+
+Every Kafka call shares one deadline (``timeout_s``), so a slow or dead broker
+makes the snapshot say "unreachable" within seconds instead of hanging the
+page. A source that fails is reported in the snapshot (``kafka``, ``table``,
+``ledger``: ``ok`` and ``error``); the others are still shown. Snapshots are
+plain JSON-ready dicts: the page renders them and the JSON endpoints return
+them as they are.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from include.config.pipeline_config import PipelineConfig
+from include.contract.preflight import measure_lag
+from include.readers import delta_progress, kafka_state, run_ledger
+
+#: The whole Kafka part of one snapshot must finish within this many seconds.
+DEFAULT_TIMEOUT_S = 5.0
+#: Runs listed on the page and plotted in its charts.
+RUNS_SHOWN = 50
+#: Recorded gaps and manual actions listed (newest first).
+EVENTS_SHOWN = 100
+#: Offsets searched below a partition's next offset for its last ingested record; widened when
+#: the window holds none (transaction markers and compaction leave holes).
+_LAST_RECORD_WINDOW = 1_000
+#: Connection settings whose values must never reach the page, not even inside an error message.
+_SECRET_KEY = re.compile(r"password|secret|jaas|token|ssl\.key|credential", re.IGNORECASE)
+#: Below this, a Kafka call is not worth starting: it would only time out.
+_MIN_CALL_S = 0.5
+
+
+class _NoConnection(RuntimeError):
+    """The pipeline's Kafka connection could not be resolved, so Kafka was not asked."""
+
+
+@dataclass(frozen=True)
+class SchedulerView:
+    """What Airflow's scheduler knows of a pipeline's DAG (``None``: not known, e.g. not parsed yet)."""
+
+    paused: bool | None = None
+    next_run_at: datetime | None = None
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def redact(text: str, config: Mapping[str, Any] | None) -> str:
+    """``text`` with the values of the connection's secret settings replaced by ``***``."""
+    for key, value in (config or {}).items():
+        if _SECRET_KEY.search(str(key)) and value and str(value) in text:
+            text = text.replace(str(value), "***")
+    return text
+
+
+def _run_view(row: dict[str, Any], dag_id: str) -> dict[str, Any]:
+    ranges = [
+        {"topic": p.get("topic"), "partition": p.get("partition"), "from": p.get("from"),
+         "until": p.get("until"), "rows": p.get("rows") or 0}
+        for p in row.get("partitions_json") or [] if p.get("rows")
+    ]  # fmt: skip
+    return {
+        "run_id": row["run_id"],
+        "run_type": row.get("run_type"),
+        "action": row.get("action") or "normal",
+        "outcome": row.get("outcome"),
+        "reason": row.get("reason") or "",
+        "started_at": _iso(row.get("started_at")),
+        "finished_at": _iso(row.get("finished_at")),
+        "duration_s": row.get("duration_s"),
+        "rows": row.get("rows"),
+        "commits": row.get("commits"),
+        "lag_before": row.get("lag_before"),
+        "lag_after": row.get("lag_after"),
+        "lost": row.get("lost"),
+        "continuity": row.get("continuity"),
+        "quarantined": row.get("quarantined"),
+        "bronze_version_after": row.get("bronze_version_after"),
+        "requested_by": row.get("requested_by"),
+        "request_reason": row.get("request_reason"),
+        "ranges": ranges,
+        "link": run_link(dag_id, row["run_id"]),
+    }
+
+
+def dag_link(dag_id: str) -> str:
+    """The DAG's page in the Airflow UI (relative to the UI's root)."""
+    from urllib.parse import quote
+
+    return f"/dags/{quote(dag_id, safe='')}"
+
+
+def run_link(dag_id: str, run_id: str) -> str:
+    """A DAG run's page in the Airflow UI (relative to the UI's root)."""
+    from urllib.parse import quote
+
+    return f"{dag_link(dag_id)}/runs/{quote(run_id, safe='')}"
+
+
+def _history(rows: list[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
+    """Recorded gaps and manual actions in ledger rows (newest first)."""
+    gaps, actions = [], []
+    for row in rows:
+        finished = _iso(row.get("finished_at"))
+        for g in row.get("gaps_json") or []:
+            gaps.append({"run_id": row["run_id"], "finished_at": finished, "topic": g.get("topic"),
+                         "partition": g.get("partition"), "from": g.get("from"), "until": g.get("until"),
+                         "lost": (g["until"] - g["from"]) if g.get("until") is not None and g.get("from") is not None
+                         else None, "reason": g.get("reason") or ""})  # fmt: skip
+        action = row.get("action") or "normal"
+        if action != "normal":
+            actions.append({"run_id": row["run_id"], "finished_at": finished, "run_type": row.get("run_type"),
+                            "action": action, "requested_by": row.get("requested_by"),
+                            "reason": row.get("request_reason") or "", "outcome": row.get("outcome")})  # fmt: skip
+    return gaps[:EVENTS_SHOWN], actions[:EVENTS_SHOWN]
+
+
+def last_ingested(bronze_path: str, next_offsets: Mapping[tuple[str, int], int], *,
+                  storage_options: dict[str, str] | None = None) -> dict[tuple[str, int], datetime | None]:  # fmt: skip
+    """Kafka timestamp of the newest record bronze holds below each partition's next offset.
+
+    Reads only a window of offsets under the position (Delta's file statistics
+    skip the other files), widening it for partitions where the window is
+    empty, so the cost does not grow with the table.
+    """
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    found: dict[tuple[str, int], datetime | None] = {key: None for key in next_offsets}
+    todo = {key: nxt for key, nxt in next_offsets.items() if nxt > 0}
+    if not todo:
+        return found
+    dataset = DeltaTable(bronze_path, storage_options=storage_options).to_pyarrow_dataset()
+    window = _LAST_RECORD_WINDOW
+    while todo:
+        expr = None
+        for (topic, partition), nxt in todo.items():
+            one = ((pc.field("topic") == topic) & (pc.field("partition") == partition)
+                   & (pc.field("offset") < nxt) & (pc.field("offset") >= max(0, nxt - window)))  # fmt: skip
+            expr = one if expr is None else expr | one
+        table = dataset.to_table(columns=["topic", "partition", "offset", "timestamp"], filter=expr)
+        newest: dict[tuple[str, int], tuple[int, datetime]] = {}
+        for row in table.to_pylist():
+            key = (row["topic"], row["partition"])
+            if key not in newest or row["offset"] > newest[key][0]:
+                newest[key] = (row["offset"], row["timestamp"])
+        for key, (_, stamp) in newest.items():
+            found[key] = stamp
+        # Partitions whose whole offset range was searched without a record hold none.
+        todo = {key: nxt for key, nxt in todo.items() if key not in newest and nxt - window > 0}
+        window *= 10
+    return found
+
+
+def _health(snap: dict[str, Any]) -> dict[str, Any]:
+    failing, warning = [], []
+    if not snap["kafka"]["ok"]:
+        failing.append("Kafka unreachable")
+    if not snap["table"]["ok"]:
+        failing.append("bronze table unreadable")
+    if not snap["ledger"]["ok"]:
+        failing.append("run ledger unreadable")
+    if snap["open_gaps"]:
+        lost = sum(g["records"] for g in snap["open_gaps"])
+        failing.append(f"{lost} records deleted by Kafka before they were read")
+    last = snap["last_run"]
+    if last is not None:
+        if last["outcome"] == "failed":
+            failing.append(f"last run failed: {last['reason']}" if last["reason"] else "last run failed")
+        if last["continuity"] == "BROKEN":
+            failing.append("last run's continuity check found a break")
+        if last["quarantined"]:
+            warning.append(f"{last['quarantined']} records quarantined in the last run")
+    if snap["paused"] and snap["lag"]["records"]:
+        warning.append(f"DAG paused with {snap['lag']['records']} records waiting")
+    if failing:
+        return {"state": "failing", "reasons": failing + warning}
+    if warning:
+        return {"state": "warning", "reasons": warning}
+    if last is None:
+        return {"state": "unknown", "reasons": ["no runs recorded yet"]}
+    return {"state": "ok", "reasons": []}
+
+
+def pipeline_snapshot(
+    cfg: PipelineConfig,
+    kafka_config: Mapping[str, str] | None,
+    *,
+    kafka_error: str | None = None,
+    scheduler: SchedulerView | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> dict[str, Any]:
+    """Everything the page shows about one pipeline (see the module docstring).
+
+    ``kafka_config`` is the connection's confluent-kafka settings, or ``None``
+    with ``kafka_error`` saying why there are none (e.g. a missing
+    connection). No exception escapes for a source that fails; it is reported
+    in the snapshot instead.
+    """
+    started = time.monotonic()
+    scheduler = scheduler or SchedulerView()
+    snap: dict[str, Any] = {
+        "pipeline": cfg.name,
+        "dag_id": cfg.name,
+        "description": cfg.description,
+        "source": {"connection_id": cfg.kafka.connection_id,
+                   "bootstrap_servers": (kafka_config or {}).get("bootstrap.servers"),
+                   "topics": list(cfg.kafka.topics), "topic_pattern": cfg.kafka.topic_pattern},  # fmt: skip
+        "tables": {"bronze": cfg.tables.bronze_path,
+                   "silver": cfg.tables.silver_path if cfg.transform is not None else None,
+                   "ledger": cfg.tables.ledger_path},  # fmt: skip
+        "schedule": cfg.schedule,
+        "paused": scheduler.paused,
+        "next_run_at": _iso(scheduler.next_run_at),
+        "links": {"dag": dag_link(cfg.name), "last_run": None},
+    }
+
+    progress = None
+    try:
+        # Kafka is read after the table (it may be down): the configured topics, and what the newest
+        # commit names, are looked up in the table's state.
+        progress = delta_progress.read_progress(cfg.tables.bronze_path, cfg.name, {t: () for t in cfg.kafka.topics})
+        # The table is opened a second time only when it holds none of our commits (or is absent).
+        version = progress.table_version if progress else delta_progress.table_version(cfg.tables.bronze_path)
+        snap["table"] = {"ok": True, "error": None, "exists": version is not None, "version": version,
+                         "epoch": progress.epoch if progress else None,
+                         "position_from": progress.stand.source if progress else None,
+                         "restored": progress.restore.restored_to if progress and progress.restore else None}  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - shown on the page; the other sources still are
+        snap["table"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "exists": None, "version": None,
+                         "epoch": None, "position_from": None, "restored": None}  # fmt: skip
+
+    try:
+        rows = run_ledger.read_runs(cfg.tables.ledger_path)
+        snap["ledger"] = {"ok": True, "error": None}
+    except Exception as exc:  # noqa: BLE001
+        rows = []
+        snap["ledger"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    snap["runs"] = [_run_view(r, cfg.name) for r in rows[:RUNS_SHOWN]]
+    snap["last_run"] = snap["runs"][0] if snap["runs"] else None
+    if snap["last_run"]:
+        snap["links"]["last_run"] = snap["last_run"]["link"]
+    snap["gaps"], snap["manual_actions"] = _history(rows)
+
+    table_next = progress.next_offsets if progress else None
+    _kafka_part(snap, cfg, kafka_config, kafka_error, table_next, started + timeout_s, now)
+    snap["health"] = _health(snap)
+    snap["checked_at"] = now().isoformat()
+    snap["elapsed_s"] = round(time.monotonic() - started, 3)
+    return snap
+
+
+def _kafka_part(snap: dict[str, Any], cfg: PipelineConfig, config: Mapping[str, str] | None, error: str | None,
+                table_next: Mapping[str, Mapping[int, int]] | None, deadline: float,
+                now: Callable[[], datetime]) -> None:  # fmt: skip
+    """Fill ``kafka``, ``partitions``, ``lag`` and ``open_gaps``; on failure, from the table alone."""
+    positions = {(t, p): o for t, parts in (table_next or {}).items() for p, o in parts.items()}
+    stamps: dict[tuple[str, int], datetime | None] = {}
+    if positions:
+        try:
+            stamps = last_ingested(cfg.tables.bronze_path, positions)
+        except Exception as exc:  # noqa: BLE001 - the timestamps are a nicety; the offsets still show
+            snap["table"]["error"] = f"last ingested timestamps: {type(exc).__name__}: {exc}"
+
+    def left() -> float:
+        return deadline - time.monotonic()
+
+    report, pending, group = None, {}, {}
+    try:
+        if config is None:
+            raise _NoConnection(f"Kafka not asked: {error or 'no connection settings'}")
+        topics = kafka_state.read_topics(config, topics=cfg.kafka.topics, pattern=cfg.kafka.topic_pattern,
+                                         timeout_s=max(left(), _MIN_CALL_S))  # fmt: skip
+        report = measure_lag(table_next, topics, starting_offsets=cfg.kafka.starting_offsets)
+        waiting = {(p.topic, p.partition): p.start for p in report.partitions if p.lag}
+        notes = []
+        # The extras are worth a call only while time is left; the offsets above are the essentials.
+        if waiting and left() > _MIN_CALL_S:
+            pending = kafka_state.record_timestamps(config, waiting, timeout_s=left())
+        elif waiting:
+            notes.append("oldest pending timestamps skipped: out of time")
+        keys = [(p.topic, p.partition) for p in report.partitions]
+        if keys and left() > _MIN_CALL_S:
+            group = kafka_state.group_offsets(config, cfg.consumer_group, keys, timeout_s=left())
+        elif keys:
+            notes.append("consumer-group offsets skipped: out of time")
+        snap["kafka"] = {"ok": True, "error": None, "notes": notes}
+    except Exception as exc:  # noqa: BLE001 - any Kafka failure is shown, never raised into the page
+        text = redact(str(exc), config)
+        if report is not None:  # the offsets were read; only an extra failed
+            snap["kafka"] = {"ok": True, "error": f"partly read: {text}", "notes": []}
+        elif isinstance(exc, kafka_state.KafkaUnavailableError):
+            snap["kafka"] = {"ok": False, "error": f"broker unreachable: {text}", "notes": []}
+        else:  # no connection, unknown topic settings, authentication refused, ...
+            snap["kafka"] = {"ok": False, "error": text, "notes": []}
+
+    partitions = []
+    if report is not None:
+        for p in report.partitions:
+            key = (p.topic, p.partition)
+            partitions.append({
+                "topic": p.topic, "partition": p.partition, "earliest": p.earliest, "latest": p.latest,
+                "next_offset": p.next_offset, "lag": p.lag, "lost_now": p.lost,
+                "last_ingested_at": _iso(stamps.get(key)), "oldest_pending_at": _iso(pending.get(key)),
+                "group_offset": group.get(key),
+            })  # fmt: skip
+    else:
+        for (topic, partition), nxt in sorted(positions.items()):
+            partitions.append({
+                "topic": topic, "partition": partition, "earliest": None, "latest": None, "next_offset": nxt,
+                "lag": None, "lost_now": None, "last_ingested_at": _iso(stamps.get((topic, partition))),
+                "oldest_pending_at": None, "group_offset": None,
+            })  # fmt: skip
+    snap["partitions"] = partitions
+    snap["open_gaps"] = [
+        {"topic": p["topic"], "partition": p["partition"], "from": p["next_offset"],
+         "until": p["next_offset"] + p["lost_now"], "records": p["lost_now"]}
+        for p in partitions if p["lost_now"]
+    ]  # fmt: skip
+    oldest = min((v for v in pending.values() if v is not None), default=None)
+    snap["lag"] = {
+        "records": report.total_lag if report is not None else None,
+        "partitions_behind": sum(1 for p in report.partitions if p.lag) if report is not None else None,
+        "oldest_pending_at": _iso(oldest),
+        "oldest_pending_age_s": max(0.0, (now() - oldest).total_seconds()) if oldest else None,
+    }

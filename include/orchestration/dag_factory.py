@@ -1,0 +1,253 @@
+"""One Airflow DAG per pipeline file: lag sensor → preflight → [cluster up] → ingest → transform
+→ [cluster down] → continuity → mirror → record.
+
+What each task does is in :mod:`include.orchestration.tasks`; this module only declares the
+tasks, hands each its context values, and wires them.
+
+Parse-time rule: building a DAG reads the pipeline files and nothing else. No
+connection, Variable, Kafka client, Spark or Delta import happens until a task
+runs (a test imports the DAG folder and checks ``sys.modules``).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, PokeReturnValue, TriggerRule, chain, task
+
+from include import settings
+from include.config.pipeline_config import PipelineConfig, load_pipelines
+from include.contract.manual_ops import form_params
+from include.orchestration import tasks
+from include.orchestration.spark_operator import IngestOperator, TransformOperator, job_run_type
+
+#: A driver outlives a stopped cluster and would wait forever; the task must not.
+INGEST_TIMEOUT = timedelta(hours=4)
+#: How long a run waits for another run of its pipeline to finish before it gives up.
+LOCK_TIMEOUT = timedelta(hours=6)
+#: Folder of pipeline files; ``KDE_PIPELINES_DIR`` overrides it (tests, deployments).
+PIPELINES_ENV = "KDE_PIPELINES_DIR"
+
+DOC = """\
+### Kafka → Delta pipeline `{name}`
+
+{description}
+
+Source: {source} through Airflow connection `{conn}`. Bronze table: `{bronze}`.
+Run ledger: `{ledger}`. Pipeline file: `{file}`.
+
+Each run: **check_request** (the trigger form's action checked against the pipeline, Kafka
+and the table; waits while another run of this pipeline holds its lock) → **wait_for_lag**
+(Kafka admin + Delta log, no JVM; skipped when there is nothing new) → **preflight** (data loss by retention, recreated topics, offsets
+going backwards, partitions added or gone; policy `{policy}`) →
+{cluster} → **ingest** (`Trigger.AvailableNow`, one Delta commit per micro-batch
+with its offset ranges) → {transform}**check_continuity** (ranges chain, rows match,
+checkpoint == table{transform_check}) → **mirror_offsets** (consumer group `{group}`) →
+**record_run** (run ledger row, Asset event; gives the lock back).
+
+Trigger the DAG with a config to run a manual operation: backfill by offsets or by time,
+rebuild the checkpoint, or acknowledge a data-loss gap (each needs a reason, recorded
+in the ledger). `airflow backfill create` runs re-read their data interval by Kafka timestamp.
+"""
+
+
+def pipelines_dir() -> Path:
+    """Where the pipeline files are read from."""
+    return Path(os.environ.get(PIPELINES_ENV) or settings.PROJECT_ROOT / "include" / "pipelines")
+
+
+def bronze_asset(cfg: PipelineConfig) -> Asset:
+    """The Airflow Asset standing for the pipeline's bronze table."""
+    path = cfg.tables.bronze_path
+    uri = path if "://" in path else Path(path).resolve().as_uri()
+    return Asset(name=f"kafka-delta-elt.{cfg.name}.bronze", uri=uri)
+
+
+def silver_asset(cfg: PipelineConfig) -> Asset:
+    """The Airflow Asset standing for the pipeline's silver table."""
+    path = cfg.tables.silver_path
+    uri = path if "://" in path else Path(path).resolve().as_uri()
+    return Asset(name=f"kafka-delta-elt.{cfg.name}.silver", uri=uri)
+
+
+def cluster_doc(cfg: PipelineConfig) -> str:
+    """The DAG doc's words for where the Spark jobs run (profile ``cluster.profile``)."""
+    c = cfg.cluster
+    if c.profile == "local_standalone":
+        local = (f"; a backlog of at most {c.local_max_records} records runs in local mode inside the driver, "
+                 "no cluster" if c.local_max_records else "")  # fmt: skip
+        scaled = f", fewer for a backlog under {c.records_per_worker} per worker" if c.records_per_worker else ""
+        return (
+            f"**start_cluster** (setup: Spark standalone master + {c.workers} worker(s){scaled} x {c.worker_cores} "
+            f"core(s), {c.worker_memory} on 127.0.0.1{local}; **stop_cluster** is its teardown) "
+        )
+    if c.profile == "existing_master":
+        return (
+            f"existing Spark master from connection `{c.master_connection_id}` (profile existing_master: "
+            f"client mode, the driver runs on the Airflow worker, {c.workers} executor(s); no cluster is "
+            "started or stopped) "
+        )
+    k8s = c.kubernetes
+    where = f"image `{k8s.image}`, namespace `{k8s.namespace}`" if k8s else ""
+    return (
+        f"Kubernetes in cluster mode through connection `{c.master_connection_id}` (profile kubernetes: "
+        f"Spark creates a driver pod and {c.workers} executor pod(s) per job, {where}, and removes them; "
+        "no start/stop cluster task) "
+    )
+
+
+def dag_doc(cfg: PipelineConfig) -> str:
+    """The DAG's ``doc_md``: what one run of the pipeline does, in its own names and paths."""
+    return DOC.format(
+        name=cfg.name,
+        description=cfg.description or "",
+        source=f"topics `{', '.join(cfg.kafka.topics)}`" if cfg.kafka.topics else f"pattern `{cfg.kafka.topic_pattern}`",
+        conn=cfg.kafka.connection_id,
+        bronze=cfg.tables.bronze_path,
+        ledger=cfg.tables.ledger_path,
+        file=cfg.source_path,
+        policy=cfg.data_loss_policy,
+        cluster=cluster_doc(cfg),
+        group=cfg.consumer_group,
+        transform=(
+            f"**transform** (bronze → silver `{cfg.tables.silver_path}` by key `{', '.join(cfg.transform.key)}`, "
+            f"newest by `{cfg.transform.ordering}`; bad records → quarantine `{cfg.tables.quarantine_path}`; "
+            "it runs in ingest's Spark application, right after it, and this task reports it; a retry "
+            "submits it alone) → "
+            if cfg.transform
+            else ""
+        ),
+        transform_check=", every bronze record read is upserted, deleted, quarantined or superseded"
+        if cfg.transform
+        else "",
+    )
+
+
+def build_dag(cfg: PipelineConfig) -> DAG:
+    """The DAG of one pipeline."""
+    transient = cfg.cluster.transient
+    max_wait_s = cfg.lag.max_wait_minutes * 60
+    asset = bronze_asset(cfg)
+    outlets = [asset, silver_asset(cfg)] if cfg.transform else [asset]
+    with DAG(
+        dag_id=cfg.name,
+        description=(cfg.description or f"Kafka → Delta bronze: {cfg.name}")[:200],
+        # Each scheduled or backfill run owns the interval [previous tick, this tick).
+        schedule=CronDataIntervalTimetable(cfg.schedule, timezone="UTC") if cfg.schedule else None,
+        start_date=datetime(2024, 1, 1, tzinfo=UTC),
+        catchup=False,
+        max_active_runs=1,
+        tags=sorted({"kafka-delta-elt", *cfg.tags}),
+        doc_md=dag_doc(cfg),
+        default_args={
+            "retries": cfg.retries,
+            "retry_delay": timedelta(seconds=30),
+            "retry_exponential_backoff": True,
+            "max_retry_delay": timedelta(minutes=10),
+        },
+        params=form_params(),
+    ) as dag:
+
+        # The task functions carry no docstring: TaskFlow would show it as the task's doc_md. Their
+        # ``-> dict`` annotations stay: they make TaskFlow push each key as an XCom of its own too.
+
+        @task.sensor(
+            task_id="check_request",
+            mode="reschedule",
+            poke_interval=15,
+            timeout=LOCK_TIMEOUT.total_seconds(),
+            retries=cfg.retries,  # a retry holding the lock takes it again (same run id)
+        )
+        def check_request(**context: Any) -> PokeReturnValue:
+            ti = context["ti"]
+            return tasks.run_task(
+                ti, tasks.check_request, cfg, dag_id=ti.dag_id, run_id=context["run_id"],
+                params=context.get("params") or {}, run_type=job_run_type(context),
+                requested_by=getattr(context["dag_run"], "triggering_user_name", None),
+                data_interval=(context.get("data_interval_start"), context.get("data_interval_end")),
+                run_state=tasks.airflow_run_state(),
+            )  # fmt: skip
+
+        @task.sensor(
+            task_id="wait_for_lag",
+            mode="reschedule",
+            poke_interval=max(5.0, min(60.0, max_wait_s / 4)),
+            timeout=max_wait_s + 600,
+            retries=cfg.retries,
+        )
+        def wait_for_lag(**context: Any) -> PokeReturnValue:
+            ti = context["ti"]
+            return tasks.run_task(ti, tasks.wait_for_lag, cfg, plan=ti.xcom_pull(task_ids="check_request"))
+
+        @task(task_id="preflight", retries=cfg.retries)
+        def run_preflight(**context: Any) -> dict:
+            ti = context["ti"]
+            return tasks.run_task(ti, tasks.preflight, cfg, plan=ti.xcom_pull(task_ids="check_request"))
+
+        requested = check_request()
+        lag = wait_for_lag()
+        checked = run_preflight()
+        requested >> lag >> checked
+
+        if transient:
+
+            @task(task_id="start_cluster", retries=1)
+            def start_cluster(**context: Any) -> dict:
+                ti = context["ti"]
+                return tasks.start_cluster(cfg, run_id=context["run_id"], plan=ti.xcom_pull(task_ids="check_request"),
+                                           preflight_result=ti.xcom_pull(task_ids="preflight"))  # fmt: skip
+
+            @task(task_id="stop_cluster", trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS, retries=2)
+            def stop_cluster(**context: Any) -> dict:
+                return tasks.stop_cluster(cfg, run_id=context["run_id"])
+
+            up = start_cluster()
+            down = stop_cluster()
+        master = "{{ ti.xcom_pull(task_ids='start_cluster')['master_url'] }}" if transient else None
+        job = dict(pipeline=cfg, master=master, retries=cfg.retries, execution_timeout=INGEST_TIMEOUT)
+        ingest = IngestOperator(task_id="ingest", **job)
+        jobs = [ingest, TransformOperator(task_id="transform", **job)] if cfg.transform else [ingest]
+        chain(*jobs)
+        if transient:
+            checked >> up >> jobs[0]
+            jobs[-1] >> down
+            down.as_teardown(setups=up)
+            after_ingest = [jobs[-1], down]
+        else:
+            checked >> jobs[0]
+            after_ingest = [jobs[-1]]
+
+        @task(task_id="check_continuity", retries=cfg.retries)
+        def check_continuity(**context: Any) -> dict:
+            ti = context["ti"]
+            return tasks.run_task(
+                ti, tasks.check_continuity, cfg, run_id=context["run_id"],
+                preflight_result=ti.xcom_pull(task_ids="preflight"), ingest_summary=ti.xcom_pull(task_ids="ingest"),
+                transform_summary=ti.xcom_pull(task_ids="transform") if cfg.transform else None,
+            )  # fmt: skip
+
+        @task(task_id="mirror_offsets", retries=cfg.retries)
+        def mirror_offsets() -> dict:
+            return tasks.mirror_offsets(cfg)
+
+        @task(task_id="record_run", trigger_rule=TriggerRule.ALL_DONE, outlets=outlets, retries=cfg.retries)
+        def record_run(**context: Any) -> dict:
+            from include.orchestration import record
+
+            return record.record_run(cfg, outlets, context)
+
+        continuity = check_continuity()
+        mirrored = mirror_offsets()
+        recorded = record_run()
+        after_ingest >> continuity >> mirrored >> recorded
+        [requested, lag, checked] >> recorded
+    return dag
+
+
+def build_dags(folder: Path | None = None) -> tuple[dict[str, DAG], dict[str, str]]:
+    """Every valid pipeline's DAG by dag_id, and the errors of the invalid files by path."""
+    configs, errors = load_pipelines(folder or pipelines_dir())
+    return {name: build_dag(cfg) for name, cfg in configs.items()}, errors

@@ -1,0 +1,440 @@
+"""The reads and checks behind each task of a pipeline's DAG run, apart from Airflow itself.
+
+The task functions (:mod:`include.orchestration.tasks`) call these; every function takes
+the pipeline's configuration and the Kafka client settings from its Airflow
+connection, does its reads without a JVM (confluent-kafka and delta-rs) and
+returns plain data that fits in an XCom.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from include import settings
+from include.config.pipeline_config import PipelineConfig
+from include.contract import continuity, manual_ops, table_stand
+from include.contract.continuity import ContinuityReport, TransformCheck, check_run
+from include.contract.manual_ops import RunRequest
+from include.contract.offsets import PositionMap, positions_from_json, positions_to_json
+from include.contract.preflight import (
+    BLOCKING,
+    Finding,
+    LagReport,
+    PreflightReport,
+    ledger_overlap,
+    measure_lag,
+    preflight,
+)
+from include.contract.table_stand import PositionUnknownError
+from include.contract.transform_spec import SilverStand
+from include.orchestration import run_lock
+from include.readers import delta_progress, kafka_state, run_ledger, spark_checkpoint
+from include.readers.delta_progress import TableProgress
+
+#: Bound on every Kafka call a task makes, so a dead broker fails a task instead of hanging it.
+KAFKA_TIMEOUT_S = 20.0
+
+
+def run_dir(cfg: PipelineConfig, run_id: str) -> Path:
+    """A folder for one run's files (job summary, cluster state, logs) on the Airflow worker."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id)
+    return settings.VAR_DIR / "runs" / cfg.name / safe
+
+
+def take_lock(cfg: PipelineConfig, *, dag_id: str, run_id: str,
+              run_state: Callable[[str, str], str | None]) -> tuple[dict | None, str | None]:  # fmt: skip
+    """Take the pipeline's run lock for ``run_id`` (see :mod:`include.orchestration.run_lock`).
+
+    Returns ``(holder, message)``: while another run holds the lock, that
+    run's holder record and a line that says what to do if it is dead; once
+    taken, ``None`` and, when it was taken over from a run that never gave it
+    back, a line saying what that run left running and was stopped.
+    """
+    lock = run_lock.lock_path(settings.VAR_DIR, cfg.name)
+    holder = run_lock.acquire(lock, dag_id=dag_id, run_id=run_id, run_state=run_state)
+    if holder is not None:
+        return holder, (
+            f"waiting: run {holder.get('run_id')} of pipeline {cfg.name} holds {lock} since {holder.get('since')}, "
+            "and Airflow says that run is still queued or running. If no process runs it any more (a lost "
+            "worker, a killed `airflow dags test`), mark it failed (the run's page in the UI: Mark Run as "
+            "Failed): this run then takes the lock over and first stops what the dead run left running here"
+        )
+    dead = (run_lock.holder(lock) or {}).get("took_over_from") or {}
+    if not dead.get("run_id"):
+        return None, None
+    stopped = stop_leftovers(cfg, dead["run_id"])
+    return None, f"took the lock over from run {dead['run_id']} ({stopped or 'it left no process running here'})"
+
+
+def stop_leftovers(cfg: PipelineConfig, run_id: str, *, timeout_s: float = 30) -> str | None:
+    """Stop what a run that died without its teardown left running here: its job processes and its cluster.
+
+    Called by the run that takes the lock over from ``run_id``, before it
+    starts anything, so that no driver of the dead run can still write to the
+    checkpoint beside its own. Returns a line for the task log, or ``None``
+    when nothing was left. A job process on another machine is not seen here:
+    it dies with its own task process (:func:`include.spark.spark_submit.dies_with_parent`).
+    """
+    import signal
+    import time
+
+    from include.spark import spark_cluster
+
+    folder = run_dir(cfg, run_id)
+    if not folder.exists():
+        return None
+    jobs = spark_cluster.processes_naming(folder)
+    for pid in jobs:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout_s
+    while spark_cluster.processes_naming(folder) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    cluster = spark_cluster.stop_standalone(folder / "cluster", timeout_s=timeout_s)
+    left = spark_cluster.processes_naming(folder) + spark_cluster.running_processes(folder / "cluster")
+    if left:
+        raise RuntimeError(f"processes {left} of run {run_id} (folder {folder}) survived SIGKILL; "
+                           "stop them by hand before this pipeline runs again")  # fmt: skip
+    if not jobs and not cluster:
+        return None
+    return (f"run {run_id} died without its teardown; stopped its job processes {jobs} "
+            f"and {len(cluster)} processes of its cluster {cluster}")
+
+
+def run_backlog(plan: dict | None, preflight: dict | None) -> int | None:
+    """How many records this run will read: a backfill's offsets, else the preflight's lag; ``None`` if unknown."""
+    from include.contract.manual_ops import BACKFILL_ACTIONS
+
+    plan = plan or {}
+    if plan.get("action") in BACKFILL_ACTIONS:
+        offsets = plan.get("offsets")
+        return int(offsets) if isinstance(offsets, int) else None
+    lag = ((preflight or {}).get("lag") or {}).get("total_lag")
+    return int(lag) if isinstance(lag, int) else None
+
+
+def read_progress(cfg: PipelineConfig, topics: dict) -> TableProgress | None:
+    """Where bronze stands for ``cfg``'s pipeline, looking at the partitions Kafka has now (``topics``)."""
+    return delta_progress.read_progress(
+        cfg.tables.bronze_path, cfg.name, {t: list(s.partitions) for t, s in topics.items()}
+    )
+
+
+def snapshot(cfg: PipelineConfig, client: dict[str, str]) -> tuple[LagReport, TableProgress | None, dict]:
+    """Lag of the table against Kafka, with the age of the oldest pending record.
+
+    A table whose position cannot be read, or was restored, is reported on
+    the lag report (:attr:`LagReport.position_problem`), for the preflight
+    to refuse with the action that fixes it; the lag is then not measured.
+    """
+    topics = kafka_state.read_topics(
+        client, topics=cfg.kafka.topics, pattern=cfg.kafka.topic_pattern, timeout_s=KAFKA_TIMEOUT_S
+    )
+    try:
+        progress = read_progress(cfg, topics)
+    except PositionUnknownError as exc:
+        return LagReport((), delta_progress.table_version(cfg.tables.bronze_path), position_problem=str(exc)), None, topics
+    report = measure_lag(
+        progress.next_offsets if progress else None,
+        topics,
+        table_version=progress.table_version if progress else None,
+        starting_offsets=cfg.kafka.starting_offsets,
+    )
+    if progress is not None and progress.restore is not None:
+        report = replace(report, position_problem=restore_problem(cfg, progress))
+    pending = {(p.topic, p.partition): p.start for p in report.partitions if p.lag}
+    if pending:
+        stamps = kafka_state.record_timestamps(client, pending, timeout_s=KAFKA_TIMEOUT_S)
+        seen = [t for t in stamps.values() if t is not None]
+        if seen:
+            report = replace(report, oldest_pending=min(seen))
+    return report, progress, topics
+
+
+def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunRequest | None = None,
+                  ) -> tuple[PreflightReport, LagReport, TableProgress | None]:  # fmt: skip
+    """The preflight verdict for the table and Kafka as they are now, for what the run was asked to do.
+
+    ``acknowledge_gap`` turns the data loss found now into gaps recorded with
+    the request's reason (and fails when there is none to acknowledge). A
+    backfill leaves the table's position alone, so only findings that make
+    its offsets meaningless (a recreated or missing topic) stop it.
+    """
+    report, progress, topics = snapshot(cfg, client)
+    recorded = recorded_topic_ids(progress, topics)
+    action = request.action if request else manual_ops.NORMAL
+    acknowledging = action == manual_ops.ACKNOWLEDGE_GAP
+    reset, refusal = position_choice(cfg, report, progress, request)
+    table_next = progress.next_offsets if progress else None
+    if reset is not None:
+        table_next = positions_from_json(reset["positions"])
+    verdict = preflight(
+        table_next=table_next,
+        recorded_topic_ids=recorded,
+        kafka=topics,
+        configured_topics=cfg.kafka.topics,
+        policy="record_and_continue" if acknowledging else cfg.data_loss_policy,
+        dag_id=cfg.name,
+    )
+    if reset is None and refusal is None and (report.position_problem is None):
+        refusal = ledger_witness(cfg, table_next)
+    if refusal is not None:
+        verdict = replace(verdict, findings=(*verdict.findings, refusal), blocking=(*verdict.blocking, refusal))
+    if reset is not None:
+        verdict = replace(verdict, position_reset=reset)
+    if acknowledging and request is not None:
+        if not verdict.accepted_gaps:
+            missing = Finding("nothing_to_acknowledge", BLOCKING, "", None, (
+                "acknowledge_gap: the preflight finds no data loss to acknowledge now: every partition "
+                "continues where the table stands (or Kafka still holds what it has not read)"
+            ))  # fmt: skip
+            verdict = replace(verdict, findings=(*verdict.findings, missing), blocking=(*verdict.blocking, missing))
+        else:
+            who = f" by {request.requested_by}" if request.requested_by else ""
+            gaps = tuple(replace(g, reason=f"{g.reason}; acknowledged{who}: {request.reason}")
+                         for g in verdict.accepted_gaps)  # fmt: skip
+            verdict = replace(verdict, accepted_gaps=gaps, policy=f"{cfg.data_loss_policy} (acknowledged)")
+    elif request is not None and request.is_backfill:
+        verdict = replace(verdict, accepted_gaps=(),
+                          blocking=tuple(f for f in verdict.findings if f.severity == BLOCKING))  # fmt: skip
+    return verdict, report, progress
+
+
+def ledger_witness(cfg: PipelineConfig, table_next: PositionMap | None) -> Finding | None:
+    """The run ledger's last successful run against where the table stands now (see :func:`ledger_overlap`)."""
+    for row in run_ledger.newest_runs(cfg.tables.ledger_path):  # newest first
+        if row["outcome"] != "success":
+            continue
+        end: PositionMap = {}
+        for part in row.get("partitions_json") or ():
+            if part.get("next_offset") is not None:
+                end.setdefault(part["topic"], {})[int(part["partition"])] = int(part["next_offset"])
+        where = f"{row['run_id']!r} (finished {row['finished_at']})"
+        return ledger_overlap(table_next, end, run=where,
+                              fix=manual_ops.action_hint(cfg.name, manual_ops.REESTABLISH_POSITION))  # fmt: skip
+    return None
+
+
+def position_choice(cfg: PipelineConfig, report: LagReport, progress: TableProgress | None,
+                    request: RunRequest | None) -> tuple[dict | None, Finding | None]:  # fmt: skip
+    """Where a position action asks the table to stand (the job's ``position_reset``), or the refusal.
+
+    With no such action, a table whose position is unusable is refused,
+    naming the action that fixes it; an action the table's state does not
+    call for is refused too (it would move a good position).
+    """
+    action = request.action if request else manual_ops.NORMAL
+    restore = progress.restore if progress is not None else None
+    unknown = report.position_problem is not None and progress is None
+    if action not in manual_ops.POSITION_ACTIONS:
+        if unknown:
+            return None, Finding("position_unknown", BLOCKING, "", None, (
+                f"{report.position_problem}. Nothing was read. To continue from the rows bronze holds "
+                f"(max offset + 1 per partition, in a new checkpoint epoch), trigger "
+                f"{manual_ops.action_hint(cfg.name, manual_ops.REESTABLISH_POSITION)}"
+            ))  # fmt: skip
+        if restore is not None:
+            return None, Finding("table_restored", BLOCKING, "", None, report.position_problem or "")
+        return None, None
+    assert request is not None
+    who = f" by {request.requested_by}" if request.requested_by else ""
+    why = f"{action}{who}: {request.reason}"
+    if action == manual_ops.REESTABLISH_POSITION and (unknown or restore is not None):
+        positions = delta_progress.positions_from_rows(cfg.tables.bronze_path)
+        return {"action": action, "reason": why, "positions": positions_to_json(positions)}, None
+    if action == manual_ops.REREAD_AFTER_RESTORE and restore is not None and restore.restored_commit is not None:
+        version, commit = restore.restored_commit
+        return {"action": action, "reason": f"{why}; reading again from Delta version {version}'s position",
+                "positions": positions_to_json(commit.next_offsets)}, None  # fmt: skip
+    if action == manual_ops.KEEP_POSITION_AFTER_RESTORE and restore is not None and progress is not None:
+        undone = []
+        if restore.restored_commit is not None:
+            back = restore.restored_commit[1].next_offsets
+            undone = [{"topic": t, "partition": p, "from": back.get(t, {}).get(p, 0), "until": o}
+                      for t, parts in sorted(progress.next_offsets.items()) for p, o in sorted(parts.items())
+                      if back.get(t, {}).get(p, 0) < o]  # fmt: skip
+        return {"action": action, "reason": why, "positions": positions_to_json(progress.next_offsets),
+                "undone": undone, "restore": {"version": restore.version, "restored_to": restore.restored_to}}, None  # fmt: skip
+    state = ("its position is readable and no RESTORE undid it" if not unknown and restore is None
+             else "the restored version's position is no longer in the table's history")  # fmt: skip
+    hint = manual_ops.action_hint(cfg.name, manual_ops.REESTABLISH_POSITION)
+    return None, Finding("position_action_refused", BLOCKING, "", None, (
+        f"{action}: not applied to bronze table {cfg.tables.bronze_path}: {state}"
+        + (f"; {hint} takes the position from the table's rows instead" if restore is not None else "")
+    ))  # fmt: skip
+
+
+def plan_request(cfg: PipelineConfig, client: dict[str, str], request: RunRequest) -> dict:
+    """What the run will do (XCom of ``check_request``): for a backfill, its offset ranges, checked
+    against the pipeline, Kafka and the table; raises :class:`manual_ops.RequestError`."""
+    plan: dict = {
+        "action": request.action, "reason": request.reason, "requested_by": request.requested_by,
+        "describe": request.describe(), "ranges": [], "time_range": None, "notes": [],
+    }  # fmt: skip
+    if not request.is_backfill:
+        return plan
+    topics = kafka_state.read_topics(client, topics=cfg.kafka.topics, pattern=cfg.kafka.topic_pattern,
+                                     timeout_s=KAFKA_TIMEOUT_S)  # fmt: skip
+    progress = read_progress(cfg, topics)
+    table_next = progress.next_offsets if progress else None
+    names = sorted(set(table_next or {}) - set(topics))
+    if names:  # topics the table read that no longer match: asked for by name, so their absence shows
+        topics = {**topics, **kafka_state.read_topics(client, topics=names, pattern=None, timeout_s=KAFKA_TIMEOUT_S)}
+    if request.action == manual_ops.BACKFILL_OFFSETS:
+        planned = manual_ops.plan_offsets_backfill(request, pipeline=cfg.name, kafka=topics, table_next=table_next)
+    else:
+        parts = [(t, p) for t in sorted(table_next or {}) if t in topics for p in topics[t].partitions]
+        assert request.from_time is not None and request.to_time is not None
+        start = kafka_state.offsets_for_times(client, parts, request.from_time, timeout_s=KAFKA_TIMEOUT_S)
+        end = kafka_state.offsets_for_times(client, parts, request.to_time, timeout_s=KAFKA_TIMEOUT_S)
+        args = dict(pipeline=cfg.name, kafka=topics, table_next=table_next, start_offsets=start, end_offsets=end)
+        try:
+            planned = manual_ops.plan_time_backfill(request, **args)
+        except manual_ops.RequestError:
+            # Say what Kafka holds: the time of each partition's first record.
+            first = kafka_state.record_timestamps(
+                client, {tp: topics[tp[0]].partitions[tp[1]].earliest for tp in parts}, timeout_s=KAFKA_TIMEOUT_S
+            )
+            planned = manual_ops.plan_time_backfill(request, **args, earliest_times=first)
+        plan["time_range"] = {"from": request.from_time.isoformat(), "to": request.to_time.isoformat()}
+    recorded = recorded_topic_ids(progress, topics)
+    for topic in sorted({r.topic for r in planned.ranges}):
+        now = topics[topic].topic_id
+        if recorded.get(topic) and now and recorded[topic] != now:
+            raise manual_ops.RequestError(
+                f"topic {topic!r} was deleted and recreated since the table read it (topic id {recorded[topic]}, "
+                f"now {now}): its offsets now name other records, so they cannot be backfilled"
+            )
+    plan["ranges"] = [r.to_json() for r in planned.ranges]
+    plan["notes"] = list(planned.notes)
+    plan["offsets"] = planned.offsets
+    return plan
+
+
+def checkpoint_position(cfg: PipelineConfig) -> dict | None:
+    """Committed offsets of the newest checkpoint epoch, or ``None`` when it is not a local folder."""
+    root = cfg.tables.checkpoint_root
+    if "://" in root and not root.startswith("file://"):
+        return None
+    epochs = spark_checkpoint.epoch_dirs(Path(root.removeprefix("file://")))
+    if not epochs:
+        return None
+    state = spark_checkpoint.read_state(epochs[max(epochs)])
+    return state.position if state else None
+
+
+def check_continuity(cfg: PipelineConfig, client: dict[str, str], *, run_id: str, version_before: int | None,
+                     start: PositionMap | None, job_summary: dict | None, transform_before: dict | None = None,
+                     transform_summary: dict | None = None) -> ContinuityReport:  # fmt: skip
+    """Check the commits this run wrote (the Delta log after ``version_before``).
+
+    ``start`` is where the table stood at ``version_before`` (from the preflight).
+    """
+    _, commits = delta_progress.commits_since(cfg.tables.bronze_path, version_before)
+
+    def count(topic: str, partition: int, frm: int, until: int) -> int:
+        return kafka_state.count_records(client, topic, partition, frm, until, timeout_s=KAFKA_TIMEOUT_S)
+
+    backfill = job_summary is not None and job_summary.get("kind") == "backfill"
+    report = check_run(
+        run_id=run_id,
+        start=start,
+        commits=commits,
+        checkpoint_position=checkpoint_position(cfg),
+        expected_rows=None if job_summary is None or backfill else int(job_summary["rows"]),
+        count_records=count,
+        dag_id=cfg.name,
+    )
+    if backfill:
+        report.backfill = continuity.check_backfill(
+            run_id=run_id, commits=delta_progress.backfill_commits_since(cfg.tables.bronze_path, version_before),
+            expected=job_summary, count_records=count,
+        )  # fmt: skip
+    if cfg.transform is not None:
+        report.transform = check_transform(cfg, before=transform_before or {}, job_summary=transform_summary)
+    return report
+
+
+def transform_versions(cfg: PipelineConfig) -> dict:
+    """Silver's and quarantine's versions now, and where the transform stands: where the run's transform check starts.
+
+    The stand comes from silver's state, so the check can chain the run's first
+    batch to it even when log cleanup has removed the batch commit before it.
+    """
+    stand = delta_progress.silver_stand(cfg.tables.silver_path, cfg.name)
+    return {
+        "silver_version": delta_progress.table_version(cfg.tables.silver_path),
+        "quarantine_version": delta_progress.table_version(cfg.tables.quarantine_path),
+        "silver_stand": stand.to_json() if stand is not None else None,
+    }
+
+
+def check_transform(cfg: PipelineConfig, *, before: dict, job_summary: dict | None) -> TransformCheck:
+    """Check the silver batches written since ``before`` (:func:`transform_versions` of the preflight)."""
+    previous, commits = delta_progress.silver_commits_since(cfg.tables.silver_path, before.get("silver_version"))
+    if commits:  # only the bronze versions the batches read: cost follows the run, not the history
+        since = min(c.bronze_start.version for c in commits)
+        bronze_version, rows = delta_progress.bronze_rows_by_version(cfg.tables.bronze_path, since)
+    else:
+        bronze_version, rows = delta_progress.table_version(cfg.tables.bronze_path), {}
+    quarantined = delta_progress.quarantine_rows_since(cfg.tables.quarantine_path, before.get("quarantine_version"))
+    stand = before.get("silver_stand")
+    return continuity.check_transform(
+        previous=previous, commits=commits, bronze_rows=rows, bronze_version=bronze_version,
+        quarantine_rows=quarantined, expected=job_summary,
+        stand_before=SilverStand.from_json(stand) if stand else None,
+    )  # fmt: skip
+
+
+def mirror_offsets(cfg: PipelineConfig, client: dict[str, str]) -> dict[str, dict[str, int]]:
+    """Commit the table's next offsets as the pipeline's consumer-group offsets; returns them."""
+    topics = kafka_state.read_topics(client, topics=cfg.kafka.topics, pattern=cfg.kafka.topic_pattern,
+                                     timeout_s=KAFKA_TIMEOUT_S)  # fmt: skip
+    progress = read_progress(cfg, topics)
+    if progress is None:
+        return {}
+    positions = {(t, p): o for t, parts in progress.next_offsets.items() for p, o in parts.items()}
+    kafka_state.commit_group_offsets(client, cfg.consumer_group, positions, timeout_s=KAFKA_TIMEOUT_S)
+    return {t: {str(p): o for p, o in sorted(parts.items())} for t, parts in sorted(progress.next_offsets.items())}
+
+
+def recorded_topic_ids(progress: TableProgress | None, topics: dict) -> dict[str, str]:
+    """The topic ids the table's last progress read, comparable with Kafka's now."""
+    if progress is None:
+        return {}
+    return table_stand.recorded_topic_ids(progress.commit, {t: s.topic_id for t, s in topics.items() if s.topic_id})
+
+
+def restore_problem(cfg: PipelineConfig, progress: TableProgress) -> str:
+    """What a RESTORE after the last progress commit means for the pipeline, and the two ways on."""
+    restore = progress.restore
+    assert restore is not None
+    if restore.restored_commit is not None:
+        version, commit = restore.restored_commit
+        back = (f"the restored table stands where Delta version {version} left it "
+                f"({_positions_text(commit.next_offsets)})")  # fmt: skip
+    else:
+        back = "the commit it went back to is no longer in the table's history, so its position is unknown"
+    return (
+        f"bronze table {cfg.tables.bronze_path} was restored to {restore.restored_to} (Delta version "
+        f"{restore.version}) after the pipeline's last progress commit, which stood at "
+        f"{_positions_text(progress.next_offsets)}; {back}. Nothing was read. Choose: "
+        f"{manual_ops.action_hint(cfg.name, manual_ops.REREAD_AFTER_RESTORE)} to read again what the restore "
+        f"undid, or {manual_ops.action_hint(cfg.name, manual_ops.KEEP_POSITION_AFTER_RESTORE)} to keep the "
+        "position and record what the restore undid"
+    )
+
+
+def _positions_text(positions: PositionMap) -> str:
+    return ", ".join(f"{t}-{p} {o}" for t, parts in sorted(positions.items()) for p, o in sorted(parts.items())) or "nothing"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,194 @@
+"""The last task of every run: one run-ledger row, the Asset event, and the run's verdict.
+
+It runs whatever happened before it (trigger rule ``all_done``), so failed and
+skipped runs are recorded too, and then ends the way the run went: failed when
+any task failed (so the DAG run is failed), skipped when there was nothing to
+do, successful otherwise, and only then with an Asset event for the bronze table.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from include.config.pipeline_config import PipelineConfig
+
+#: Task states that make a run a failure (the record task itself excluded).
+_FAILED = ("failed", "upstream_failed")
+
+
+def _xcom(ti: Any, task_id: str, key: str = "return_value") -> Any:
+    return ti.xcom_pull(task_ids=task_id, key=key)
+
+
+def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str, states: dict[str, str],
+                 xcoms: dict[str, Any], lag_after: dict | None, started_at: Any, finished_at: Any,
+                 params: dict) -> dict[str, Any]:  # fmt: skip
+    """The ledger row of one run, from the task states and the tasks' XComs (pure)."""
+    passed = xcoms.get("preflight") or {}  # only a preflight that let the run go on returns a value
+    checked = passed or xcoms.get("preflight_failed") or {}
+    lag_report = checked.get("lag") or xcoms.get("wait_for_lag") or xcoms.get("wait_for_lag_skip") or {}
+    summary = xcoms.get("ingest") or {}
+    transform = xcoms.get("transform")
+    continuity = xcoms.get("check_continuity") or xcoms.get("continuity_failed")
+    cluster = xcoms.get("start_cluster") or {}
+    request = xcoms.get("check_request") or {}
+    failed = sorted(t for t, s in states.items() if s in _FAILED and t != "record_run")
+    if failed:
+        outcome = "failed"
+        first = [t for t in failed if states[t] == "failed"] or failed
+        reason = f"failed at {', '.join(first)}"
+        if "check_request" in first and xcoms.get("request_refused"):
+            reason += ": " + xcoms["request_refused"]
+        if "preflight" in first and checked.get("blocking"):
+            reason += ": " + " | ".join(checked["blocking"])
+        if "check_continuity" in first and continuity:
+            reason += ": " + " | ".join(continuity["violations"])
+    elif states.get("wait_for_lag") == "skipped":
+        nothing = request.get("action", "normal") != "normal"
+        outcome, reason = "skipped", "nothing to backfill in the window" if nothing else "no new records"
+    else:
+        outcome, reason = "success", ""
+
+    lag_by_tp = {(p["topic"], p["partition"]): p for p in lag_report.get("partitions", [])}
+    after_by_tp = {(p["topic"], p["partition"]): p for p in (lag_after or {}).get("partitions", [])}
+    written = {(t, int(p)): v for t, parts in (summary.get("partitions") or {}).items() for p, v in parts.items()}
+    partitions = []
+    for tp in sorted(set(lag_by_tp) | set(after_by_tp) | set(written)):
+        before, after, w = lag_by_tp.get(tp, {}), after_by_tp.get(tp, {}), written.get(tp, {})
+        partitions.append({
+            "topic": tp[0], "partition": tp[1],
+            "from": w.get("from"), "until": w.get("until"), "rows": w.get("rows", 0),
+            "lag_before": before.get("lag"), "lag_after": after.get("lag"),
+            "earliest": after.get("earliest", before.get("earliest")),
+            "latest": after.get("latest", before.get("latest")),
+            "next_offset": after.get("next_offset", before.get("next_offset")),
+        })  # fmt: skip
+    gaps = list(passed.get("accepted_gaps") or [])
+    version_before = passed.get("table_version")
+    return {
+        "pipeline": cfg.name,
+        "run_id": run_id,
+        "run_type": run_type,
+        "dag_id": dag_id,
+        "action": request.get("action") or params.get("action") or "normal",
+        "requested_by": request.get("requested_by"),
+        "request_reason": request.get("reason") or params.get("reason") or None,
+        "outcome": outcome,
+        "reason": reason,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "duration_s": (finished_at - started_at).total_seconds() if started_at and finished_at else None,
+        "cluster_profile": cfg.cluster.profile,
+        "master_url": cluster.get("master_url"),
+        "cluster_choice": cluster.get("choice"),
+        "epoch": summary.get("epoch"),
+        "bronze_version_before": version_before,
+        "bronze_version_after": summary.get("bronze_version") if summary.get("bronze_version") is not None
+        else version_before,
+        "rows": summary.get("rows", 0),
+        "commits": summary.get("commits", 0),
+        "lag_before": lag_report.get("total_lag"),
+        "lag_after": (lag_after or {}).get("total_lag"),
+        "lost": sum(g["until"] - g["from"] for g in gaps) if gaps else lag_report.get("total_lost", 0),
+        "continuity": "not checked" if continuity is None else ("CONTINUOUS" if continuity["ok"] else "BROKEN"),
+        **_transform_columns(transform, (continuity or {}).get("transform")),
+        "partitions_json": partitions,
+        "gaps_json": gaps,
+        "findings_json": checked.get("findings", []),
+        "continuity_json": continuity,
+        "topic_ids_json": passed.get("topic_ids"),
+        "position_set_json": summary.get("position_set"),
+        "tasks_json": states,
+        "params_json": params,
+        "request_json": request or None,
+    }
+
+
+def _transform_columns(summary: dict | None, checked: dict | None) -> dict[str, Any]:
+    """Ledger columns of the transform: its counts (from the continuity check's reading of
+    the silver commits when there is one, else the job's own summary)."""
+    if summary is None and checked is None:
+        return {}
+    source = checked or summary or {}
+    return {
+        "silver_read": source.get("read"),
+        "silver_upserted": source.get("upserted"),
+        "silver_deleted": source.get("deleted"),
+        "quarantined": source.get("quarantined"),
+        "superseded": source.get("superseded"),
+        "silver_version_after": (summary or {}).get("silver_version"),
+        "transform_json": {"job": summary, "check": checked},
+    }
+
+
+def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
+    """Task body of ``record_run``: write the ledger row, then end as the run went."""
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+    from include import settings
+    from include.orchestration import pipeline_run, run_lock
+    from include.orchestration.spark_operator import job_run_type
+    from include.readers import connections, run_ledger
+
+    ti = context["ti"]
+    run_id = context["run_id"]
+    states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[run_id]).get(run_id, {})
+    xcoms = {
+        "check_request": _xcom(ti, "check_request"),
+        "request_refused": _xcom(ti, "check_request", "refused"),
+        "wait_for_lag": _xcom(ti, "wait_for_lag"),
+        "wait_for_lag_skip": _xcom(ti, "wait_for_lag", "lag"),
+        "preflight": _xcom(ti, "preflight"),
+        "preflight_failed": _xcom(ti, "preflight", "failed_report"),
+        "start_cluster": _xcom(ti, "start_cluster"),
+        "ingest": _xcom(ti, "ingest"),
+        "transform": _xcom(ti, "transform") if cfg.transform else None,
+        "check_continuity": _xcom(ti, "check_continuity"),
+        "continuity_failed": _xcom(ti, "check_continuity", "failed_report"),
+    }
+    lag_after = None
+    ran = states.get("wait_for_lag") == "success"
+    try:
+        client = connections.kafka_client_config(cfg.kafka.connection_id)
+        now = pipeline_run.utcnow()
+        lag_after = pipeline_run.snapshot(cfg, client)[0].to_json(now) if ran else xcoms["wait_for_lag_skip"]
+    except Exception as exc:  # noqa: BLE001 - the record must be written even when Kafka is down
+        print(f"lag after the run not measured: {exc}")
+    dag_run = context["dag_run"]
+    row = build_record(
+        cfg, run_id=run_id, run_type=job_run_type(context), dag_id=ti.dag_id, states=states, xcoms=xcoms,
+        lag_after=lag_after, started_at=getattr(dag_run, "start_date", None), finished_at=pipeline_run.utcnow(),
+        params={k: v for k, v in (context.get("params") or {}).items()},
+    )  # fmt: skip
+    try:
+        version = run_ledger.append_run(cfg.tables.ledger_path, row, properties=cfg.tables.retention_properties())
+    finally:
+        # Whatever happened, the next run of this pipeline may go (include/orchestration/run_lock.py).
+        released = run_lock.release(run_lock.lock_path(settings.VAR_DIR, cfg.name), run_id=run_id)
+        print(f"pipeline lock {'released' if released else 'was not held by this run'}")
+    line = (
+        f"SUMMARY record_run: {row['outcome']}{': ' + row['reason'] if row['reason'] else ''}; "
+        f"{row['rows']} rows in {row['commits']} commits, lag {row['lag_before']} -> {row['lag_after']}, "
+        f"continuity {row['continuity']}, bronze version {row['bronze_version_after']}, "
+        f"ledger version {version}"
+    )
+    if cfg.transform is not None and row.get("silver_read") is not None:
+        line += (
+            f"; transform read {row['silver_read']}: {row['silver_upserted']} upserted, {row['silver_deleted']} "
+            f"deleted, {row['quarantined']} quarantined, {row['superseded']} superseded"
+        )
+    print(line)
+    if row["outcome"] == "failed":
+        raise AirflowFailException(f"run of pipeline {cfg.name!r} {row['reason']} (recorded in {cfg.tables.ledger_path})")
+    if row["outcome"] == "skipped":
+        raise AirflowSkipException("no new records; recorded in the run ledger")
+    extra = {k: row[k] for k in ("run_id", "run_type", "rows", "commits", "lag_before", "lag_after",
+                                 "bronze_version_before", "bronze_version_after", "continuity", "epoch")}  # fmt: skip
+    extra["partitions"] = json.loads(json.dumps(row["partitions_json"]))
+    if cfg.transform is not None:
+        extra.update({k: row.get(k) for k in ("silver_read", "silver_upserted", "silver_deleted", "quarantined",
+                                              "superseded", "silver_version_after")})  # fmt: skip
+    for asset in outlets:
+        context["outlet_events"][asset].extra = extra
+    return extra

@@ -1,0 +1,674 @@
+"""The ingestion task: the Spark provider's spark-submit hook, pointed at this run's cluster.
+
+``SparkSubmitOperator`` takes its master from a connection fixed when the DAG
+is written; a transient cluster's master URL exists only once the run's setup
+task has started it. :class:`IngestOperator` is a thin operator on the same
+hook (:class:`RunClusterSparkSubmitHook`) whose master comes from the setup
+task's XCom, or from the pipeline's Spark connection for an existing cluster.
+
+Everything the submit needs (jars, the ``--py-files`` archive, Kafka settings)
+is resolved in ``execute``, so parsing the DAG file touches neither Spark nor
+the network. Kafka settings reach the job in a file readable only by its owner
+(or, with profile ``kubernetes``, in a Kubernetes secret mounted in the driver
+pod), never on the command line the hook logs.
+
+One submit per cluster profile (``cluster.profile``), built by :func:`submit_hook`:
+
+- ``local_standalone``: client mode to this run's transient standalone master.
+- ``existing_master``: client mode (``--deploy-mode client`` whatever the
+  connection's extra says: the summary file is read locally) to the master of
+  the Spark connection: ``spark://``, ``yarn`` (the connection's ``queue``
+  extra is used), or ``k8s://`` (executor pods from ``cluster.kubernetes.image``).
+- ``kubernetes``: cluster mode to a ``k8s://`` master; the driver runs in a
+  pod, reads code from the image and exchanges files through the shared
+  volume. Unit-tested only: no Kubernetes here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from include.config.pipeline_config import KubernetesConfig, PipelineConfig
+
+APPLICATION = "spark_jobs/kafka_to_bronze.py"
+BACKFILL_APPLICATION = "spark_jobs/kafka_backfill.py"
+TRANSFORM_APPLICATION = "spark_jobs/bronze_to_silver.py"
+#: A run's steps (ingest or backfill, then transform) in one Spark application.
+RUN_STEPS_APPLICATION = "spark_jobs/run_steps.py"
+#: Where the run's application writes the transform step's failure (in the run folder).
+TRANSFORM_ERROR_FILE = "transform-error.json"
+#: Where the driver pod of profile ``kubernetes`` sees the Kafka options secret.
+K8S_SECRET_MOUNT = "/etc/kafka-delta-elt/kafka"
+#: Name of the shared volume in the pod specs (any DNS label would do).
+K8S_SHARED_VOLUME = "kde-shared"
+#: Labels on the driver and executor pods, to find a pipeline's or a run's pods.
+K8S_PIPELINE_LABEL = "kafka-delta-elt-pipeline"
+K8S_RUN_LABEL = "kafka-delta-elt-run"
+#: Spark's limit on an executor pod name prefix (63 minus "-exec-" and a long's digits).
+_EXECUTOR_PREFIX_MAX = 38
+
+
+def _hook_class():
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    class RunClusterSparkSubmitHook(SparkSubmitHook):
+        """``SparkSubmitHook`` with a master URL given at run time instead of read from a connection."""
+
+        def __init__(self, *, master: str, **kwargs: Any) -> None:
+            self._run_master = master
+            super().__init__(**kwargs)
+
+        def _resolve_connection(self) -> dict[str, Any]:
+            # The keys the base class returns (provider 6.3.x); a unit test
+            # keeps them in step with it.
+            return {
+                "master": self._run_master,
+                "queue": None,
+                "deploy_mode": None,
+                "spark_binary": self.spark_binary,
+                "namespace": None,
+                "principal": self._principal,
+                "keytab": self._keytab,
+                "rest_scheme": "http",
+                "rest_port": 6066,
+                "rest_endpoint": None,
+            }
+
+    return RunClusterSparkSubmitHook
+
+
+def job_spark_conf(cfg: PipelineConfig, *, transient: bool, kubernetes_master: bool = False,
+                   workers: int | None = None, local_master: bool = False) -> dict[str, str]:
+    """Spark settings of a job for this pipeline's cluster profile (without the per-run pod settings).
+
+    ``transient``: this run's own standalone cluster on 127.0.0.1.
+    ``kubernetes_master``: the executors (and, with profile ``kubernetes``, the
+    driver) run in pods of ``cluster.kubernetes.image``, whose own Python
+    runs the job: this machine's interpreter path means nothing there.
+    """
+    from include.spark.spark_submit import BASE_CONF, driver_java_options
+
+    k8s = cfg.cluster.kubernetes
+    in_pod = kubernetes_master and cfg.cluster.profile == "kubernetes"
+    conf = {
+        **BASE_CONF,
+        # A local-mode driver processes the data itself: it keeps the full JIT.
+        "spark.driver.extraJavaOptions": driver_java_options(k8s.app_dir if in_pod and k8s else None,
+                                                             cluster_master=not local_master),
+        "spark.executor.cores": str(cfg.cluster.worker_cores),
+        "spark.executor.memory": cfg.cluster.worker_memory,
+    }
+    if not kubernetes_master:
+        conf["spark.pyspark.python"] = sys.executable
+    if not kubernetes_master or cfg.cluster.profile != "kubernetes":
+        # Client mode: the driver is a child of this task, on this machine.
+        conf["spark.pyspark.driver.python"] = sys.executable
+    if transient:
+        # The workers this run started (sized to its backlog), not the most it may start: the
+        # scheduler below waits for spark.cores.max cores to register.
+        started = cfg.cluster.workers if workers is None else workers
+        conf["spark.cores.max"] = str(max(1, started) * cfg.cluster.worker_cores)
+        # The scheduler waits (up to 30 s) until every worker's executor has
+        # registered, so the first batch is spread over all of them too.
+        conf["spark.scheduler.minRegisteredResourcesRatio"] = "1.0"
+        # The cluster listens on 127.0.0.1 only; the driver must be reachable there too.
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+        # Spark's UI and its port search are of no use on a cluster that lives for one run.
+        conf["spark.ui.enabled"] = "false"
+    else:
+        conf["spark.executor.instances"] = str(cfg.cluster.workers)
+    return conf
+
+
+def _k8s_label_value(text: str) -> str:
+    """``text`` as a Kubernetes label value: at most 63 of ``[A-Za-z0-9_.-]``, alphanumeric at both ends."""
+    value = re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:63]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value) or "x"
+
+
+def k8s_pod_base(pipeline: str, task_id: str, run_id: str, try_number: int) -> str:
+    """Name stem of one job's pods: the driver is ``<stem>-driver``, executors ``<stem>-exec-<n>``.
+
+    A DNS label of at most 38 characters (Spark's limit for the executor
+    prefix). It ends in a hash of pipeline, run and try: a retry must not
+    collide with a kept driver pod of the try before, and the Spark hook
+    recognises ``<...>-<hash>-driver`` as a driver pod it may delete on kill.
+    """
+    digest = hashlib.sha1(f"{pipeline}\0{run_id}\0{try_number}".encode()).hexdigest()[:10]
+    job = re.sub(r"[^a-z0-9]+", "-", task_id.lower()).strip("-")[:9].strip("-") or "job"
+    room = _EXECUTOR_PREFIX_MAX - len("kde---") - len(job) - len(digest)
+    name = re.sub(r"[^a-z0-9]+", "-", pipeline.lower()).strip("-")[:room].strip("-")
+    return "-".join(p for p in ("kde", name, job, digest) if p)
+
+
+def kubernetes_conf(cfg: PipelineConfig, *, pod_base: str, run_id: str) -> dict[str, str]:
+    """Profile ``kubernetes`` (cluster mode): the pod settings of one job of one run.
+
+    Spark creates the driver pod named ``<pod_base>-driver`` and the executor
+    pods, labelled with the pipeline and the run (the exact run id is an
+    annotation: label values cannot hold it), mounts the shared volume in
+    all of them and the Kafka options secret in the driver only, and deletes
+    the executor pods when the job ends. Not exercised here (no Kubernetes).
+    """
+    k8s = cfg.cluster.kubernetes
+    if k8s is None or cfg.cluster.profile != "kubernetes":
+        raise ValueError(f"pipeline {cfg.name!r}: kubernetes_conf is for cluster.profile kubernetes")
+    conf = {
+        "spark.kubernetes.container.image": k8s.image,
+        "spark.kubernetes.namespace": k8s.namespace or "default",
+        "spark.kubernetes.authenticate.driver.serviceAccountName": k8s.service_account or "",
+        "spark.kubernetes.driver.pod.name": f"{pod_base}-driver",
+        "spark.kubernetes.executor.podNamePrefix": pod_base,
+        # spark-submit waits for the driver and prints its exit code, which the hook checks.
+        "spark.kubernetes.submission.waitAppCompletion": "true",
+        "spark.kubernetes.executor.deleteOnTermination": "true",
+    }
+    for role in ("driver", "executor"):
+        conf[f"spark.kubernetes.{role}.label.{K8S_PIPELINE_LABEL}"] = _k8s_label_value(cfg.name)
+        conf[f"spark.kubernetes.{role}.label.{K8S_RUN_LABEL}"] = _k8s_label_value(run_id)
+        conf[f"spark.kubernetes.{role}.annotation.kafka-delta-elt/run-id"] = run_id
+        volume = f"spark.kubernetes.{role}.volumes.persistentVolumeClaim.{K8S_SHARED_VOLUME}"
+        conf[f"{volume}.options.claimName"] = k8s.shared_volume_claim or ""
+        conf[f"{volume}.mount.path"] = k8s.shared_dir or ""
+    if k8s.kafka_options_secret:
+        # The whole secret as read-only files in the driver pod; executors get
+        # the Kafka settings from the driver inside the query plan.
+        conf[f"spark.kubernetes.driver.secrets.{k8s.kafka_options_secret}"] = K8S_SECRET_MOUNT
+    return conf
+
+
+def kafka_options_path(k8s: KubernetesConfig) -> str | None:
+    """Where the driver pod reads the job's Kafka options (the mounted secret's key); ``None`` without a secret."""
+    if not k8s.kafka_options_secret:
+        return None
+    return str(PurePosixPath(K8S_SECRET_MOUNT) / k8s.kafka_options_key)
+
+
+def image_uri(k8s: KubernetesConfig, relative: str) -> str:
+    """A file of the project baked into the image, as the ``local://`` URI Spark reads it by in the pod."""
+    return f"local://{PurePosixPath(k8s.app_dir) / relative}"
+
+
+def submit_hook(
+    cfg: PipelineConfig,
+    *,
+    application: str,
+    application_args: list[str],
+    name: str,
+    run_master: str | None = None,
+    pod_base: str | None = None,
+    run_id: str = "",
+    jars: str | None = None,
+    py_files: str | None = None,
+    workers: int | None = None,
+) -> tuple[Any, str]:
+    """The Spark provider's hook for one job of this pipeline, and the application path it submits.
+
+    ``application`` is relative to the project (``spark_jobs/...``).
+    ``run_master``: the transient cluster's master URL (``local_standalone``).
+    ``jars`` and ``py_files``: the local files (client-mode profiles); with
+    profile ``kubernetes`` the image's are used. ``pod_base`` and ``run_id``
+    name the pods (``kubernetes``). ``workers``: how many the run's cluster
+    started (``local_standalone``; default ``cluster.workers``). Nothing runs: ``hook.submit(application)``
+    does, and ``hook._build_spark_submit_command(application)`` shows the
+    command it would run.
+    """
+    from include import settings
+    from include.readers import connections
+    from include.spark.spark_submit import spark_home, spark_submit_binary
+
+    profile = cfg.cluster.profile
+    common: dict[str, Any] = dict(
+        name=name, driver_memory="1g", application_args=application_args, spark_binary=spark_submit_binary()
+    )
+    local_env = {"SPARK_HOME": str(spark_home()), "PYSPARK_PYTHON": sys.executable,
+                 "PYSPARK_DRIVER_PYTHON": sys.executable}  # fmt: skip
+    if profile == "local_standalone":
+        # The run's cluster listens on 127.0.0.1; so does the driver (no hostname lookup, no warning).
+        local_env["SPARK_LOCAL_IP"] = "127.0.0.1"
+        if not run_master:
+            raise ValueError("no master URL from this run's cluster setup task")
+        conf = job_spark_conf(cfg, transient=True, workers=workers, local_master=run_master.startswith("local"))
+        hook = _hook_class()(master=run_master, conf=conf, jars=jars, py_files=py_files, env_vars=local_env,
+                             **common)  # fmt: skip
+        return hook, str(settings.PROJECT_ROOT / application)
+    conn_id = cfg.cluster.master_connection_id or ""
+    # Raises when the connection is missing: the hook would silently fall back to yarn.
+    master = connections.spark_master(conn_id)
+    on_k8s = master.startswith("k8s://")
+    k8s = cfg.cluster.kubernetes
+    if on_k8s:
+        _require_kubernetes_provider(cfg, master)
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    if profile == "existing_master":
+        conf = job_spark_conf(cfg, transient=False, kubernetes_master=on_k8s)
+        if on_k8s:
+            if k8s is None or not k8s.image:
+                raise ValueError(
+                    f"pipeline {cfg.name!r}: Spark connection {conn_id!r} is a Kubernetes master ({master}); "
+                    "executor pods need an image: set cluster.kubernetes.image in the pipeline file"
+                )
+            conf["spark.kubernetes.container.image"] = k8s.image
+            if k8s.namespace:
+                conf["spark.kubernetes.namespace"] = k8s.namespace
+        # On yarn and k8s the hook would turn env_vars into the application
+        # master's or driver pod's environment; this machine's paths mean
+        # nothing there, and the local driver finds its Spark by itself.
+        env = None if master.startswith(("yarn", "k8s://")) else local_env
+        hook = SparkSubmitHook(conn_id=conn_id, conf=conf, deploy_mode="client", jars=jars, py_files=py_files,
+                               env_vars=env, **common)  # fmt: skip
+        return hook, str(settings.PROJECT_ROOT / application)
+    if not on_k8s:
+        raise ValueError(
+            f"pipeline {cfg.name!r}: cluster.profile kubernetes needs a k8s://https://... master, but Spark "
+            f"connection {conn_id!r} names {master!r}"
+        )
+    if k8s is None or not pod_base or not run_id:
+        raise ValueError(f"pipeline {cfg.name!r}: profile kubernetes needs cluster.kubernetes, a pod name and a run id")
+    conf = {**job_spark_conf(cfg, transient=False, kubernetes_master=True),
+            **kubernetes_conf(cfg, pod_base=pod_base, run_id=run_id)}  # fmt: skip
+    # No env_vars: the hook would send this machine's SPARK_HOME to the driver pod.
+    hook = SparkSubmitHook(conn_id=conn_id, conf=conf, deploy_mode="cluster", jars=None,
+                           py_files=image_uri(k8s, "kde_jobs.zip"), env_vars=None, **common)  # fmt: skip
+    return hook, image_uri(k8s, application)
+
+
+def _require_kubernetes_provider(cfg: PipelineConfig, master: str) -> None:
+    from airflow.providers.apache.spark.hooks import spark_submit
+
+    # The Spark hook refuses k8s:// masters unless the cncf.kubernetes
+    # provider imported (it deletes the driver pod on kill with its client).
+    if getattr(spark_submit, "kube_client", None) is None:
+        raise RuntimeError(
+            f"pipeline {cfg.name!r}: the Spark master {master} is Kubernetes, which the Spark provider's "
+            "hook only accepts with apache-airflow-providers-cncf-kubernetes installed"
+        )
+
+
+def driver_pod_kill_command(master: str, namespace: str, pod: str) -> list[str]:
+    """``spark-submit --kill``: Spark's own way of deleting a driver pod (and what it owns)."""
+    from include.spark.spark_submit import spark_submit_binary
+
+    return [spark_submit_binary(), "--master", master, "--conf", f"spark.kubernetes.namespace={namespace}",
+            "--kill", f"{namespace}:{pod}"]  # fmt: skip
+
+
+class SparkJobOperator(BaseOperator):
+    """Submit one of the pipeline's Spark jobs for this run; returns the job's summary (its JSON file).
+
+    :param pipeline: the pipeline's configuration.
+    :param master: master URL of this run's cluster (templated, e.g. from the
+        setup task's XCom); ``None`` for the pipeline's Spark connection.
+    """
+
+    application = ""
+    job_name = ""
+    template_fields: Sequence[str] = ("master",)
+    ui_color = "#fdf0e0"
+
+    def __init__(self, *, pipeline: PipelineConfig, master: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.master = master
+        self._hook = None
+
+    def job_args(self, context: Any, folder: Path, summary_path: Path) -> tuple[list[str], list[Path]]:
+        """The job's arguments, and private files to delete once it ran."""
+        raise NotImplementedError
+
+    def summary_line(self, summary: dict) -> str:
+        """The task log's one-line summary of the job's result."""
+        raise NotImplementedError
+
+    def application_for(self, context: Any) -> str:
+        """The job this run submits (a path under the project root)."""
+        return self.application
+
+    def submission(self, context: Any, folder: Path, summary_path: Path) -> tuple[str, list[str], list[Path]]:
+        """The application to submit, its arguments, and private files to delete once it ran."""
+        args, private = self.job_args(context, folder, summary_path)
+        return self.application_for(context), args, private
+
+    def done_despite(self, exc: BaseException, summary_path: Path) -> bool:
+        """Whether this task's step finished although the application failed after it (default: never)."""
+        return False
+
+    def _started_workers(self, context: Any) -> int | None:
+        """How many workers this run's ``start_cluster`` started (sized to the backlog), if it ran."""
+        if not self.pipeline.cluster.transient or context.get("ti") is None:
+            return None
+        started = context["ti"].xcom_pull(task_ids="start_cluster") or {}
+        return started.get("workers") if isinstance(started, dict) else None
+
+    def _cluster_watch(self, context: Any):
+        """A :class:`~include.spark.spark_cluster.ClusterWatch` on this run's transient cluster, if one was started."""
+        from contextlib import nullcontext
+
+        from include.orchestration import pipeline_run
+        from include.spark import spark_cluster
+
+        if not self.pipeline.cluster.transient:
+            return nullcontext(None)
+        folder = pipeline_run.run_dir(self.pipeline, context["run_id"]) / "cluster"  # none in local mode
+
+        def stop_job() -> None:
+            proc = getattr(self._hook, "_submit_sp", None)
+            if proc is not None and proc.poll() is None:
+                self.log.error("the run's cluster lost a daemon: stopping spark-submit (pid %s)", proc.pid)
+                proc.kill()
+
+        return spark_cluster.ClusterWatch(folder, stop_job)
+
+    def run_folder(self, context: Any) -> Path:
+        """This run's folder of job files: the run folder here, or on the shared volume (``kubernetes``)."""
+        from include.orchestration import pipeline_run
+
+        folder = pipeline_run.run_dir(self.pipeline, context["run_id"])
+        k8s = self.pipeline.cluster.kubernetes
+        if self.pipeline.cluster.profile == "kubernetes" and k8s is not None and k8s.shared_dir:
+            # The driver pod reads the request files and writes the summary there.
+            return Path(k8s.shared_dir) / "runs" / self.pipeline.name / folder.name
+        return folder
+
+    def execute(self, context: Any) -> dict:
+        from include.spark import jvm_deps
+        from include.spark.spark_submit import dies_with_parent, package_py_files
+
+        cfg = self.pipeline
+        in_pod = cfg.cluster.profile == "kubernetes"
+        folder = self.run_folder(context)
+        folder.mkdir(parents=True, exist_ok=True)
+        summary_path = folder / f"{self.task_id}-summary.json"
+        summary_path.unlink(missing_ok=True)
+        application, args, private = self.submission(context, folder, summary_path)
+        pod_base = None
+        if in_pod:
+            ti = context.get("ti")
+            pod_base = k8s_pod_base(cfg.name, self.task_id, context["run_id"], int(getattr(ti, "try_number", 1) or 1))
+        try:
+            self._hook, app_path = submit_hook(
+                cfg, application=application, application_args=args, name=f"{self.job_name}:{cfg.name}",
+                run_master=self.master, pod_base=pod_base, run_id=context["run_id"],
+                jars=None if in_pod else ",".join(str(j) for j in jvm_deps.spark_jars()),
+                py_files=None if in_pod else str(package_py_files()), workers=self._started_workers(context),
+            )  # fmt: skip
+            self.log.info("submitting %s for pipeline %s to %s (profile %s)", app_path, cfg.name,
+                          self._hook._connection["master"], cfg.cluster.profile)  # fmt: skip
+            ok = False
+            try:
+                with self._cluster_watch(context) as watch:
+                    try:
+                        self._hook.submit(app_path, preexec_fn=dies_with_parent())
+                    except Exception as exc:
+                        if watch is not None and watch.lost:
+                            raise RuntimeError(watch.message()) from exc
+                        raise
+                ok = True
+            except Exception as exc:
+                if not self.done_despite(exc, summary_path):
+                    raise
+            finally:
+                if in_pod and pod_base:
+                    self._delete_driver_pod(f"{pod_base}-driver", succeeded=ok)
+        finally:
+            for f in private:
+                f.unlink(missing_ok=True)
+        summary = json.loads(summary_path.read_text())
+        print(self.summary_line(summary))
+        return summary
+
+    def _delete_driver_pod(self, pod: str, *, succeeded: bool) -> None:
+        """Profile ``kubernetes``: Spark deleted the executor pods; the finished driver pod goes too, by policy."""
+        k8s = self.pipeline.cluster.kubernetes
+        if k8s is None or self._hook is None:
+            return
+        policy = k8s.delete_driver_pod
+        if policy == "never" or (policy == "on_success" and not succeeded):
+            self.log.info("keeping driver pod %s/%s (delete_driver_pod: %s)", k8s.namespace, pod, policy)
+            return
+        cmd = driver_pod_kill_command(self._hook._connection["master"], k8s.namespace or "default", pod)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+        if proc.returncode:
+            # A finished pod left behind costs no resources; it must not fail a job that succeeded.
+            self.log.warning("could not delete driver pod %s/%s (exit %s): %s", k8s.namespace, pod,
+                             proc.returncode, (proc.stdout + proc.stderr)[-2000:])  # fmt: skip
+
+    def on_kill(self) -> None:
+        if self._hook is not None:
+            self._hook.on_kill()
+
+
+class IngestOperator(SparkJobOperator):
+    """Submit ``spark_jobs/kafka_to_bronze.py``, or ``spark_jobs/kafka_backfill.py`` when the run is a
+    backfill; Kafka settings go in a file only its owner can read.
+
+    :param preflight_task_id: task whose XCom holds the preflight report.
+    :param request_task_id: task whose XCom holds the run's checked request (``check_request``).
+    """
+
+    application = APPLICATION
+    job_name = "kafka_to_bronze"
+
+    def __init__(self, *, preflight_task_id: str = "preflight", request_task_id: str = "check_request",
+                 transform_task_id: str = "transform", **kwargs: Any) -> None:  # fmt: skip
+        super().__init__(**kwargs)
+        self.preflight_task_id = preflight_task_id
+        self.request_task_id = request_task_id
+        self.transform_task_id = transform_task_id
+
+    def _plan(self, context: Any) -> dict:
+        return context["ti"].xcom_pull(task_ids=self.request_task_id) or {}
+
+    def application_for(self, context: Any) -> str:
+        from include.contract.manual_ops import BACKFILL_ACTIONS
+
+        return BACKFILL_APPLICATION if self._plan(context).get("action") in BACKFILL_ACTIONS else APPLICATION
+
+    def job_args(self, context: Any, folder: Path, summary_path: Path) -> tuple[list[str], list[Path]]:
+        from include.contract import manual_ops
+        from include.readers import connections
+
+        cfg = self.pipeline
+        plan = self._plan(context)
+        client = connections.kafka_client_config(cfg.kafka.connection_id)
+        options_file, private = self._kafka_options(folder, client)
+        run_type = job_run_type(context)
+        if plan.get("action") in manual_ops.BACKFILL_ACTIONS:
+            request_file = folder / "backfill-request.json"
+            request_file.write_text(json.dumps({k: plan.get(k) for k in
+                                                ("action", "reason", "requested_by", "ranges", "time_range")}))  # fmt: skip
+            args = [
+                f"--pipeline={cfg.name}", f"--bootstrap-servers={client['bootstrap.servers']}",
+                f"--bronze-path={cfg.tables.bronze_path}", f"--request-file={request_file}",
+                f"--run-id={context['run_id']}", f"--run-type={'backfill' if run_type == 'backfill' else 'manual'}",
+                f"--summary-path={summary_path}",
+            ]  # fmt: skip
+            if options_file:
+                args.append(f"--kafka-options-file={options_file}")
+            return args, private
+        preflight = context["ti"].xcom_pull(task_ids=self.preflight_task_id) or {}
+        preflight_file = folder / "preflight.json"
+        preflight_file.write_text(json.dumps(preflight.get("job_file") or {}))
+        rebuild = plan.get("action") == manual_ops.REBUILD_CHECKPOINT
+        args = cfg.ingest_job_args(client["bootstrap.servers"], context["run_id"],
+                                   "rebuild_checkpoint" if rebuild else run_type, str(summary_path))  # fmt: skip
+        if options_file:
+            args.append(f"--kafka-options-file={options_file}")
+        args.append(f"--preflight-file={preflight_file}")
+        if rebuild:
+            who = f" by {plan['requested_by']}" if plan.get("requested_by") else ""
+            args.append(f"--rebuild-checkpoint=asked{who}: {plan.get('reason', '')}")
+        return args, private
+
+    def submission(self, context: Any, folder: Path, summary_path: Path) -> tuple[str, list[str], list[Path]]:
+        """With a transform: the run's application runs this step then the transform (one driver, one
+        session); the transform task reports the second step. Without: this step's job alone."""
+        application, args, private = super().submission(context, folder, summary_path)
+        cfg = self.pipeline
+        if cfg.transform is None:
+            return application, args, private
+        transform_summary = folder / f"{self.transform_task_id}-summary.json"
+        error_path = folder / TRANSFORM_ERROR_FILE
+        # Whatever a former try left must not pass for this one's outcome.
+        transform_summary.unlink(missing_ok=True)
+        error_path.unlink(missing_ok=True)
+        steps = {
+            "pipeline": cfg.name,
+            "steps": [
+                {"job": Path(application).stem, "args": args},
+                {"job": Path(TRANSFORM_APPLICATION).stem, "error_path": str(error_path),
+                 "args": transform_job_args(cfg, folder, context["run_id"], transform_summary)},
+            ],
+        }  # fmt: skip
+        steps_file = folder / "steps.json"
+        steps_file.write_text(json.dumps(steps, indent=2))
+        self.log.info("one Spark application for %s then the transform (%s)", Path(application).stem, steps_file)
+        return RUN_STEPS_APPLICATION, [f"--steps-file={steps_file}"], private
+
+    def done_despite(self, exc: BaseException, summary_path: Path) -> bool:
+        """The application failed after this step wrote its summary (so after its last commit): the
+        step is done; the transform task finds no outcome of its own step and submits it alone."""
+        if self.pipeline.transform is None or not summary_path.exists():
+            return False
+        self.log.warning("the run's Spark application failed after the ingest step finished (%s); bronze "
+                         "stands as the summary says, and the transform task submits the transform alone", exc)  # fmt: skip
+        return True
+
+    def _kafka_options(self, folder: Path, client: dict[str, str]) -> tuple[str | None, list[Path]]:
+        """Where the job reads its Kafka options, and the private files to delete after the submit.
+
+        Client-mode profiles: a file only its owner can read in the run folder,
+        from ``kafka.options`` and the connection's Java-compatible settings.
+        Profile ``kubernetes``: the secret mounted in the driver pod (no file
+        here; Airflow never holds those settings).
+        """
+        from include.readers import connections
+
+        cfg = self.pipeline
+        k8s = cfg.cluster.kubernetes
+        if cfg.cluster.profile == "kubernetes" and k8s is not None:
+            return kafka_options_path(k8s), []
+        options_file = folder / "kafka-options.json"
+        options = {**cfg.kafka.options, **connections.spark_kafka_options(client, cfg.kafka.connection_id)}
+        _write_private(options_file, json.dumps(options))
+        return str(options_file), [options_file]
+
+    def summary_line(self, summary: dict) -> str:
+        if summary.get("kind") == "backfill":
+            return (
+                f"SUMMARY ingest: backfill re-read {summary['read']} records in {len(summary['ranges'])} ranges, "
+                f"inserted {summary['inserted']} missing from bronze, {summary['present']} were there already; "
+                f"bronze version {summary['bronze_version']}, {summary['duration_s']:.1f}s in the job"
+                + "".join(f"; {n}" for n in summary.get("notes") or ())
+            )
+        rebuilt = summary["checkpoint_rebuilt"]
+        return (
+            f"SUMMARY ingest: {summary['rows']} rows in {len(summary['batches'])} batches, epoch {summary['epoch']}, "
+            f"bronze version {summary['bronze_version']}, {summary['duration_s']:.1f}s in the job"
+            + (f", checkpoint rebuilt: {rebuilt['reason']}" if rebuilt else "")
+            + (f"; position set ({summary['position_set']['reason']}): {summary['position_set']['positions']}"
+               if summary.get("position_set") else "")
+        )
+
+
+class TransformOperator(SparkJobOperator):
+    """The transform step: bronze's new records into silver and quarantine.
+
+    On its first try it reports the step the run's Spark application ran
+    after ingest (``spark_jobs/run_steps.py``): its summary, or its failure.
+    When that application never reached the step (it died after ingest), and
+    on every retry, it submits ``spark_jobs/bronze_to_silver.py`` alone.
+    """
+
+    application = TRANSFORM_APPLICATION
+    job_name = "bronze_to_silver"
+
+    def job_args(self, context: Any, folder: Path, summary_path: Path) -> tuple[list[str], list[Path]]:
+        return transform_job_args(self.pipeline, folder, context["run_id"], summary_path), []
+
+    def summary_line(self, summary: dict) -> str:
+        return "SUMMARY transform: " + transform_summary_text(summary)
+
+    def execute(self, context: Any) -> dict:
+        from airflow.sdk.exceptions import AirflowException
+
+        ti = context.get("ti")
+        if int(getattr(ti, "try_number", 1) or 1) == 1:
+            folder = self.run_folder(context)
+            summary_path = folder / f"{self.task_id}-summary.json"
+            error_path = folder / TRANSFORM_ERROR_FILE
+            if error_path.exists():
+                error = json.loads(error_path.read_text())
+                if error.get("traceback"):
+                    self.log.error("%s", error["traceback"])
+                raise AirflowException(
+                    f"transform of pipeline {self.pipeline.name!r} failed in the run's Spark application: "
+                    f"{error.get('error')} (bronze keeps what ingest committed; a retry of this task submits "
+                    "the transform alone)"
+                )
+            if summary_path.exists():
+                summary = json.loads(summary_path.read_text())
+                if summary.get("run_id") == context["run_id"]:
+                    print(self.summary_line(summary) + " (ran in the ingest task's Spark application)")
+                    return summary
+            self.log.info("the run's Spark application did not reach the transform; submitting it alone")
+        return super().execute(context)
+
+
+def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_path: Path) -> list[str]:
+    """``bronze_to_silver``'s arguments for this run; its spec goes in a file of the run folder."""
+    if cfg.transform is None:
+        raise ValueError(f"pipeline {cfg.name!r} has no transform section")
+    spec_file = folder / "transform-spec.json"
+    spec_file.write_text(json.dumps(cfg.transform.to_json(), indent=2))
+    t = cfg.tables
+    return [
+        f"--pipeline={cfg.name}", f"--bronze-path={t.bronze_path}", f"--silver-path={t.silver_path}",
+        f"--quarantine-path={t.quarantine_path}", f"--checkpoint-root={t.transform_checkpoint_root}",
+        f"--spec-file={spec_file}", f"--run-id={run_id}", f"--summary-path={summary_path}",
+        *(f"--table-property={k}={v}" for k, v in t.retention_properties().items()),
+    ]  # fmt: skip
+
+
+def transform_summary_text(s: dict) -> str:
+    """One line saying where the records a transform read went."""
+    bad = ", ".join(f"{n} {f}" for f, n in sorted(s.get("quarantine_fields", {}).items(), key=lambda i: -i[1]))
+    text = (
+        f"read {s['read']} from bronze: {s['upserted']} upserted, {s['deleted']} deleted, "
+        f"{s['quarantined']} quarantined{f' ({bad})' if bad else ''}, {s['superseded']} superseded by newer"
+    )
+    if s.get("replayed"):
+        text += f", {s['replayed']} already applied"
+    text += f"; silver version {s['silver_version']}, epoch {s['epoch']}, {s['duration_s']:.1f}s in the job"
+    if s.get("fields_added"):
+        text += "; fields added: " + ", ".join(f"{f['name']} {f['type']}" for f in s["fields_added"])
+    if s.get("fields_ignored"):
+        text += "; fields ignored: " + ", ".join(sorted(s["fields_ignored"]))
+    if s.get("checkpoint_rebuilt"):
+        text += f"; checkpoint rebuilt: {s['checkpoint_rebuilt']['reason']}"
+    return text
+
+
+def job_run_type(context: Any) -> str:
+    """The job's ``--run-type`` for this DAG run."""
+    run_type = str(getattr(context["dag_run"], "run_type", "manual") or "manual")
+    run_type = run_type.rsplit(".", 1)[-1].lower()
+    return {"scheduled": "scheduled", "backfill": "backfill"}.get(run_type, "manual")
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)

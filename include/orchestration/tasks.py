@@ -1,0 +1,305 @@
+"""What each task of a pipeline's DAG run does, as plain functions the DAG factory calls.
+
+:mod:`include.orchestration.dag_factory` only declares the tasks and wires them. Each task
+calls one function here with the pipeline's config and the context values it
+needs (earlier tasks' XComs, the run id, the trigger form's params) and returns
+what the task pushes as its XCom. The reads and checks themselves live in
+:mod:`include.orchestration.pipeline_run`; a function here adds the task's decision (wait,
+skip, fail, go on), its log lines and the shape of its XCom.
+
+A task that ends failed or skipped on purpose raises :class:`FailTask` or
+:class:`SkipTask` with the report ``record_run`` reads back from an XCom key
+(``refused``, ``lag``, ``failed_report``); :func:`run_task` pushes that report
+and ends the task with Airflow's exception. So the functions need no task
+instance, and a unit test calls them with plain values.
+
+Two tasks are not here: ``ingest`` and ``transform`` are operators
+(:mod:`include.orchestration.spark_operator`), and ``record_run`` calls
+:func:`include.orchestration.record.record_run`.
+
+This module is imported while DAGs are parsed (:mod:`include.orchestration.dag_factory`), so
+Kafka, Spark and Delta modules are imported inside the functions, never at the
+top.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, ParamSpec, TypeVar
+
+from airflow.sdk import PokeReturnValue
+
+from include.config.pipeline_config import PipelineConfig
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+class EndTask(Exception):
+    """Ends a task on purpose; ``report``, when ``key`` is set, is left in that XCom for ``record_run``."""
+
+    def __init__(self, message: str, *, key: str | None = None, report: Any = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.report = report
+
+
+class FailTask(EndTask):
+    """The task fails with no retry: a retry would meet the same refusal or the same broken chain."""
+
+
+class SkipTask(EndTask):
+    """The task is skipped: the run has nothing to do, so no cluster starts."""
+
+
+def run_task(ti: Any, body: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    """Call the task function ``body``; an :class:`EndTask` it raises is pushed to XCom and ends the task."""
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+    try:
+        return body(*args, **kwargs)
+    except EndTask as end:
+        # Pushed before the task ends, so record_run (trigger rule all_done) can say why.
+        if end.key is not None:
+            ti.xcom_push(key=end.key, value=end.report)
+        ending = AirflowSkipException if isinstance(end, SkipTask) else AirflowFailException
+        raise ending(str(end)) from None
+
+
+def airflow_run_state(runtime_ti: Any = None) -> Callable[[str, str], str | None]:
+    """``(dag_id, run_id) -> state`` through the Task SDK; ``None`` for a run Airflow does not know.
+
+    ``runtime_ti`` is the SDK's task-instance class (default: ``RuntimeTaskInstance``);
+    the run lock asks it whether the run holding the lock is still alive.
+    """
+    if runtime_ti is None:
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+        runtime_ti = RuntimeTaskInstance
+
+    def state(dag_id: str, run_id: str) -> str | None:
+        try:
+            return str(runtime_ti.get_dagrun_state(dag_id=dag_id, run_id=run_id)).rsplit(".", 1)[-1].lower()
+        except Exception as exc:
+            # A deleted run holds no lock; any other failure must not break a live one.
+            if "not found" in str(exc).lower() or "404" in str(exc):
+                return None
+            raise
+
+    return state
+
+
+def check_request(
+    cfg: PipelineConfig,
+    *,
+    dag_id: str,
+    run_id: str,
+    params: Mapping[str, Any],
+    run_type: str,
+    requested_by: str | None,
+    data_interval: tuple[datetime | None, datetime | None],
+    run_state: Callable[[str, str], str | None],
+) -> PokeReturnValue:
+    """Sensor ``check_request``: the run's request, checked, once the run holds its pipeline's lock.
+
+    Not done while another live run holds the lock. Done with the plan
+    (:func:`include.orchestration.pipeline_run.plan_request`) as its XCom. A request refused,
+    by its params alone or against Kafka and the table, fails the task with
+    the reason in XCom ``refused``.
+    """
+    from include.contract import manual_ops
+    from include.orchestration import pipeline_run
+    from include.readers import connections
+
+    try:
+        request = manual_ops.parse_request(params, run_type=run_type, requested_by=requested_by,
+                                           data_interval=data_interval)  # fmt: skip
+    except manual_ops.RequestError as exc:
+        raise FailTask(f"pipeline {cfg.name!r}: the run's params were refused: {exc}", key="refused",
+                       report=str(exc)) from None  # fmt: skip
+    holder, message = pipeline_run.take_lock(cfg, dag_id=dag_id, run_id=run_id, run_state=run_state)
+    if message:
+        print(f"check_request: {message}")
+    if holder is not None:
+        return PokeReturnValue(is_done=False)
+    try:
+        # Only a backfill plans against Kafka; a normal run reads it in wait_for_lag.
+        client = connections.kafka_client_config(cfg.kafka.connection_id) if request.is_backfill else {}
+        plan = pipeline_run.plan_request(cfg, client, request)
+    except manual_ops.RequestError as exc:
+        raise FailTask(f"pipeline {cfg.name!r}: {request.action} refused: {exc}", key="refused",
+                       report=str(exc)) from None  # fmt: skip
+    for note in plan["notes"]:
+        print(f"check_request note: {note}")
+    text = plan["describe"]
+    if request.is_backfill:
+        text += f"; {len(plan['ranges'])} ranges, {plan['offsets']} offsets to re-read"
+    print(f"SUMMARY check_request: {text}; lock {cfg.name}.lock.json taken")
+    return PokeReturnValue(is_done=True, xcom_value=plan)
+
+
+def wait_for_lag(cfg: PipelineConfig, *, plan: dict | None) -> PokeReturnValue:
+    """Sensor ``wait_for_lag``: done once the lag is worth a cluster (``cfg.lag``), with the lag report as XCom.
+
+    ``plan`` is ``check_request``'s XCom. A manual action runs whatever the
+    lag; a backfill with nothing to re-read, or a normal run with no new
+    records, skips the task (the lag report in XCom ``lag``), so no cluster
+    starts.
+    """
+    from include.contract import manual_ops
+    from include.contract.preflight import lag_decision
+    from include.orchestration import pipeline_run
+    from include.readers import connections
+
+    plan = plan or {}
+    action = plan.get("action", manual_ops.NORMAL)
+    if action != manual_ops.NORMAL:
+        if action in manual_ops.BACKFILL_ACTIONS and not plan.get("ranges"):
+            print(f"SUMMARY wait_for_lag: {action}: nothing the table has passed lies in the window")
+            raise SkipTask("nothing to backfill; no cluster started")
+        print(f"SUMMARY wait_for_lag: {action} runs now, whatever the lag")
+        return PokeReturnValue(is_done=True, xcom_value={"action": action})
+    client = connections.kafka_client_config(cfg.kafka.connection_id)
+    now = pipeline_run.utcnow()
+    report, _, _ = pipeline_run.snapshot(cfg, client)
+    decision = lag_decision(report, min_records=cfg.lag.min_records, max_wait_s=cfg.lag.max_wait_minutes * 60,
+                            now=now)  # fmt: skip
+    print(f"SUMMARY wait_for_lag: {report.summary_line(now)}; {decision.action}: {decision.reason}")
+    if decision.action == "skip":
+        raise SkipTask(f"nothing to do: {decision.reason}; no cluster started", key="lag",
+                       report=report.to_json(now))  # fmt: skip
+    return PokeReturnValue(is_done=decision.action == "proceed", xcom_value=report.to_json(now))
+
+
+def preflight(cfg: PipelineConfig, *, plan: dict | None) -> dict:
+    """Task ``preflight``: the verdict on the table against Kafka, before any cluster starts.
+
+    ``plan`` is ``check_request``'s XCom. Returns the verdict with what the
+    jobs and the continuity check need (the job's preflight file, the lag,
+    where the table stands). A blocking finding fails the task with that
+    result in XCom ``failed_report``; Kafka settings the Spark job could not
+    take fail it with the connection's error.
+    """
+    from include.contract.manual_ops import RunRequest
+    from include.contract.offsets import positions_to_json
+    from include.orchestration import pipeline_run
+    from include.readers import connections
+
+    plan = plan or {}
+    request = RunRequest(plan.get("action", "normal"), plan.get("reason", ""), plan.get("requested_by"))
+    client = connections.kafka_client_config(cfg.kafka.connection_id)
+    try:
+        # The Spark job's settings are derived in ingest; refuse settings it cannot
+        # take now, before a cluster starts.
+        connections.spark_kafka_options(client, cfg.kafka.connection_id)
+    except connections.ConnectionConfigError as exc:
+        raise FailTask(f"pipeline {cfg.name!r}: {exc}") from None
+    now = pipeline_run.utcnow()
+    verdict, lag, progress = pipeline_run.run_preflight(cfg, client, request)
+    for finding in verdict.findings:
+        print(f"preflight {finding.severity}: {finding.message}")
+    print(f"SUMMARY {verdict.summary_line()}; {lag.summary_line(now)}")
+    result = {
+        **verdict.to_json(),
+        "job_file": verdict.job_file(),
+        "lag": lag.to_json(now),
+        "table_version": progress.table_version if progress else None,
+        "table_next": positions_to_json(progress.next_offsets) if progress else None,
+        "transform_before": pipeline_run.transform_versions(cfg) if cfg.transform else None,
+    }
+    if not verdict.ok:
+        raise FailTask(verdict.failure_message(cfg.name), key="failed_report", report=result)
+    return result
+
+
+def start_cluster(cfg: PipelineConfig, *, run_id: str, plan: dict | None, preflight_result: dict | None,
+                  cpu_count: int | None = None) -> dict:  # fmt: skip
+    """Setup task ``start_cluster``: where this run's Spark application runs, sized to its backlog.
+
+    ``plan`` and ``preflight_result`` are the XComs of ``check_request`` and
+    ``preflight`` (the backlog: a backfill's offsets, else the lag). A small
+    backlog runs in local mode and starts nothing; otherwise a standalone
+    cluster starts in the run's folder. Returns its master URL (what ingest
+    submits to), the choice and why.
+    """
+    from include.orchestration import cluster_sizing, pipeline_run
+    from include.spark import spark_cluster
+
+    records = pipeline_run.run_backlog(plan, preflight_result)
+    choice = cluster_sizing.choose(cfg.cluster, records, cpu_count or os.cpu_count() or 1)
+    if choice.mode == "local":
+        print(f"SUMMARY start_cluster: no cluster: {choice.reason}")
+        return {"master_url": choice.local_master, "mode": "local", "workers": 0,
+                "choice": choice.reason, "backlog": records}  # fmt: skip
+    folder = pipeline_run.run_dir(cfg, run_id) / "cluster"
+    cluster = spark_cluster.start_standalone(
+        folder, workers=choice.workers, worker_cores=cfg.cluster.worker_cores,
+        worker_memory=cfg.cluster.worker_memory,
+    )  # fmt: skip
+    print(f"SUMMARY start_cluster: {cluster.master_url} with {choice.workers} worker(s) "
+          f"x {cfg.cluster.worker_cores} core(s), {cfg.cluster.worker_memory}; UI {cluster.web_ui_url}; "
+          f"{choice.reason}")  # fmt: skip
+    return {**cluster.to_json(), "mode": "cluster", "workers": choice.workers, "choice": choice.reason,
+            "backlog": records}  # fmt: skip
+
+
+def stop_cluster(cfg: PipelineConfig, *, run_id: str) -> dict:
+    """Teardown task ``stop_cluster``: stop the run's standalone cluster; the pids stopped and any left."""
+    from include.orchestration import pipeline_run
+    from include.spark import spark_cluster
+
+    folder = pipeline_run.run_dir(cfg, run_id) / "cluster"
+    stopped = spark_cluster.stop_standalone(folder)
+    left = spark_cluster.running_processes(folder)
+    print(f"SUMMARY stop_cluster: stopped {len(stopped)} processes, {len(left)} left")
+    return {"stopped": stopped, "left": left}
+
+
+def check_continuity(cfg: PipelineConfig, *, run_id: str, preflight_result: dict, ingest_summary: dict | None,
+                     transform_summary: dict | None) -> dict:  # fmt: skip
+    """Task ``check_continuity``: the commits this run wrote chain on from where ``preflight`` saw the table.
+
+    ``preflight_result``, ``ingest_summary`` and ``transform_summary`` are the
+    XComs of ``preflight``, ``ingest`` and ``transform`` (``None`` without
+    one). Returns the report; a broken chain fails the task with the report in
+    XCom ``failed_report``.
+    """
+    from include.contract.offsets import positions_from_json
+    from include.orchestration import pipeline_run
+    from include.readers import connections
+
+    pre = preflight_result
+    client = connections.kafka_client_config(cfg.kafka.connection_id)
+    report = pipeline_run.check_continuity(
+        cfg, client, run_id=run_id, version_before=pre["table_version"],
+        start=positions_from_json(pre["table_next"]) if pre["table_next"] else None,
+        job_summary=ingest_summary, transform_before=pre.get("transform_before"),
+        transform_summary=transform_summary,
+    )  # fmt: skip
+    result = report.to_json()
+    for v in result["violations"]:
+        print(f"continuity violation: {v}")
+    for n in result["notes"]:
+        print(f"continuity note: {n}")
+    print(f"SUMMARY {report.summary_line()}")
+    if not report.ok:
+        raise FailTask(
+            f"continuity check of pipeline {cfg.name!r} failed:\n  - " + "\n  - ".join(result["violations"]),
+            key="failed_report", report=result,
+        )  # fmt: skip
+    return result
+
+
+def mirror_offsets(cfg: PipelineConfig) -> dict:
+    """Task ``mirror_offsets``: commit the table's next offsets to the pipeline's consumer group, for lag tooling."""
+    from include.orchestration import pipeline_run
+    from include.readers import connections
+
+    client = connections.kafka_client_config(cfg.kafka.connection_id)
+    positions = pipeline_run.mirror_offsets(cfg, client)
+    n = sum(len(parts) for parts in positions.values())
+    print(f"SUMMARY mirror_offsets: committed {n} partition offsets to consumer group "
+          f"{cfg.consumer_group}")  # fmt: skip
+    return {"group": cfg.consumer_group, "offsets": positions}

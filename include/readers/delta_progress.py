@@ -1,0 +1,277 @@
+"""The bronze table's progress, read from the Delta log with delta-rs (no JVM).
+
+Cost: opening the table reads its last log checkpoint and the commits after
+it; where the table stands comes from its state (txn actions, see
+:mod:`include.contract.table_stand`) and the newest commits' ``userMetadata``
+(``history(limit)``), so the answer does not get slower as runs accumulate
+and survives Delta's log cleanup. Nothing here reads data files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from include.contract import table_stand
+from include.contract.offsets import BackfillCommit, BronzeCommit, PositionMap, txn_app_id
+from include.contract.table_stand import Restore, Stand, history_entries
+from include.contract.transform_spec import (
+    SilverCommit,
+    SilverStand,
+    newest_silver_commit,
+    resolve_silver_stand,
+    silver_app_id,
+    silver_history_covered,
+)
+
+
+def _open(path: str | Path, storage_options: dict[str, str] | None):
+    """The Delta table at ``path`` (delta-rs), or ``None`` when there is none yet."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path), storage_options=storage_options):
+        return None
+    return DeltaTable(str(path), storage_options=storage_options)
+
+
+@dataclass(frozen=True)
+class TableProgress:
+    """Where a bronze table stands (:class:`include.contract.table_stand.Stand`) and the table's version."""
+
+    path: str
+    table_version: int
+    stand: Stand
+
+    @property
+    def commit(self) -> BronzeCommit:
+        return self.stand.commit
+
+    @property
+    def commit_version(self) -> int | None:
+        return self.stand.commit_version
+
+    @property
+    def next_offsets(self) -> PositionMap:
+        return self.stand.next_offsets
+
+    @property
+    def epoch(self) -> int:
+        return self.stand.epoch
+
+    @property
+    def restore(self) -> Restore | None:
+        return self.stand.restore
+
+
+def _has_rows(table) -> bool:
+    import pyarrow as pa
+
+    counts = pa.table(table.get_add_actions(flatten=True)).column("num_records")
+    # A file without statistics (another tool wrote it) may hold rows: never take it for an empty table.
+    return any(n is None or n > 0 for n in counts.to_pylist())
+
+
+def read_progress(path: str | Path, pipeline: str, topics: Mapping[str, Iterable[int]] | None = None, *,
+                  storage_options: dict[str, str] | None = None) -> TableProgress | None:  # fmt: skip
+    """Where the bronze table at ``path`` stands for ``pipeline``; ``None`` for no table, or no progress and no rows.
+
+    Reads the table's state (txn actions, carried by every log checkpoint)
+    for ``topics`` (``{topic: partitions}``; those the newest commit names
+    are added), and the newest commits of its history: only as far back as
+    the last progress commit, so the cost does not grow with the history.
+    Raises :class:`include.contract.table_stand.PositionUnknownError` when the table
+    holds rows but no position can be read.
+    """
+    table = _open(path, storage_options)
+    if table is None:
+        return None
+    version = table.version()
+    probe = table.transaction_version
+    wanted: dict[str, set[int]] = {t: set(p) for t, p in (topics or {}).items()}
+    limit = 20
+    while True:
+        raw = table.history(limit)
+        entries = history_entries(raw)
+        complete = len(raw) < limit
+        for entry in entries:  # the newest of our commits names the topics it knew
+            commit = BronzeCommit.from_user_metadata(entry.user_metadata, version=entry.version)
+            if commit is not None and commit.pipeline == pipeline:
+                for t, parts in commit.next_offsets.items():
+                    wanted.setdefault(t, set()).update(parts)
+                break
+        state = table_stand.read_state(probe, pipeline, wanted)
+        reach = version - state.commit_version + 2 if state is not None else None
+        found = any(BronzeCommit.from_user_metadata(e.user_metadata, version=e.version) for e in entries)
+        if complete or (reach is not None and limit >= reach) or (reach is None and found):
+            break
+        limit = min(limit * 10, reach) if reach is not None else limit * 10
+    stand = table_stand.resolve(
+        pipeline=pipeline, state=state, history=entries,
+        has_rows=_has_rows(table),
+        txn_seen=lambda c: probe(txn_app_id(c.pipeline, c.epoch)) is not None,
+        path=str(path),
+    )  # fmt: skip
+    return None if stand is None else TableProgress(str(path), version, stand)
+
+
+def positions_from_rows(path: str | Path, *, storage_options: dict[str, str] | None = None) -> PositionMap:
+    """Max offset + 1 of every topic-partition among the rows of the bronze table at ``path``.
+
+    Reads the ``topic``, ``partition`` and ``offset`` columns of every file:
+    a full scan, done once when an operator asks to re-establish a position
+    that the table's state and history no longer hold.
+    """
+    import pyarrow.dataset as ds
+
+    table = _open(path, storage_options)
+    if table is None:
+        return {}
+    found: PositionMap = {}
+    data = ds.dataset(table.file_uris(), format="parquet")
+    result = data.to_table(columns=["topic", "partition", "offset"]).group_by(["topic", "partition"]).aggregate(
+        [("offset", "max")]
+    )
+    for row in result.to_pylist():
+        found.setdefault(row["topic"], {})[int(row["partition"])] = int(row["offset_max"]) + 1
+    return found
+
+
+def _entries_after(path: str | Path, version: int | None,
+                   storage_options: dict[str, str] | None) -> tuple[int | None, list[dict]]:  # fmt: skip
+    """The table's current version and its log entries after ``version`` (``None``: all), newest first.
+
+    Reads only those entries, so the cost follows the number of new commits,
+    not the table's history. ``(None, [])`` when there is no table.
+    """
+    table = _open(path, storage_options)
+    if table is None:
+        return None, []
+    current = table.version()
+    start = -1 if version is None else version
+    if current <= start:
+        return current, []
+    return current, [e for e in table.history(current - start) if int(e["version"]) > start]
+
+
+def commits_since(path: str | Path, version: int | None, *,
+                  storage_options: dict[str, str] | None = None) -> tuple[int | None, list[tuple[int, BronzeCommit]]]:  # fmt: skip
+    """The table's current version and our bronze commits after ``version`` (``None``: all), oldest first."""
+    current, entries = _entries_after(path, version, storage_options)
+    found = []
+    for entry in entries:
+        v = int(entry["version"])
+        commit = BronzeCommit.from_user_metadata(entry.get("userMetadata"), version=v)
+        if commit is not None:
+            found.append((v, commit))
+    return current, sorted(found, key=lambda item: item[0])
+
+
+def table_version(path: str | Path, *, storage_options: dict[str, str] | None = None) -> int | None:
+    """The table's current version; ``None`` when there is no table yet."""
+    table = _open(path, storage_options)
+    return None if table is None else table.version()
+
+
+def silver_commits_since(path: str | Path, version: int | None, *,
+                         storage_options: dict[str, str] | None = None) -> tuple[SilverCommit | None, list[SilverCommit]]:  # fmt: skip
+    """Silver's last batch commit at or before ``version``, and its batch commits after it (oldest first).
+
+    Reads the log entries after ``version``, and before it only as far back
+    as the newest batch commit (schema changes and maintenance are skipped).
+    """
+    table = _open(path, storage_options)
+    if table is None:
+        return None, []
+    current = table.version()
+    start = -1 if version is None else version
+    limit = max(current - start, 0) + 20
+    while True:
+        entries = table.history(limit)
+        after, previous = [], None
+        for entry in entries:  # newest first
+            commit = SilverCommit.from_user_metadata(entry.get("userMetadata"), version=int(entry["version"]))
+            if commit is None:
+                continue
+            if commit.version > start:
+                after.append(commit)
+            elif previous is None:
+                previous = commit
+        if previous is not None or start < 0 or len(entries) < limit:
+            return previous, sorted(after, key=lambda c: c.version)
+        limit *= 10
+
+
+#: Epochs probed past the last one found: a transform epoch that crashed before its first
+#: silver commit leaves a gap in the numbers.
+_EPOCH_GAP = 8
+
+
+def silver_stand(path: str | Path, pipeline: str, *,
+                 storage_options: dict[str, str] | None = None) -> SilverStand | None:  # fmt: skip
+    """Where the transform stands (:func:`include.contract.transform_spec.resolve_silver_stand`), read with delta-rs.
+
+    delta-rs cannot list a table's txn app ids, so the epochs are probed:
+    from the newest batch commit's epoch while the log holds one, else from 0,
+    until :data:`_EPOCH_GAP` numbers in a row are missing.
+    """
+    table = _open(path, storage_options)
+    if table is None:
+        return None
+    limit = 20
+    while True:
+        entries = table.history(limit)
+        if len(entries) < limit or silver_history_covered(entries):
+            break
+        limit *= 10
+    newest = newest_silver_commit(entries)
+    state: dict[int, int] = {}
+    epoch, missing = (newest.epoch if newest else 0), 0
+    while missing < _EPOCH_GAP:
+        version = table.transaction_version(silver_app_id(pipeline, epoch))
+        if version is None:
+            missing += 1
+        else:
+            state[epoch], missing = int(version), 0
+        epoch += 1
+    return resolve_silver_stand(state, newest, entries)
+
+
+def quarantine_rows_since(path: str | Path, version: int | None, *,
+                          storage_options: dict[str, str] | None = None) -> dict[tuple[int, int], int]:  # fmt: skip
+    """Rows each quarantine append after ``version`` holds, by ``(epoch, batch_id)``, from Delta's own metrics."""
+    found: dict[tuple[int, int], int] = {}
+    for entry in _entries_after(path, version, storage_options)[1]:
+        commit = SilverCommit.from_user_metadata(entry.get("userMetadata"), version=int(entry["version"]))
+        if commit is not None:
+            key = (commit.epoch, commit.batch_id)
+            found[key] = found.get(key, 0) + int((entry.get("operationMetrics") or {}).get("numOutputRows", 0))
+    return found
+
+
+def backfill_commits_since(path: str | Path, version: int | None, *,
+                           storage_options: dict[str, str] | None = None) -> list[tuple[int, BackfillCommit, dict]]:  # fmt: skip
+    """Backfill commits after ``version`` (oldest first), each with Delta's own operation metrics."""
+    found = []
+    for entry in _entries_after(path, version, storage_options)[1]:
+        commit = BackfillCommit.from_user_metadata(entry.get("userMetadata"), version=int(entry["version"]))
+        if commit is not None:
+            found.append((int(entry["version"]), commit, dict(entry.get("operationMetrics") or {})))
+    return sorted(found, key=lambda item: item[0])
+
+
+def bronze_rows_by_version(path: str | Path, since: int, *,
+                           storage_options: dict[str, str] | None = None) -> tuple[int | None, dict[int, int]]:  # fmt: skip
+    """Bronze's current version and the rows each of our commits (ingestion and backfill) from ``since`` on wrote."""
+    current, entries = _entries_after(path, since - 1, storage_options)
+    rows: dict[int, int] = {}
+    for entry in entries:
+        v, meta = int(entry["version"]), entry.get("userMetadata")
+        commit = BronzeCommit.from_user_metadata(meta, version=v)
+        if commit is not None:
+            rows[v] = commit.rows
+            continue
+        backfill = BackfillCommit.from_user_metadata(meta, version=v)
+        if backfill is not None:
+            rows[v] = backfill.inserted
+    return current, rows

@@ -1,0 +1,152 @@
+"""The run ledger: one Delta table row per DAG run of a pipeline, written without a JVM.
+
+Each row says what the run was (pipeline, run id, run type, cluster profile),
+what it found and did (lag before and after, per-partition ranges and rows,
+recorded gaps, preflight findings, continuity verdict) and how it ended. The
+ledger is what people read when they ask "what happened to my data on
+Tuesday"; the bronze table's commits remain the source of truth for offsets.
+
+Nested parts are JSON strings, so the schema stays flat and any Delta reader
+(Spark, delta-rs, DuckDB) can query it.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+#: Column name -> arrow type name; the order is the table's column order.
+COLUMNS: dict[str, str] = {
+    "pipeline": "string",
+    "run_id": "string",
+    "run_type": "string",
+    "dag_id": "string",
+    # what the run was asked to do (include/contract/manual_ops.py), by whom and why
+    "action": "string",  # normal | backfill_offsets | backfill_time | airflow_backfill | rebuild_checkpoint | ...
+    "requested_by": "string",
+    "request_reason": "string",
+    "outcome": "string",  # success | failed | skipped
+    "reason": "string",
+    "started_at": "timestamp",
+    "finished_at": "timestamp",
+    "duration_s": "double",
+    "cluster_profile": "string",
+    "master_url": "string",
+    # where the run's Spark application ran and why (cluster.local_max_records, records_per_worker)
+    "cluster_choice": "string",
+    "epoch": "int64",
+    "bronze_version_before": "int64",
+    "bronze_version_after": "int64",
+    "rows": "int64",
+    "commits": "int64",
+    "lag_before": "int64",
+    "lag_after": "int64",
+    "lost": "int64",
+    "continuity": "string",  # CONTINUOUS | BROKEN | not checked
+    # the transform (null for pipelines without one): where the bronze records it read went
+    "silver_read": "int64",
+    "silver_upserted": "int64",
+    "silver_deleted": "int64",
+    "quarantined": "int64",
+    "superseded": "int64",
+    "silver_version_after": "int64",
+    "transform_json": "string",
+    "partitions_json": "string",
+    "gaps_json": "string",
+    "findings_json": "string",
+    "continuity_json": "string",
+    "topic_ids_json": "string",
+    # where the run set the table's position rather than reached it (starting_offsets latest, a position action)
+    "position_set_json": "string",
+    "tasks_json": "string",
+    "params_json": "string",
+    "request_json": "string",
+}
+
+
+def _schema():
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64(),
+             "timestamp": pa.timestamp("us", tz="UTC")}  # fmt: skip
+    return pa.schema([pa.field(name, types[kind]) for name, kind in COLUMNS.items()])
+
+
+def _cell(name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if name.endswith("_json"):
+        return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    if COLUMNS[name] == "timestamp" and isinstance(value, str):
+        return datetime.fromisoformat(value)
+    return value
+
+
+def append_run(path: str | Path, record: dict[str, Any], *, storage_options: dict[str, str] | None = None,
+               properties: dict[str, str] | None = None) -> int:  # fmt: skip
+    """Append one run's row (missing columns are null); returns the ledger's new Delta version.
+
+    Unknown keys are an error, so a typo in a caller never silently drops a field.
+    ``properties`` (Delta table properties, e.g. the pipeline's retention) are
+    set in their own commit first when the ledger does not carry them yet.
+    """
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    unknown = sorted(set(record) - set(COLUMNS))
+    if unknown:
+        raise ValueError(f"run ledger: unknown columns {unknown}; expected some of {list(COLUMNS)}")
+    row = {name: [_cell(name, record.get(name))] for name in COLUMNS}
+    table = pa.Table.from_pydict(row, schema=_schema())
+    if properties and DeltaTable.is_deltatable(str(path), storage_options=storage_options):
+        ledger = DeltaTable(str(path), storage_options=storage_options)
+        if any(ledger.metadata().configuration.get(k) != v for k, v in properties.items()):
+            ledger.alter.set_table_properties(properties)
+    # "merge": a ledger written before a column was added gets it (null in the older rows).
+    write_deltalake(str(path), table, mode="append", schema_mode="merge", storage_options=storage_options,
+                    configuration=properties or None)  # fmt: skip
+    return DeltaTable(str(path), storage_options=storage_options).version()
+
+
+def newest_runs(path: str | Path, *, files: int = 20, storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The rows of the ledger's ``files`` newest data files, newest first: the latest runs, at a cost
+    that does not grow with the ledger (each run appends one file)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path), storage_options=storage_options):
+        return []
+    table = DeltaTable(str(path), storage_options=storage_options)
+    adds = pa.table(table.get_add_actions(flatten=True))
+    if "min.finished_at" not in adds.column_names or None in adds.column("min.finished_at").to_pylist():
+        return _decoded(table.to_pyarrow_table().to_pylist())  # no statistics to skip files with
+    # The files holding the newest runs by their finished_at statistics, read whole: Delta skips the rest.
+    spans = sorted(zip(adds.column("max.finished_at").to_pylist(), adds.column("min.finished_at").to_pylist(),
+                       strict=True), reverse=True)[:files]  # fmt: skip
+    since = min(low for _, low in spans)
+    return _decoded(table.to_pyarrow_table(filters=[("finished_at", ">=", since)]).to_pylist())
+
+
+def _decoded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    epoch = datetime.min.replace(tzinfo=UTC)
+    rows.sort(key=lambda r: r["finished_at"] or epoch, reverse=True)
+    for r in rows:
+        for name in COLUMNS:
+            # A ledger written before a column was added lacks it until its next append.
+            value = r.setdefault(name, None)
+            if name.endswith("_json") and value is not None:
+                r[name] = json.loads(value)
+    return rows
+
+
+def read_runs(path: str | Path, *, limit: int | None = None,
+              storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """The ledger's rows, newest first (JSON columns decoded); empty when there is no ledger yet."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path), storage_options=storage_options):
+        return []
+    rows = _decoded(DeltaTable(str(path), storage_options=storage_options).to_pyarrow_table().to_pylist())
+    return rows[:limit] if limit is not None else rows

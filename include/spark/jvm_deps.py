@@ -1,0 +1,216 @@
+"""Pinned JVM dependencies, resolved once with Maven into the project's cache.
+
+Two bundles:
+
+- ``spark``: the Spark Kafka connector and Delta Lake, minus every jar that
+  pyspark already ships (two copies of a class on one classpath is how
+  ``NoSuchMethodError`` happens).
+- ``kafka``: an Apache Kafka broker with its command-line tools
+  (``kafka-consumer-groups``, ``kafka-consumer-perf-test`` classes).
+
+The first call runs ``mvn dependency:copy-dependencies`` against Maven's
+default repository, with a private local repository under ``.cache/m2``; a
+marker file then makes every later call offline and instant.
+
+Run ``python -m include.spark.jvm_deps`` to resolve both bundles ahead of time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from include import settings
+
+
+class JvmDependencyError(RuntimeError):
+    """Maven could not resolve a bundle; the message carries Maven's own error."""
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One Maven coordinate; ``exclude_transitive`` keeps its dependencies out."""
+
+    group: str
+    artifact: str
+    version: str
+    exclusions: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def coordinate(self) -> str:
+        return f"{self.group}:{self.artifact}:{self.version}"
+
+
+_S = settings.SCALA_BINARY
+_SPARK_MINOR = ".".join(settings.SPARK_VERSION.split(".")[:2])
+
+BUNDLES: dict[str, tuple[Artifact, ...]] = {
+    "spark": (
+        Artifact(
+            "org.apache.spark",
+            f"spark-sql-kafka-0-10_{_S}",
+            settings.SPARK_VERSION,
+            exclusions=(("org.apache.spark", f"spark-token-provider-kafka-0-10_{_S}"),),
+        ),
+        Artifact(
+            "org.apache.spark",
+            f"spark-token-provider-kafka-0-10_{_S}",
+            settings.SPARK_TOKEN_PROVIDER_VERSION,
+            exclusions=(("*", "*"),),
+        ),
+        Artifact("io.delta", f"delta-spark_{_SPARK_MINOR}_{_S}", settings.DELTA_VERSION),
+    ),
+    "kafka": (
+        Artifact("org.apache.kafka", f"kafka_{_S}", settings.KAFKA_BROKER_VERSION),
+        Artifact("org.apache.kafka", "kafka-tools", settings.KAFKA_BROKER_VERSION),
+        # The broker logs through slf4j 1.7; without a binding its log is lost.
+        Artifact("org.apache.logging.log4j", "log4j-slf4j-impl", "2.25.4"),
+    ),
+}
+
+#: Jars Maven resolves for the spark bundle that must not join pyspark's own:
+#: commons-logging clashes with pyspark's jcl-over-slf4j; shims and
+#: jackson-datatype-jdk8 belong to older versions of libraries pyspark ships.
+_SPARK_EXTRA_EXCLUDES = frozenset({"commons-logging", "shims", "jackson-datatype-jdk8"})
+
+# Spark's parent POM declares a second repository that this network cannot
+# reach; Maven gives up on the whole build when a declared repository fails
+# to answer, so every repository but Maven's default one is mapped to a
+# folder that does not exist (answers "not found", and Maven moves on).
+_MAVEN_SETTINGS = """<settings>
+  <mirrors>
+    <mirror>
+      <id>default-repository-only</id>
+      <mirrorOf>*,!central</mirrorOf>
+      <url>file:///nonexistent-maven-repository</url>
+    </mirror>
+  </mirrors>
+</settings>
+"""
+
+_JAR_NAME = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d[^-]*(?:-[A-Za-z0-9.]+)?)\.jar$")
+
+
+def artifact_id_of(jar_name: str) -> str:
+    """``kafka-clients-3.9.2.jar`` -> ``kafka-clients`` (version stripped)."""
+    match = _JAR_NAME.match(jar_name)
+    if not match:
+        raise ValueError(f"not a versioned jar file name: {jar_name!r}")
+    return match.group("artifact")
+
+
+def _pom(bundle: str, artifacts: tuple[Artifact, ...]) -> str:
+    deps = []
+    for a in artifacts:
+        excl = "".join(
+            f"<exclusion><groupId>{g}</groupId><artifactId>{x}</artifactId></exclusion>"
+            for g, x in a.exclusions
+        )
+        excl_xml = f"<exclusions>{excl}</exclusions>" if excl else ""
+        deps.append(
+            f"<dependency><groupId>{a.group}</groupId><artifactId>{a.artifact}</artifactId>"
+            f"<version>{a.version}</version>{excl_xml}</dependency>"
+        )
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        f"<groupId>local.kafka-delta-elt</groupId><artifactId>{bundle}-bundle</artifactId>"
+        f"<version>1</version><dependencies>{''.join(deps)}</dependencies></project>"
+    )
+
+
+def _bundle_dir(bundle: str) -> Path:
+    artifacts = BUNDLES[bundle]
+    digest = hashlib.sha256(
+        json.dumps([a.coordinate for a in artifacts] + sorted(_SPARK_EXTRA_EXCLUDES)).encode()
+    ).hexdigest()[:12]
+    return settings.CACHE_DIR / "jars" / f"{bundle}-{digest}"
+
+
+def _pyspark_artifact_ids() -> set[str]:
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    return {artifact_id_of(p.name) for p in jars.glob("*.jar") if _JAR_NAME.match(p.name)}
+
+
+def resolve(bundle: str) -> list[Path]:
+    """Return the jar files of ``bundle``, downloading them on first use."""
+    if bundle not in BUNDLES:
+        raise KeyError(f"unknown JVM bundle {bundle!r}; expected one of {sorted(BUNDLES)}")
+    target = _bundle_dir(bundle)
+    marker = target / ".complete"
+    if not marker.exists():
+        _download(bundle, target)
+        marker.write_text("\n".join(a.coordinate for a in BUNDLES[bundle]) + "\n")
+    return sorted(target.glob("*.jar"))
+
+
+def _download(bundle: str, target: Path) -> None:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise JvmDependencyError("Maven ('mvn') is not on PATH; it is needed once to fetch jars")
+    if target.exists():
+        shutil.rmtree(target)
+    staging = target.with_name(target.name + ".partial")
+    if staging.exists():
+        shutil.rmtree(staging)
+    with tempfile.TemporaryDirectory(prefix=f"kde-{bundle}-") as work:
+        work_dir = Path(work)
+        (work_dir / "pom.xml").write_text(_pom(bundle, BUNDLES[bundle]))
+        (work_dir / "settings.xml").write_text(_MAVEN_SETTINGS)
+        cmd = [
+            mvn, "-B", "-q", "-s", str(work_dir / "settings.xml"),
+            f"-Dmaven.repo.local={settings.CACHE_DIR / 'm2'}",
+            "dependency:copy-dependencies", "-DincludeScope=runtime",
+            f"-DoutputDirectory={staging}",
+        ]  # fmt: skip
+        print(f"resolving JVM bundle {bundle!r} with Maven (first use only)...", file=sys.stderr)
+        proc = subprocess.run(cmd, cwd=work_dir, capture_output=True, text=True)
+        if proc.returncode != 0:
+            errors = [ln for ln in proc.stdout.splitlines() if "ERROR" in ln][:5]
+            raise JvmDependencyError(
+                f"Maven could not resolve bundle {bundle!r} "
+                f"({', '.join(a.coordinate for a in BUNDLES[bundle])}): "
+                + ("\n".join(errors) or proc.stderr[-2000:])
+            )
+    if bundle == "spark":
+        shipped = _pyspark_artifact_ids()
+        for jar in staging.glob("*.jar"):
+            name = artifact_id_of(jar.name)
+            if name in shipped or name in _SPARK_EXTRA_EXCLUDES:
+                jar.unlink()
+    staging.rename(target)
+
+
+def spark_jars() -> list[Path]:
+    """Jars to put on ``spark.jars``: Kafka connector and Delta Lake."""
+    return resolve("spark")
+
+
+def kafka_classpath() -> str:
+    """Classpath for running the Kafka broker and Kafka's command-line tools."""
+    return ":".join(str(p) for p in resolve("kafka"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``make setup``: resolve every bundle ahead of time."""
+    # No options, but --help must explain instead of starting Maven downloads,
+    # and a mistyped option must be refused rather than ignored.
+    argparse.ArgumentParser(prog="python -m include.spark.jvm_deps", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)  # fmt: skip
+    for name in BUNDLES:
+        jars = resolve(name)
+        print(f"{name}: {len(jars)} jars in {jars[0].parent}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""How the Spark jobs are launched: the spark-submit command, the ``--py-files``
+archive, and a local session for tests and notebooks.
+
+The same command runs against ``local[N]``, a transient standalone cluster or
+any existing master; only ``--master`` changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from include import settings
+from include.spark import jvm_deps
+
+#: Modules the jobs import, shipped to the cluster in one zip.
+_SHIPPED = (
+    "spark_jobs",
+    "include/__init__.py",
+    # The offset contract, whole: the jobs and the Airflow tasks check the same rules.
+    "include/contract",
+    "include/readers/__init__.py",
+    "include/readers/spark_checkpoint.py",
+)
+
+#: Settings every job session gets: Delta's SQL extension, and small defaults
+#: sized for incremental batches (not whole-table rewrites).
+BASE_CONF: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.shuffle.partitions": "4",
+    # Delta replays its log with this many tasks; the default (50) costs
+    # seconds per commit on a small table.
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.ui.showConsoleProgress": "false",
+    # The transform caches each micro-batch (decode, quarantine, classify);
+    # compressing that short-lived cache cost more than it saved.
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
+}
+
+
+#: The driver's log4j2 settings: Spark, Delta and Kafka at WARN, so the task log stays readable.
+LOG_CONFIG = "spark_jobs/log4j2.properties"
+#: ``KDE_SPARK_LOG_LEVEL=INFO`` (or DEBUG, ...) brings Spark's own INFO lines back into the task log.
+LOG_LEVEL_ENV = "KDE_SPARK_LOG_LEVEL"
+_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR")
+
+
+def driver_java_options(project_root: str | Path | None = None, *, cluster_master: bool = False) -> str:
+    """``spark.driver.extraJavaOptions`` of every job: the project's log settings and level, and on
+    this machine the class-data-sharing archive when it was built (``include/spark/jvm_cds.py``).
+
+    ``project_root``: where the driver sees the project (a container image's
+    app folder for a driver pod); this machine's project by default.
+    ``cluster_master``: executors process the data, the driver only plans and commits.
+    """
+    level = os.environ.get(LOG_LEVEL_ENV, "WARN").strip().upper() or "WARN"
+    if level not in _LOG_LEVELS:
+        raise ValueError(f"environment variable {LOG_LEVEL_ENV}={os.environ[LOG_LEVEL_ENV]!r}: expected one of "
+                         f"{', '.join(_LOG_LEVELS)} (unset it for WARN)")  # fmt: skip
+    root = settings.PROJECT_ROOT if project_root is None else project_root
+    config = f"{str(root).rstrip('/')}/{LOG_CONFIG}"
+    # Known harmless warnings stay hidden at WARN; a more verbose switch shows those loggers too.
+    quiet = level if _LOG_LEVELS.index(level) < _LOG_LEVELS.index("WARN") else "ERROR"
+    options = f"-Dlog4j.configurationFile={config} -Dkde.spark.log.level={level} -Dkde.spark.log.quiet={quiet}"
+    if project_root is None:
+        from include.spark import jvm_cds
+
+        cds = jvm_cds.driver_options(cluster_master=cluster_master)
+        if cds:
+            options += " " + cds
+    return options
+
+
+def package_py_files(target_dir: Path | None = None) -> Path:
+    """Zip the job code for ``--py-files``; rebuilt only when the shipped sources differ from the zip's.
+
+    The zip's comment holds a fingerprint of the sources' paths and bytes, so
+    a checkout of other code (an older commit, another work tree sharing the
+    cache) never ships a stale zip, as comparing modification times could.
+    """
+    target_dir = target_dir or (settings.CACHE_DIR / "build")
+    target_dir.mkdir(parents=True, exist_ok=True)
+    root = settings.PROJECT_ROOT
+    files: list[Path] = []
+    for entry in _SHIPPED:
+        path = root / entry
+        files.extend(sorted(path.rglob("*.py")) if path.is_dir() else [path])
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    fingerprint = digest.hexdigest().encode()
+    zip_path = target_dir / "kde_jobs.zip"
+    try:
+        with zipfile.ZipFile(zip_path) as existing:
+            if existing.comment == fingerprint:
+                return zip_path
+    except (OSError, zipfile.BadZipFile):
+        pass
+    tmp = zip_path.with_suffix(f".{os.getpid()}.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for f in files:
+            zf.write(f, f.relative_to(root).as_posix())
+        zf.comment = fingerprint
+    tmp.replace(zip_path)
+    return zip_path
+
+
+def spark_home() -> Path:
+    """The Spark distribution inside the installed pyspark package."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def spark_submit_binary() -> str:
+    """pyspark's own ``spark-submit``."""
+    return str(spark_home() / "bin" / "spark-submit")
+
+
+def submit_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for running spark-submit: its Spark home and this Python."""
+    env = dict(os.environ if base is None else base)
+    env["SPARK_HOME"] = str(spark_home())
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    return env
+
+
+def dies_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes a child process die with the process that starts it (Linux).
+
+    The spark-submit JVM of a job is the driver: when the Airflow task process
+    running it is killed (OOM killer, a lost worker, ``kill -9``), the kernel
+    then SIGKILLs the driver too, instead of leaving it to finish the job
+    unwatched, possibly beside the next run's driver on the same checkpoint.
+    The signal follows the thread that starts the child, and the hook's
+    ``submit`` waits for the child in that thread. ``None`` where ``prctl``
+    does not exist; a child whose parent is already gone exits at once.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import signal
+
+    parent = os.getpid()
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def arm() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before the line above
+            os._exit(137)
+
+    return arm
+
+
+#: ``prctl`` option: the signal a process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
+
+
+def submit_command(
+    application: str,
+    application_args: Sequence[str],
+    *,
+    master: str,
+    conf: Mapping[str, str] | None = None,
+    driver_memory: str = "1g",
+) -> list[str]:
+    """The full spark-submit command for one job of this project."""
+    merged = {
+        **BASE_CONF,
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.driver.extraJavaOptions": driver_java_options(),
+        **(conf or {}),
+    }
+    cmd = [
+        spark_submit_binary(),
+        "--master", master,
+        "--driver-memory", driver_memory,
+        "--jars", ",".join(str(j) for j in jvm_deps.spark_jars()),
+        "--py-files", str(package_py_files()),
+    ]  # fmt: skip
+    for key, value in merged.items():
+        cmd += ["--conf", f"{key}={value}"]
+    return [*cmd, str(settings.PROJECT_ROOT / application), *application_args]
+
+
+def local_session(app_name: str, *, warehouse: Path, cores: int = 2, driver_memory: str = "2g"):
+    """An in-process ``local[cores]`` SparkSession with the project's jars and settings."""
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName(app_name)
+        .config("spark.jars", ",".join(str(j) for j in jvm_deps.spark_jars()))
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.warehouse.dir", str(warehouse))
+    )
+    for key, value in BASE_CONF.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

@@ -1,0 +1,394 @@
+"""A real single-node Apache Kafka broker (KRaft) on 127.0.0.1, for tests and the demo.
+
+The broker runs from the official Apache Kafka jars (resolved by
+:mod:`include.spark.jvm_deps`), on free ports, with its state in one folder:
+
+    python -m include.tooling.local_kafka start var/kafka   # prints the bootstrap address
+    python -m include.tooling.local_kafka stop var/kafka
+
+Kafka's own command-line tools run from the same jars through
+:func:`run_kafka_tool`, e.g. ``ConsumerGroupCommand`` for consumer lag.
+
+By default clients connect in PLAINTEXT. ``start(..., sasl_user=SaslPlainUser(name, password))``
+(or ``start DIR --sasl-plain-user NAME`` with the password in
+``$KDE_KAFKA_SASL_PASSWORD``) makes the client listener SASL_PLAINTEXT with
+mechanism PLAIN and that one user; the controller listener stays PLAINTEXT
+on 127.0.0.1. Clients then need :meth:`SaslPlainUser.client_config`, Kafka's
+tools a ``--command-config`` file from :func:`write_tool_config`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from include.ports import free_port, port_free
+from include.readers.connections import jaas_config, jaas_quote
+from include.spark import jvm_deps
+
+#: Environment variable the command line reads the SASL user's password from (never an argument).
+SASL_PASSWORD_ENV = "KDE_KAFKA_SASL_PASSWORD"
+#: A JAAS option name is ``user_<name>``; other characters would end the name.
+_SASL_USERNAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+#: Main classes of Kafka's command-line tools (what the bin/*.sh scripts run).
+KAFKA_TOOLS = {
+    "consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+    "consumer-perf-test": "org.apache.kafka.tools.ConsumerPerformance",
+    "producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
+    "topics": "org.apache.kafka.tools.TopicCommand",
+    "storage": "kafka.tools.StorageTool",
+}
+
+
+class BrokerError(RuntimeError):
+    """The local broker could not be started or stopped."""
+
+
+@dataclass(frozen=True)
+class SaslPlainUser:
+    """The one SASL/PLAIN user of a broker started with ``sasl_user``: its name and password."""
+
+    username: str
+    password: str = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not _SASL_USERNAME.fullmatch(self.username):
+            raise ValueError(f"SASL username: expected letters, digits, '_' or '-', got {self.username!r}")
+        if not self.password:
+            raise ValueError(f"SASL user {self.username!r}: expected a non-empty password")
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka (confluent-kafka) settings that authenticate as this user; add ``bootstrap.servers``."""
+        return {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": self.username,
+            "sasl.password": self.password,
+        }
+
+    def jaas_config(self) -> str:
+        """The Java clients' ``sasl.jaas.config`` for this user."""
+        return jaas_config("PLAIN", self.username, self.password)
+
+
+@dataclass(frozen=True)
+class LocalBroker:
+    """A started broker: where it listens and which process it is."""
+
+    bootstrap_servers: str
+    pid: int
+    data_dir: Path
+    #: What clients speak on ``bootstrap_servers``: PLAINTEXT, or SASL_PLAINTEXT (mechanism PLAIN).
+    security_protocol: str = "PLAINTEXT"
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """Stop this broker (SIGTERM, then SIGKILL after ``timeout_s``)."""
+        stop(self.data_dir, timeout_s)
+
+
+def _java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    return str(Path(java_home) / "bin" / "java") if java_home else "java"
+
+
+def run_kafka_tool(tool: str, *args: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess:
+    """Run one of Kafka's command-line tools (see :data:`KAFKA_TOOLS`) and capture its output."""
+    main_class = KAFKA_TOOLS.get(tool, tool)
+    cmd = [_java(), "-Xmx512m", "-cp", jvm_deps.kafka_classpath(), main_class, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+
+
+def _state_file(data_dir: Path) -> Path:
+    return data_dir / "broker.json"
+
+
+def _properties_value(value: str) -> str:
+    """``value`` escaped for a ``.properties`` file (read as ISO-8859-1, backslash escapes)."""
+    out = []
+    for i, ch in enumerate(value):
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == " " and i == 0:
+            out.append("\\ ")
+        elif ch in "\n\r\t\f":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}[ch])
+        elif not " " <= ch <= "~":
+            out.extend(f"\\u{unit:04x}" for unit in _utf16_units(ch))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _utf16_units(ch: str) -> list[int]:
+    data = ch.encode("utf-16-be")
+    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
+
+
+def _sasl_properties(port: int, controller_port: int, user: SaslPlainUser) -> dict[str, str]:
+    """What differs from the PLAINTEXT broker: the client (and inter-broker) listener speaks SASL/PLAIN."""
+    # The broker authenticates to itself as the same user (inter-broker traffic).
+    jaas = user.jaas_config().removesuffix(";") + f" user_{user.username}={jaas_quote(user.password)};"
+    return {
+        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
+        "inter.broker.listener.name": "SASL_PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": _properties_value(jaas),
+    }
+
+
+def _server_properties(data_dir: Path, port: int, controller_port: int,
+                       sasl_user: SaslPlainUser | None = None) -> str:  # fmt: skip
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(data_dir / "logs"),
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "4",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "4",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        # A pipeline naming a topic that does not exist must get an error, not
+        # a new empty topic.
+        "auto.create.topics.enable": "false",
+        "delete.topic.enable": "true",
+        # Retention checks run often so tests can see deleted segments quickly.
+        "log.retention.check.interval.ms": "1000",
+    }
+    if sasl_user is not None:
+        props.update(_sasl_properties(port, controller_port, sasl_user))
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def write_tool_config(path: Path, user: SaslPlainUser) -> Path:
+    """A ``--command-config`` file (owner-only) for Kafka's tools to reach a SASL broker as ``user``."""
+    text = (
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        f"sasl.jaas.config={_properties_value(user.jaas_config())}\n"
+    )
+    _write_private(Path(path), text)
+    return Path(path)
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(text)
+
+
+_LOG4J2 = """status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+"""
+
+
+def _wait_until_ready(bootstrap: str, proc: subprocess.Popen, log: Path, timeout_s: float,
+                      client_config: dict[str, str] | None = None) -> None:  # fmt: skip
+    from confluent_kafka.admin import AdminClient
+
+    host, port = bootstrap.rsplit(":", 1)
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    admin = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+            raise BrokerError(f"Kafka broker exited with code {proc.returncode}; log {log}:\n{tail}")
+        try:
+            # Probe the port first: librdkafka would log every refused connection.
+            with socket.create_connection((host, int(port)), timeout=1):
+                pass
+            admin = admin or AdminClient({"bootstrap.servers": bootstrap, **(client_config or {})})
+            if admin.list_topics(timeout=2).brokers:
+                return
+        except Exception as exc:  # noqa: BLE001 - any failure means "not ready yet"
+            last_error = exc
+        time.sleep(0.3)
+    raise BrokerError(f"Kafka broker at {bootstrap} not ready after {timeout_s:.0f}s: {last_error}")
+
+
+def _existing_cluster_id(data_dir: Path) -> str | None:
+    """A restarted broker keeps its data: reuse the cluster id it was formatted with."""
+    meta = data_dir / "logs" / "meta.properties"
+    if not meta.exists():
+        return None
+    for line in meta.read_text().splitlines():
+        if line.startswith("cluster.id="):
+            return line.split("=", 1)[1].strip()
+    return None
+
+
+def start(data_dir: Path, *, heap: str = "1g", timeout_s: float = 90.0,
+          sasl_user: SaslPlainUser | None = None, port: int | None = None) -> LocalBroker:  # fmt: skip
+    """Start a broker on free ports with its storage in ``data_dir`` (formatted on first use).
+
+    A folder that held a broker before keeps its topics and offsets.
+
+    ``port``: the client port to listen on instead of a free one, e.g. the
+    port of the broker just stopped on this folder, so that clients keep
+    their bootstrap address across a restart. A port in use is refused.
+
+    Refuses to start a second broker on a folder whose broker is still alive.
+
+    With ``sasl_user`` clients must authenticate with SASL/PLAIN as that user
+    (``server.properties`` then holds the password and is owner-only).
+    """
+    data_dir = Path(data_dir).resolve()
+    existing = status(data_dir)
+    if existing is not None:
+        raise BrokerError(
+            f"a broker from {data_dir} is already running (pid {existing.pid}, "
+            f"{existing.bootstrap_servers}); stop it first"
+        )
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if port is None:
+        port = free_port()
+    elif not port_free(port):
+        raise BrokerError(f"cannot start the broker of {data_dir} on port {port}: something listens there; "
+                          "stop it, or start without a port to take a free one")  # fmt: skip
+    controller_port = free_port()
+    config = data_dir / "server.properties"
+    if sasl_user is None:
+        config.write_text(_server_properties(data_dir, port, controller_port))
+    else:
+        _write_private(config, _server_properties(data_dir, port, controller_port, sasl_user))
+    log = data_dir / "broker.log"
+    (data_dir / "log4j2.properties").write_text(_LOG4J2.format(log=log))
+    cluster_id = _existing_cluster_id(data_dir) or base64.urlsafe_b64encode(
+        uuid.uuid4().bytes
+    ).decode().rstrip("=")
+    fmt = run_kafka_tool(
+        # "--cluster-id=": an id may start with "-" (URL-safe base64), which the
+        # tool would otherwise take for an option.
+        "storage", "format", f"--cluster-id={cluster_id}", "-c", str(config), "--ignore-formatted"
+    )
+    if fmt.returncode != 0:
+        raise BrokerError(f"formatting Kafka storage in {data_dir} failed: {fmt.stderr or fmt.stdout}")
+
+    cmd = [
+        _java(), f"-Xmx{heap}", f"-Xms{heap}",
+        f"-Dlog4j2.configurationFile={data_dir / 'log4j2.properties'}",
+        "-cp", jvm_deps.kafka_classpath(), "kafka.Kafka", str(config),
+    ]  # fmt: skip
+    with open(data_dir / "broker.out", "ab") as out:
+        # Own session: a Ctrl-C in the terminal that started it does not kill
+        # the broker under a running test or demo; stop() does.
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    bootstrap = f"127.0.0.1:{port}"
+    state = {"pid": proc.pid, "bootstrap_servers": bootstrap}
+    if sasl_user is not None:
+        state["security_protocol"] = "SASL_PLAINTEXT"  # never the password
+    _state_file(data_dir).write_text(json.dumps(state))
+    try:
+        _wait_until_ready(bootstrap, proc, log, timeout_s, sasl_user.client_config() if sasl_user else None)
+    except BaseException:
+        stop(data_dir)
+        raise
+    return LocalBroker(bootstrap, proc.pid, data_dir, state.get("security_protocol", "PLAINTEXT"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of this very process still answers kill(0); reap it.
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return True
+
+
+def status(data_dir: Path) -> LocalBroker | None:
+    """The broker started from ``data_dir``, if its process is still alive."""
+    state = _state_file(Path(data_dir))
+    if not state.exists():
+        return None
+    info = json.loads(state.read_text())
+    if not _alive(info["pid"]):
+        return None
+    return LocalBroker(info["bootstrap_servers"], info["pid"], Path(data_dir).resolve(),
+                       info.get("security_protocol", "PLAINTEXT"))
+
+
+def stop(data_dir: Path, timeout_s: float = 20.0) -> bool:
+    """Stop the broker started from ``data_dir`` by its recorded PID. True if one was running."""
+    state = _state_file(Path(data_dir))
+    if not state.exists():
+        return False
+    pid = json.loads(state.read_text())["pid"]
+    was_running = _alive(pid)
+    if was_running:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            while _alive(pid):
+                time.sleep(0.1)
+    state.unlink()
+    return was_running
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``start DIR [--sasl-plain-user NAME]`` prints the bootstrap address; ``stop DIR``; ``status DIR``."""
+    parser = argparse.ArgumentParser(prog="python -m include.tooling.local_kafka", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("action", choices=["start", "stop", "status"])
+    parser.add_argument("data_dir", type=Path)
+    parser.add_argument("--sasl-plain-user", metavar="NAME", default=None,
+                        help=f"start with a SASL_PLAINTEXT listener (PLAIN) for this user; password from ${SASL_PASSWORD_ENV}")  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.action == "start":
+        user = None
+        if args.sasl_plain_user:
+            password = os.environ.get(SASL_PASSWORD_ENV, "")
+            if not password:
+                parser.error(f"--sasl-plain-user needs the password in ${SASL_PASSWORD_ENV}")
+            user = SaslPlainUser(args.sasl_plain_user, password)
+        broker = start(args.data_dir, sasl_user=user)
+        print(broker.bootstrap_servers)
+    elif args.action == "stop":
+        print("stopped" if stop(args.data_dir) else "not running")
+    else:
+        broker = status(args.data_dir)
+        print(broker.bootstrap_servers if broker else "not running")
+        return 0 if broker else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""The monitoring snapshot's own logic: health verdicts, secrets masking, history and the last ingested record.
+
+The last-ingested lookup runs on a real Delta table written with delta-rs; the
+unreachable-broker case uses a port nothing listens on. The page against a
+real broker and pipeline is in ``tests/integration/test_monitor_ui.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from include.config.pipeline_config import load_pipeline
+from include.monitoring import monitor
+from include.readers import run_ledger
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+
+
+def _snap(**changes) -> dict:
+    base = {
+        "kafka": {"ok": True, "error": None},
+        "table": {"ok": True, "error": None},
+        "ledger": {"ok": True, "error": None},
+        "open_gaps": [],
+        "last_run": {"outcome": "success", "reason": "", "continuity": "CONTINUOUS", "quarantined": 0},
+        "paused": False,
+        "lag": {"records": 0},
+    }
+    base.update(changes)
+    return base
+
+
+def test_health_is_ok_only_when_every_source_answers_and_the_last_run_was_clean():
+    assert monitor._health(_snap()) == {"state": "ok", "reasons": []}
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"kafka": {"ok": False, "error": "x"}}, "Kafka unreachable"),
+        ({"table": {"ok": False, "error": "x"}}, "bronze table unreadable"),
+        ({"ledger": {"ok": False, "error": "x"}}, "run ledger unreadable"),
+        ({"open_gaps": [{"records": 5}, {"records": 2}]}, "7 records deleted by Kafka before they were read"),
+        ({"last_run": {"outcome": "failed", "reason": "failed at ingest", "continuity": "not checked",
+                       "quarantined": None}}, "last run failed: failed at ingest"),  # fmt: skip
+        ({"last_run": {"outcome": "success", "reason": "", "continuity": "BROKEN", "quarantined": 0}},
+         "last run's continuity check found a break"),  # fmt: skip
+    ],
+)
+def test_each_failure_makes_the_pipeline_failing_with_its_reason(changes, reason):
+    health = monitor._health(_snap(**changes))
+    assert health["state"] == "failing"
+    assert reason in health["reasons"]
+
+
+def test_quarantine_and_a_paused_dag_with_lag_are_warnings_and_no_runs_is_unknown():
+    warned = monitor._health(_snap(last_run={"outcome": "success", "reason": "", "continuity": "CONTINUOUS",
+                                             "quarantined": 3}, paused=True, lag={"records": 9}))  # fmt: skip
+    assert warned == {"state": "warning", "reasons": ["3 records quarantined in the last run",
+                                                      "DAG paused with 9 records waiting"]}  # fmt: skip
+    assert monitor._health(_snap(last_run=None))["state"] == "unknown"
+    # A failure outranks warnings, which are still listed.
+    both = monitor._health(_snap(kafka={"ok": False}, paused=True, lag={"records": 1}))
+    assert both["state"] == "failing" and "DAG paused with 1 records waiting" in both["reasons"]
+
+
+def test_redact_masks_secret_settings_and_keeps_the_rest():
+    config = {"bootstrap.servers": "b:9092", "sasl.password": "hunter2", "sasl.username": "svc",
+              "ssl.key.password": "k3y", "sasl.oauthbearer.client.secret": "abc"}  # fmt: skip
+    text = "auth as svc with hunter2 and k3y / abc failed at b:9092"
+    assert monitor.redact(text, config) == "auth as svc with *** and *** / *** failed at b:9092"
+    assert monitor.redact(text, None) == text
+
+
+def test_history_lists_gaps_and_manual_actions_newest_first():
+    rows = [
+        {"run_id": "r2", "finished_at": T0 + timedelta(hours=1), "action": "acknowledge_gap", "run_type": "manual",
+         "requested_by": "ana", "request_reason": "retention cut", "outcome": "success",
+         "gaps_json": [{"topic": "t", "partition": 1, "from": 10, "until": 15, "reason": "acknowledged"}]},
+        {"run_id": "r1", "finished_at": T0, "action": None, "outcome": "success", "gaps_json": []},
+    ]  # fmt: skip
+    gaps, actions = monitor._history(rows)
+    assert gaps == [{"run_id": "r2", "finished_at": (T0 + timedelta(hours=1)).isoformat(), "topic": "t",
+                     "partition": 1, "from": 10, "until": 15, "lost": 5, "reason": "acknowledged"}]  # fmt: skip
+    assert [(a["run_id"], a["action"], a["requested_by"], a["reason"]) for a in actions] == [
+        ("r2", "acknowledge_gap", "ana", "retention cut")
+    ]
+
+
+def test_run_view_keeps_only_partitions_that_got_rows_and_links_to_the_airflow_run():
+    row = {"run_id": "manual__2026-11-01T12:00:00+00:00", "rows": 3, "started_at": T0, "finished_at": T0,
+           "partitions_json": [{"topic": "t", "partition": 0, "from": 5, "until": 8, "rows": 3},
+                               {"topic": "t", "partition": 1, "from": None, "until": None, "rows": 0}]}  # fmt: skip
+    view = monitor._run_view(row, "dag/x")
+    assert view["ranges"] == [{"topic": "t", "partition": 0, "from": 5, "until": 8, "rows": 3}]
+    assert view["link"] == "/dags/dag%2Fx/runs/manual__2026-11-01T12%3A00%3A00%2B00%3A00"
+    assert view["action"] == "normal" and view["started_at"] == T0.isoformat()
+
+
+def _bronze(path, rows: list[tuple[str, int, int, datetime]]) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    table = pa.table({
+        "topic": pa.array([r[0] for r in rows], pa.string()),
+        "partition": pa.array([r[1] for r in rows], pa.int32()),
+        "offset": pa.array([r[2] for r in rows], pa.int64()),
+        "timestamp": pa.array([r[3] for r in rows], pa.timestamp("us", tz="UTC")),
+    })  # fmt: skip
+    write_deltalake(str(path), table, mode="append")
+
+
+def test_last_ingested_is_the_newest_record_below_the_position_even_past_a_wide_hole(tmp_path):
+    bronze = tmp_path / "bronze"
+    rows = [("t", 0, o, T0 + timedelta(seconds=o)) for o in range(10)]
+    # Partition 1: a hole of 5,000 offsets (compaction, aborted transactions) under its position.
+    rows += [("t", 1, 3, T0 + timedelta(minutes=3)), ("t", 1, 5004, T0 + timedelta(minutes=9))]
+    _bronze(bronze, rows)
+    found = monitor.last_ingested(str(bronze), {("t", 0): 10, ("t", 1): 5004, ("t", 2): 0, ("u", 0): 7})
+    assert found == {
+        ("t", 0): T0 + timedelta(seconds=9),
+        ("t", 1): T0 + timedelta(minutes=3),  # not 5004's: that one is at the position, not below it
+        ("t", 2): None,
+        ("u", 0): None,
+    }
+
+
+def test_snapshot_with_an_unreachable_broker_answers_in_bounded_time_from_the_table_and_ledger(tmp_path):
+    lake = tmp_path / "lake"
+    file = tmp_path / "p.yaml"
+    file.write_text(f"name: p\nkafka: {{connection_id: k, topics: [t]}}\nschedule: null\n"
+                    f"tables: {{lakehouse_root: '{lake}'}}\n")  # fmt: skip
+    cfg = load_pipeline(file)
+    run_ledger.append_run(cfg.tables.ledger_path, {
+        "pipeline": "p", "run_id": "r1", "run_type": "manual", "outcome": "success", "rows": 4,
+        "started_at": T0, "finished_at": T0 + timedelta(seconds=30), "continuity": "CONTINUOUS",
+    })  # fmt: skip
+    started = time.monotonic()
+    snap = monitor.pipeline_snapshot(cfg, {"bootstrap.servers": "127.0.0.1:1", "sasl.password": "hunter2"},
+                                     timeout_s=1.5)  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert elapsed < 6, elapsed
+    assert snap["kafka"]["ok"] is False and snap["kafka"]["error"].startswith("broker unreachable: ")
+    assert "hunter2" not in str(snap)
+    assert snap["health"]["state"] == "failing" and "Kafka unreachable" in snap["health"]["reasons"]
+    assert snap["lag"]["records"] is None and snap["partitions"] == []
+    assert [(r["run_id"], r["rows"]) for r in snap["runs"]] == [("r1", 4)]
+    assert snap["table"] == {"ok": True, "error": None, "exists": False, "version": None, "epoch": None,
+                             "position_from": None, "restored": None}
+
+
+def test_snapshot_without_connection_settings_says_why(tmp_path):
+    file = tmp_path / "q.yaml"
+    file.write_text("name: q\nkafka: {connection_id: missing, topics: [t]}\nschedule: null\n"
+                    f"tables: {{lakehouse_root: '{tmp_path}/lake'}}\n")  # fmt: skip
+    snap = monitor.pipeline_snapshot(load_pipeline(file), None,
+                                     kafka_error="Airflow connection 'missing' does not exist")  # fmt: skip
+    assert snap["kafka"] == {"ok": False, "notes": [],
+                             "error": "Kafka not asked: Airflow connection 'missing' does not exist"}  # fmt: skip
+    assert snap["health"]["state"] == "failing"

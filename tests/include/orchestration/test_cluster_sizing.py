@@ -1,0 +1,81 @@
+"""A run's cluster sized to its backlog: local mode up to a bound, then as many workers as needed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from include.config.pipeline_config import ClusterConfig, PipelineConfigError, load_pipeline
+from include.orchestration.cluster_sizing import choose
+from include.orchestration.pipeline_run import run_backlog
+from include.orchestration.spark_operator import job_spark_conf
+
+
+def test_off_by_default_every_run_gets_the_configured_cluster():
+    c = ClusterConfig(workers=3)
+    for records in (0, 1, 10**9, None):
+        choice = choose(c, records, cpu_count=2)
+        assert (choice.mode, choice.workers) == ("cluster", 3)
+    assert "cluster.workers 3" in choose(c, 5, 2).reason
+
+
+def test_a_backlog_up_to_the_bound_runs_in_the_driver_on_at_most_the_machines_cores():
+    c = ClusterConfig(workers=2, worker_cores=2, local_max_records=1000)
+    choice = choose(c, 1000, cpu_count=2)
+    assert (choice.mode, choice.local_master) == ("local", "local[2]")
+    assert choice.reason == "local[2] in the driver: backlog 1000 records <= cluster.local_max_records 1000"
+    assert choose(ClusterConfig(local_max_records=10), 0, cpu_count=8).local_master == "local[1]"
+    above = choose(c, 1001, cpu_count=2)
+    assert above.mode == "cluster" and "backlog 1001 records > cluster.local_max_records 1000" in above.reason
+    # Not knowing the backlog is never a reason to skip the cluster.
+    assert choose(c, None, cpu_count=2).mode == "cluster"
+
+
+@pytest.mark.parametrize(("records", "workers"), [(1, 1), (5000, 1), (5001, 2), (14_000, 3), (10**9, 4)])
+def test_workers_follow_the_backlog_up_to_the_maximum(records, workers):
+    choice = choose(ClusterConfig(workers=4, records_per_worker=5000), records, cpu_count=2)
+    assert (choice.mode, choice.workers, choice.cores) == ("cluster", workers, workers)
+    assert f"{workers} of at most 4 worker(s) at cluster.records_per_worker 5000" in choice.reason
+
+
+def test_the_backlog_is_a_backfills_offsets_or_else_the_preflights_lag():
+    assert run_backlog({"action": "backfill_offsets", "offsets": 120}, {"lag": {"total_lag": 7}}) == 120
+    assert run_backlog({"action": "normal"}, {"lag": {"total_lag": 7}}) == 7
+    assert run_backlog({}, None) is None
+
+
+def test_the_job_asks_for_the_cores_of_the_workers_that_started(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"name": "p", "schedule": None, "kafka": {"connection_id": "k", "topics": ["t"]},
+                                    "cluster": {"workers": 4, "worker_cores": 2, "records_per_worker": 10}}))  # fmt: skip
+    cfg = load_pipeline(path)
+    # The scheduler waits for spark.cores.max cores: asking for 4 workers' cores with 1 started waits 30 s.
+    assert job_spark_conf(cfg, transient=True, workers=1)["spark.cores.max"] == "2"
+    assert job_spark_conf(cfg, transient=True)["spark.cores.max"] == "8"
+
+
+@pytest.mark.parametrize("key", ["local_max_records", "records_per_worker"])
+def test_sizing_needs_the_runs_own_cluster(tmp_path, key):
+    path = tmp_path / "p.yaml"
+    path.write_text(json.dumps({"name": "p", "schedule": None, "kafka": {"connection_id": "k", "topics": ["t"]},
+                                "cluster": {"profile": "existing_master", "master_connection_id": "spark_x",
+                                            key: 100}}))  # fmt: skip
+    with pytest.raises(PipelineConfigError, match=f"cluster.{key}.*0 or no value with profile existing_master") as e:
+        load_pipeline(Path(path))
+    assert str(path) in str(e.value)
+
+
+def test_a_local_mode_driver_keeps_the_full_jit_a_cluster_driver_stops_at_c1(tmp_path, monkeypatch):
+    from include.spark import jvm_cds
+
+    monkeypatch.delenv(jvm_cds.CDS_ENV, raising=False)
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"name": "p", "schedule": None, "kafka": {"connection_id": "k", "topics": ["t"]}}))
+    cfg = load_pipeline(path)
+    cluster = job_spark_conf(cfg, transient=True)["spark.driver.extraJavaOptions"]
+    local = job_spark_conf(cfg, transient=True, local_master=True)["spark.driver.extraJavaOptions"]
+    assert "-XX:TieredStopAtLevel=1" in cluster and "TieredStopAtLevel" not in local
+    assert "-Dlog4j.configurationFile=" in local

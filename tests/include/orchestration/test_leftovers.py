@@ -1,0 +1,133 @@
+"""What a run killed without its teardown leaves behind, with real processes (no Spark, no Airflow).
+
+The fault soak found both: a killed Airflow task process left its Spark
+driver running on the checkpoint, and the run that took the lock over from
+the dead run started its own driver beside it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from include import settings
+from include.config.pipeline_config import load_pipeline
+from include.orchestration import pipeline_run, run_lock
+from include.spark import spark_cluster
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+
+#: A parent that starts two children, one armed with dies_with_parent, writes their pids, then waits.
+PARENT = """
+import subprocess, sys, time
+from include.spark.spark_submit import dies_with_parent
+sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+armed = subprocess.Popen(sleep, preexec_fn=dies_with_parent())
+unarmed = subprocess.Popen(sleep)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(f"{armed.pid} {unarmed.pid}")
+import os; os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def _wait_gone(pid: int, timeout_s: float = 10) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux only")
+def test_a_driver_started_by_a_task_process_dies_when_that_process_is_killed(tmp_path):
+    pids_file = tmp_path / "pids"
+    env = {**os.environ, "PYTHONPATH": str(settings.PROJECT_ROOT)}
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(pids_file)], env=env)
+    deadline = time.monotonic() + 30
+    while not pids_file.exists():
+        assert parent.poll() is None and time.monotonic() < deadline, "the parent never started its children"
+        time.sleep(0.05)
+    armed, unarmed = map(int, pids_file.read_text().split())
+    try:
+        assert _alive(armed) and _alive(unarmed)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        assert _wait_gone(armed), "the armed child outlived its killed parent"
+        time.sleep(0.5)
+        assert _alive(unarmed), "without dies_with_parent a child outlives its parent (what the driver did)"
+    finally:
+        for pid in (armed, unarmed):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def cfg(tmp_path, monkeypatch):
+    monkeypatch.setattr(settings, "VAR_DIR", tmp_path / "var")
+    monkeypatch.setenv("KDE_LAKEHOUSE_ROOT", str(tmp_path / "lake"))
+    path = tmp_path / "orders.yaml"
+    path.write_text(yaml.safe_dump({"kafka": {"connection_id": "kafka_test", "topics": ["t"]}, "schedule": None}))
+    return load_pipeline(path)
+
+
+def _job_of(run_folder: Path) -> subprocess.Popen:
+    """A stand-in for a run's driver: its command line names a file of the run's folder, as spark-submit's does."""
+    run_folder.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([*SLEEPER, str(run_folder / "ingest-summary.json")], start_new_session=True)
+
+
+def test_a_run_taking_the_lock_from_a_dead_run_first_stops_that_runs_job(cfg):
+    states = {"manual__dead": "running"}
+    holder, message = pipeline_run.take_lock(cfg, dag_id="orders", run_id="manual__dead", run_state=lambda _dag, run: states.get(run))
+    assert (holder, message) == (None, None)
+    dead_job = _job_of(pipeline_run.run_dir(cfg, "manual__dead"))
+    other_job = _job_of(pipeline_run.run_dir(cfg, "manual__deadline"))  # a prefix of its name is not its folder
+    try:
+        holder, message = pipeline_run.take_lock(cfg, dag_id="orders", run_id="manual__next", run_state=lambda _dag, run: states.get(run))
+        assert holder["run_id"] == "manual__dead"
+        assert "Mark Run as Failed" in message and "manual__dead" in message
+        assert dead_job.poll() is None, "a live holder's job is never touched"
+
+        states["manual__dead"] = "failed"  # what the scheduler does once the dead task's heartbeat times out
+        holder, message = pipeline_run.take_lock(cfg, dag_id="orders", run_id="manual__next", run_state=lambda _dag, run: states.get(run))
+        assert holder is None
+        assert message == (f"took the lock over from run manual__dead (run manual__dead died without its "
+                           f"teardown; stopped its job processes [{dead_job.pid}] and 0 processes of its "
+                           "cluster [])")  # fmt: skip
+        assert dead_job.wait(10) == -signal.SIGKILL
+        assert other_job.poll() is None
+        assert run_lock.holder(run_lock.lock_path(settings.VAR_DIR, "orders"))["run_id"] == "manual__next"
+
+        # A retry of the same task takes its own lock again; nothing is left to stop.
+        _, message = pipeline_run.take_lock(cfg, dag_id="orders", run_id="manual__next", run_state=lambda _dag, run: states.get(run))
+        assert message == "took the lock over from run manual__dead (it left no process running here)"
+    finally:
+        for proc in (dead_job, other_job):
+            proc.kill()
+            proc.wait()
+
+
+def test_processes_naming_a_folder_are_found_by_their_command_line(tmp_path):
+    job = _job_of(tmp_path / "run-1")
+    try:
+        assert spark_cluster.processes_naming(tmp_path / "run-1") == [job.pid]
+        assert spark_cluster.processes_naming(tmp_path / "run-2") == []
+    finally:
+        job.kill()
+        job.wait()
+    assert spark_cluster.processes_naming(tmp_path / "run-1") == []

@@ -1,0 +1,197 @@
+"""The per-pipeline run lock, with a fake Airflow (a ``run_state`` callable) and a tmp folder."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from include.orchestration.run_lock import acquire, holder, lock_path, release
+
+DAG = "orders_dag"
+
+
+class FakeAirflow:
+    """``run_state`` of a few known runs; records every question asked."""
+
+    def __init__(self, **states: str | None) -> None:
+        self.states = states
+        self.asked: list[tuple[str, str]] = []
+
+    def __call__(self, dag_id: str, run_id: str) -> str | None:
+        self.asked.append((dag_id, run_id))
+        return self.states.get(run_id)
+
+
+@pytest.fixture
+def lock(tmp_path) -> Path:
+    return lock_path(tmp_path, "orders")
+
+
+def test_lock_path_is_per_pipeline(tmp_path):
+    assert lock_path(tmp_path, "orders") == tmp_path / "locks" / "orders.lock.json"
+    assert lock_path(tmp_path, "orders") != lock_path(tmp_path, "payments")
+
+
+def test_free_lock_is_taken_and_names_the_run(lock):
+    airflow = FakeAirflow()
+    assert acquire(lock, dag_id=DAG, run_id="r1", run_state=airflow) is None
+    held = holder(lock)
+    assert (held["dag_id"], held["run_id"], held["pid"]) == (DAG, "r1", os.getpid())
+    assert datetime.fromisoformat(held["since"]).utcoffset().total_seconds() == 0
+    assert "took_over_from" not in held
+    assert airflow.asked == []
+
+
+def test_holder_of_a_missing_lock_is_none(lock):
+    assert holder(lock) is None
+
+
+@pytest.mark.parametrize("state", ["running", "queued"])
+def test_second_run_waits_while_the_holder_is_active(lock, state):
+    acquire(lock, dag_id=DAG, run_id="r1", run_state=FakeAirflow())
+    airflow = FakeAirflow(r1=state)
+    live = acquire(lock, dag_id=DAG, run_id="r2", run_state=airflow)
+    assert live is not None and live["run_id"] == "r1"
+    assert airflow.asked == [(DAG, "r1")]
+    assert holder(lock)["run_id"] == "r1"
+
+
+@pytest.mark.parametrize("state", ["success", "failed", None])
+def test_second_run_takes_over_from_a_finished_or_unknown_holder(lock, state):
+    acquire(lock, dag_id=DAG, run_id="r1", run_state=FakeAirflow())
+    before = holder(lock)
+    assert acquire(lock, dag_id=DAG, run_id="r2", run_state=FakeAirflow(r1=state)) is None
+    now = holder(lock)
+    assert now["run_id"] == "r2"
+    assert now["took_over_from"] == before
+
+
+def test_holders_state_is_asked_under_the_holders_own_dag(lock):
+    acquire(lock, dag_id="orders_backfill_dag", run_id="r1", run_state=FakeAirflow())
+    airflow = FakeAirflow(r1="running")
+    assert acquire(lock, dag_id=DAG, run_id="r2", run_state=airflow)["dag_id"] == "orders_backfill_dag"
+    assert airflow.asked == [("orders_backfill_dag", "r1")]
+
+
+def test_holder_without_dag_id_is_asked_under_the_callers_dag(lock):
+    lock.parent.mkdir(parents=True)
+    lock.write_text(json.dumps({"run_id": "r1"}))
+    airflow = FakeAirflow(r1="queued")
+    assert acquire(lock, dag_id=DAG, run_id="r2", run_state=airflow) == {"run_id": "r1"}
+    assert airflow.asked == [(DAG, "r1")]
+
+
+def test_same_run_takes_its_lock_again(lock):
+    acquire(lock, dag_id=DAG, run_id="r1", run_state=FakeAirflow())
+    airflow = FakeAirflow(r1="running")
+    assert acquire(lock, dag_id=DAG, run_id="r1", run_state=airflow) is None
+    assert airflow.asked == []
+    held = holder(lock)
+    assert held["run_id"] == "r1"
+    assert "took_over_from" not in held
+
+
+def test_take_over_records_only_the_last_holder(lock):
+    acquire(lock, dag_id=DAG, run_id="r1", run_state=FakeAirflow())
+    acquire(lock, dag_id=DAG, run_id="r2", run_state=FakeAirflow(r1="failed"))
+    acquire(lock, dag_id=DAG, run_id="r3", run_state=FakeAirflow(r2="success"))
+    previous = holder(lock)["took_over_from"]
+    assert previous["run_id"] == "r2"
+    assert "took_over_from" not in previous
+
+
+def test_release_by_the_holder_frees_the_lock(lock):
+    acquire(lock, dag_id=DAG, run_id="r1", run_state=FakeAirflow())
+    assert release(lock, run_id="r1") is True
+    assert not lock.exists()
+    assert release(lock, run_id="r1") is False
+    airflow = FakeAirflow(r1="running")
+    assert acquire(lock, dag_id=DAG, run_id="r2", run_state=airflow) is None
+    assert "took_over_from" not in holder(lock)
+    assert airflow.asked == []
+
+
+def test_release_by_another_run_leaves_the_lock(lock):
+    acquire(lock, dag_id=DAG, run_id="r1", run_state=FakeAirflow())
+    assert release(lock, run_id="r2") is False
+    assert holder(lock)["run_id"] == "r1"
+
+
+def test_release_of_a_missing_lock_is_false(lock):
+    assert release(lock, run_id="r1") is False
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"", b"\xff\xfe\x00garbage"], ids=["broken", "empty", "binary"])
+def test_unreadable_lock_is_taken_over(lock, content):
+    lock.parent.mkdir(parents=True)
+    lock.write_bytes(content)
+    assert holder(lock)["run_id"] is None
+    assert "unreadable" in holder(lock)
+    airflow = FakeAirflow()
+    assert acquire(lock, dag_id=DAG, run_id="r2", run_state=airflow) is None
+    assert holder(lock)["run_id"] == "r2"
+    assert airflow.asked == []  # nobody to ask about
+
+
+def test_unreadable_lock_shows_its_text(lock):
+    lock.parent.mkdir(parents=True)
+    lock.write_text("{half a lock")
+    assert holder(lock) == {"run_id": None, "unreadable": "{half a lock"}
+    assert release(lock, run_id="r1") is False
+    assert lock.exists()
+
+
+def test_lock_holding_a_json_array_is_taken_over(lock):
+    lock.parent.mkdir(parents=True)
+    lock.write_text("[1, 2]")
+    assert acquire(lock, dag_id=DAG, run_id="r2", run_state=FakeAirflow()) is None
+    assert holder(lock)["run_id"] == "r2"
+
+
+# --------------------------------------------------------------------------- two processes
+
+
+def _race(folder: str, name: str, rounds: int, attempts: int, barrier, results) -> None:
+    wins: dict[int, list[str]] = {}
+    try:
+        for n in range(rounds):
+            path = lock_path(Path(folder) / f"round-{n}", "orders")
+            barrier.wait(timeout=30)
+            for i in range(attempts):
+                mine = f"{name}-{n}-{i}"
+
+                def run_state(dag_id: str, run_id: str, mine: str = mine) -> str | None:
+                    return None if run_id == mine else "running"  # every other run is live
+
+                if acquire(path, dag_id=DAG, run_id=mine, run_state=run_state) is None:
+                    wins.setdefault(n, []).append(mine)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the test
+        barrier.abort()
+        results.put((name, wins, repr(exc)))
+        return
+    results.put((name, wins, None))
+
+
+def test_two_processes_racing_never_both_win(tmp_path):
+    rounds, attempts = 10, 40
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_race, args=(str(tmp_path), name, rounds, attempts, barrier, results))
+             for name in ("a", "b")]  # fmt: skip
+    for p in procs:
+        p.start()
+    reports = [results.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    assert [(name, error) for name, _, error in reports if error] == []
+    assert [p.exitcode for p in procs] == [0, 0]
+    found = {name: wins for name, wins, _ in reports}
+    for n in range(rounds):
+        winners = found["a"].get(n, []) + found["b"].get(n, [])
+        assert len(winners) == 1, f"round {n}: {winners}"
+        assert holder(lock_path(tmp_path / f"round-{n}", "orders"))["run_id"] == winners[0]

@@ -1,0 +1,79 @@
+"""The driver's class-data-sharing flags: named only for an archive that matches, never required."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from include import settings
+from include.spark import jvm_cds, jvm_deps
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setattr(settings, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(jvm_deps, "spark_jars", lambda: [Path("/jars/delta-spark_2.13-4.4.0.jar")])
+    monkeypatch.delenv(jvm_cds.CDS_ENV, raising=False)
+    return tmp_path
+
+
+def test_without_an_archive_no_archive_is_named_and_only_a_cluster_driver_stops_at_c1(cache):
+    assert jvm_cds.driver_options(cluster_master=False) == ""
+    assert jvm_cds.driver_options(cluster_master=True) == "-XX:TieredStopAtLevel=1"
+
+
+def test_a_matching_archive_is_named_and_java_may_still_refuse_it_quietly(cache):
+    path = jvm_cds.archive_path()
+    assert path is not None and path.parent == cache / "cds"
+    path.parent.mkdir()
+    path.write_bytes(b"x")
+    opts = jvm_cds.driver_options(cluster_master=False)
+    assert f"-XX:SharedArchiveFile={path}" in opts and "-Xshare:auto" in opts and "-Xlog:cds=off" in opts
+    assert "TieredStopAtLevel" not in opts
+
+
+def test_an_empty_or_foreign_archive_is_not_named(cache, monkeypatch):
+    path = jvm_cds.archive_path()
+    path.parent.mkdir()
+    path.write_bytes(b"")
+    assert "SharedArchiveFile" not in jvm_cds.driver_options(cluster_master=False)
+    path.write_bytes(b"x")
+    # Other jars: another fingerprint, so the archive built for the old ones is not used.
+    monkeypatch.setattr(jvm_deps, "spark_jars", lambda: [Path("/jars/delta-spark_2.13-4.5.0.jar")])
+    assert jvm_cds.archive_path() != path
+    assert "SharedArchiveFile" not in jvm_cds.driver_options(cluster_master=False)
+
+
+def test_the_switch_turns_every_flag_off(cache, monkeypatch):
+    path = jvm_cds.archive_path()
+    path.parent.mkdir()
+    path.write_bytes(b"x")
+    monkeypatch.setenv(jvm_cds.CDS_ENV, "off")
+    assert jvm_cds.driver_options(cluster_master=True) == ""
+
+
+def test_a_failed_build_says_why_and_fails_nothing(cache, monkeypatch, capsys):
+    import subprocess
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "no JVM today"))
+    assert jvm_cds.build() is None
+    err = capsys.readouterr().err
+    assert "the training run failed (exit 1)" in err and "no JVM today" in err
+    assert jvm_cds.main([]) == 0
+    assert not list((cache / "cds").glob("*.jsa"))
+
+
+@pytest.mark.parametrize("module", [jvm_cds, jvm_deps])
+def test_the_setup_commands_answer_help_and_refuse_unknown_options_before_any_work(module, monkeypatch, capsys):
+    def work(*_args, **_kwargs):
+        raise AssertionError("--help started the work")
+
+    monkeypatch.setattr(jvm_cds, "build", work)
+    monkeypatch.setattr(jvm_deps, "resolve", work)
+    with pytest.raises(SystemExit) as done:
+        module.main(["--help"])
+    assert done.value.code == 0 and f"usage: python -m {module.__name__}" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as done:
+        module.main(["--force"])
+    assert done.value.code == 2 and "unrecognized arguments: --force" in capsys.readouterr().err
