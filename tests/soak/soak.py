@@ -578,6 +578,22 @@ def _kill(pid: int) -> bool:
         return False
 
 
+def retry_missed(plan: list[list[str]], step: int, results: list[FaultResult], wanted: set[str]) -> bool:
+    """Plan round ``step`` again right after it when its run-ending fault missed and its kind never hit.
+
+    A run-ending fault misses when its run ends first (a broker bounce of the
+    same run failed it, say); waiting for the kind's next turn in the shuffled
+    cycle would cost a whole cycle of rounds. The retry draws its own moments
+    (each step has its own random stream). Returns whether it planned one.
+    """
+    kinds = plan[step]
+    lead = results[0] if results else None
+    if lead is None or lead.injected or lead.kind not in wanted:
+        return False
+    plan.insert(step + 1, list(kinds))
+    return True
+
+
 def rounds(seed: int, faults: int, only: list[str] | None = None) -> list[list[str]]:
     """The soak's faulted runs, each a list of fault kinds: at least ``faults`` faults in all.
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.soak.soak import ENDS_RUN, FAULTS, is_bad, newest_per_key, rounds
+from tests.soak.soak import ENDS_RUN, FAULTS, FaultResult, is_bad, newest_per_key, retry_missed, rounds
 
 
 def _event(key: str, when: str, amount: float = 1.0) -> bytes:
@@ -60,3 +60,16 @@ def test_rounds_end_each_run_once_and_cover_every_kind():
     assert sum(map(len, only)) >= 6
     with pytest.raises(ValueError, match="unknown fault kinds"):
         rounds(1, 1, ["meteor"])
+
+
+def test_a_run_ending_fault_that_missed_is_tried_again_next_until_its_kind_hits():
+    plan = [["worker", "broker", "executor"], ["driver", "broker", "broker"]]
+    missed = [FaultResult("worker", 0, injected=False, detail="the run ended first"),
+              FaultResult("broker", 0, injected=True, detail=""), FaultResult("executor", 0, injected=True, detail="")]
+    assert retry_missed(plan, 0, missed, wanted={"worker", "driver"})
+    assert plan == [["worker", "broker", "executor"], ["worker", "broker", "executor"], ["driver", "broker", "broker"]]
+    # The kind has hit before (not wanted any more), or it hit now: the plan goes on as drawn.
+    assert not retry_missed(plan, 1, missed, wanted={"driver"})
+    hit = [FaultResult("worker", 1, injected=True, detail="")] + missed[1:]
+    assert not retry_missed(plan, 1, hit, wanted={"worker"})
+    assert len(plan) == 3
