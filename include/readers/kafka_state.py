@@ -449,8 +449,11 @@ def offsets_for_times(config: Mapping[str, str], partitions: Iterable[tuple[str,
     if when.tzinfo is None:
         raise ValueError(f"offsets_for_times: {when!r} has no time zone")
     # Whole timedeltas, not float seconds * 1000: past 2038-01-19 that came out 1 ms early for about
-    # 1 time in 50, and Kafka would answer for the millisecond before.
-    ms = (when - _EPOCH) // timedelta(milliseconds=1)
+    # 1 time in 50, and Kafka would answer for the millisecond before. Airflow hands pendulum datetimes,
+    # whose difference (a pendulum Interval) cannot be divided by a timedelta: plain fields first.
+    plain = datetime(when.year, when.month, when.day, when.hour, when.minute, when.second, when.microsecond,
+                     tzinfo=when.tzinfo)  # fmt: skip
+    ms = (plain - _EPOCH) // timedelta(milliseconds=1)
     call = _Call(config, timeout_s, f"looking up offsets for time {when.isoformat()}")
     result: dict[tuple[str, int], int | None] = {}
     with call.admin() as admin:

@@ -39,3 +39,15 @@ def test_the_time_kafka_is_asked_for_is_the_exact_millisecond_past_2038(monkeypa
     when = datetime(2038, 4, 4, 0, 40, 22, 186000, tzinfo=UTC)
     assert kafka_state.offsets_for_times({"bootstrap.servers": "x:1"}, [("t", 0)], when) == {("t", 0): 7}
     assert _Admin.asked == [2_153_954_422_186]
+
+
+def test_a_pendulum_datetime_as_airflow_hands_it_is_asked_for_the_same_millisecond(monkeypatch):
+    # A backfill's data interval arrives as pendulum DateTimes; their difference is a pendulum Interval,
+    # which `// timedelta(...)` broke with an AttributeError in every backfill run's check_request.
+    import pendulum
+
+    monkeypatch.setattr(kafka_state, "AdminClient", _Admin)
+    monkeypatch.setattr(_Admin, "asked", [])
+    when = pendulum.datetime(2038, 4, 4, 2, 40, 22, 186000, tz="Europe/Berlin")
+    assert kafka_state.offsets_for_times({"bootstrap.servers": "x:1"}, [("t", 0)], when) == {("t", 0): 7}
+    assert _Admin.asked == [2_153_954_422_186]
