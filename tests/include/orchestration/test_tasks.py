@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -358,6 +359,13 @@ def test_stop_cluster_stops_what_the_runs_cluster_folder_names(cfg, capsys):
     daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True,
                               env={**os.environ, spark_cluster.MARKER_ENV: cluster_id})  # fmt: skip
     try:
+        # Popen returns once exec has begun; the kernel fills /proc/<pid>/environ a moment later, and under
+        # load the stop below looked before it did (CI, 2026-11-25). A cluster's processes are found long after.
+        marker = f"{spark_cluster.MARKER_ENV}={cluster_id}".encode()
+        deadline = time.monotonic() + 10
+        while marker not in Path(f"/proc/{daemon.pid}/environ").read_bytes().split(b"\0"):
+            assert time.monotonic() < deadline, "the stand-in daemon never showed its environment"
+            time.sleep(0.01)
         (folder / spark_cluster.STATE_FILE).write_text(json.dumps({
             "master_url": "spark://127.0.0.1:1", "web_ui_url": "http://127.0.0.1:1", "run_dir": str(folder),
             "pids": {}, "cluster_id": cluster_id, "sids": {}, "pgids": {}, "start_ticks": {}, "logs": {},
