@@ -435,6 +435,19 @@ def _read_first_records(call: _Call, consumer: Consumer, start: Mapping[tuple[st
         consumer.pause([TopicPartition(*key)])
 
 
+def epoch_ms(when: datetime) -> int:
+    """Whole milliseconds since the epoch of an aware datetime, exactly (Kafka's timestamp unit).
+
+    Whole timedeltas, not float seconds * 1000: past 2038-01-19 that came out
+    1 ms early for about 1 time in 50. Airflow hands pendulum datetimes, whose
+    difference (a pendulum Interval) cannot be divided by a timedelta, so the
+    plain fields are taken first.
+    """
+    plain = datetime(when.year, when.month, when.day, when.hour, when.minute, when.second, when.microsecond,
+                     tzinfo=when.tzinfo)  # fmt: skip
+    return (plain - _EPOCH) // timedelta(milliseconds=1)
+
+
 def offsets_for_times(config: Mapping[str, str], partitions: Iterable[tuple[str, int]], when: datetime, *,
                       timeout_s: float = 10.0) -> dict[tuple[str, int], int | None]:  # fmt: skip
     """Per partition, the earliest offset whose Kafka timestamp is at or after ``when`` (UTC).
@@ -448,12 +461,7 @@ def offsets_for_times(config: Mapping[str, str], partitions: Iterable[tuple[str,
         return {}
     if when.tzinfo is None:
         raise ValueError(f"offsets_for_times: {when!r} has no time zone")
-    # Whole timedeltas, not float seconds * 1000: past 2038-01-19 that came out 1 ms early for about
-    # 1 time in 50, and Kafka would answer for the millisecond before. Airflow hands pendulum datetimes,
-    # whose difference (a pendulum Interval) cannot be divided by a timedelta: plain fields first.
-    plain = datetime(when.year, when.month, when.day, when.hour, when.minute, when.second, when.microsecond,
-                     tzinfo=when.tzinfo)  # fmt: skip
-    ms = (plain - _EPOCH) // timedelta(milliseconds=1)
+    ms = epoch_ms(when)
     call = _Call(config, timeout_s, f"looking up offsets for time {when.isoformat()}")
     result: dict[tuple[str, int], int | None] = {}
     with call.admin() as admin:
