@@ -44,6 +44,7 @@ from include.contract.offsets import (
 from include.contract.table_stand import PositionUnknownError, stand_actions
 from include.readers import spark_checkpoint
 from spark_jobs.ingest_plan import (
+    NO_DICTIONARY_COLUMNS,
     CheckpointPlan,
     IngestConfig,
     JobConfigError,
@@ -489,6 +490,9 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
     summary.phases_s = phases
     phases["plan"] = time.monotonic() - started - sum(phases.values())
     writer = BronzeBatchWriter(spark, cfg, plan, checkpoint, table, summary)
+    # Session settings reach the Parquet writer through the Hadoop configuration Delta's writeFiles builds.
+    for column in NO_DICTIONARY_COLUMNS:
+        spark.conf.set(f"parquet.enable.dictionary#{column}", "false")
 
     reader = spark.readStream.format("kafka").options(**cfg.source_options())
     reader = reader.option("startingOffsets", plan.starting_offsets)

@@ -20,7 +20,7 @@ from include.ports import free_port
 from include.readers import spark_checkpoint
 from include.readers.delta_progress import read_progress
 from include.spark.spark_submit import submit_command, submit_environment
-from spark_jobs.ingest_plan import parse_config
+from spark_jobs.ingest_plan import NO_DICTIONARY_COLUMNS, parse_config
 from spark_jobs.job_common import FAILPOINT_ENV
 from spark_jobs.kafka_to_bronze import KafkaSourceError, main, run
 from tests.kafka_helpers import (
@@ -103,6 +103,24 @@ def test_bronze_keeps_kafka_metadata_and_headers(spark, bootstrap, make_topic, u
     assert row["timestampType"] == 0 and row["timestamp"] is not None
     assert row["run_id"] == "run-42" and row["batch_id"] == 0 and row["epoch"] == summary.epoch
     assert row["ingested_at"] is not None
+
+
+def test_distinct_valued_columns_are_written_plain_others_keep_the_dictionary(spark, bootstrap, make_topic,
+                                                                               unique_name, lake):  # fmt: skip
+    import pyarrow.parquet as pq
+
+    topic = make_topic(unique_name, partitions=1)
+    # One repeated value and key: Parquet would dictionary-encode both unless told otherwise.
+    produce(bootstrap, topic, [(0, b"same-key", b"same value")] * 50)
+    run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    files = sorted((lake / "bronze").glob("*.parquet"))
+    assert files
+    chunk = pq.ParquetFile(files[0]).metadata.row_group(0)
+    encodings = {chunk.column(i).path_in_schema: set(chunk.column(i).encodings) for i in range(chunk.num_columns)}
+    dictionary = {"PLAIN_DICTIONARY", "RLE_DICTIONARY"}
+    for column in NO_DICTIONARY_COLUMNS:
+        assert not encodings[column] & dictionary, (column, encodings[column])
+    assert encodings["key"] & dictionary and encodings["topic"] & dictionary, encodings
 
 
 def test_max_offsets_per_trigger_splits_into_chained_commits(spark, bootstrap, make_topic, unique_name, lake):

@@ -14,6 +14,7 @@ import pytest
 from include.contract.offsets import BronzeCommit, Gap, OffsetError, OffsetRange
 from include.readers.spark_checkpoint import CheckpointState
 from spark_jobs.ingest_plan import (
+    CONSUMER_DEFAULTS,
     RUN_TYPES,
     CheckpointPlan,
     IngestConfig,
@@ -257,6 +258,9 @@ def test_source_options_with_topics(tmp_path):
         _args("--max-offsets-per-trigger", "1000", "--kafka-options-file", str(f), topics="a,b")
     )
     assert cfg.source_options() == {
+        "kafka.max.poll.records": "10000",
+        "kafka.max.partition.fetch.bytes": "8388608",
+        "kafka.receive.buffer.bytes": "1048576",
         "kafka.security.protocol": "SSL",
         "kafka.ssl.truststore.location": "/etc/ts.jks",
         "kafka.bootstrap.servers": "broker-1:9092,broker-2:9092",
@@ -290,6 +294,17 @@ def test_source_options_safety_settings_cannot_be_overridden_by_kafka_options(tm
     assert opts["kafka.isolation.level"] == "read_committed"
     assert opts["kafka.bootstrap.servers"] == "broker-1:9092,broker-2:9092"
     assert opts["kafka.security.protocol"] == "SSL"
+
+
+def test_the_pipelines_kafka_options_override_the_consumer_defaults(tmp_path):
+    f = tmp_path / "opts.json"
+    f.write_text(json.dumps({"max.poll.records": "500", "fetch.min.bytes": "1"}))
+    opts = parse_config(_args("--kafka-options-file", str(f))).source_options()
+    assert opts["kafka.max.poll.records"] == "500"
+    assert opts["kafka.fetch.min.bytes"] == "1"
+    assert opts["kafka.receive.buffer.bytes"] == CONSUMER_DEFAULTS["receive.buffer.bytes"]
+    without = parse_config(_args()).source_options()
+    assert {k: without[f"kafka.{k}"] for k in CONSUMER_DEFAULTS} == CONSUMER_DEFAULTS
 
 
 def test_source_options_all_values_are_strings(tmp_path):
