@@ -88,7 +88,7 @@ def _hook_class():
 
 
 def job_spark_conf(cfg: PipelineConfig, *, transient: bool, kubernetes_master: bool = False,
-                   workers: int | None = None, local_master: bool = False) -> dict[str, str]:
+                   workers: int | None = None) -> dict[str, str]:
     """Spark settings of a job for this pipeline's cluster profile (without the per-run pod settings).
 
     ``transient``: this run's own standalone cluster on 127.0.0.1.
@@ -102,9 +102,10 @@ def job_spark_conf(cfg: PipelineConfig, *, transient: bool, kubernetes_master: b
     in_pod = kubernetes_master and cfg.cluster.profile == "kubernetes"
     conf = {
         **BASE_CONF,
-        # A local-mode driver processes the data itself: it keeps the full JIT.
+        # A run's driver lives seconds: it plans and commits on a cluster, or processes a backlog the
+        # cluster sizing judged small in local mode (jvm_cds.driver_options).
         "spark.driver.extraJavaOptions": driver_java_options(k8s.app_dir if in_pod and k8s else None,
-                                                             cluster_master=not local_master),
+                                                             short_job=True),
         "spark.executor.cores": str(cfg.cluster.worker_cores),
         "spark.executor.memory": cfg.cluster.worker_memory,
     }
@@ -239,7 +240,7 @@ def submit_hook(
         local_env["SPARK_LOCAL_IP"] = "127.0.0.1"
         if not run_master:
             raise ValueError("no master URL from this run's cluster setup task")
-        conf = job_spark_conf(cfg, transient=True, workers=workers, local_master=run_master.startswith("local"))
+        conf = job_spark_conf(cfg, transient=True, workers=workers)
         hook = _hook_class()(master=run_master, conf=conf, jars=jars, py_files=py_files, env_vars=local_env,
                              **common)  # fmt: skip
         return hook, str(settings.PROJECT_ROOT / application)

@@ -71,12 +71,21 @@ def archive_path() -> Path | None:
     return settings.CACHE_DIR / "cds" / f"driver-{key}.jsa" if key else None
 
 
-def driver_options(*, cluster_master: bool) -> str:
+#: The JVM flags of a driver whose own work is short (``short_job``): C1 compiles sooner than the
+#: full tiered JIT, and the serial collector spends no threads of a small machine on a small heap.
+SHORT_JOB_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def driver_options(*, short_job: bool) -> str:
     """The driver's CDS flags: the archive when it exists and matches, else nothing.
 
-    ``cluster_master``: the driver only plans and commits (executors process
-    the data), so its JIT stops at C1, which compiles sooner and costs a
-    short driver less; a ``local[N]`` driver keeps the full JIT.
+    ``short_job``: the driver of a run the orchestrator submits. On a cluster
+    it only plans and commits (executors process the data); in local mode the
+    cluster sizing gave it a backlog of at most ``cluster.local_max_records``.
+    Either way its life is seconds, so it gets :data:`SHORT_JOB_FLAGS`.
+    Measured (README, Speed): ingest + transform of 2,000 records in local mode
+    20 s instead of 26 s, and a 1,000,000-record drain in local mode no slower.
+    A driver started without it (the benchmark's jobs) keeps Java's defaults.
     """
     if os.environ.get(CDS_ENV, "").lower() in ("off", "0", "false", "no"):
         return ""
@@ -84,8 +93,8 @@ def driver_options(*, cluster_master: bool) -> str:
     flags = []
     if path is not None and path.is_file() and path.stat().st_size > 0:
         flags.append(f"-XX:SharedArchiveFile={path} {_QUIET}")
-    if cluster_master:
-        flags.append("-XX:TieredStopAtLevel=1")
+    if short_job:
+        flags.append(SHORT_JOB_FLAGS)
     return " ".join(flags)
 
 

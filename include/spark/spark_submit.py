@@ -50,13 +50,13 @@ LOG_LEVEL_ENV = "KDE_SPARK_LOG_LEVEL"
 _LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR")
 
 
-def driver_java_options(project_root: str | Path | None = None, *, cluster_master: bool = False) -> str:
+def driver_java_options(project_root: str | Path | None = None, *, short_job: bool = False) -> str:
     """``spark.driver.extraJavaOptions`` of every job: the project's log settings and level, and on
     this machine the class-data-sharing archive when it was built (``include/spark/jvm_cds.py``).
 
     ``project_root``: where the driver sees the project (a container image's
     app folder for a driver pod); this machine's project by default.
-    ``cluster_master``: executors process the data, the driver only plans and commits.
+    ``short_job``: a run's driver as the orchestrator submits it (see :func:`include.spark.jvm_cds.driver_options`).
     """
     level = os.environ.get(LOG_LEVEL_ENV, "WARN").strip().upper() or "WARN"
     if level not in _LOG_LEVELS:
@@ -70,7 +70,7 @@ def driver_java_options(project_root: str | Path | None = None, *, cluster_maste
     if project_root is None:
         from include.spark import jvm_cds
 
-        cds = jvm_cds.driver_options(cluster_master=cluster_master)
+        cds = jvm_cds.driver_options(short_job=short_job)
         if cds:
             options += " " + cds
     return options

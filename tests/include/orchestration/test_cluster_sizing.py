@@ -68,14 +68,18 @@ def test_sizing_needs_the_runs_own_cluster(tmp_path, key):
     assert str(path) in str(e.value)
 
 
-def test_a_local_mode_driver_keeps_the_full_jit_a_cluster_driver_stops_at_c1(tmp_path, monkeypatch):
+def test_every_run_driver_gets_the_short_job_flags_the_benchmarks_plain_submit_does_not(tmp_path, monkeypatch):
     from include.spark import jvm_cds
+    from include.spark.spark_submit import submit_command
 
     monkeypatch.delenv(jvm_cds.CDS_ENV, raising=False)
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump({"name": "p", "schedule": None, "kafka": {"connection_id": "k", "topics": ["t"]}}))
     cfg = load_pipeline(path)
-    cluster = job_spark_conf(cfg, transient=True)["spark.driver.extraJavaOptions"]
-    local = job_spark_conf(cfg, transient=True, local_master=True)["spark.driver.extraJavaOptions"]
-    assert "-XX:TieredStopAtLevel=1" in cluster and "TieredStopAtLevel" not in local
-    assert "-Dlog4j.configurationFile=" in local
+    # A run's driver plans on a cluster, or processes a backlog the sizing judged small in local mode.
+    run_driver = job_spark_conf(cfg, transient=True)["spark.driver.extraJavaOptions"]
+    assert jvm_cds.SHORT_JOB_FLAGS in run_driver
+    assert "-Dlog4j.configurationFile=" in run_driver
+    # The benchmark submits both of its jobs with Java's defaults, so their drains compare like for like.
+    plain = next(c for c in submit_command("x.py", [], master="local[2]") if c.startswith("spark.driver.extraJavaOptions="))
+    assert "TieredStopAtLevel" not in plain and "UseSerialGC" not in plain

@@ -18,9 +18,9 @@ def cache(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
-def test_without_an_archive_no_archive_is_named_and_only_a_cluster_driver_stops_at_c1(cache):
-    assert jvm_cds.driver_options(cluster_master=False) == ""
-    assert jvm_cds.driver_options(cluster_master=True) == "-XX:TieredStopAtLevel=1"
+def test_without_an_archive_no_archive_is_named_and_only_a_short_job_gets_c1_and_the_serial_collector(cache):
+    assert jvm_cds.driver_options(short_job=False) == ""
+    assert jvm_cds.driver_options(short_job=True) == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def test_a_matching_archive_is_named_and_java_may_still_refuse_it_quietly(cache):
@@ -28,7 +28,7 @@ def test_a_matching_archive_is_named_and_java_may_still_refuse_it_quietly(cache)
     assert path is not None and path.parent == cache / "cds"
     path.parent.mkdir()
     path.write_bytes(b"x")
-    opts = jvm_cds.driver_options(cluster_master=False)
+    opts = jvm_cds.driver_options(short_job=False)
     assert f"-XX:SharedArchiveFile={path}" in opts and "-Xshare:auto" in opts and "-Xlog:cds=off" in opts
     assert "TieredStopAtLevel" not in opts
 
@@ -37,12 +37,12 @@ def test_an_empty_or_foreign_archive_is_not_named(cache, monkeypatch):
     path = jvm_cds.archive_path()
     path.parent.mkdir()
     path.write_bytes(b"")
-    assert "SharedArchiveFile" not in jvm_cds.driver_options(cluster_master=False)
+    assert "SharedArchiveFile" not in jvm_cds.driver_options(short_job=False)
     path.write_bytes(b"x")
     # Other jars: another fingerprint, so the archive built for the old ones is not used.
     monkeypatch.setattr(jvm_deps, "spark_jars", lambda: [Path("/jars/delta-spark_2.13-4.5.0.jar")])
     assert jvm_cds.archive_path() != path
-    assert "SharedArchiveFile" not in jvm_cds.driver_options(cluster_master=False)
+    assert "SharedArchiveFile" not in jvm_cds.driver_options(short_job=False)
 
 
 def test_the_switch_turns_every_flag_off(cache, monkeypatch):
@@ -50,7 +50,7 @@ def test_the_switch_turns_every_flag_off(cache, monkeypatch):
     path.parent.mkdir()
     path.write_bytes(b"x")
     monkeypatch.setenv(jvm_cds.CDS_ENV, "off")
-    assert jvm_cds.driver_options(cluster_master=True) == ""
+    assert jvm_cds.driver_options(short_job=True) == ""
 
 
 def test_a_failed_build_says_why_and_fails_nothing(cache, monkeypatch, capsys):
