@@ -1,10 +1,10 @@
 """Ingestion throughput side by side (Kafka's own consumer, a plain Spark job, the project's job),
-then what a DAG run costs with little or nothing to read, and as history grows.
+then what a DAG run costs with little or nothing to read, as history grows, and through silver.
 
     make bench BENCH_ARGS="--records 500000 --repetitions 2"
     .venv/bin/python -m include.tooling.benchmark [--records N] [--partitions P] [--record-bytes B]
                                           [--repetitions R] [--bootstrap-servers HOST:PORT]
-                                          [--parts throughput,batches,runs] [--small-records N]
+                                          [--parts throughput,batches,runs,silver] [--small-records N]
                                           [--batch-records N] [--batch-count K]
                                           [--history 10,200] [--run-repetitions R]
 
@@ -33,8 +33,10 @@ each job's seconds per warm batch (Spark's own trigger time) and, for the
 project, how much of it is reading and writing the rows and how much is
 fixed overhead.
 
-DAG runs (``--parts runs``, on a topic of their own): see
-:mod:`include.tooling.benchmark_runs`; their tables are added to the same report.
+DAG runs (``--parts runs``, on a topic of their own) and DAG runs through bronze
+and silver (``--parts silver``, the demo's pipeline shape on the demo's order
+events): see :mod:`include.tooling.benchmark_runs`; their tables are added to
+the same report.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from include.readers.kafka_admin import create_topic, delete_topic, watermarks
 from include.spark.spark_submit import submit_command, submit_environment
 from include.tooling import airflow_local, local_kafka
 from include.tooling.benchmark_runs import (
+    DEMO_PIPELINE,
     DagRunBench,
     DagRunTiming,
     RunBenchmarkError,
@@ -70,9 +73,8 @@ from include.tooling.benchmark_runs import (
 )
 from spark_jobs.job_common import positive
 
-#: The three things measured, in the order of each repetition and of the table.
-#: The halves of the benchmark, as ``--parts`` names them.
-PARTS = ("throughput", "batches", "runs")
+#: The parts of the benchmark, as ``--parts`` names them, in the order they run.
+PARTS = ("throughput", "batches", "runs", "silver")
 
 JOBS: dict[str, str] = {
     "ceiling": "Kafka consumer-perf-test (ceiling)",
@@ -623,6 +625,8 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
     log_dir.mkdir(parents=True)
     topic = f"benchmark-{uuid.uuid4().hex[:8]}"
     runs_topic = f"{topic}-runs"
+    #: An Airflow home already migrated (the runs part's, or the one given), for the silver part.
+    home = params.airflow_home
     broker: local_kafka.LocalBroker | None = None
     created: list[str] = []
     try:
@@ -665,6 +669,9 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
                 _log(f"preparing an embedded Airflow in {bench.home}")
                 airflow_local.migrate(bench.env)
             report.runs = bench.measure()
+            home = bench.home
+        if "silver" in params.parts:
+            report.runs += _measure_silver(params, bootstrap, f"{topic}-orders", work / "silver", home, created)
         report.load_after = load_average()
         report.total_s = time.monotonic() - started
         return report
@@ -680,6 +687,31 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
                     _log(f"could not delete topic {name}: {exc}")
         if not params.keep_work_dir and params.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _measure_silver(params: BenchmarkParams, bootstrap: str, topic: str, work: Path, home: Path | None,
+                    created: list[str]) -> list[DagRunTiming]:  # fmt: skip
+    """DAG runs of a pipeline of the demo's shape through bronze and silver (``--parts silver``)."""
+    import yaml
+
+    from include.tooling import demo
+
+    create_topic(bootstrap, topic, demo.PARTITIONS)
+    created.append(topic)
+    shape = yaml.safe_load(DEMO_PIPELINE.read_text())
+    produced = [0]
+
+    def produce(n: int) -> None:
+        demo.produce_orders(bootstrap, n, produced[0], topic=topic)
+        produced[0] += n
+
+    bench = DagRunBench(work, bootstrap, topic, params.runs, airflow_home=home, log=_log, produce=produce,
+                        cluster=shape["cluster"], transform=shape["transform"])  # fmt: skip
+    if home is None:
+        _log(f"preparing an embedded Airflow in {bench.home}")
+        airflow_local.migrate(bench.env)
+    _log(f"DAG runs through bronze and silver on topic {topic} (the demo's pipeline shape)")
+    return bench.measure_silver()
 
 
 def _measure_throughput(report: BenchmarkReport, bootstrap: str, work: Path, log_dir: Path) -> None:

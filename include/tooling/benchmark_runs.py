@@ -19,6 +19,11 @@ Every figure comes from real ``airflow dags test`` runs of one pipeline's DAG
    run is measured ``--run-repetitions`` times. The Airflow-side checks
    (check_request, wait_for_lag, preflight, check_continuity, mirror_offsets,
    record_run) should cost the same at every level.
+3. **through bronze and silver** (``--parts silver``): a pipeline of the demo's
+   shape (its transform spec and cluster section, so the cluster sizing
+   chooses) on the demo's order events: a first run creates the tables, then
+   each repetition reads ``--small-records`` new events into bronze and
+   silver; the cluster choice each run made is shown with its times.
 
 Task durations are read from Airflow's own ``task_instance`` rows. Each task's
 own work is also read from the run's log: the execution API's "Task started"
@@ -59,8 +64,17 @@ CHECK_TASKS = (
     "mirror_offsets",
     "record_run",
 )
-#: The demo pipeline's cluster (include/pipelines/demo_orders.yaml).
+#: Tasks of a pipeline with a transform, in DAG order.
+SILVER_DAG_TASKS = (
+    "check_request", "wait_for_lag", "preflight", "start_cluster", "ingest", "transform", "stop_cluster",
+    "check_continuity", "mirror_offsets", "record_run",
+)  # fmt: skip
+#: The demo pipeline's cluster (include/pipelines/demo_orders.yaml) without its sizing: every run with
+#: records starts the transient cluster, so the fixed cost and history parts measure the same thing.
 CLUSTER = {"profile": "local_standalone", "workers": 1, "worker_cores": 1, "worker_memory": "1g"}
+#: The demo pipeline file, whose transform and cluster sizing the silver part runs.
+DEMO_PIPELINE = Path(__file__).resolve().parents[1] / "pipelines" / "demo_orders.yaml"
+_CHOICE = re.compile(r"^SUMMARY start_cluster: (?P<choice>.+)$", re.MULTILINE)
 
 
 class RunBenchmarkError(RuntimeError):
@@ -101,6 +115,8 @@ class DagRunTiming:
     tasks: dict[str, TaskTiming] = field(default_factory=dict)
     #: Seconds of each task's own work (task id -> seconds), from the execution API's log lines.
     own: dict[str, float] = field(default_factory=dict)
+    #: Where the run's Spark application ran and why (``start_cluster``'s summary line), if it ran.
+    choice: str | None = None
 
     def own_s(self, task_id: str) -> float:
         """The task's own work in seconds (0 for a task that did not run)."""
@@ -202,9 +218,11 @@ class DagRunBench:
     """One pipeline of the benchmark: its file, its embedded Airflow and its measured runs."""
 
     def __init__(self, work: Path, bootstrap: str, topic: str, params: RunParams, *,
-                 airflow_home: Path | None = None, produce: Callable[[int], None], log: Callable[[str], None]) -> None:  # fmt: skip
+                 airflow_home: Path | None = None, produce: Callable[[int], None], log: Callable[[str], None],
+                 cluster: dict | None = None, transform: dict | None = None) -> None:  # fmt: skip
         self.work, self.bootstrap, self.topic, self.params = work, bootstrap, topic, params
-        self.name = f"benchmark_runs_{uuid.uuid4().hex[:8]}"
+        self.cluster, self.transform = cluster or CLUSTER, transform
+        self.name = f"benchmark_{'silver' if transform else 'runs'}_{uuid.uuid4().hex[:8]}"
         self.pipelines = work / "pipelines"
         self.lake = work / "lake"
         self.var = work / "var"
@@ -236,10 +254,12 @@ class DagRunBench:
             "schedule": None,
             "lag": {"min_records": 1, "max_wait_minutes": 1},
             "data_loss_policy": "fail",
-            "cluster": CLUSTER,
+            "cluster": self.cluster,
             "retries": 0,
             "tags": ["benchmark"],
         }
+        if self.transform is not None:
+            data["transform"] = self.transform
         (self.pipelines / f"{self.name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
     def commits(self) -> int:
@@ -281,12 +301,14 @@ class DagRunBench:
             raise RunBenchmarkError(
                 f"DAG run {self._count} ({kind}) read {rows} rows, expected {expect_rows}"
             )
-        by_ti = own_work_seconds(log_file.read_text(errors="replace"))
+        text = log_file.read_text(errors="replace")
+        by_ti = own_work_seconds(text)
         own = {t: by_ti[x.ti_id] for t, x in tasks.items() if x.ti_id in by_ti}
         if missing := [t for t, x in tasks.items() if x.ran and t not in own]:
             raise RunBenchmarkError(f"DAG run {self._count} ({kind}): the execution API logged no start and end for "
                                     f"{missing}; log {log_file}")  # fmt: skip
-        timing = DagRunTiming(kind, repetition, before, rows, wall, tasks, own)
+        choice = _CHOICE.search(text)
+        timing = DagRunTiming(kind, repetition, before, rows, wall, tasks, own, choice["choice"] if choice else None)
         self._log(f"  {kind} run {repetition}: {wall:.1f}s (dags test), end to end {timing.end_to_end_s:.1f}s, "
                   f"{rows} rows, bronze commits before {before}")  # fmt: skip
         return timing
@@ -306,6 +328,21 @@ class DagRunBench:
             for rep in range(1, p.repetitions + 1):
                 self._produce(p.small_records)
                 self.runs.append(self.run(f"history {level}", rep, expect_rows=p.small_records))
+        return self.runs
+
+    def measure_silver(self) -> list[DagRunTiming]:
+        """A first run that creates bronze, silver and quarantine, then ``repetitions`` runs of
+        ``small_records`` new events each through bronze and silver."""
+        p = self.params
+        self.write_pipeline(None)
+        self._produce(p.small_records)
+        self.runs.append(self.run("silver first", 1, expect_rows=p.small_records))
+        for rep in range(1, p.repetitions + 1):
+            self._produce(p.small_records)
+            run = self.run("silver", rep, expect_rows=p.small_records)
+            if run.tasks.get("transform") is None or run.tasks["transform"].state != "success":
+                raise RunBenchmarkError(f"DAG run {self._count} (silver): the transform did not run: {run.tasks}")
+            self.runs.append(run)
         return self.runs
 
     def build_history(self, level: int) -> None:
@@ -344,7 +381,9 @@ def render_runs_markdown(runs: Sequence[DagRunTiming], params: RunParams) -> str
     by_kind: dict[str, list[DagRunTiming]] = {}
     for r in runs:
         by_kind.setdefault(r.kind, []).append(r)
-    lines = [
+    lines: list[str] = []
+    fixed = [k for k in ("first", "empty", "small") if k in by_kind]
+    lines += [] if not fixed else [
         "## Fixed cost of a DAG run",
         "",
         f"`airflow dags test` of a bronze-only pipeline (transient standalone cluster: {CLUSTER['workers']} worker, "
@@ -372,6 +411,33 @@ def render_runs_markdown(runs: Sequence[DagRunTiming], params: RunParams) -> str
             median_range([sum(r.task_s(t) for t in DAG_TASKS if t not in cluster_tasks) for r in rs]),
             median_range([r.own_total_s for r in rs]),
         ]) + " |")  # fmt: skip
+    silver = [(k, by_kind[k]) for k in ("silver first", "silver") if k in by_kind]
+    if silver:
+        lines += [
+            "",
+            "## A DAG run through bronze and silver",
+            "",
+            f"The demo's pipeline shape (its transform spec and cluster section, `local_max_records` included, so "
+            f"the cluster sizing chooses) on the demo's order events; {params.small_records:,} new events a run. "
+            "Seconds, median (min–max); ingest and transform are one Spark application (the transform task "
+            "reports its step).",
+            "",
+            "| run | where it ran (start_cluster) | dags test process s | end to end s | start_cluster s | ingest s "
+            "| transform s | all other tasks s | every task's own work s |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        spark_tasks = ("start_cluster", "ingest", "transform")
+        for kind, rs in silver:
+            choices = sorted({r.choice or "—" for r in rs})
+            lines.append("| " + " | ".join([
+                "first run (creates the tables)" if kind == "silver first" else f"{params.small_records:,} new events",
+                "; ".join(choices),
+                median_range([r.wall_s for r in rs]),
+                median_range([r.end_to_end_s for r in rs]),
+                *(median_range([r.task_s(t) for r in rs]) for t in spark_tasks),
+                median_range([sum(r.task_s(t) for t in SILVER_DAG_TASKS if t not in spark_tasks) for r in rs]),
+                median_range([r.own_total_s for r in rs]),
+            ]) + " |")  # fmt: skip
     levels = [(k, rs) for k, rs in by_kind.items() if k.startswith("history ")]
     small = by_kind.get("small")
     if levels:

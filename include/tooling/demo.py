@@ -54,14 +54,15 @@ _BAD_KINDS = (
 )
 
 
-def produce_orders(bootstrap: str, count: int, start: int, *, new_field: bool = False) -> dict[str, int]:
+def produce_orders(bootstrap: str, count: int, start: int, *, new_field: bool = False,
+                   topic: str = TOPIC) -> dict[str, int]:
     """Produce ``count`` order events keyed by order id; returns how many of each kind were sent.
 
     Most events create an order; some update an earlier one (paid, shipped,
     sometimes late: older than what silver holds), about 1 in 100 is spoiled
     in one of the :data:`_BAD_KINDS` ways, and about 1 in 200 is a tombstone
     (a cancelled order deleted). ``new_field`` adds a ``channel`` field the
-    schema does not declare.
+    schema does not declare. ``topic``: where they go (the demo's own by default).
     """
     from confluent_kafka import Producer
 
@@ -76,12 +77,12 @@ def produce_orders(bootstrap: str, count: int, start: int, *, new_field: bool = 
         if i % 100 == 37:
             field, spoil = _BAD_KINDS[(i // 100) % len(_BAD_KINDS)]
             order = _order(f"o-{i:06d}", rng, base + i)
-            producer.produce(TOPIC, key=order["order_id"].encode(), value=spoil(order))
+            producer.produce(topic, key=order["order_id"].encode(), value=spoil(order))
             sent["bad"] += 1
             bad_fields[field] = bad_fields.get(field, 0) + 1
             continue
         if i % 200 == 11 and i > start:
-            producer.produce(TOPIC, key=earlier.encode(), value=None)
+            producer.produce(topic, key=earlier.encode(), value=None)
             sent["tombstones"] += 1
             continue
         if roll < 0.7 or i == start:
@@ -95,7 +96,7 @@ def produce_orders(bootstrap: str, count: int, start: int, *, new_field: bool = 
             sent["late"] += 1
         if new_field:
             order["channel"] = rng.choice(["web", "app", "store"])
-        producer.produce(TOPIC, key=order["order_id"].encode(), value=json.dumps(order).encode())
+        producer.produce(topic, key=order["order_id"].encode(), value=json.dumps(order).encode())
         if i % 5000 == 0:
             producer.poll(0)
     producer.flush(30)

@@ -49,3 +49,36 @@ def test_the_benchmarks_counts_must_be_positive_integers_named_in_the_error(caps
     with pytest.raises(SystemExit):
         build_arg_parser().parse_args(["--records", "0"])
     assert "argument --records: expected a positive integer, got 0" in capsys.readouterr().err
+
+
+def _timing(kind: str, rep: int, seconds: dict[str, float], choice: str | None):
+    from datetime import datetime, timedelta
+
+    from include.tooling.benchmark_runs import DagRunTiming, TaskTiming
+
+    at = datetime(2026, 11, 25, 18, 0, 0)
+    tasks = {}
+    for task_id, s in seconds.items():
+        tasks[task_id] = TaskTiming(task_id, "success", at, at + timedelta(seconds=s))
+        at += timedelta(seconds=s)
+    return DagRunTiming(kind, rep, 2, 1000, sum(seconds.values()) + 5, tasks, dict(seconds), choice)
+
+
+def test_the_silver_section_shows_where_each_run_ran_and_its_spark_tasks_apart():
+    from include.tooling.benchmark_runs import RunParams, render_runs_markdown
+
+    local = "no cluster: local[1] in the driver: backlog 1000 records <= cluster.local_max_records 10000"
+    base = {"check_request": 3.0, "wait_for_lag": 0.2, "preflight": 0.3, "start_cluster": 0.1, "ingest": 20.0,
+            "transform": 0.1, "stop_cluster": 0.1, "check_continuity": 0.4, "mirror_offsets": 0.5, "record_run": 0.4}
+    runs = [_timing("silver first", 1, base, local), _timing("silver", 1, {**base, "ingest": 18.0}, local),
+            _timing("silver", 2, {**base, "ingest": 16.0}, local)]
+    markdown = render_runs_markdown(runs, RunParams(small_records=1000))
+    assert "## Fixed cost of a DAG run" not in markdown  # that part did not run
+    section = markdown.split("## A DAG run through bronze and silver", 1)[1]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("| ")]
+    assert rows[1][:2] == ["first run (creates the tables)", local]
+    assert rows[2][:2] == ["1,000 new events", local]
+    # end to end, start_cluster, ingest, transform, the other tasks (the seven Airflow-side ones).
+    assert rows[2][3] == "22.1 (21.1–23.1)"
+    assert rows[2][4:7] == ["0.1 (0.1–0.1)", "17.0 (16.0–18.0)", "0.1 (0.1–0.1)"]
+    assert rows[2][7] == "4.9 (4.9–4.9)"
