@@ -88,14 +88,17 @@ def _hook_class():
 
 
 def job_spark_conf(cfg: PipelineConfig, *, transient: bool, kubernetes_master: bool = False,
-                   workers: int | None = None) -> dict[str, str]:
+                   workers: int | None = None, backlog: int | None = None) -> dict[str, str]:
     """Spark settings of a job for this pipeline's cluster profile (without the per-run pod settings).
 
     ``transient``: this run's own standalone cluster on 127.0.0.1.
+    ``backlog``: the records this run's cluster was sized for (``start_cluster``); up to
+    :data:`include.spark.jvm_cds.SHORT_JOB_MAX_RECORDS` its executors' JIT stops at C1 too.
     ``kubernetes_master``: the executors (and, with profile ``kubernetes``, the
     driver) run in pods of ``cluster.kubernetes.image``, whose own Python
     runs the job: this machine's interpreter path means nothing there.
     """
+    from include.spark import jvm_cds
     from include.spark.spark_submit import BASE_CONF, driver_java_options
 
     k8s = cfg.cluster.kubernetes
@@ -122,6 +125,9 @@ def job_spark_conf(cfg: PipelineConfig, *, transient: bool, kubernetes_master: b
         # The scheduler waits (up to 30 s) until every worker's executor has
         # registered, so the first batch is spread over all of them too.
         conf["spark.scheduler.minRegisteredResourcesRatio"] = "1.0"
+        if backlog is not None and backlog <= jvm_cds.SHORT_JOB_MAX_RECORDS:
+            # A cold executor's life is this one run's backlog: C1 compiles sooner (jvm_cds).
+            conf["spark.executor.extraJavaOptions"] = jvm_cds.SHORT_EXECUTOR_FLAGS
         # The cluster listens on 127.0.0.1 only; the driver must be reachable there too.
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
@@ -213,6 +219,7 @@ def submit_hook(
     jars: str | None = None,
     py_files: str | None = None,
     workers: int | None = None,
+    backlog: int | None = None,
 ) -> tuple[Any, str]:
     """The Spark provider's hook for one job of this pipeline, and the application path it submits.
 
@@ -221,7 +228,8 @@ def submit_hook(
     ``jars`` and ``py_files``: the local files (client-mode profiles); with
     profile ``kubernetes`` the image's are used. ``pod_base`` and ``run_id``
     name the pods (``kubernetes``). ``workers``: how many the run's cluster
-    started (``local_standalone``; default ``cluster.workers``). Nothing runs: ``hook.submit(application)``
+    started (``local_standalone``; default ``cluster.workers``) and ``backlog`` the records it was
+    sized for (see :func:`job_spark_conf`). Nothing runs: ``hook.submit(application)``
     does, and ``hook._build_spark_submit_command(application)`` shows the
     command it would run.
     """
@@ -240,7 +248,7 @@ def submit_hook(
         local_env["SPARK_LOCAL_IP"] = "127.0.0.1"
         if not run_master:
             raise ValueError("no master URL from this run's cluster setup task")
-        conf = job_spark_conf(cfg, transient=True, workers=workers)
+        conf = job_spark_conf(cfg, transient=True, workers=workers, backlog=backlog)
         hook = _hook_class()(master=run_master, conf=conf, jars=jars, py_files=py_files, env_vars=local_env,
                              **common)  # fmt: skip
         return hook, str(settings.PROJECT_ROOT / application)
@@ -346,12 +354,12 @@ class SparkJobOperator(BaseOperator):
         """Whether this task's step finished although the application failed after it (default: never)."""
         return False
 
-    def _started_workers(self, context: Any) -> int | None:
-        """How many workers this run's ``start_cluster`` started (sized to the backlog), if it ran."""
+    def _started(self, context: Any) -> dict:
+        """What this run's ``start_cluster`` reported (``workers``, ``backlog``, ...), if it ran."""
         if not self.pipeline.cluster.transient or context.get("ti") is None:
-            return None
+            return {}
         started = context["ti"].xcom_pull(task_ids="start_cluster") or {}
-        return started.get("workers") if isinstance(started, dict) else None
+        return started if isinstance(started, dict) else {}
 
     def _cluster_watch(self, context: Any):
         """A :class:`~include.spark.spark_cluster.ClusterWatch` on this run's transient cluster, if one was started."""
@@ -398,12 +406,14 @@ class SparkJobOperator(BaseOperator):
         if in_pod:
             ti = context.get("ti")
             pod_base = k8s_pod_base(cfg.name, self.task_id, context["run_id"], int(getattr(ti, "try_number", 1) or 1))
+        started = self._started(context)
         try:
             self._hook, app_path = submit_hook(
                 cfg, application=application, application_args=args, name=f"{self.job_name}:{cfg.name}",
                 run_master=self.master, pod_base=pod_base, run_id=context["run_id"],
                 jars=None if in_pod else ",".join(str(j) for j in jvm_deps.spark_jars()),
-                py_files=None if in_pod else str(package_py_files()), workers=self._started_workers(context),
+                py_files=None if in_pod else str(package_py_files()), workers=started.get("workers"),
+                backlog=started.get("backlog"),
             )  # fmt: skip
             self.log.info("submitting %s for pipeline %s to %s (profile %s)", app_path, cfg.name,
                           self._hook._connection["master"], cfg.cluster.profile)  # fmt: skip

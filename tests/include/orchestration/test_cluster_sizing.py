@@ -83,3 +83,18 @@ def test_every_run_driver_gets_the_short_job_flags_the_benchmarks_plain_submit_d
     # The benchmark submits both of its jobs with Java's defaults, so their drains compare like for like.
     plain = next(c for c in submit_command("x.py", [], master="local[2]") if c.startswith("spark.driver.extraJavaOptions="))
     assert "TieredStopAtLevel" not in plain and "UseSerialGC" not in plain
+
+
+def test_executors_of_a_clusters_small_backlog_stop_at_c1_a_large_or_unknown_one_keeps_the_full_jit(tmp_path):
+    from include.spark import jvm_cds
+
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"name": "p", "schedule": None, "kafka": {"connection_id": "k", "topics": ["t"]}}))
+    cfg = load_pipeline(path)
+    limit = jvm_cds.SHORT_JOB_MAX_RECORDS
+    small = job_spark_conf(cfg, transient=True, backlog=20_000)
+    at_limit = job_spark_conf(cfg, transient=True, backlog=limit)
+    assert small["spark.executor.extraJavaOptions"] == at_limit["spark.executor.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
+    for conf in (job_spark_conf(cfg, transient=True, backlog=limit + 1), job_spark_conf(cfg, transient=True),
+                 job_spark_conf(cfg, transient=False, backlog=20_000)):  # fmt: skip
+        assert "spark.executor.extraJavaOptions" not in conf
