@@ -63,7 +63,6 @@ from include.readers.kafka_admin import create_topic, delete_topic, watermarks
 from include.spark.spark_submit import submit_command, submit_environment
 from include.tooling import airflow_local, local_kafka
 from include.tooling.benchmark_runs import (
-    DEMO_PIPELINE,
     DagRunBench,
     DagRunTiming,
     RunBenchmarkError,
@@ -698,7 +697,7 @@ def _measure_silver(params: BenchmarkParams, bootstrap: str, topic: str, work: P
 
     create_topic(bootstrap, topic, demo.PARTITIONS)
     created.append(topic)
-    shape = yaml.safe_load(DEMO_PIPELINE.read_text())
+    shape = yaml.safe_load(demo.PIPELINE_FILE.read_text())
     produced = [0]
 
     def produce(n: int) -> None:

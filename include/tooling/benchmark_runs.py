@@ -72,8 +72,6 @@ SILVER_DAG_TASKS = (
 #: The demo pipeline's cluster (include/pipelines/demo_orders.yaml) without its sizing: every run with
 #: records starts the transient cluster, so the fixed cost and history parts measure the same thing.
 CLUSTER = {"profile": "local_standalone", "workers": 1, "worker_cores": 1, "worker_memory": "1g"}
-#: The demo pipeline file, whose transform and cluster sizing the silver part runs.
-DEMO_PIPELINE = Path(__file__).resolve().parents[1] / "pipelines" / "demo_orders.yaml"
 _CHOICE = re.compile(r"^SUMMARY start_cluster: (?P<choice>.+)$", re.MULTILINE)
 
 

@@ -39,6 +39,8 @@ from include.readers.kafka_admin import create_topic
 from include.tooling import airflow_local, local_kafka
 
 TOPIC = "demo.orders"
+#: The demo's pipeline file; the transform profile and the benchmark's silver part run its shape too.
+PIPELINE_FILE = settings.PROJECT_ROOT / "include" / "pipelines" / "demo_orders.yaml"
 PARTITIONS = 4
 
 
@@ -189,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir)
     lakehouse = workdir / "lakehouse"
     os.environ["KDE_LAKEHOUSE_ROOT"] = str(lakehouse)  # before the pipeline file is read
-    cfg = load_pipeline(settings.PROJECT_ROOT / "include" / "pipelines" / "demo_orders.yaml")
+    cfg = load_pipeline(PIPELINE_FILE)
     print(f"starting the local Kafka broker in {workdir / 'kafka'} ...", flush=True)
     broker = local_kafka.start(workdir / "kafka")
     try:

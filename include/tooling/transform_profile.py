@@ -33,13 +33,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from include import settings
 from include.config.pipeline_config import LAKEHOUSE_ROOT_ENV, load_pipeline
 from include.readers.kafka_admin import create_topic
 from include.tooling import demo, local_kafka
 from spark_jobs.job_common import positive
-
-PIPELINE_FILE = settings.PROJECT_ROOT / "include" / "pipelines" / "demo_orders.yaml"
 
 
 def _silver_commit(spark, path: str) -> dict:
@@ -71,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(tempfile.mkdtemp(prefix="kde-transform-profile-"))
     os.environ[LAKEHOUSE_ROOT_ENV] = str(root / "lakehouse")
-    cfg = load_pipeline(PIPELINE_FILE)
+    cfg = load_pipeline(demo.PIPELINE_FILE)
     cfg = replace(cfg, kafka=replace(cfg.kafka, max_offsets_per_trigger=args.max_offsets_per_trigger))
     broker = local_kafka.start(root / "kafka")
     try:
