@@ -1,4 +1,4 @@
-"""A run's Spark application: its steps (ingest or backfill, then transform) in one driver.
+"""A run's Spark application: its steps (ingest or backfill, then transform, then maintenance) in one driver.
 
 Submitted by the ingest task when the pipeline has a transform
 (``include/orchestration/spark_operator.py``)::
@@ -21,8 +21,10 @@ Outcomes, so that Airflow still shows each step's own result:
 - Every step's arguments are checked before the session starts (exit 2).
 - The first step failing ends the application with exit 1: nothing after it runs.
 - A later step failing (any error) leaves what the steps before it committed;
-  its message goes to its ``error_path`` and the application exits 0. The
-  transform task reports that failure; its retry submits the transform alone.
+  its message goes to its ``error_path`` and the application exits 0; the
+  steps after it do not run (maintenance never runs after a failed transform,
+  whose unread bronze files it could otherwise compact away). The step's task
+  reports that failure; its retry submits the step alone.
 - Each step writes its own summary file, as when it runs alone.
 """
 
@@ -43,6 +45,7 @@ JOBS = {
     "kafka_to_bronze": "spark_jobs.kafka_to_bronze",
     "kafka_backfill": "spark_jobs.kafka_backfill",
     "bronze_to_silver": "spark_jobs.bronze_to_silver",
+    "maintain_tables": "spark_jobs.maintain_tables",
 }
 
 

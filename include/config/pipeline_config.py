@@ -29,7 +29,8 @@ line per problem.
 
 The DAG factory calls :func:`load_pipelines` while Airflow parses DAG files, so
 this module imports only the standard library, PyYAML, pydantic, croniter,
-:mod:`include.settings` and :mod:`include.contract.transform_spec`: no Kafka, Spark or
+:mod:`include.settings`, :mod:`include.contract.transform_spec` and
+:mod:`include.contract.maintenance`: no Kafka, Spark or
 Airflow, no network.
 
 Broker addresses and security settings never appear in a pipeline file; they
@@ -67,6 +68,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic_core import ArgsKwargs, PydanticCustomError, PydanticUseDefault
 
 from include import settings
+from include.contract.maintenance import Window
 from include.contract.transform_spec import (
     DEFAULT_MAX_VALUE_BYTES,
     FIELD_NAME,
@@ -831,6 +833,101 @@ class LagConfig(_Section):
     )
 
 
+#: Bronze columns a Z-order may name (the others are Kafka's raw bytes and headers).
+BRONZE_ZORDER_COLUMNS = ("topic", "partition", "offset", "timestamp", "key")
+
+
+def _check_flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _invalid("true or false", value)
+    return value
+
+
+def _check_window(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _invalid("a daily UTC window HH:MM-HH:MM (e.g. \"02:00-05:00\"), or null", value)
+    try:
+        return str(Window.parse(value))
+    except ValueError as exc:
+        raise _invalid("a daily UTC window HH:MM-HH:MM whose start and end differ (e.g. \"02:00-05:00\")",
+                       value) from exc  # fmt: skip
+
+
+def _check_zorder(value: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(value, dict):
+        raise _invalid("a mapping of table (bronze or silver) to a list of column names", value)
+    out: dict[str, tuple[str, ...]] = {}
+    for table, columns in value.items():
+        if table not in ("bronze", "silver"):
+            raise _invalid("bronze or silver (the tables a Z-order helps readers of)", table,
+                           _did_you_mean(table, ("bronze", "silver")), at=_suffix(table))  # fmt: skip
+        if (not isinstance(columns, (list, tuple)) or not columns
+                or not all(isinstance(c, str) and c for c in columns) or len(set(columns)) != len(columns)):  # fmt: skip
+            raise _invalid("a non-empty list of distinct column names", columns, at=_suffix(table))
+        if table == "bronze":
+            wrong = [c for c in columns if c not in BRONZE_ZORDER_COLUMNS]
+            if wrong:
+                raise _invalid(f"columns among {', '.join(BRONZE_ZORDER_COLUMNS)}", wrong[0],
+                               _did_you_mean(wrong[0], BRONZE_ZORDER_COLUMNS), at=_suffix(table))  # fmt: skip
+        out[table] = tuple(columns)
+    return out
+
+
+@pydantic_dataclass(frozen=True, config=_SECTION_CONFIG)
+class MaintenanceConfig(_Section):
+    """Compaction, VACUUM and log checkpoints of the pipeline's tables (section ``maintenance``).
+
+    Bronze, silver and quarantine are maintained by Spark as the last step of a
+    run that reads records (on its cluster, inside the pipeline's lock); the
+    run ledger by ``record_run`` before it writes the run's row. Each is due
+    after ``every_runs`` runs, or once per ``daily_window``. What was done
+    (files and bytes before and after, seconds) is the ledger row's
+    ``maintenance_json``; maintenance commits never count as progress.
+    """
+
+    every_runs: _integer(1) | None = Field(
+        50,
+        description="Positive integer or null, default 50: maintain the tables on every Nth run (runs with no "
+        "new records count; bronze, silver and quarantine, which only such runs leave unchanged, are then done "
+        "on the next run that reads records). null: only in daily_window.",
+    )
+    daily_window: Annotated[str, BeforeValidator(_check_window)] | None = Field(
+        None,
+        description="\"HH:MM-HH:MM\" in UTC (it may pass midnight) or null (the default): also maintain once on "
+        "the first run starting in this window each day. With every_runs and daily_window both null the "
+        "pipeline is never maintained.",
+    )
+    optimize: Annotated[bool, BeforeValidator(_check_flag)] = Field(
+        True, description="true (default): compact small files (Delta OPTIMIZE; delta-rs for the ledger)."
+    )
+    zorder_by: Annotated[dict[str, tuple[str, ...]], BeforeValidator(_check_zorder)] = Field(
+        default_factory=dict,
+        description="Mapping, default empty: per table (bronze or silver) the columns OPTIMIZE Z-orders its "
+        f"files by, e.g. {{silver: [customer_id]}}. Bronze columns: {', '.join(BRONZE_ZORDER_COLUMNS)}; silver "
+        "columns: fields of transform.schema.",
+    )
+    vacuum: Annotated[bool, BeforeValidator(_check_flag)] = Field(
+        True,
+        description="true (default): VACUUM each table with its own delta.deletedFileRetentionDuration "
+        "(tables.deleted_file_retention_days, never under Delta's 7 days).",
+    )
+    checkpoint: Annotated[bool, BeforeValidator(_check_flag)] = Field(
+        True,
+        description="true (default): write a Delta log checkpoint of each table's newest version (Delta's "
+        "log cleanup of commits older than tables.log_retention_days runs with it).",
+    )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the pipeline's tables are ever maintained."""
+        return self.every_runs is not None or self.daily_window is not None
+
+    @property
+    def window(self) -> Window | None:
+        """:attr:`daily_window` parsed."""
+        return Window.parse(self.daily_window) if self.daily_window else None
+
+
 _K8S_NAME = "a Kubernetes object name (lower-case letters, digits, '-' and '.', at most 253 characters)"
 
 
@@ -1407,6 +1504,9 @@ class PipelineFile(_Section):
         description="Optional section: how bronze records become silver rows; without it (the default, or "
         "null) the pipeline stops at bronze.",
     )
+    maintenance: MaintenanceConfig | None = Field(
+        None, description="Section: compaction, VACUUM and log checkpoints of the pipeline's tables."
+    )
 
     @classmethod
     def _expected(cls, value: Any) -> str:
@@ -1464,6 +1564,7 @@ class PipelineConfig:
     retries: int = 2
     tags: tuple[str, ...] = ()
     transform: TransformSpec | None = None
+    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
 
     @property
     def consumer_group(self) -> str:
@@ -1616,7 +1717,26 @@ def _loaded(file: PipelineFile, shown: str, stem: str) -> PipelineConfig:
         retries=file.retries,
         tags=file.tags,
         transform=file.transform.spec() if file.transform is not None else None,
+        maintenance=_maintenance(file, shown),
     )
+
+
+def _maintenance(file: PipelineFile, shown: str) -> MaintenanceConfig:
+    """The ``maintenance`` section, its silver Z-order checked against the transform's fields."""
+    section = file.maintenance or MaintenanceConfig()
+    columns = section.zorder_by.get("silver")
+    if columns:
+        if file.transform is None:
+            raise PipelineConfigError(shown, "maintenance.zorder_by.silver",
+                                      "expected no silver Z-order: the pipeline has no transform section, so no silver table")  # fmt: skip
+        declared = tuple(f.name for f in file.transform.spec().fields)
+        wrong = [c for c in columns if c not in declared]
+        if wrong:
+            raise PipelineConfigError(shown, "maintenance.zorder_by.silver", (
+                f"expected fields of transform.schema ({', '.join(declared)}), got {wrong[0]!r}"
+                + _did_you_mean(wrong[0], declared)
+            ))  # fmt: skip
+    return section
 
 
 def _tables(section: TablesSection, name: str, shown: str) -> TablesConfig:

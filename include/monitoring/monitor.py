@@ -171,6 +171,29 @@ def last_ingested(bronze_path: str, next_offsets: Mapping[tuple[str, int], int],
     return found
 
 
+def maintenance_view(cfg: PipelineConfig, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Files per table now (delta-rs; ``None``: no table yet) and the newest run that maintained each."""
+    paths = {"bronze": cfg.tables.bronze_path, "ledger": cfg.tables.ledger_path}
+    if cfg.transform is not None:
+        paths.update(silver=cfg.tables.silver_path, quarantine=cfg.tables.quarantine_path)
+    files: dict[str, int | None] = {}
+    for name, path in paths.items():
+        try:
+            files[name] = delta_progress.file_count(path)
+        except Exception:  # noqa: BLE001 - a table the page cannot open shows no count
+            files[name] = None
+    last: dict[str, dict[str, Any]] = {}
+    for row in rows:  # newest first
+        for name, done in ((row.get("maintenance_json") or {}).get("tables") or {}).items():
+            if name in paths and name not in last and isinstance(done, dict) and "files_before" in done:
+                last[name] = {"run_id": row.get("run_id"), "at": _iso(row.get("finished_at")),
+                              "files_before": done.get("files_before"), "files_after": done.get("files_after")}  # fmt: skip
+    m = cfg.maintenance
+    policy = " or ".join(w for w in (f"every {m.every_runs} runs" if m.every_runs else "",
+                                     f"daily {m.daily_window} UTC" if m.daily_window else "") if w)  # fmt: skip
+    return {"policy": policy or "never", "tables": [{"table": n, "files": files[n], "last": last.get(n)} for n in paths]}
+
+
 def _health(snap: dict[str, Any]) -> dict[str, Any]:
     failing, warning = [], []
     if not snap["kafka"]["ok"]:
@@ -261,6 +284,7 @@ def pipeline_snapshot(
     if snap["last_run"]:
         snap["links"]["last_run"] = snap["last_run"]["link"]
     snap["gaps"], snap["manual_actions"] = _history(rows)
+    snap["maintenance"] = maintenance_view(cfg, rows)
 
     table_next = progress.next_offsets if progress else None
     _kafka_part(snap, cfg, kafka_config, kafka_error, table_next, started + timeout_s, now)

@@ -461,6 +461,7 @@ def _table_box(snap: dict) -> dict:
         "error": table.get("error") if table.get("ok") is not False else None,
         "ledger_problem": _problem("ledger", snap),
         **_pick(paths, "bronze", "silver", "ledger"),
+        "maintenance": _d(snap.get("maintenance")),
     }
 
 

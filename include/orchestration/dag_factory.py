@@ -22,7 +22,12 @@ from include import settings
 from include.config.pipeline_config import PipelineConfig, load_pipelines
 from include.contract.manual_ops import form_params
 from include.orchestration import tasks
-from include.orchestration.spark_operator import IngestOperator, TransformOperator, job_run_type
+from include.orchestration.spark_operator import (
+    IngestOperator,
+    MaintainOperator,
+    TransformOperator,
+    job_run_type,
+)
 
 #: A driver outlives a stopped cluster and would wait forever; the task must not.
 INGEST_TIMEOUT = timedelta(hours=4)
@@ -44,7 +49,7 @@ and the table; waits while another run of this pipeline holds its lock) → **wa
 (Kafka admin + Delta log, no JVM; skipped when there is nothing new) → **preflight** (data loss by retention, recreated topics, offsets
 going backwards, partitions added or gone; policy `{policy}`) →
 {cluster} → **ingest** (`Trigger.AvailableNow`, one Delta commit per micro-batch
-with its offset ranges) → {transform}**check_continuity** (ranges chain, rows match,
+with its offset ranges) → {transform}{maintain}**check_continuity** (ranges chain, rows match,
 checkpoint == table{transform_check}) → **mirror_offsets** (consumer group `{group}`) →
 **record_run** (run ledger row, Asset event; gives the lock back).
 
@@ -99,6 +104,15 @@ def cluster_doc(cfg: PipelineConfig) -> str:
     )
 
 
+def maintenance_doc(cfg: PipelineConfig) -> str:
+    """The DAG doc's words for when and how the pipeline's tables are maintained."""
+    m = cfg.maintenance
+    when = " or ".join(w for w in (f"every {m.every_runs} runs" if m.every_runs else "",
+                                   f"daily in {m.daily_window} UTC" if m.daily_window else "") if w)  # fmt: skip
+    what = ", ".join(w for w, on in (("OPTIMIZE", m.optimize), ("VACUUM", m.vacuum), ("log checkpoint", m.checkpoint)) if on)
+    return f"{what or 'nothing'} of each table, {when}, in the run's Spark application; the ledger in record_run"
+
+
 def dag_doc(cfg: PipelineConfig) -> str:
     """The DAG's ``doc_md``: what one run of the pipeline does, in its own names and paths."""
     return DOC.format(
@@ -119,6 +133,9 @@ def dag_doc(cfg: PipelineConfig) -> str:
             "submits it alone) → "
             if cfg.transform
             else ""
+        ),
+        maintain=(
+            f"**maintain** (when due: {maintenance_doc(cfg)}; skipped otherwise) → " if cfg.maintenance.enabled else ""
         ),
         transform_check=", every bronze record read is upserted, deleted, quarantined or superseded"
         if cfg.transform
@@ -211,9 +228,15 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         ingest = IngestOperator(task_id="ingest", **job)
         jobs = [ingest, TransformOperator(task_id="transform", **job)] if cfg.transform else [ingest]
         chain(*jobs)
+        # Skipped when not due; nothing waits on its success (the teardown and record_run run anyway).
+        maintain = MaintainOperator(task_id="maintain", **job) if cfg.maintenance.enabled else None
+        if maintain is not None:
+            jobs[-1] >> maintain
         if transient:
             checked >> up >> jobs[0]
             jobs[-1] >> down
+            if maintain is not None:
+                maintain >> down
             down.as_teardown(setups=up)
             after_ingest = [jobs[-1], down]
         else:
@@ -243,6 +266,8 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         mirrored = mirror_offsets()
         recorded = record_run()
         after_ingest >> continuity >> mirrored >> recorded
+        if maintain is not None:
+            maintain >> recorded
         [requested, lag, checked] >> recorded
     return dag
 

@@ -383,7 +383,7 @@ def check_transform(cfg: PipelineConfig, *, before: dict, job_summary: dict | No
         since = min(c.bronze_start.version for c in commits)
         bronze_version, rows = delta_progress.bronze_rows_by_version(cfg.tables.bronze_path, since)
     else:
-        bronze_version, rows = delta_progress.table_version(cfg.tables.bronze_path), {}
+        bronze_version, rows = delta_progress.bronze_data_version(cfg.tables.bronze_path), {}
     quarantined = delta_progress.quarantine_rows_since(cfg.tables.quarantine_path, before.get("quarantine_version"))
     stand = before.get("silver_stand")
     return continuity.check_transform(
@@ -438,3 +438,22 @@ def _positions_text(positions: PositionMap) -> str:
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def maintenance_due(cfg: PipelineConfig, part: str, now: datetime) -> str | None:
+    """Why ``part`` (:data:`include.contract.maintenance.PARTS`) of the pipeline's maintenance is due in the
+    run starting ``now``, from the run ledger; ``None`` when it is not (or the pipeline is never maintained)."""
+    from include.contract import maintenance
+
+    m = cfg.maintenance
+    if not m.enabled:
+        return None
+    path = cfg.tables.ledger_path
+    rows = run_ledger.newest_runs(path, files=m.every_runs) if m.every_runs else []
+    window = m.window
+    opened = window.opened(now) if window is not None else None
+    if opened is not None:  # and every run since the window opened
+        seen = {r["run_id"] for r in rows}
+        rows += [r for r in run_ledger.runs_since(path, opened) if r["run_id"] not in seen]
+        rows.sort(key=lambda r: r["finished_at"] or datetime.min.replace(tzinfo=UTC), reverse=True)
+    return maintenance.due(part, rows, every_runs=m.every_runs, window=window, now=now)

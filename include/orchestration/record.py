@@ -99,10 +99,56 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
         "continuity_json": continuity,
         "topic_ids_json": passed.get("topic_ids"),
         "position_set_json": summary.get("position_set"),
+        "maintenance_json": _maintenance(passed, xcoms.get("maintain"), xcoms.get("maintain_ledger"), states),
         "tasks_json": states,
         "params_json": params,
         "request_json": request or None,
     }
+
+
+def _maintenance(preflight: dict, tables: dict | None, ledger: dict | None, states: dict[str, str]) -> dict | None:
+    """What the run's maintenance did: the maintain task's tables and the ledger's; ``None`` when none was due."""
+    due = (preflight.get("maintenance") or {}).get("due")
+    if not due and not ledger:
+        return None
+    out: dict[str, Any] = {"tables": {}}
+    if due:
+        out["due"] = due
+        out["tables"].update((tables or {}).get("tables") or {})
+        if not tables:
+            out["tables_state"] = states.get("maintain", "not run")
+    if ledger:
+        out["ledger_due"] = ledger["due"]
+        out["tables"]["ledger"] = ledger["result"]
+    return out
+
+
+def maintain_ledger(cfg: PipelineConfig) -> dict | None:
+    """The ledger's maintenance when due (:mod:`include.contract.maintenance`), before the run's row is written.
+
+    A failure is recorded (``{"error": ...}``) and never stops the row: the
+    ledger stays correct without maintenance, and it stays due.
+    """
+    from include.orchestration import pipeline_run
+    from include.readers import run_ledger
+
+    try:
+        due = pipeline_run.maintenance_due(cfg, "ledger", pipeline_run.utcnow())
+    except Exception as exc:  # noqa: BLE001 - the row must be written whatever the ledger's state
+        print(f"ledger maintenance not checked: {exc}")
+        return None
+    if not due:
+        return None
+    try:
+        result = run_ledger.maintain(cfg.tables.ledger_path)
+    except Exception as exc:  # noqa: BLE001 - see above
+        result = {"path": cfg.tables.ledger_path, "error": f"{type(exc).__name__}: {exc}"}
+        print(f"SUMMARY maintain ledger: failed ({result['error']}); it stays due for the next run")
+        return {"due": due, "result": result}
+    if "files_before" in result:
+        print(f"SUMMARY maintain ledger ({due}): files {result['files_before']} -> {result['files_after']}, "
+              f"{result['seconds']:.1f}s")  # fmt: skip
+    return {"due": due, "result": result}
 
 
 def _transform_columns(summary: dict | None, checked: dict | None) -> dict[str, Any]:
@@ -146,7 +192,9 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
         "transform": _xcom(ti, "transform") if cfg.transform else None,
         "check_continuity": _xcom(ti, "check_continuity"),
         "continuity_failed": _xcom(ti, "check_continuity", "failed_report"),
+        "maintain": _xcom(ti, "maintain"),
     }
+    xcoms["maintain_ledger"] = maintain_ledger(cfg)
     lag_after = None
     ran = states.get("wait_for_lag") == "success"
     try:

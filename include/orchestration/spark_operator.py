@@ -45,8 +45,11 @@ BACKFILL_APPLICATION = "spark_jobs/kafka_backfill.py"
 TRANSFORM_APPLICATION = "spark_jobs/bronze_to_silver.py"
 #: A run's steps (ingest or backfill, then transform) in one Spark application.
 RUN_STEPS_APPLICATION = "spark_jobs/run_steps.py"
+MAINTAIN_APPLICATION = "spark_jobs/maintain_tables.py"
 #: Where the run's application writes the transform step's failure (in the run folder).
 TRANSFORM_ERROR_FILE = "transform-error.json"
+#: Where the run's application writes the maintenance step's failure (in the run folder).
+MAINTAIN_ERROR_FILE = "maintain-error.json"
 #: Where the driver pod of profile ``kubernetes`` sees the Kafka options secret.
 K8S_SECRET_MOUNT = "/etc/kafka-delta-elt/kafka"
 #: Name of the shared volume in the pod specs (any DNS label would do).
@@ -473,11 +476,12 @@ class IngestOperator(SparkJobOperator):
     job_name = "kafka_to_bronze"
 
     def __init__(self, *, preflight_task_id: str = "preflight", request_task_id: str = "check_request",
-                 transform_task_id: str = "transform", **kwargs: Any) -> None:  # fmt: skip
+                 transform_task_id: str = "transform", maintain_task_id: str = "maintain", **kwargs: Any) -> None:  # fmt: skip
         super().__init__(**kwargs)
         self.preflight_task_id = preflight_task_id
         self.request_task_id = request_task_id
         self.transform_task_id = transform_task_id
+        self.maintain_task_id = maintain_task_id
 
     def _plan(self, context: Any) -> dict:
         return context["ti"].xcom_pull(task_ids=self.request_task_id) or {}
@@ -524,37 +528,40 @@ class IngestOperator(SparkJobOperator):
         return args, private
 
     def submission(self, context: Any, folder: Path, summary_path: Path) -> tuple[str, list[str], list[Path]]:
-        """With a transform: the run's application runs this step then the transform (one driver, one
-        session); the transform task reports the second step. Without: this step's job alone."""
+        """With a transform, or maintenance due: the run's application runs this step, then the transform,
+        then the maintenance (one driver, one session); the transform and maintain tasks report theirs.
+        Otherwise this step's job alone."""
         application, args, private = super().submission(context, folder, summary_path)
         cfg = self.pipeline
-        if cfg.transform is None:
+        later = []
+        if cfg.transform is not None:
+            later.append((self.transform_task_id, TRANSFORM_APPLICATION, TRANSFORM_ERROR_FILE,
+                          lambda summary: transform_job_args(cfg, folder, context["run_id"], summary)))  # fmt: skip
+        if maintenance_due(context, self.preflight_task_id):
+            later.append((self.maintain_task_id, MAINTAIN_APPLICATION, MAINTAIN_ERROR_FILE,
+                          lambda summary: maintain_job_args(cfg, context["run_id"], summary)))  # fmt: skip
+        self._later = bool(later)
+        if not later:
             return application, args, private
-        transform_summary = folder / f"{self.transform_task_id}-summary.json"
-        error_path = folder / TRANSFORM_ERROR_FILE
-        # Whatever a former try left must not pass for this one's outcome.
-        transform_summary.unlink(missing_ok=True)
-        error_path.unlink(missing_ok=True)
-        steps = {
-            "pipeline": cfg.name,
-            "steps": [
-                {"job": Path(application).stem, "args": args},
-                {"job": Path(TRANSFORM_APPLICATION).stem, "error_path": str(error_path),
-                 "args": transform_job_args(cfg, folder, context["run_id"], transform_summary)},
-            ],
-        }  # fmt: skip
+        steps: list[dict] = [{"job": Path(application).stem, "args": args}]
+        for task_id, later_app, error_file, job_args in later:
+            later_summary, error_path = folder / f"{task_id}-summary.json", folder / error_file
+            # Whatever a former try left must not pass for this one's outcome.
+            later_summary.unlink(missing_ok=True)
+            error_path.unlink(missing_ok=True)
+            steps.append({"job": Path(later_app).stem, "error_path": str(error_path), "args": job_args(later_summary)})
         steps_file = folder / "steps.json"
-        steps_file.write_text(json.dumps(steps, indent=2))
-        self.log.info("one Spark application for %s then the transform (%s)", Path(application).stem, steps_file)
+        steps_file.write_text(json.dumps({"pipeline": cfg.name, "steps": steps}, indent=2))
+        self.log.info("one Spark application for %s (%s)", " then ".join(s_["job"] for s_ in steps), steps_file)
         return RUN_STEPS_APPLICATION, [f"--steps-file={steps_file}"], private
 
     def done_despite(self, exc: BaseException, summary_path: Path) -> bool:
         """The application failed after this step wrote its summary (so after its last commit): the
-        step is done; the transform task finds no outcome of its own step and submits it alone."""
-        if self.pipeline.transform is None or not summary_path.exists():
+        step is done; each later task finds no outcome of its own step and submits it alone."""
+        if not getattr(self, "_later", False) or not summary_path.exists():
             return False
         self.log.warning("the run's Spark application failed after the ingest step finished (%s); bronze "
-                         "stands as the summary says, and the transform task submits the transform alone", exc)  # fmt: skip
+                         "stands as the summary says, and each later task submits its step alone", exc)  # fmt: skip
         return True
 
     def _kafka_options(self, folder: Path, client: dict[str, str]) -> tuple[str | None, list[Path]]:
@@ -594,23 +601,18 @@ class IngestOperator(SparkJobOperator):
         )
 
 
-class TransformOperator(SparkJobOperator):
-    """The transform step: bronze's new records into silver and quarantine.
+class LaterStepOperator(SparkJobOperator):
+    """A step the run's Spark application runs after ingest (``spark_jobs/run_steps.py``).
 
-    On its first try it reports the step the run's Spark application ran
-    after ingest (``spark_jobs/run_steps.py``): its summary, or its failure.
-    When that application never reached the step (it died after ingest), and
-    on every retry, it submits ``spark_jobs/bronze_to_silver.py`` alone.
+    On its first try it reports that step: its summary, or its failure. When
+    the application never reached the step (it died after ingest), and on
+    every retry, it submits the step's job alone.
     """
 
-    application = TRANSFORM_APPLICATION
-    job_name = "bronze_to_silver"
-
-    def job_args(self, context: Any, folder: Path, summary_path: Path) -> tuple[list[str], list[Path]]:
-        return transform_job_args(self.pipeline, folder, context["run_id"], summary_path), []
-
-    def summary_line(self, summary: dict) -> str:
-        return "SUMMARY transform: " + transform_summary_text(summary)
+    #: The run folder's file where the application writes this step's failure.
+    error_file = ""
+    #: What stands when this step failed, for the failure message.
+    after_failure = ""
 
     def execute(self, context: Any) -> dict:
         from airflow.sdk.exceptions import AirflowException
@@ -619,23 +621,100 @@ class TransformOperator(SparkJobOperator):
         if int(getattr(ti, "try_number", 1) or 1) == 1:
             folder = self.run_folder(context)
             summary_path = folder / f"{self.task_id}-summary.json"
-            error_path = folder / TRANSFORM_ERROR_FILE
+            error_path = folder / self.error_file
             if error_path.exists():
                 error = json.loads(error_path.read_text())
                 if error.get("traceback"):
                     self.log.error("%s", error["traceback"])
                 raise AirflowException(
-                    f"transform of pipeline {self.pipeline.name!r} failed in the run's Spark application: "
-                    f"{error.get('error')} (bronze keeps what ingest committed; a retry of this task submits "
-                    "the transform alone)"
+                    f"{self.task_id} of pipeline {self.pipeline.name!r} failed in the run's Spark application: "
+                    f"{error.get('error')} ({self.after_failure}; a retry of this task submits it alone)"
                 )
             if summary_path.exists():
                 summary = json.loads(summary_path.read_text())
                 if summary.get("run_id") == context["run_id"]:
                     print(self.summary_line(summary) + " (ran in the ingest task's Spark application)")
                     return summary
-            self.log.info("the run's Spark application did not reach the transform; submitting it alone")
+            self.log.info("the run's Spark application did not reach the %s step; submitting it alone", self.task_id)
         return super().execute(context)
+
+
+class TransformOperator(LaterStepOperator):
+    """The transform step: bronze's new records into silver and quarantine."""
+
+    application = TRANSFORM_APPLICATION
+    job_name = "bronze_to_silver"
+    error_file = TRANSFORM_ERROR_FILE
+    after_failure = "bronze keeps what ingest committed"
+
+    def job_args(self, context: Any, folder: Path, summary_path: Path) -> tuple[list[str], list[Path]]:
+        return transform_job_args(self.pipeline, folder, context["run_id"], summary_path), []
+
+    def summary_line(self, summary: dict) -> str:
+        return "SUMMARY transform: " + transform_summary_text(summary)
+
+
+class MaintainOperator(LaterStepOperator):
+    """The maintenance step (compaction, VACUUM, log checkpoint of bronze, silver and quarantine), when the
+    preflight found it due (``include/contract/maintenance.py``); skipped otherwise.
+
+    :param preflight_task_id: task whose XCom says whether maintenance is due.
+    """
+
+    application = MAINTAIN_APPLICATION
+    job_name = "maintain_tables"
+    error_file = MAINTAIN_ERROR_FILE
+    after_failure = "the run's data stands as committed; maintenance stays due for the next run"
+
+    def __init__(self, *, preflight_task_id: str = "preflight", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.preflight_task_id = preflight_task_id
+
+    def job_args(self, context: Any, folder: Path, summary_path: Path) -> tuple[list[str], list[Path]]:
+        return maintain_job_args(self.pipeline, context["run_id"], summary_path), []
+
+    def summary_line(self, summary: dict) -> str:
+        return "SUMMARY maintain: " + maintain_summary_text(summary)
+
+    def execute(self, context: Any) -> dict:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        if not maintenance_due(context, self.preflight_task_id):
+            raise AirflowSkipException("table maintenance is not due in this run")
+        return super().execute(context)
+
+
+def maintenance_due(context: Any, preflight_task_id: str) -> str | None:
+    """Why the preflight found the tables' maintenance due in this run, or ``None``."""
+    ti = context.get("ti")
+    preflight = (ti.xcom_pull(task_ids=preflight_task_id) if ti is not None else None) or {}
+    return ((preflight.get("maintenance") or {}) if isinstance(preflight, dict) else {}).get("due")
+
+
+def maintain_job_args(cfg: PipelineConfig, run_id: str, summary_path: Path) -> list[str]:
+    """``maintain_tables``' arguments for this run: the pipeline's tables and what its ``maintenance`` asks."""
+    t, m = cfg.tables, cfg.maintenance
+    tables = {"bronze": t.bronze_path, **({"silver": t.silver_path, "quarantine": t.quarantine_path}
+                                         if cfg.transform is not None else {})}  # fmt: skip
+    return [
+        f"--pipeline={cfg.name}", *(f"--table={n}={p}" for n, p in tables.items()),
+        *(f"--zorder-by={n}={','.join(c)}" for n, c in m.zorder_by.items() if n in tables),
+        *(["--no-optimize"] if not m.optimize else []), *(["--no-vacuum"] if not m.vacuum else []),
+        *(["--no-checkpoint"] if not m.checkpoint else []),
+        f"--run-id={run_id}", f"--summary-path={summary_path}",
+    ]  # fmt: skip
+
+
+def maintain_summary_text(s: dict) -> str:
+    """One line per run: each table's files and bytes before and after."""
+    parts = []
+    for name, t in s.get("tables", {}).items():
+        if "files_before" not in t:
+            parts.append(f"{name} {t.get('skipped') or t.get('error')}")
+            continue
+        parts.append(f"{name} files {t['files_before']} -> {t['files_after']}, "
+                     f"{t['bytes_before'] / 1e6:.1f} -> {t['bytes_after'] / 1e6:.1f} MB in {t['seconds']:.1f}s")  # fmt: skip
+    return "; ".join(parts) or "no table"
 
 
 def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_path: Path) -> list[str]:

@@ -208,9 +208,15 @@ def preflight(cfg: PipelineConfig, *, plan: dict | None) -> dict:
         "table_version": progress.table_version if progress else None,
         "table_next": positions_to_json(progress.next_offsets) if progress else None,
         "transform_before": pipeline_run.transform_versions(cfg) if cfg.transform else None,
+        "maintenance": None,
     }
     if not verdict.ok:
         raise FailTask(verdict.failure_message(cfg.name), key="failed_report", report=result)
+    due = pipeline_run.maintenance_due(cfg, "tables", now)
+    if due:
+        result["maintenance"] = {"due": due}
+        print(f"SUMMARY maintenance of bronze{', silver and quarantine' if cfg.transform else ''} is due "
+              f"({due}): the run's Spark application does it after its last step")  # fmt: skip
     return result
 
 

@@ -167,6 +167,12 @@ def commits_since(path: str | Path, version: int | None, *,
     return current, sorted(found, key=lambda item: item[0])
 
 
+def file_count(path: str | Path, *, storage_options: dict[str, str] | None = None) -> int | None:
+    """How many data files the table's current version holds; ``None`` when there is no table yet."""
+    table = _open(path, storage_options)
+    return None if table is None else len(table.file_uris())
+
+
 def table_version(path: str | Path, *, storage_options: dict[str, str] | None = None) -> int | None:
     """The table's current version; ``None`` when there is no table yet."""
     table = _open(path, storage_options)
@@ -260,9 +266,24 @@ def backfill_commits_since(path: str | Path, version: int | None, *,
     return sorted(found, key=lambda item: item[0])
 
 
+#: Commits that only rewrite or delete files already read (maintenance, ``spark_jobs/maintain_tables.py``):
+#: never a record a reader has not seen, so where a reader of bronze must end is the version before them.
+REWRITE_OPERATIONS = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END"})
+
+
+def _newest_data_version(entries: list[dict], before: int) -> int:
+    """The newest version among ``entries`` (newest first) that is not a :data:`REWRITE_OPERATIONS` commit;
+    ``before`` when they all are."""
+    for entry in entries:
+        if entry.get("operation") not in REWRITE_OPERATIONS or entry.get("userMetadata"):
+            return int(entry["version"])
+    return before
+
+
 def bronze_rows_by_version(path: str | Path, since: int, *,
                            storage_options: dict[str, str] | None = None) -> tuple[int | None, dict[int, int]]:  # fmt: skip
-    """Bronze's current version and the rows each of our commits (ingestion and backfill) from ``since`` on wrote."""
+    """Bronze's newest version that may hold records (maintenance commits after it left out), and the
+    rows each of our commits (ingestion and backfill) from ``since`` on wrote."""
     current, entries = _entries_after(path, since - 1, storage_options)
     rows: dict[int, int] = {}
     for entry in entries:
@@ -274,4 +295,20 @@ def bronze_rows_by_version(path: str | Path, since: int, *,
         backfill = BackfillCommit.from_user_metadata(meta, version=v)
         if backfill is not None:
             rows[v] = backfill.inserted
-    return current, rows
+    if current is None:
+        return current, rows
+    return _newest_data_version(entries, since - 1), rows
+
+
+def bronze_data_version(path: str | Path, *, storage_options: dict[str, str] | None = None) -> int | None:
+    """Bronze's newest version that may hold records: the current one, less trailing maintenance commits."""
+    table = _open(path, storage_options)
+    if table is None:
+        return None
+    current, limit = table.version(), 20
+    while True:
+        entries = table.history(limit)
+        found = _newest_data_version(entries, -1)
+        if found >= 0 or len(entries) < limit:
+            return found if found >= 0 else current
+        limit *= 10

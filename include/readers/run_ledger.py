@@ -60,6 +60,9 @@ COLUMNS: dict[str, str] = {
     "topic_ids_json": "string",
     # where the run set the table's position rather than reached it (starting_offsets latest, a position action)
     "position_set_json": "string",
+    # what the run's table maintenance did (include/contract/maintenance.py): per table, files and bytes
+    # before and after, each operation and its seconds; null when none was due
+    "maintenance_json": "string",
     "tasks_json": "string",
     "params_json": "string",
     "request_json": "string",
@@ -139,6 +142,61 @@ def _decoded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if name.endswith("_json") and value is not None:
                 r[name] = json.loads(value)
     return rows
+
+
+def runs_since(path: str | Path, since: datetime, *,
+               storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """The rows of runs that finished at or after ``since``, newest first (Delta skips the older files)."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path), storage_options=storage_options):
+        return []
+    table = DeltaTable(str(path), storage_options=storage_options)
+    return _decoded(table.to_pyarrow_table(filters=[("finished_at", ">=", since)]).to_pylist())
+
+
+def maintain(path: str | Path, *, storage_options: dict[str, str] | None = None) -> dict[str, Any]:
+    """Compact the ledger's files, VACUUM it with its own retention and write a log checkpoint (delta-rs).
+
+    The ledger gains one small file per run; this keeps its readers' cost
+    flat. Returns what it did, as :mod:`spark_jobs.maintain_tables` does for
+    the Spark tables; ``{"skipped": ...}`` when there is no ledger yet.
+    """
+    import time
+
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path), storage_options=storage_options):
+        return {"path": str(path), "skipped": "no table yet"}
+    started = time.monotonic()
+
+    def files_and_bytes(table: DeltaTable) -> tuple[int, int]:
+        sizes = pa.table(table.get_add_actions(flatten=True)).column("size_bytes").to_pylist()
+        return len(sizes), int(sum(sizes))
+
+    table = DeltaTable(str(path), storage_options=storage_options)
+    version_before = table.version()
+    files_before, bytes_before = files_and_bytes(table)
+    t = time.monotonic()
+    metrics = table.optimize.compact()
+    optimized = {"files_removed": int(metrics.get("numFilesRemoved", 0)), "files_added": int(metrics.get("numFilesAdded", 0)),
+                 "zorder_by": [], "seconds": round(time.monotonic() - t, 3)}  # fmt: skip
+    t = time.monotonic()
+    # retention_hours=None: the table's delta.deletedFileRetentionDuration (the pipeline's
+    # tables.deleted_file_retention_days); enforce_retention_duration refuses less than a week.
+    deleted = table.vacuum(retention_hours=None, dry_run=False, enforce_retention_duration=True)
+    vacuumed = {"files_deleted": len(deleted), "seconds": round(time.monotonic() - t, 3)}
+    t = time.monotonic()
+    table.create_checkpoint()
+    table.cleanup_metadata()  # commit files older than delta.logRetentionDuration, before the checkpoint
+    checkpoint = {"version": table.version(), "seconds": round(time.monotonic() - t, 3)}
+    files_after, bytes_after = files_and_bytes(DeltaTable(str(path), storage_options=storage_options))
+    return {
+        "path": str(path), "version_before": version_before, "files_before": files_before,
+        "bytes_before": bytes_before, "optimize": optimized, "vacuum": vacuumed, "checkpoint": checkpoint,
+        "files_after": files_after, "bytes_after": bytes_after, "seconds": round(time.monotonic() - started, 3),
+    }  # fmt: skip
 
 
 def read_runs(path: str | Path, *, limit: int | None = None,

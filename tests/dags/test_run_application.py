@@ -17,7 +17,7 @@ import yaml
 
 from include import settings
 from include.config.pipeline_config import load_pipeline
-from include.orchestration.spark_operator import IngestOperator, TransformOperator
+from include.orchestration.spark_operator import IngestOperator, MaintainOperator, TransformOperator
 from include.spark import jvm_deps, spark_submit
 from spark_jobs import run_steps
 
@@ -50,15 +50,17 @@ def _pipeline(tmp_path: Path, transform: bool = True):
 
 
 class _TI:
-    def __init__(self, try_number: int = 1) -> None:
+    def __init__(self, try_number: int = 1, maintenance: dict | None = None) -> None:
         self.try_number = try_number
+        self.maintenance = maintenance
 
     def xcom_pull(self, task_ids: str, key: str = "return_value") -> Any:
-        return {"preflight": {"job_file": {"topic_ids": {}, "accepted_gaps": []}}}.get(task_ids)
+        preflight = {"job_file": {"topic_ids": {}, "accepted_gaps": []}, "maintenance": self.maintenance}
+        return {"preflight": preflight}.get(task_ids)
 
 
-def _context(try_number: int = 1) -> dict[str, Any]:
-    return {"run_id": RUN_ID, "ti": _TI(try_number), "dag_run": SimpleNamespace(run_type="manual")}
+def _context(try_number: int = 1, maintenance: dict | None = None) -> dict[str, Any]:
+    return {"run_id": RUN_ID, "ti": _TI(try_number, maintenance), "dag_run": SimpleNamespace(run_type="manual")}
 
 
 def _submits(monkeypatch, outcome) -> list[list[str]]:
@@ -235,3 +237,75 @@ def test_a_bad_steps_argument_exits_2_naming_it_and_help_exits_0(capsys):
     with pytest.raises(SystemExit) as done:
         run_steps.main(["--help"])
     assert done.value.code == 0 and "--steps-file STEPS_FILE" in capsys.readouterr().out
+
+
+MAINTAINED = {"run_id": RUN_ID, "duration_s": 2.0, "tables": {
+    "bronze": {"files_before": 12, "files_after": 1, "bytes_before": 2_000_000, "bytes_after": 1_500_000, "seconds": 1.0},
+    "silver": {"path": "/x", "skipped": "no table yet"}}}  # fmt: skip
+
+
+@pytest.mark.parametrize("transform", [True, False])
+def test_maintenance_due_is_the_last_step_of_the_runs_application_and_its_task_reports_it(tmp_path, monkeypatch,
+                                                                                         transform, capsys):  # fmt: skip
+    cfg = _pipeline(tmp_path, transform=transform)
+    due = {"due": "every_runs 50: this is run 50 since run 'r1'"}
+
+    def app(cmd):
+        for step in _steps(cmd)["steps"]:
+            out = {"kafka_to_bronze": INGEST, "bronze_to_silver": TRANSFORM, "maintain_tables": MAINTAINED}[step["job"]]
+            Path(_arg(step["args"], "summary-path")).write_text(json.dumps(out))
+
+    seen = _submits(monkeypatch, app)
+    IngestOperator(task_id="ingest", pipeline=cfg, master="spark://127.0.0.1:7077").execute(_context(maintenance=due))
+    steps = _steps(seen[0])["steps"]
+    assert [s["job"] for s in steps] == ["kafka_to_bronze", *(["bronze_to_silver"] if transform else []), "maintain_tables"]
+    maintain = steps[-1]
+    tables = [a.split("=", 1)[1] for a in maintain["args"] if a.startswith("--table=")]
+    assert [t.split("=")[0] for t in tables] == (["bronze", "silver", "quarantine"] if transform else ["bronze"])
+    assert maintain["error_path"].endswith("maintain-error.json")
+    assert run_steps.read_steps(_arg(seen[0], "steps-file"))[1][-1][0] == "maintain_tables"
+
+    seen.clear()
+    assert MaintainOperator(task_id="maintain", pipeline=cfg).execute(_context(maintenance=due)) == MAINTAINED
+    assert seen == []
+    assert "SUMMARY maintain: bronze files 12 -> 1, 2.0 -> 1.5 MB in 1.0s; silver no table yet" in capsys.readouterr().out
+
+
+def test_maintenance_not_due_adds_no_step_and_its_task_is_skipped(tmp_path, monkeypatch):
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    cfg = _pipeline(tmp_path, transform=False)
+    seen = _submits(monkeypatch, lambda cmd: Path(_arg(cmd, "summary-path")).write_text(json.dumps(INGEST)))
+    IngestOperator(task_id="ingest", pipeline=cfg, master="spark://127.0.0.1:7077").execute(_context())
+    assert str(settings.PROJECT_ROOT / "spark_jobs" / "kafka_to_bronze.py") in seen[0]
+    with pytest.raises(AirflowSkipException, match="not due"):
+        MaintainOperator(task_id="maintain", pipeline=cfg).execute(_context())
+    assert len(seen) == 1
+
+
+def test_maintenance_failure_in_the_application_fails_the_maintain_task_and_a_retry_submits_it_alone(tmp_path,
+                                                                                                      monkeypatch):  # fmt: skip
+    from airflow.sdk.exceptions import AirflowException
+
+    cfg = _pipeline(tmp_path)
+    due = {"due": "every_runs 2: this is run 2 since run 'r1'"}
+
+    def app(cmd):
+        steps = _steps(cmd)["steps"]
+        Path(_arg(steps[0]["args"], "summary-path")).write_text(json.dumps(INGEST))
+        Path(_arg(steps[1]["args"], "summary-path")).write_text(json.dumps(TRANSFORM))
+        Path(steps[2]["error_path"]).write_text(json.dumps({"job": "maintain_tables", "error": "disk full"}))
+
+    seen = _submits(monkeypatch, app)
+    assert IngestOperator(task_id="ingest", pipeline=cfg, master="local[1]").execute(_context(maintenance=due)) == INGEST
+    assert TransformOperator(task_id="transform", pipeline=cfg).execute(_context(maintenance=due)) == TRANSFORM
+    with pytest.raises(AirflowException, match="maintain of pipeline 'orders' failed in the run's Spark application: "
+                                               "disk full .the run's data stands as committed"):  # fmt: skip
+        MaintainOperator(task_id="maintain", pipeline=cfg).execute(_context(maintenance=due))
+
+    seen.clear()
+    retry = _submits(monkeypatch, lambda cmd: Path(_arg(cmd, "summary-path")).write_text(json.dumps(MAINTAINED)))
+    assert MaintainOperator(task_id="maintain", pipeline=cfg, master="local[1]").execute(
+        _context(try_number=2, maintenance=due)) == MAINTAINED  # fmt: skip
+    assert str(settings.PROJECT_ROOT / "spark_jobs" / "maintain_tables.py") in retry[0]
+    assert "--table=quarantine=" in " ".join(retry[0])

@@ -144,3 +144,33 @@ def test_ledger_round_trip(tmp_path: Path, cfg):
     assert runs[0]["tasks_json"] == {"wait_for_lag": "skipped"}
     with pytest.raises(ValueError, match="unknown columns \\['rowz'\\]"):
         run_ledger.append_run(path, {"rowz": 1})
+
+
+def test_record_carries_what_maintenance_did_and_the_next_run_counts_from_it(tmp_path: Path, cfg, monkeypatch):
+    from dataclasses import replace
+
+    from include.orchestration import pipeline_run
+
+    states = {"wait_for_lag": "success", "preflight": "success", "ingest": "success", "maintain": "success"}
+    tables = {"tables": {"bronze": {"files_before": 9, "files_after": 1}}}
+    ledger = {"due": "every_runs 2: this is run 2 and it was never done", "result": {"files_before": 1, "files_after": 1}}
+    due = {"due": "every_runs 2: this is run 2 and it was never done"}
+    row = _record(cfg, states, preflight={"maintenance": due}, maintain=tables, maintain_ledger=ledger)
+    assert row["maintenance_json"] == {"due": due["due"], "ledger_due": ledger["due"], "tables": {
+        "bronze": {"files_before": 9, "files_after": 1}, "ledger": {"files_before": 1, "files_after": 1}}}  # fmt: skip
+    skipped = _record(cfg, {**states, "maintain": "upstream_failed"}, preflight={"maintenance": due})
+    assert skipped["maintenance_json"] == {"due": due["due"], "tables": {}, "tables_state": "upstream_failed"}
+    assert _record(cfg, states, preflight={"maintenance": None})["maintenance_json"] is None
+
+    # The ledger is where the next runs read when it was last done.
+    cfg = replace(cfg, tables=replace(cfg.tables, ledger_path=str(tmp_path / "ledger")),
+                  maintenance=replace(cfg.maintenance, every_runs=2))  # fmt: skip
+    now = T0 + timedelta(hours=1)
+    assert pipeline_run.maintenance_due(cfg, "tables", now) is None  # run 1: nothing to count yet
+    run_ledger.append_run(cfg.tables.ledger_path, dict(_record(cfg, states), run_id="r0"))
+    assert pipeline_run.maintenance_due(cfg, "tables", now) == "every_runs 2: this is run 2 and it was never done"
+    run_ledger.append_run(cfg.tables.ledger_path, dict(row, finished_at=T0 + timedelta(minutes=5)))
+    assert pipeline_run.maintenance_due(cfg, "tables", now) is None
+    assert pipeline_run.maintenance_due(cfg, "ledger", now) is None
+    assert pipeline_run.maintenance_due(replace(cfg, maintenance=replace(cfg.maintenance, every_runs=None)),
+                                        "tables", now) is None  # fmt: skip

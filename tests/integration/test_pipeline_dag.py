@@ -103,13 +103,21 @@ def test_transform_in_the_dag_applies_newest_per_key_quarantines_bad_records_and
     # second run: late (older) and newer events, a tombstone, a new field
     late = [(1, b"o1", order("o1", 0, 999)), (0, b"o3", order("o3", 59, 33, channel="web")), (2, b"o5", None)]
     produce(bootstrap, p.topic, late)
-    # ... run by one application (ingest, then transform) in local mode inside the driver
-    p.write(transform=ORDERS_TRANSFORM, cluster={**STANDALONE, "local_max_records": 10})
+    # ... run by one application (ingest, then transform, then the maintenance now due) in local mode
+    assert first["maintenance_json"] is None and first["tasks_json"]["maintain"] == "skipped"
+    p.write(transform=ORDERS_TRANSFORM, cluster={**STANDALONE, "local_max_records": 10}, maintenance={"every_runs": 2})
     proc, log = p.run()
     assert proc.returncode == 0, log[-5000:]
     second = p.ledger()[0]
     assert second["master_url"] == "local[1]", second["cluster_choice"]
+    # the continuity check reads the log after the maintenance commits: they are not progress
     assert second["continuity"] == "CONTINUOUS", second["continuity_json"]
+    done = second["maintenance_json"]
+    assert done["due"] == "every_runs 2: this is run 2 and it was never done", done
+    assert {n: done["tables"][n]["files_after"] for n in ("bronze", "silver", "quarantine", "ledger")} == {
+        "bronze": 1, "silver": 1, "quarantine": 1, "ledger": 1}, done  # fmt: skip
+    assert done["tables"]["bronze"]["files_before"] > 1 and second["tasks_json"]["maintain"] == "success"
+    assert any(line.startswith("maintain: bronze files ") for line in airflow_local.summary_lines(log)), log[-3000:]
     assert (second["silver_read"], second["silver_upserted"], second["silver_deleted"], second["superseded"]) == (
         3, 1, 1, 1,
     )  # fmt: skip

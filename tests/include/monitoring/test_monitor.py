@@ -161,3 +161,31 @@ def test_snapshot_without_connection_settings_says_why(tmp_path):
     assert snap["kafka"] == {"ok": False, "notes": [],
                              "error": "Kafka not asked: Airflow connection 'missing' does not exist"}  # fmt: skip
     assert snap["health"]["state"] == "failing"
+
+
+def test_maintenance_view_counts_files_and_finds_each_tables_last_maintenance(tmp_path):
+    from dataclasses import replace
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from include.config.pipeline_config import load_pipeline
+    from include.monitoring.monitor import maintenance_view
+
+    path = tmp_path / "p.yaml"
+    path.write_text("name: p\nkafka: {connection_id: k, topics: [t]}\nschedule: null\nmaintenance: {every_runs: 10}\n")
+    cfg = load_pipeline(path)
+    cfg = replace(cfg, tables=replace(cfg.tables, bronze_path=str(tmp_path / "b"), ledger_path=str(tmp_path / "l")))
+    for i in range(3):
+        write_deltalake(str(tmp_path / "b"), pa.table({"x": [i]}), mode="append")
+    done = {"tables": {"bronze": {"files_before": 9, "files_after": 1}, "ledger": {"path": "/l", "error": "x"}}}
+    rows = [{"run_id": "r3", "finished_at": None, "maintenance_json": None},
+            {"run_id": "r2", "finished_at": None, "maintenance_json": done},
+            {"run_id": "r1", "finished_at": None, "maintenance_json": {"tables": {"bronze": {"files_before": 5,
+                                                                                           "files_after": 1}}}}]  # fmt: skip
+    view = maintenance_view(cfg, rows)
+    assert view["policy"] == "every 10 runs"
+    assert view["tables"] == [
+        {"table": "bronze", "files": 3, "last": {"run_id": "r2", "at": None, "files_before": 9, "files_after": 1}},
+        {"table": "ledger", "files": None, "last": None},  # no ledger yet; its failed maintenance is not "last"
+    ]

@@ -700,3 +700,19 @@ def test_two_hundred_runs_keep_x_labels_few():
     widths = {float(w) for w in re.findall(r'<rect class="bar"[^>]* width="([\d.]+)"', rows)}
     slot = (720 - 56 - 14) / 200
     assert all(0 < w < slot for w in widths)  # bars never overlap their neighbours
+
+
+def test_maintenance_table_shows_files_per_table_and_the_last_maintenance():
+    maintenance = {"policy": "every 10 runs", "tables": [
+        {"table": "bronze", "files": 1204, "last": {"run_id": "scheduled__x", "at": "2024-05-01T12:00:00+00:00",
+                                                    "files_before": 1500, "files_after": 3}},
+        {"table": "ledger", "files": None, "last": None}]}  # fmt: skip
+    page = render_pipeline(snapshot(maintenance=maintenance), base=BASE)
+    table = re.search(r'<table class="maintenance">(.*?)</table>', page, re.S).group(1)
+    assert "every 10 runs" in page
+    bronze = re.search(r'<tr data-table="bronze">(.*?)</tr>', table, re.S).group(1)
+    assert '<td class="num" data-field="files">1,204</td>' in bronze and "scheduled__x" in bronze
+    assert "1,500 → 3" in bronze
+    ledger = re.search(r'<tr data-table="ledger">(.*?)</tr>', table, re.S).group(1)
+    assert ">—</td>" in ledger and "never" in ledger
+    assert 'class="maintenance"' not in render_pipeline(snapshot(), base=BASE)

@@ -427,13 +427,17 @@ def test_dag_tasks_keep_their_rules_retries_and_xcom_shapes(cfg):
         "preflight": (success, r, True), "start_cluster": (success, 1, True), "ingest": (success, r, False),
         "stop_cluster": (TriggerRule.ALL_DONE_SETUP_SUCCESS, 2, True), "check_continuity": (success, r, True),
         "mirror_offsets": (success, r, True), "record_run": (TriggerRule.ALL_DONE, r, True),
+        "maintain": (success, r, False),
     }  # fmt: skip
     assert [t.task_id for t in dag.tasks if t.doc_md] == [], "a task function's docstring became its doc_md"
     check = dag.get_task("check_request")
     assert (check.mode, check.poke_interval, check.timeout) == ("reschedule", 15, 6 * 3600)
     assert dag.get_task("start_cluster").is_setup and dag.get_task("stop_cluster").is_teardown
     assert dag.get_task("record_run").upstream_task_ids == {"check_request", "wait_for_lag", "preflight",
-                                                            "mirror_offsets"}  # fmt: skip
+                                                            "mirror_offsets", "maintain"}  # fmt: skip
+    # Maintenance runs on the run's cluster, so the teardown waits for it; continuity checks after it.
+    assert dag.get_task("maintain").upstream_task_ids == {"ingest"}
+    assert "maintain" in dag.get_task("stop_cluster").upstream_task_ids
 
 
 def test_dag_doc_names_the_pipelines_own_topics_tables_and_group(cfg):
