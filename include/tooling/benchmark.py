@@ -7,6 +7,7 @@ then what a DAG run costs with little or nothing to read, as history grows, and 
                                           [--parts throughput,batches,runs,silver] [--small-records N]
                                           [--batch-records N] [--batch-count K]
                                           [--history 10,200] [--run-repetitions R]
+                                          [--maintenance-runs 50] [--maintenance-every 10]
 
 One run, so every figure comes from the same machine state. Throughput:
 
@@ -37,6 +38,11 @@ DAG runs (``--parts runs``, on a topic of their own) and DAG runs through bronze
 and silver (``--parts silver``, the demo's pipeline shape on the demo's order
 events): see :mod:`include.tooling.benchmark_runs`; their tables are added to
 the same report.
+
+Table maintenance (``--parts maintenance``, not in the default parts: about 12
+minutes): two pipelines of the demo's shape over ``--maintenance-runs`` runs,
+one maintained every ``--maintenance-every``, one never; files per table and
+delta-rs read costs side by side (:mod:`include.tooling.benchmark_maintenance`).
 """
 
 from __future__ import annotations
@@ -62,6 +68,13 @@ from include import settings
 from include.readers.kafka_admin import create_topic, delete_topic, watermarks
 from include.spark.spark_submit import submit_command, submit_environment
 from include.tooling import airflow_local, local_kafka
+from include.tooling.benchmark_maintenance import (
+    MaintenanceBenchError,
+    MaintenanceParams,
+    MaintenanceReport,
+    render_maintenance_markdown,
+    run_maintenance_bench,
+)
 from include.tooling.benchmark_runs import (
     DagRunBench,
     DagRunTiming,
@@ -73,7 +86,9 @@ from include.tooling.benchmark_runs import (
 from spark_jobs.job_common import positive
 
 #: The parts of the benchmark, as ``--parts`` names them, in the order they run.
-PARTS = ("throughput", "batches", "runs", "silver")
+PARTS = ("throughput", "batches", "runs", "silver", "maintenance")
+#: What ``make bench`` measures unless ``--parts`` says otherwise (maintenance takes about 12 minutes).
+DEFAULT_PARTS = ("throughput", "batches", "runs", "silver")
 
 JOBS: dict[str, str] = {
     "ceiling": "Kafka consumer-perf-test (ceiling)",
@@ -105,7 +120,8 @@ class BenchmarkParams:
     master: str = "local[2]"
     project_max_offsets_per_trigger: int | None = None
     job_timeout_s: float = 3600.0
-    parts: tuple[str, ...] = PARTS
+    parts: tuple[str, ...] = DEFAULT_PARTS
+    maintenance: MaintenanceParams = field(default_factory=MaintenanceParams)
     #: The micro-batch part: this many batches of ``batch_records`` records each, both Spark jobs.
     batch_records: int = 2000
     batch_count: int = 12
@@ -147,6 +163,7 @@ class BenchmarkReport:
     total_s: float = 0.0
     runs: list[DagRunTiming] = field(default_factory=list)
     batch_runs: list[BatchRun] = field(default_factory=list)
+    maintenance: MaintenanceReport | None = None
 
 
 @dataclass(frozen=True)
@@ -531,6 +548,8 @@ def render_markdown(report: BenchmarkReport) -> str:
     text = "\n".join(lines) + "\n"
     if report.runs:
         text += "\n" + render_runs_markdown(report.runs, p.runs)
+    if report.maintenance is not None:
+        text += "\n" + render_maintenance_markdown(report.maintenance)
     return text
 
 
@@ -671,6 +690,9 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
             home = bench.home
         if "silver" in params.parts:
             report.runs += _measure_silver(params, bootstrap, f"{topic}-orders", work / "silver", home, created)
+        if "maintenance" in params.parts:
+            report.maintenance = _measure_maintenance(params, bootstrap, f"{topic}-maintenance", work / "maintenance",
+                                                      created)  # fmt: skip
         report.load_after = load_average()
         report.total_s = time.monotonic() - started
         return report
@@ -711,6 +733,24 @@ def _measure_silver(params: BenchmarkParams, bootstrap: str, topic: str, work: P
         airflow_local.migrate(bench.env)
     _log(f"DAG runs through bronze and silver on topic {topic} (the demo's pipeline shape)")
     return bench.measure_silver()
+
+
+def _measure_maintenance(params: BenchmarkParams, bootstrap: str, topic: str, work: Path,
+                         created: list[str]) -> MaintenanceReport:  # fmt: skip
+    """Two pipelines of the demo's shape over many runs, maintained and never (``--parts maintenance``)."""
+    from include.tooling import demo
+
+    create_topic(bootstrap, topic, demo.PARTITIONS)
+    created.append(topic)
+    produced = [0]
+
+    def produce(n: int) -> None:
+        demo.produce_orders(bootstrap, n, produced[0], topic=topic)
+        produced[0] += n
+
+    m = params.maintenance
+    _log(f"table maintenance on topic {topic}: {m.runs} runs of two pipelines, one maintained every {m.every_runs}")
+    return run_maintenance_bench(work, bootstrap, topic, m, produce, _log)
 
 
 def _measure_throughput(report: BenchmarkReport, bootstrap: str, work: Path, log_dir: Path) -> None:
@@ -824,6 +864,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         f"(default {','.join(map(str, r.history))})")  # fmt: skip
     g.add_argument("--run-repetitions", type=positive(int), default=r.repetitions,
                    help="measured runs of each kind (default %(default)s)")  # fmt: skip
+    mg = p.add_argument_group("table maintenance (--parts maintenance)")
+    mg.add_argument("--maintenance-runs", type=positive(int), default=d.maintenance.runs,
+                    help="runs of each of the two pipelines (default %(default)s)")  # fmt: skip
+    mg.add_argument("--maintenance-every", type=positive(int), default=d.maintenance.every_runs,
+                    help="maintenance.every_runs of the maintained one (default %(default)s)")  # fmt: skip
     g.add_argument("--airflow-home", type=Path, default=None,
                    help="an Airflow home whose SQLite database is already migrated (default: a new one "
                         "in the work folder)")  # fmt: skip
@@ -860,10 +905,11 @@ def main(argv: list[str] | None = None) -> int:
             timeout_s=args.job_timeout_s,
         ),
         airflow_home=args.airflow_home,
+        maintenance=MaintenanceParams(runs=args.maintenance_runs, every_runs=args.maintenance_every),
     )
     try:
         report = run_benchmark(params)
-    except (BenchmarkError, RunBenchmarkError, local_kafka.BrokerError) as exc:
+    except (BenchmarkError, RunBenchmarkError, MaintenanceBenchError, local_kafka.BrokerError) as exc:
         print(f"benchmark FAILED: {exc}", file=sys.stderr)
         return 1
     text = render_markdown(report)
