@@ -27,6 +27,7 @@ from include.config.pipeline_config import (
     KafkaConfig,
     KubernetesConfig,
     LagConfig,
+    MaintenanceConfig,
     PipelineConfig,
     PipelineConfigError,
     PipelineFile,
@@ -143,6 +144,7 @@ def test_example_file_loads_with_its_declared_values():
             tombstones="delete",
             new_fields="add",
         ),
+        maintenance=MaintenanceConfig(every_runs=50, daily_window=None, zorder_by={"silver": ("customer_id",)}),
     )
 
 
@@ -1570,3 +1572,39 @@ def test_shared_silver_table_is_an_error_of_the_second_file(tmp_path):
     configs, errors = load_pipelines(tmp_path)
     assert list(configs) == ["a"]
     assert errors[str(second)].startswith(f"{second}: tables.silver_path: expected a silver table no other")
+
+
+@pytest.mark.parametrize(("section", "field", "message"), [
+    ({"every_runs": 0}, "maintenance.every_runs", "expected a positive integer, got 0 (int)"),
+    ({"daily_window": "25:00-01:00"}, "maintenance.daily_window", "expected a daily UTC window HH:MM-HH:MM"),
+    ({"daily_window": "02:00-02:00"}, "maintenance.daily_window", "whose start and end differ"),
+    ({"vacuum": "yes"}, "maintenance.vacuum", "expected true or false, got 'yes' (str)"),
+    ({"every_rus": 3}, "maintenance.every_rus", "did you mean 'every_runs'?"),
+    ({"zorder_by": {"gold": ["x"]}}, "maintenance.zorder_by.gold", "expected bronze or silver"),
+    ({"zorder_by": {"bronze": ["value"]}}, "maintenance.zorder_by.bronze", "expected columns among topic, partition"),
+    ({"zorder_by": {"silver": []}}, "maintenance.zorder_by.silver", "expected a non-empty list of distinct column"),
+    ({"zorder_by": {"silver": ["custmer_id"]}}, "maintenance.zorder_by.silver",
+     "expected fields of transform.schema (amount, currency, customer_id, event_time, order_id, status), got "
+     "'custmer_id'; did you mean 'customer_id'?"),
+])  # fmt: skip
+def test_a_bad_maintenance_section_names_the_field_and_what_was_expected(tmp_path, section, field, message):
+    path = tmp_path / "orders.yaml"
+    path.write_text(EXAMPLE.read_text().replace("maintenance:\n", "old_maintenance:\n") + "\n"
+                    + yaml.safe_dump({"maintenance": section}))  # fmt: skip
+    data = yaml.safe_load(path.read_text())
+    data.pop("old_maintenance")
+    path.write_text(yaml.safe_dump(data))  # keys sorted: the schema's fields too
+    with pytest.raises(PipelineConfigError) as err:
+        load_pipeline(path)
+    assert f"{field}: " in str(err.value) and message in str(err.value), str(err.value)
+
+
+def test_maintenance_is_on_by_default_and_off_with_both_nulls(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("kafka: {connection_id: k, topics: [t]}\nschedule: null\n")
+    assert load_pipeline(path).maintenance.enabled and load_pipeline(path).maintenance.every_runs == 50
+    path.write_text("kafka: {connection_id: k, topics: [t]}\nschedule: null\nmaintenance: {every_runs: null}\n")
+    assert not load_pipeline(path).maintenance.enabled
+    path.write_text("kafka: {connection_id: k, topics: [t]}\nschedule: null\nmaintenance: {zorder_by: {silver: [a]}}\n")
+    with pytest.raises(PipelineConfigError, match="maintenance.zorder_by.silver: expected no silver Z-order"):
+        load_pipeline(path)
