@@ -143,10 +143,10 @@ def maintain_ledger(cfg: PipelineConfig) -> dict | None:
         result = run_ledger.maintain(cfg.tables.ledger_path)
     except Exception as exc:  # noqa: BLE001 - see above
         result = {"path": cfg.tables.ledger_path, "error": f"{type(exc).__name__}: {exc}"}
-        print(f"SUMMARY maintain ledger: failed ({result['error']}); it stays due for the next run")
+        print(f"ledger maintenance failed ({result['error']}); it stays due for the next run")
         return {"due": due, "result": result}
     if "files_before" in result:
-        print(f"SUMMARY maintain ledger ({due}): files {result['files_before']} -> {result['files_after']}, "
+        print(f"ledger maintained ({due}): files {result['files_before']} -> {result['files_after']}, "
               f"{result['seconds']:.1f}s")  # fmt: skip
     return {"due": due, "result": result}
 
@@ -226,6 +226,9 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
             f"; transform read {row['silver_read']}: {row['silver_upserted']} upserted, {row['silver_deleted']} "
             f"deleted, {row['quarantined']} quarantined, {row['superseded']} superseded"
         )
+    ledger = (xcoms.get("maintain_ledger") or {}).get("result") or {}
+    if "files_before" in ledger:
+        line += f"; ledger maintained: files {ledger['files_before']} -> {ledger['files_after']}"
     print(line)
     if row["outcome"] == "failed":
         raise AirflowFailException(f"run of pipeline {cfg.name!r} {row['reason']} (recorded in {cfg.tables.ledger_path})")

@@ -215,7 +215,7 @@ def preflight(cfg: PipelineConfig, *, plan: dict | None) -> dict:
     due = pipeline_run.maintenance_due(cfg, "tables", now)
     if due:
         result["maintenance"] = {"due": due}
-        print(f"SUMMARY maintenance of bronze{', silver and quarantine' if cfg.transform else ''} is due "
+        print(f"maintenance of bronze{', silver and quarantine' if cfg.transform else ''} is due "
               f"({due}): the run's Spark application does it after its last step")  # fmt: skip
     return result
 
