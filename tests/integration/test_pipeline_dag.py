@@ -251,7 +251,7 @@ def test_dag_integrity_and_a_bad_pipeline_file(tmp_path, airflow_home):
     assert {"action", "reason", "offset_ranges", "from_time", "to_time"} <= set(dag["params"])
     assert dag["doc_md"] and "*/5 * * * *" in dag["schedule"]
     assert set(dag["tasks"]) == {"check_request", "wait_for_lag", "preflight", "start_cluster", "ingest", "stop_cluster",
-                                 "check_continuity", "mirror_offsets", "record_run"}  # fmt: skip
+                                 "maintain", "check_continuity", "mirror_offsets", "record_run"}  # fmt: skip
     assert dag["teardowns"] == ["stop_cluster"] and dag["setups"] == ["start_cluster"]
 
 
