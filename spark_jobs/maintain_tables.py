@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_jobs.job_common import JobArgumentParser, JobStep, job_main, write_summary
+from spark_jobs.job_common import JobArgumentParser, JobStep, delta_snapshot, job_main, write_summary
 
 #: The tables a pipeline may maintain, in the order they are done.
 TABLES = ("bronze", "silver", "quarantine")
@@ -148,9 +148,7 @@ def maintain_table(spark, name: str, path: str, cfg: MaintenanceConfig) -> dict:
     from delta.tables import DeltaTable
 
     started = time.monotonic()
-    jvm = spark.sparkContext._jvm
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    version_before = int(delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty()).version())
+    version_before = int(delta_snapshot(spark, path).version())
     files_before, bytes_before = _detail(spark, path)
     out: dict[str, Any] = {"path": path, "version_before": version_before, "files_before": files_before,
                            "bytes_before": bytes_before}  # fmt: skip
@@ -164,18 +162,18 @@ def maintain_table(spark, name: str, path: str, cfg: MaintenanceConfig) -> dict:
                            "zorder_by": list(columns or ()), "seconds": round(time.monotonic() - t, 3)}  # fmt: skip
     if cfg.vacuum:
         t = time.monotonic()
-        before = int(delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty()).version())
         table.vacuum()  # the table's own delta.deletedFileRetentionDuration
-        deleted = [r["operationMetrics"] for r in _commits_after(spark, path, before) if r["operation"] == "VACUUM END"]
-        out["vacuum"] = {"files_deleted": int((deleted[0] or {}).get("numDeletedFiles", 0)) if deleted else None,
-                         "seconds": round(time.monotonic() - t, 3)}  # fmt: skip
+        out["vacuum"] = {"files_deleted": None, "seconds": round(time.monotonic() - t, 3)}
     if cfg.checkpoint:
         t = time.monotonic()
-        delta_log.checkpoint()  # of the newest version
-        out["checkpoint"] = {"version": int(delta_log.unsafeVolatileSnapshot().version()),
-                             "seconds": round(time.monotonic() - t, 3)}  # fmt: skip
+        snapshot = delta_snapshot(spark, path)
+        snapshot.deltaLog().checkpoint()  # of the newest version
+        out["checkpoint"] = {"version": int(snapshot.version()), "seconds": round(time.monotonic() - t, 3)}
+    # One read of the history this step wrote: VACUUM's own count, and the proof that nothing is progress.
     commits = _commits_after(spark, path, version_before)
     for row in commits:
+        if row["operation"] == "VACUUM END" and "vacuum" in out:
+            out["vacuum"]["files_deleted"] = int((row["operationMetrics"] or {}).get("numDeletedFiles", 0))
         if row["userMetadata"] is not None or _txn_in_commit(spark, path, int(row["version"])):
             raise MaintenanceError(
                 f"table {name} ({path}): maintenance commit {row['version']} ({row['operation']}) carries "
