@@ -66,10 +66,11 @@ from spark_jobs.job_common import (
     with_user_metadata,
     write_summary,
 )
+from spark_jobs.value_formats import ValueSchemaError, ValueSchemas, read_registry_file
 
 log = logging.getLogger("bronze_to_silver")
 #: Our errors, as found in Spark's wrapping of a failed batch.
-_ERROR_MARKERS = ("TransformError: ",)
+_ERROR_MARKERS = ("TransformError: ", "ValueSchemaError: ")
 
 
 
@@ -92,6 +93,8 @@ class TransformConfig:
     max_files_per_trigger: int | None = None
     #: Delta table properties silver and quarantine carry (``--table-property``: the pipeline's retention).
     table_properties: dict[str, str] = field(default_factory=dict)
+    #: The schema registry's URL and credentials (``--registry-file``, a private file), when the spec names one.
+    registry_file: str | None = None
 
 
 def parse_config(argv: list[str]) -> TransformConfig:
@@ -103,6 +106,7 @@ def parse_config(argv: list[str]) -> TransformConfig:
     p.add_argument("--summary-path")
     p.add_argument("--max-files-per-trigger", type=positive(int))
     p.add_argument("--table-property", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--registry-file", help="JSON {url, username, password} of the schema registry")
     a = p.parse_args(argv)
     try:
         spec = TransformSpec.from_json(json.loads(Path(a.spec_file).read_text()))
@@ -113,7 +117,8 @@ def parse_config(argv: list[str]) -> TransformConfig:
     except ValueError as exc:
         raise TransformError(str(exc)) from None
     return TransformConfig(a.pipeline, a.bronze_path, a.silver_path, a.quarantine_path, a.checkpoint_root,
-                           spec, a.run_id, a.summary_path, a.max_files_per_trigger, properties)  # fmt: skip
+                           spec, a.run_id, a.summary_path, a.max_files_per_trigger, properties,
+                           a.registry_file)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- checkpoint plan
@@ -250,6 +255,8 @@ class TransformSummary:
     batches: list[BatchResult] = field(default_factory=list)
     fields_added: list[dict] = field(default_factory=list)
     duration_s: float = 0.0
+    #: The registry schema values were read with (``{subject, version, id, type}``); ``None`` otherwise.
+    value_schema: dict | None = None
     #: Seconds per phase of the run (silver's last commit and plan, silver's schema, the stream).
     phases_s: dict[str, float] = field(default_factory=dict)
 
@@ -276,6 +283,7 @@ class TransformSummary:
             "fields_added": self.fields_added,
             "fields_ignored": ignored,
             "silver_version": max(versions) if versions else None,
+            "value_schema": self.value_schema,
             "batches": [
                 {
                     "batch_id": b.batch_id,
@@ -342,7 +350,8 @@ class SilverBatchWriter:
     """``foreachBatch`` sink: quarantine append, then one silver commit per micro-batch."""
 
     def __init__(self, spark, cfg: TransformConfig, plan: TransformPlan, checkpoint: Path,
-                 last: SilverStand | SilverCommit | None, fields: list[FieldSpec], summary: TransformSummary) -> None:  # fmt: skip
+                 last: SilverStand | SilverCommit | None, fields: list[FieldSpec], summary: TransformSummary,
+                 values: ValueSchemas | None = None) -> None:  # fmt: skip
         self.spark = spark
         self.cfg = cfg
         self.plan = plan
@@ -350,6 +359,7 @@ class SilverBatchWriter:
         self.last = last
         self.fields = fields
         self.summary = summary
+        self.values = values
 
     def _already_committed(self, batch_id: int) -> bool:
         last = self.last
@@ -380,8 +390,9 @@ class SilverBatchWriter:
         bronze = df.persist(StorageLevel.MEMORY_AND_DISK)
         cached = [bronze]
         try:
+            value_plan = self.values.plan(bronze) if self.values else None
             # Decoded once and kept (one row per bronze record): the new-field scan and every step below read it.
-            decoded = silver_rules.decode(bronze, spec, self.fields).persist(StorageLevel.MEMORY_AND_DISK)
+            decoded = silver_rules.decode(bronze, spec, self.fields, value_plan).persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(decoded)
             added, ignored = silver_rules.plan_new_fields(decoded, spec, self.fields)
             if added:
@@ -392,7 +403,8 @@ class SilverBatchWriter:
                 self.summary.fields_added += [{"name": f.name, "type": f.type, "batch_id": batch_id} for f in added]
                 log.warning("batch %s: added field(s) to silver: %s", batch_id,
                             ", ".join(f"{f.name} {f.type}" for f in added))  # fmt: skip
-                decoded = silver_rules.decode(bronze, spec, self.fields).persist(StorageLevel.MEMORY_AND_DISK)
+                decoded = silver_rules.decode(bronze, spec, self.fields, value_plan).persist(
+                    StorageLevel.MEMORY_AND_DISK)  # fmt: skip
                 cached.append(decoded)
             lap("decode")
 
@@ -440,6 +452,7 @@ class SilverBatchWriter:
                 pipeline=cfg.pipeline, run_id=cfg.run_id, epoch=self.plan.epoch, batch_id=batch_id,
                 bronze_start=start, bronze_end=end, read=read, counts=counts, quarantine_fields=qfields,
                 fields_added=tuple({"name": f.name, "type": f.type} for f in added), fields_ignored=ignored,
+                value_schema=self.values.recorded() if self.values else None,
             )  # fmt: skip
             if commit.accounted != read:
                 raise TransformError(
@@ -586,10 +599,12 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
     phases = summary.phases_s
     phases["plan"] = time.monotonic() - started
     if _is_delta(spark, cfg.bronze_path):
+        values = _value_schemas(spark, cfg)
+        summary.value_schema = values.recorded() if values else None
         fields = ensure_silver(spark, cfg.silver_path, cfg.spec)
         phases["silver_schema"] = time.monotonic() - started - sum(phases.values())
         checkpoint = spark_checkpoint.epoch_dir(root, plan.epoch)
-        writer = SilverBatchWriter(spark, cfg, plan, checkpoint, last, fields, summary)
+        writer = SilverBatchWriter(spark, cfg, plan, checkpoint, last, fields, summary, values)
         # A DELETE or UPDATE of bronze rows (e.g. an erasure request) rewrites files; without this
         # the stream stops for good at such a commit. Its rows were read when they first came.
         reader = (
@@ -620,6 +635,18 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
     log.info("transform phases: %s", ", ".join(f"{k} {v:.1f}s" for k, v in phases.items()))
     write_summary(cfg.summary_path, summary.to_json())
     return summary
+
+
+def _value_schemas(spark, cfg: TransformConfig) -> ValueSchemas | None:
+    """The run's value schemas (``avro``, ``json_schema``); a reader schema that cannot be had stops the run."""
+    vs = cfg.spec.value_schema
+    if cfg.spec.format == "json" or vs is None:
+        return None
+    try:
+        registry = read_registry_file(cfg.registry_file) if vs.registry else None
+        return ValueSchemas(spark, cfg.spec, registry=registry)
+    except ValueSchemaError as exc:
+        raise TransformError(f"pipeline {cfg.pipeline!r}: {exc}") from None
 
 
 def _describe(summary: TransformSummary) -> str:

@@ -27,6 +27,16 @@ def kafka_broker(tmp_path_factory) -> Iterator:
 
 
 @pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory) -> Iterator:
+    """A real schema registry (Apicurio, Confluent-compatible API), started once per session when asked for."""
+    from include.tooling import local_registry
+
+    registry = local_registry.start(tmp_path_factory.mktemp("registry"))
+    yield registry
+    registry.stop()
+
+
+@pytest.fixture(scope="session")
 def bootstrap(kafka_broker) -> str:
     """The broker's bootstrap address, e.g. ``127.0.0.1:40123``."""
     return kafka_broker.bootstrap_servers

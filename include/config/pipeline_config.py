@@ -48,7 +48,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
@@ -77,13 +77,17 @@ from include.contract.transform_spec import (
     NEW_FIELD_POLICIES,
     NUMERIC_TYPES,
     ORDERING_TYPES,
+    SCHEMA_FORMATS,
     SIMPLE_TYPES,
+    SUBJECT_STRATEGIES,
     SYSTEM_PREFIX,
     TOMBSTONE_POLICIES,
     FieldSpec,
     TransformSpec,
+    ValueSchema,
     is_decimal,
     normalize_type,
+    subject_name,
 )
 
 #: Prefix of the consumer group that mirrors a pipeline's offsets (``kafka-delta-elt.<name>``).
@@ -1323,6 +1327,119 @@ def _check_ordering(value: Any, info: ValidationInfo) -> str:
     return value
 
 
+_AVSC_EXPECTED = "the path of an Avro schema file (.avsc, JSON; relative to the pipeline file's folder)"
+
+
+def _check_format(value: Any) -> str:
+    if value == "protobuf":
+        raise _invalid(
+            f"one of {_choices(FORMATS)}", value,
+            "; protobuf is not supported yet: decoding it in the JVM needs Spark's spark-protobuf module, which "
+            "this project does not ship",
+        )  # fmt: skip
+    if not isinstance(value, str) or value not in FORMATS:
+        raise _invalid(f"one of {_choices(FORMATS)}", value, _did_you_mean(value, FORMATS))
+    return value
+
+
+def _check_version(value: Any) -> int | None:
+    if value == "latest":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _invalid("'latest' or a registered version number (a positive integer)", value)
+    return value
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=_SECTION_CONFIG)
+class ValueSchemaSection(_Section):
+    """Where ``avro`` and ``json_schema`` values find their schema (section ``transform.value_schema``).
+
+    Give exactly one of ``file`` (Avro only: each value is plain Avro binary
+    written with the file's schema) and ``registry`` (each value is in the
+    Confluent wire format; the reader schema is a subject's version and each
+    record's writer schema is looked up by the id it carries).
+    """
+
+    file: _text(_AVSC_EXPECTED) | None = Field(
+        None,
+        description="An Avro schema file (.avsc), relative to the pipeline file's folder: the record schema "
+        "every value was written with (plain Avro binary, no header). Read when the pipeline file is loaded.",
+    )
+    registry: _text("an Airflow connection id") | None = Field(
+        None,
+        description="The Airflow connection (type http: host and port, or url in its extra; login and "
+        "password when the registry wants them) of a Confluent-compatible schema registry. Values are in the "
+        "Confluent wire format (magic byte 0, 4-byte schema id, payload).",
+    )
+    subject_strategy: _choice(SUBJECT_STRATEGIES) = Field(
+        "topic_name",
+        description="With registry: how the reader schema's subject is named, as Confluent's serializers do: "
+        "topic_name (default: <topic>-value; needs exactly one topic in kafka.topics), record_name "
+        "(<record_name>) or topic_record_name (<topic>-<record_name>).",
+    )
+    record_name: _text("a record's full name, e.g. shop.Order") | None = Field(
+        None, description="With registry: the record's full name, for subject_strategy record_name and "
+        "topic_record_name."
+    )
+    subject: _text("a registry subject") | None = Field(
+        None, description="With registry: the subject itself, instead of subject_strategy."
+    )
+    version: Annotated[int | None, BeforeValidator(_check_version)] = Field(
+        None,
+        description="With registry: latest (the default: the subject's newest version when the run starts) or "
+        "a version number. The version read with is recorded in every silver batch commit.",
+        json_schema_extra=lambda s: s.update({"default": "latest"}),
+    )
+
+    @classmethod
+    def _check_given(cls, data: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        file, registry = data.get("file"), data.get("registry")
+        if (file is None) == (registry is None):
+            raise _problem(
+                "expected exactly one of transform.value_schema.file (an Avro schema file) and "
+                "transform.value_schema.registry (a schema registry's Airflow connection), got "
+                + ("both" if file is not None else "neither"),
+            )
+        if file is not None:
+            for key in ("record_name", "subject", "version"):
+                if data.get(key) is not None and data.get(key) != "latest":
+                    raise _problem(f"expected no {key} with a schema file (it names a registry subject)", f".{key}")
+            folder = Path((info.context or {}).get("folder", "."))
+            data = {**data, "file": _read_avro_schema_file(file, folder)[1]}  # shown: how messages name it
+        return data
+
+    def resolve(self, topics: tuple[str, ...], pattern: str | None) -> ValueSchema:
+        """The :class:`ValueSchema` the Spark job reads: the registry subject named, or the file's schema."""
+        if self.file is not None:
+            shown = Path(self.file)
+            text, _ = _read_avro_schema_file(self.file, settings.PROJECT_ROOT if not shown.is_absolute() else Path("/"))
+            return ValueSchema(file=self.file, text=text)
+        subject = self.subject
+        if subject is None:
+            if self.subject_strategy != "record_name" and (pattern or len(topics) != 1):
+                raise _ValueSchemaProblem(
+                    "subject_strategy",
+                    f"expected one topic in kafka.topics for subject strategy {self.subject_strategy} (the "
+                    f"subject is named after the topic), got {'a topic_pattern' if pattern else len(topics)}; "
+                    "set transform.value_schema.subject, or use subject_strategy record_name",
+                )
+            if self.subject_strategy != "topic_name" and self.record_name is None:
+                raise _ValueSchemaProblem(
+                    "record_name",
+                    f"expected the record's full name (e.g. shop.Order) for subject strategy "
+                    f"{self.subject_strategy}, got none",
+                )
+            subject = subject_name(self.subject_strategy, topics[0] if topics else None, self.record_name)
+        return ValueSchema(registry=self.registry, subject=subject, subject_strategy=self.subject_strategy,
+                           version=self.version)  # fmt: skip
+
+
+class _ValueSchemaProblem(Exception):
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key, self.message = key, message
+
+
 @pydantic_dataclass(frozen=True, kw_only=True, config=_SECTION_CONFIG)
 class TransformSection(_Section):
     """How bronze records become silver rows (section ``transform``; without it the pipeline stops at bronze).
@@ -1330,8 +1447,11 @@ class TransformSection(_Section):
     Loads into a :class:`~include.contract.transform_spec.TransformSpec`.
     """
 
-    format: _choice(FORMATS) = Field(
-        "json", description="json (default, the only one): each record value is a JSON object."
+    format: Annotated[Literal[FORMATS], BeforeValidator(_check_format)] = Field(
+        "json",
+        description="json (default): each record value is a JSON object. avro: Avro binary, decoded in the JVM "
+        "by Spark's from_avro (needs value_schema). json_schema: a JSON object behind the Confluent wire "
+        "format's header, as Confluent's JSON Schema serializer writes it (needs value_schema.registry).",
     )
     schema: _Schema | None = Field(
         None,
@@ -1367,6 +1487,11 @@ class TransformSection(_Section):
         DEFAULT_MAX_VALUE_BYTES,
         description="Positive integer, at most 64 MiB, default 1048576: larger record values go to "
         "quarantine.",
+    )
+    value_schema: ValueSchemaSection | None = Field(
+        None,
+        description="Section, for format avro and json_schema: where the value's schema comes from (a schema "
+        "file or a schema registry).",
     )
 
     @classmethod
@@ -1430,6 +1555,31 @@ class TransformSection(_Section):
             new_fields=self.new_fields,
             max_value_bytes=self.max_value_bytes,
         )
+
+
+def _read_avro_schema_file(value: Any, folder: Path) -> tuple[str, str]:
+    """The text of ``transform.value_schema.file`` and the file as shown; it must hold an Avro record schema."""
+    if not isinstance(value, str) or not value.strip():
+        raise _invalid(_AVSC_EXPECTED, value, at=".file")
+    path = Path(os.path.expanduser(value.strip()))
+    path = Path(os.path.normpath(path if path.is_absolute() else folder / path))
+    shown = _display_path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _invalid(f"{_AVSC_EXPECTED}; cannot read {shown!r}: {exc}", value, at=".file") from None
+    try:
+        schema = json.loads(text)
+    except ValueError as exc:
+        raise _problem(f"expected the Avro schema file {shown} to hold JSON, got: {exc}", ".file") from None
+    if not isinstance(schema, dict) or schema.get("type") != "record" or not isinstance(schema.get("fields"), list):
+        raise _problem(
+            f"expected the Avro schema file {shown} to hold a record schema "
+            '({"type": "record", "name": ..., "fields": [...]}), got '
+            + (f"type {schema.get('type')!r}" if isinstance(schema, dict) else type(schema).__name__),
+            ".file",
+        )
+    return text, shown
 
 
 def _read_schema_file(value: Any, folder: Path) -> tuple[dict[str, SchemaField], str]:
@@ -1716,9 +1866,43 @@ def _loaded(file: PipelineFile, shown: str, stem: str) -> PipelineConfig:
         cluster=cluster,
         retries=file.retries,
         tags=file.tags,
-        transform=file.transform.spec() if file.transform is not None else None,
+        transform=_transform(file, shown),
         maintenance=_maintenance(file, shown),
     )
+
+
+def _transform(file: PipelineFile, shown: str) -> TransformSpec | None:
+    """The transform's spec, its value schema named (registry subject) or read (schema file) and checked."""
+    section = file.transform
+    if section is None:
+        return None
+    spec, vs = section.spec(), section.value_schema
+    if spec.format in SCHEMA_FORMATS and vs is None:
+        raise PipelineConfigError(shown, "transform.value_schema", (
+            f"expected a value_schema section for format {spec.format} (file: an Avro schema file, or "
+            "registry: a schema registry's Airflow connection), got none"))  # fmt: skip
+    if vs is None:
+        return spec
+    if spec.format not in SCHEMA_FORMATS:
+        raise PipelineConfigError(shown, "transform.value_schema", (
+            f"expected no value_schema for format {spec.format} (it is for {' and '.join(SCHEMA_FORMATS)}); "
+            "set transform.format or remove the section"))  # fmt: skip
+    if spec.format == "json_schema" and vs.file is not None:
+        raise PipelineConfigError(shown, "transform.value_schema.file", (
+            "expected registry for format json_schema (its values carry registry schema ids), got a schema file; "
+            "a schema file is for format avro"))  # fmt: skip
+    try:
+        value_schema = vs.resolve(file.kafka.topics or (), file.kafka.topic_pattern)
+    except _ValueSchemaProblem as exc:
+        raise PipelineConfigError(shown, f"transform.value_schema.{exc.key}", exc.message) from None
+    if value_schema.text is not None:
+        names = [f.get("name") for f in json.loads(value_schema.text)["fields"] if isinstance(f, dict)]
+        for f in spec.fields:
+            if f.name not in names:
+                raise PipelineConfigError(shown, f"transform.schema.{f.name}", (
+                    f"expected a field of the Avro record in {value_schema.file} ({', '.join(map(str, names))}), "
+                    f"got {f.name!r}" + _did_you_mean(f.name, [str(n) for n in names])))  # fmt: skip
+    return replace(spec, value_schema=value_schema)
 
 
 def _maintenance(file: PipelineFile, shown: str) -> MaintenanceConfig:

@@ -26,7 +26,14 @@ KEY_TYPES = ("string", "int", "long", "date", "boolean")
 
 TOMBSTONE_POLICIES = ("quarantine", "delete")
 NEW_FIELD_POLICIES = ("ignore", "add")
-FORMATS = ("json",)
+#: Record value formats: ``json`` (JSON text), ``avro`` (Avro binary, decoded by Spark's ``from_avro``) and
+#: ``json_schema`` (JSON text behind the Confluent wire format's header, as Confluent's JSON Schema
+#: serializer writes it).
+FORMATS = ("json", "avro", "json_schema")
+#: Formats that need ``transform.value_schema``.
+SCHEMA_FORMATS = ("avro", "json_schema")
+#: How a registry subject is named from the topic and the record (Confluent's strategies).
+SUBJECT_STRATEGIES = ("topic_name", "record_name", "topic_record_name")
 
 #: Field and column names: what Delta and Spark SQL take without quoting.
 FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
@@ -107,6 +114,71 @@ class FieldSpec:
         )
 
 
+def subject_name(strategy: str, topic: str | None, record_name: str | None) -> str:
+    """The value subject Confluent's naming ``strategy`` gives a topic and a record's full name."""
+    if strategy == "topic_name":
+        if not topic:
+            raise ValueError("subject strategy topic_name needs the topic")
+        return f"{topic}-value"
+    if not record_name:
+        raise ValueError(f"subject strategy {strategy} needs the record's full name")
+    if strategy == "record_name":
+        return record_name
+    if strategy == "topic_record_name":
+        if not topic:
+            raise ValueError("subject strategy topic_record_name needs the topic")
+        return f"{topic}-{record_name}"
+    raise ValueError(f"unknown subject strategy {strategy!r}")
+
+
+@dataclass(frozen=True)
+class ValueSchema:
+    """Where the schema of a non-JSON value comes from (``transform.value_schema``).
+
+    Exactly one of ``text`` (the schema itself, read from ``file`` when the
+    pipeline file was loaded: values are plain Avro binary written with it) and
+    ``registry`` (an Airflow connection id: values are in the Confluent wire
+    format, magic byte 0 and a 4-byte schema id before the payload).
+
+    Attributes:
+        file: The schema file as error messages show it.
+        text: The schema file's content.
+        registry: The Airflow connection of the schema registry (URL and credentials live there).
+        subject: The registry subject of the reader schema, named by ``subject_strategy``.
+        subject_strategy: How ``subject`` was named (:data:`SUBJECT_STRATEGIES`).
+        version: The subject's version to read with; ``None`` takes the latest at the run's start.
+    """
+
+    file: str | None = None
+    text: str | None = None
+    registry: str | None = None
+    subject: str | None = None
+    subject_strategy: str | None = None
+    version: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "text": self.text,
+            "registry": self.registry,
+            "subject": self.subject,
+            "subject_strategy": self.subject_strategy,
+            "version": self.version,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ValueSchema:
+        version = data.get("version")
+        return cls(
+            file=data.get("file"),
+            text=data.get("text"),
+            registry=data.get("registry"),
+            subject=data.get("subject"),
+            subject_strategy=data.get("subject_strategy"),
+            version=int(version) if version is not None else None,
+        )
+
+
 @dataclass(frozen=True)
 class TransformSpec:
     """How bronze records become silver rows (section ``transform`` of a pipeline file).
@@ -116,7 +188,8 @@ class TransformSpec:
         key: Names of the fields that identify a row (the MERGE key); each is required.
         ordering: Name of the field that says which record of a key is newer
             (event time); required. Kafka offset breaks ties.
-        format: Record value format; ``json`` (a JSON object per record).
+        format: Record value format (:data:`FORMATS`); each record is one object of ``fields``.
+        value_schema: Where ``avro`` and ``json_schema`` values find their schemas; ``None`` for ``json``.
         tombstones: ``quarantine`` or ``delete`` (a null value deletes its key,
             named by the Kafka key).
         new_fields: ``ignore`` or ``add`` (fields not declared become silver columns).
@@ -130,6 +203,7 @@ class TransformSpec:
     tombstones: str = "quarantine"
     new_fields: str = "ignore"
     max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
+    value_schema: ValueSchema | None = None
 
     def field_named(self, name: str) -> FieldSpec:
         for f in self.fields:
@@ -146,10 +220,12 @@ class TransformSpec:
             "tombstones": self.tombstones,
             "new_fields": self.new_fields,
             "max_value_bytes": self.max_value_bytes,
+            "value_schema": self.value_schema.to_json() if self.value_schema else None,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TransformSpec:
+        value_schema = data.get("value_schema")
         return cls(
             fields=tuple(FieldSpec.from_json(f) for f in data["fields"]),
             key=tuple(data["key"]),
@@ -158,6 +234,7 @@ class TransformSpec:
             tombstones=data.get("tombstones", "quarantine"),
             new_fields=data.get("new_fields", "ignore"),
             max_value_bytes=int(data.get("max_value_bytes", DEFAULT_MAX_VALUE_BYTES)),
+            value_schema=ValueSchema.from_json(value_schema) if value_schema else None,
         )
 
 
@@ -208,6 +285,8 @@ class SilverCommit:
     fields_added: tuple[dict[str, str], ...] = ()
     fields_ignored: dict[str, str] | None = None
     version: int | None = None
+    #: The registry schema the batch read values with: ``{subject, version, id}`` (absent for other formats).
+    value_schema: dict[str, Any] | None = None
 
     @property
     def accounted(self) -> int:
@@ -229,6 +308,7 @@ class SilverCommit:
                 "quarantine_fields": self.quarantine_fields,
                 "fields_added": list(self.fields_added),
                 "fields_ignored": self.fields_ignored or {},
+                **({"value_schema": self.value_schema} if self.value_schema else {}),
             },
             separators=(",", ":"),
         )
@@ -257,6 +337,7 @@ class SilverCommit:
             fields_added=tuple(data.get("fields_added", ())),
             fields_ignored=data.get("fields_ignored") or {},
             version=version,
+            value_schema=data.get("value_schema"),
         )
 
 

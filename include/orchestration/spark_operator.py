@@ -536,7 +536,7 @@ class IngestOperator(SparkJobOperator):
         later = []
         if cfg.transform is not None:
             later.append((self.transform_task_id, TRANSFORM_APPLICATION, TRANSFORM_ERROR_FILE,
-                          lambda summary: transform_job_args(cfg, folder, context["run_id"], summary)))  # fmt: skip
+                          lambda summary: transform_job_args(cfg, folder, context["run_id"], summary, private)))  # fmt: skip
         if maintenance_due(context, self.preflight_task_id):
             later.append((self.maintain_task_id, MAINTAIN_APPLICATION, MAINTAIN_ERROR_FILE,
                           lambda summary: maintain_job_args(cfg, context["run_id"], summary)))  # fmt: skip
@@ -648,7 +648,8 @@ class TransformOperator(LaterStepOperator):
     after_failure = "bronze keeps what ingest committed"
 
     def job_args(self, context: Any, folder: Path, summary_path: Path) -> tuple[list[str], list[Path]]:
-        return transform_job_args(self.pipeline, folder, context["run_id"], summary_path), []
+        private: list[Path] = []
+        return transform_job_args(self.pipeline, folder, context["run_id"], summary_path, private), private
 
     def summary_line(self, summary: dict) -> str:
         return "SUMMARY transform: " + transform_summary_text(summary)
@@ -717,18 +718,36 @@ def maintain_summary_text(s: dict) -> str:
     return "; ".join(parts) or "no table"
 
 
-def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_path: Path) -> list[str]:
-    """``bronze_to_silver``'s arguments for this run; its spec goes in a file of the run folder."""
+def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_path: Path,
+                       private: list[Path] | None = None) -> list[str]:  # fmt: skip
+    """``bronze_to_silver``'s arguments for this run; its spec goes in a file of the run folder.
+
+    With a schema registry, its URL and credentials (from the Airflow connection) go in a file only its
+    owner reads, added to ``private`` so the caller deletes it after the submit.
+    """
     if cfg.transform is None:
         raise ValueError(f"pipeline {cfg.name!r} has no transform section")
     spec_file = folder / "transform-spec.json"
     spec_file.write_text(json.dumps(cfg.transform.to_json(), indent=2))
+    registry = []
+    vs = cfg.transform.value_schema
+    if vs is not None and vs.registry:
+        from include.readers import connections
+
+        settings = connections.registry_settings(vs.registry)
+        if settings.get("password"):
+            connections.mask(settings["password"])
+        registry_file = folder / "schema-registry.json"
+        _write_private(registry_file, json.dumps(settings))
+        registry.append(f"--registry-file={registry_file}")
+        if private is not None:
+            private.append(registry_file)
     t = cfg.tables
     return [
         f"--pipeline={cfg.name}", f"--bronze-path={t.bronze_path}", f"--silver-path={t.silver_path}",
         f"--quarantine-path={t.quarantine_path}", f"--checkpoint-root={t.transform_checkpoint_root}",
         f"--spec-file={spec_file}", f"--run-id={run_id}", f"--summary-path={summary_path}",
-        *(f"--table-property={k}={v}" for k, v in t.retention_properties().items()),
+        *(f"--table-property={k}={v}" for k, v in t.retention_properties().items()), *registry,
     ]  # fmt: skip
 
 
@@ -748,6 +767,9 @@ def transform_summary_text(s: dict) -> str:
         text += "; fields ignored: " + ", ".join(sorted(s["fields_ignored"]))
     if s.get("checkpoint_rebuilt"):
         text += f"; checkpoint rebuilt: {s['checkpoint_rebuilt']['reason']}"
+    if s.get("value_schema"):
+        vs = s["value_schema"]
+        text += f"; values read with subject {vs['subject']} version {vs['version']} (schema id {vs['id']})"
     return text
 
 

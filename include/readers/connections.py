@@ -14,6 +14,10 @@ or PKCS#12 files) and refuses, naming the connection and the key, any security
 setting it cannot carry, so the job never runs with less security than the
 Airflow side asked for.
 
+Schema registry (``transform.value_schema.registry``): a connection of type
+``http`` with the registry's host and port (or ``url`` in its extra) and, when
+the registry wants it, a login and password.
+
 Spark (profile ``existing_master``): a connection of type ``spark`` whose host
 is the master URL (``spark://host:7077``, ``yarn``, ``k8s://https://...``).
 
@@ -112,6 +116,36 @@ def kafka_client_config(conn_id: str, *, get_connection: Callable[[str], Any] = 
     return config
 
 
+def registry_settings(
+    conn_id: str, *, get_connection: Callable[[str], Any] = _get_connection
+) -> dict[str, str]:
+    """URL and credentials of the schema registry connection ``conn_id`` (type ``http``).
+
+    The URL is the extra's ``url`` when given (it may carry a path, e.g. Apicurio's
+    ``/apis/ccompat/v7``), else ``schema://host:port`` from the connection's
+    fields (``schema`` defaults to http). Login and password, when set, are sent
+    as HTTP basic auth.
+    """
+    conn = get_connection(conn_id)
+    extra = conn.extra_dejson or {}
+    url = str(extra.get("url") or "")
+    if not url:
+        if not conn.host:
+            raise ConnectionConfigError(
+                f"Airflow connection {conn_id!r}: expected the schema registry's address, as its host and port "
+                '(type http) or as "url" in its extra JSON (e.g. {"url": "http://registry:8081"}), got neither'
+            )
+        host = str(conn.host)
+        if "://" not in host:
+            host = f"{conn.schema or 'http'}://{host}"
+        url = f"{host}:{conn.port}" if conn.port else host
+    settings = {"url": url}
+    if conn.login:
+        settings["username"] = str(conn.login)
+        settings["password"] = str(conn.password or "")
+    return settings
+
+
 def jaas_quote(value: str) -> str:
     """``value`` as a double-quoted JAAS option value that Kafka's JAAS parser reads back unchanged.
 
@@ -128,7 +162,7 @@ def jaas_config(mechanism: str, username: str, password: str) -> str:
     return f"{module} required username={jaas_quote(username)} password={jaas_quote(password)};"
 
 
-def _mask(value: str) -> None:
+def mask(value: str) -> None:
     """Have Airflow hide ``value`` in task logs: derived secrets are not connection fields it knows of."""
     from airflow.sdk.log import mask_secret
 
@@ -215,7 +249,7 @@ class _Translation:
             if not value:
                 raise self.error(name, f"a non-empty value with sasl.mechanism {mechanism}", value)
         jaas = jaas_config(mechanism, username or "", password or "")
-        _mask(jaas)
+        mask(jaas)
         self.options["sasl.mechanism"] = mechanism
         self.options["sasl.jaas.config"] = jaas
 
@@ -299,7 +333,11 @@ class _Translation:
             raise self.error(cert_key, "PEM certificates (-----BEGIN CERTIFICATE-----)", "<no certificate>")
         encrypted = "-----BEGIN ENCRYPTED PRIVATE KEY-----" in key_pem
         if not encrypted and "-----BEGIN PRIVATE KEY-----" not in key_pem:
-            kind = "a PKCS#1/SEC1 key (BEGIN RSA/EC PRIVATE KEY)" if "PRIVATE KEY-----" in key_pem else "no PEM key"
+            kind = (
+                "a PKCS#1/SEC1 key (BEGIN RSA/EC PRIVATE KEY)"
+                if "PRIVATE KEY-----" in key_pem
+                else "no PEM key"
+            )
             raise self.refuse(key_key, f"{kind}: the Java client reads PKCS#8 keys only (BEGIN PRIVATE KEY or "
                               "BEGIN ENCRYPTED PRIVATE KEY); convert it with `openssl pkcs8 -topk8`")  # fmt: skip
         if encrypted and not key_password:
@@ -307,7 +345,7 @@ class _Translation:
         if not encrypted and key_password is not None:
             raise self.refuse("ssl.key.password", f"the key in {key_key} is not encrypted and the Java client "
                               "fails to read an unencrypted key with a password; remove ssl.key.password")  # fmt: skip
-        _mask(key_pem)
+        mask(key_pem)
         # Inline, not a file path: the key never lands in another file, and the
         # executors need no copy of the files the Airflow worker reads.
         self.options["ssl.keystore.type"] = "PEM"

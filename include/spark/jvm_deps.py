@@ -2,7 +2,7 @@
 
 Two bundles:
 
-- ``spark``: the Spark Kafka connector and Delta Lake, minus every jar that
+- ``spark``: the Spark Kafka connector, Delta Lake and Spark's Avro functions, minus every jar that
   pyspark already ships (two copies of a class on one classpath is how
   ``NoSuchMethodError`` happens).
 - ``kafka``: an Apache Kafka broker with its command-line tools
@@ -67,6 +67,8 @@ BUNDLES: dict[str, tuple[Artifact, ...]] = {
             exclusions=(("*", "*"),),
         ),
         Artifact("io.delta", f"delta-spark_{_SPARK_MINOR}_{_S}", settings.DELTA_VERSION),
+        # from_avro / to_avro for transform.format avro (its Avro library is pyspark's own).
+        Artifact("org.apache.spark", f"spark-avro_{_S}", settings.SPARK_VERSION),
     ),
     "kafka": (
         Artifact("org.apache.kafka", f"kafka_{_S}", settings.KAFKA_BROKER_VERSION),
@@ -191,7 +193,7 @@ def _download(bundle: str, target: Path) -> None:
 
 
 def spark_jars() -> list[Path]:
-    """Jars to put on ``spark.jars``: Kafka connector and Delta Lake."""
+    """Jars to put on ``spark.jars``: Kafka connector, Delta Lake and spark-avro."""
     return resolve("spark")
 
 

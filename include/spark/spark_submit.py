@@ -25,6 +25,8 @@ _SHIPPED = (
     "include/contract",
     "include/readers/__init__.py",
     "include/readers/spark_checkpoint.py",
+    # The transform's driver asks the schema registry (standard library only).
+    "include/readers/schema_registry.py",
 )
 
 #: Settings every job session gets: Delta's SQL extension, and small defaults

@@ -1205,7 +1205,7 @@ def test_transform_spec_survives_a_json_round_trip(tmp_path):
 TRANSFORM_BAD = [
     ({"transform": "x"}, "transform", "a mapping with keys format, schema, schema_file", "'x' (str)"),
     ({"transform.ordring": "x"}, "transform.ordring", "one of format, schema", "did you mean 'ordering'?"),
-    ({"transform.format": "avro"}, "transform.format", "one of 'json'", "'avro' (str)"),
+    ({"transform.format": "xml"}, "transform.format", "one of 'json', 'avro', 'json_schema'", "'xml' (str)"),
     ({"transform.schema_file": "s.yaml"}, "transform.schema", "exactly one of transform.schema", "got both"),
     ({"transform.schema": DELETE}, "transform.schema", "exactly one of transform.schema", "got neither"),
     ({"transform.schema": {}}, "transform.schema", "a non-empty mapping of field names", "{} (dict)"),
@@ -1608,3 +1608,91 @@ def test_maintenance_is_on_by_default_and_off_with_both_nulls(tmp_path):
     path.write_text("kafka: {connection_id: k, topics: [t]}\nschedule: null\nmaintenance: {zorder_by: {silver: [a]}}\n")
     with pytest.raises(PipelineConfigError, match="maintenance.zorder_by.silver: expected no silver Z-order"):
         load_pipeline(path)
+
+
+# --------------------------------------------------------------------------- transform.format and value_schema
+
+_AVSC = {"type": "record", "name": "Payment", "namespace": "shop", "fields": [
+    {"name": "payment_id", "type": "string"}, {"name": "amount", "type": "double"},
+    {"name": "paid_at", "type": {"type": "long", "logicalType": "timestamp-millis"}}]}  # fmt: skip
+
+
+def _avro_file(tmp_path: Path, value_schema: Any, fmt: str = "avro", topics: Any = ("payments",),
+               fields: Any = None) -> Path:  # fmt: skip
+    (tmp_path / "schemas").mkdir(exist_ok=True)
+    (tmp_path / "schemas" / "payment.avsc").write_text(json.dumps(_AVSC))
+    transform = {"format": fmt, "schema": fields or {"payment_id": "string", "amount": "double", "paid_at": "timestamp"},
+                 "key": "payment_id", "ordering": "paid_at"}  # fmt: skip
+    if value_schema is not None:
+        transform["value_schema"] = value_schema
+    return _write(tmp_path, {"kafka": {"connection_id": "k", "topics": list(topics)}, "schedule": None,
+                             "transform": transform}, "payments.yaml")  # fmt: skip
+
+
+def test_an_avro_schema_file_is_read_into_the_spec_from_the_pipeline_files_folder(tmp_path):
+    spec = load_pipeline(_avro_file(tmp_path, {"file": "schemas/payment.avsc"})).transform
+    assert spec.format == "avro" and json.loads(spec.value_schema.text) == _AVSC
+    assert spec.value_schema.file.endswith("schemas/payment.avsc") and spec.value_schema.registry is None
+    assert TransformSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+
+
+@pytest.mark.parametrize(("value_schema", "topics", "subject", "version"), [
+    ({"registry": "sr"}, ["payments"], "payments-value", None),
+    ({"registry": "sr", "version": 3}, ["payments"], "payments-value", 3),
+    ({"registry": "sr", "version": "latest"}, ["payments"], "payments-value", None),
+    ({"registry": "sr", "subject_strategy": "record_name", "record_name": "shop.Payment"}, ["a", "b"],
+     "shop.Payment", None),
+    ({"registry": "sr", "subject_strategy": "topic_record_name", "record_name": "shop.Payment"}, ["payments"],
+     "payments-shop.Payment", None),
+    ({"registry": "sr", "subject": "custom"}, ["a", "b"], "custom", None),
+])  # fmt: skip
+def test_a_registry_names_the_reader_schemas_subject_and_version(tmp_path, value_schema, topics, subject, version):
+    vs = load_pipeline(_avro_file(tmp_path, value_schema, topics=topics)).transform.value_schema
+    assert (vs.registry, vs.subject, vs.version, vs.text) == ("sr", subject, version, None)
+
+
+@pytest.mark.parametrize(("value_schema", "fmt", "topics", "field", "message"), [
+    (None, "avro", ["p"], "transform.value_schema", "expected a value_schema section for format avro"),
+    ({"registry": "sr"}, "json", ["p"], "transform.value_schema", "expected no value_schema for format json"),
+    ({"file": "schemas/payment.avsc", "registry": "sr"}, "avro", ["p"], "transform.value_schema",
+     "expected exactly one of transform.value_schema.file"),
+    ({}, "avro", ["p"], "transform.value_schema", "got neither"),
+    ({"file": "schemas/payment.avsc"}, "json_schema", ["p"], "transform.value_schema.file",
+     "expected registry for format json_schema"),
+    ({"file": "schemas/missing.avsc"}, "avro", ["p"], "transform.value_schema.file",
+     "schemas/missing.avsc': [Errno 2] No such file or directory"),
+    ({"file": "schemas/payment.avsc", "version": 2}, "avro", ["p"], "transform.value_schema.version",
+     "expected no version with a schema file"),
+    ({"registry": "sr"}, "avro", ["a", "b"], "transform.value_schema.subject_strategy",
+     "expected one topic in kafka.topics for subject strategy topic_name (the subject is named after the topic), "
+     "got 2; set transform.value_schema.subject"),
+    ({"registry": "sr", "subject_strategy": "record_name"}, "avro", ["p"], "transform.value_schema.record_name",
+     "expected the record's full name (e.g. shop.Order) for subject strategy record_name, got none"),
+    ({"registry": "sr", "subject_strategy": "topic"}, "avro", ["p"], "transform.value_schema.subject_strategy",
+     "expected one of 'topic_name', 'record_name', 'topic_record_name', got 'topic' (str)"),
+    ({"registry": "sr", "version": 0}, "avro", ["p"], "transform.value_schema.version",
+     "expected 'latest' or a registered version number (a positive integer), got 0 (int)"),
+    ({"registry": "sr"}, "protobuf", ["p"], "transform.format",
+     "protobuf is not supported yet: decoding it in the JVM needs Spark's spark-protobuf module"),
+])  # fmt: skip
+def test_a_bad_value_schema_names_the_field_and_what_was_expected(tmp_path, value_schema, fmt, topics, field, message):
+    err = str(_error(_avro_file(tmp_path, value_schema, fmt, topics)))
+    assert f"{field}: " in err and message in err, err
+
+
+def test_a_field_the_avro_record_lacks_is_refused_with_the_records_fields(tmp_path):
+    err = str(_error(_avro_file(tmp_path, {"file": "schemas/payment.avsc"},
+                                fields={"payment_id": "string", "amout": "double", "paid_at": "timestamp"})))  # fmt: skip
+    assert "transform.schema.amout: expected a field of the Avro record in" in err
+    assert "(payment_id, amount, paid_at), got 'amout'; did you mean 'amount'?" in err
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("{not json", "to hold JSON"),
+    ('{"type": "enum", "name": "E", "symbols": ["A"]}', "to hold a record schema"),
+])  # fmt: skip
+def test_an_avro_schema_file_that_is_not_a_record_schema_is_refused(tmp_path, content, message):
+    path = _avro_file(tmp_path, {"file": "schemas/payment.avsc"})
+    (tmp_path / "schemas" / "payment.avsc").write_text(content)
+    err = str(_error(path))
+    assert "transform.value_schema.file: expected the Avro schema file" in err and message in err, err

@@ -1,0 +1,168 @@
+"""A client of a Confluent-compatible schema registry's REST API, and the wire format it implies.
+
+Only what the transform needs: a subject's version (the reader schema) and a
+schema by its global id (each record's writer schema). It talks HTTP with the
+standard library, so the Spark driver needs nothing beyond the project's code.
+Any registry with Confluent's API answers: Confluent Schema Registry itself,
+Apicurio Registry (under ``/apis/ccompat/v7``), Karapace, Redpanda.
+
+The Confluent wire format: byte 0 is the magic byte ``0``, bytes 1–4 the
+writer schema's id (big-endian), then the payload (Avro binary, or JSON text
+for JSON Schema).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+#: The wire format's header: magic byte, then the 4-byte schema id.
+MAGIC = 0
+HEADER_BYTES = 5
+#: A registry's ``schemaType`` for each transform format (Confluent omits it for Avro).
+SCHEMA_TYPES = {"avro": "AVRO", "json_schema": "JSON"}
+
+
+class SchemaRegistryError(RuntimeError):
+    """The registry could not be reached, or refused; the message names the URL, what was asked and its answer."""
+
+    def __init__(self, message: str, *, status: int | None = None, error_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_code = error_code
+
+
+@dataclass(frozen=True)
+class RegisteredSchema:
+    """One schema as the registry holds it."""
+
+    id: int
+    schema: str
+    schema_type: str = "AVRO"
+    subject: str | None = None
+    version: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """What a silver commit records of the schema it read with (not the schema text)."""
+        return {"subject": self.subject, "version": self.version, "id": self.id, "type": self.schema_type}
+
+
+def frame(schema_id: int, payload: bytes) -> bytes:
+    """``payload`` in the Confluent wire format under ``schema_id``."""
+    return struct.pack(">bI", MAGIC, schema_id) + payload
+
+
+def unframe(value: bytes) -> tuple[int, bytes]:
+    """``(schema id, payload)`` of a value in the Confluent wire format; ``ValueError`` when it is not."""
+    if len(value) < HEADER_BYTES or value[0] != MAGIC:
+        raise ValueError(
+            f"expected the Confluent wire format (magic byte 0, a 4-byte schema id, then the payload), got "
+            f"{len(value)} bytes starting with {value[:HEADER_BYTES].hex() or 'nothing'}"
+        )
+    return struct.unpack(">I", value[1:HEADER_BYTES])[0], value[HEADER_BYTES:]
+
+
+#: ``(url, headers, timeout) -> (status, body)``; replaced in unit tests by recorded answers.
+Transport = Callable[[str, dict[str, str], float], tuple[int, bytes]]
+
+
+def _http_get(url: str, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers=headers, method="GET")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (the user's registry URL)
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+class RegistryClient:
+    """Reads schemas from one registry; every schema read is kept, as ids never change meaning."""
+
+    def __init__(self, url: str, *, username: str | None = None, password: str | None = None,
+                 timeout: float = 10.0, transport: Transport | None = None) -> None:  # fmt: skip
+        if not url.startswith(("http://", "https://")):
+            raise SchemaRegistryError(f"schema registry URL {url!r}: expected http:// or https://")
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._headers = {"Accept": "application/vnd.schemaregistry.v1+json, application/json"}
+        if username is not None:
+            token = base64.b64encode(f"{username}:{password or ''}".encode()).decode()
+            self._headers["Authorization"] = f"Basic {token}"
+        self._get = transport or _http_get
+        self._by_id: dict[int, RegisteredSchema] = {}
+
+    def _call(self, path: str, what: str) -> dict[str, Any]:
+        url = f"{self.url}{path}"
+        try:
+            status, body = self._get(url, self._headers, self.timeout)
+        except (OSError, urllib.error.URLError) as exc:
+            raise SchemaRegistryError(
+                f"schema registry {self.url}: cannot read {what} ({url}): {exc}; check the registry's "
+                f"connection (host, port) and that it is running"
+            ) from None
+        try:
+            data = json.loads(body or b"{}")
+        except ValueError:
+            data = {}
+        if status != 200:
+            code, message = (
+                (data.get("error_code"), data.get("message")) if isinstance(data, dict) else (None, None)
+            )
+            hint = {
+                401: "; check the connection's login and password",
+                403: "; the connection's user may not read it",
+            }
+            raise SchemaRegistryError(
+                f"schema registry {self.url}: cannot read {what}: HTTP {status}"
+                + (f", error {code}" if code is not None else "")
+                + (f": {message}" if message else "")
+                + hint.get(status, ""),
+                status=status, error_code=code,
+            )  # fmt: skip
+        if not isinstance(data, dict):
+            raise SchemaRegistryError(
+                f"schema registry {self.url}: {what}: expected a JSON object, got {body[:200]!r}"
+            )
+        return data
+
+    def subject_version(self, subject: str, version: int | None = None) -> RegisteredSchema:
+        """``subject``'s schema at ``version``, or its latest when ``None``."""
+        shown = "latest" if version is None else str(version)
+        path = f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/{shown}"
+        data = self._call(path, f"subject {subject!r} version {shown}")
+        try:
+            found = RegisteredSchema(int(data["id"]), str(data["schema"]), str(data.get("schemaType") or "AVRO"),
+                                     subject, int(data["version"]))  # fmt: skip
+        except (KeyError, TypeError, ValueError):
+            raise SchemaRegistryError(
+                f"schema registry {self.url}: subject {subject!r} version {shown}: expected id, version and "
+                f"schema in the answer, got {json.dumps(data)[:200]}"
+            ) from None
+        self._by_id.setdefault(found.id, found)
+        return found
+
+    def schema_by_id(self, schema_id: int) -> RegisteredSchema:
+        """The schema registered under the global ``schema_id``."""
+        if schema_id in self._by_id:
+            return self._by_id[schema_id]
+        data = self._call(f"/schemas/ids/{schema_id}", f"schema id {schema_id}")
+        if "schema" not in data:
+            raise SchemaRegistryError(
+                f"schema registry {self.url}: schema id {schema_id}: expected a schema in the answer, "
+                f"got {json.dumps(data)[:200]}"
+            )
+        found = RegisteredSchema(schema_id, str(data["schema"]), str(data.get("schemaType") or "AVRO"))
+        self._by_id[schema_id] = found
+        return found
+
+
+def is_not_found(exc: SchemaRegistryError) -> bool:
+    """Whether the registry said the schema or subject does not exist (rather than failing)."""
+    return exc.status == 404

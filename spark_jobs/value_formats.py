@@ -1,0 +1,188 @@
+"""Schemas of ``avro`` and ``json_schema`` record values: the reader schema of a run, the writer schema of each id.
+
+The transform makes one :class:`ValueSchemas` per run. With a schema file the
+file's schema reads every value (plain Avro binary). With a registry the
+reader schema is the subject's pinned version, or its latest when the run
+starts; each micro-batch then looks up the writer schema ids its values carry
+(once per id and run) and checks, with Avro's own ``SchemaCompatibility`` in
+the driver's JVM, that the reader can read what each writer wrote. What it
+finds becomes a :class:`~spark_jobs.silver_rules.ValuePlan`: decoding itself is
+``from_avro`` in the executors, never Python.
+
+Registry URL and credentials come from a file only its owner reads
+(``--registry-file``, written by the operator from the Airflow connection and
+deleted after the run).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from include.contract.transform_spec import TransformSpec
+from include.readers.schema_registry import (
+    SCHEMA_TYPES,
+    RegisteredSchema,
+    RegistryClient,
+    SchemaRegistryError,
+    is_not_found,
+)
+from spark_jobs.silver_rules import HEADER_BYTES, ValuePlan, Writer
+
+log = logging.getLogger("value_formats")
+
+
+class ValueSchemaError(RuntimeError):
+    """The run cannot read values at all (no reader schema, a declared field it lacks); nothing was written."""
+
+
+def read_registry_file(path: str | None) -> dict[str, str]:
+    """``{url, username?, password?}`` from ``--registry-file``."""
+    if not path:
+        raise ValueSchemaError(
+            "transform.value_schema.registry is set but the job got no --registry-file; the operator writes "
+            "it from the registry's Airflow connection"
+        )
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueSchemaError(f"--registry-file {path}: cannot read a JSON object: {exc}") from None
+    if not isinstance(data, dict) or not data.get("url"):
+        raise ValueSchemaError(f"--registry-file {path}: expected a JSON object with 'url'")
+    return {str(k): str(v) for k, v in data.items()}
+
+
+def _avro_fields(schema_text: str) -> list[dict[str, Any]]:
+    try:
+        schema = json.loads(schema_text)
+    except ValueError:
+        return []
+    return schema.get("fields", []) if isinstance(schema, dict) else []
+
+
+def _never_null(avro_type: Any) -> bool:
+    """Whether a field of this Avro type always has a value (not a union holding null, not null itself)."""
+    if isinstance(avro_type, list):
+        return "null" not in avro_type
+    if isinstance(avro_type, dict):
+        return avro_type.get("type") != "null"
+    return avro_type != "null"
+
+
+class ValueSchemas:
+    """The schemas one transform run reads values with (see the module's docstring)."""
+
+    def __init__(self, spark, spec: TransformSpec, *, registry: dict[str, str] | None = None,
+                 client: RegistryClient | None = None) -> None:  # fmt: skip
+        vs = spec.value_schema
+        if spec.format == "json" or vs is None:
+            raise ValueSchemaError(f"transform.format {spec.format} has no value schema to read with")
+        self.spark = spark
+        self.spec = spec
+        self.writers: dict[int, Writer] = {}
+        self.reader: RegisteredSchema | None = None
+        if vs.registry:
+            settings = registry or {}
+            self.client = client or RegistryClient(
+                settings["url"], username=settings.get("username"), password=settings.get("password")
+            )
+            self.source = f"schema registry {self.client.url}"
+            try:
+                self.reader = self.client.subject_version(vs.subject or "", vs.version)
+            except SchemaRegistryError as exc:
+                raise ValueSchemaError(
+                    f"transform.value_schema: cannot read the reader schema of subject {vs.subject!r} "
+                    f"({'latest' if vs.version is None else f'version {vs.version}'}): {exc}"
+                ) from None
+            expected = SCHEMA_TYPES[spec.format]
+            if self.reader.schema_type != expected:
+                raise ValueSchemaError(
+                    f"transform.value_schema: subject {vs.subject!r} version {self.reader.version} is a "
+                    f"{self.reader.schema_type} schema; transform.format {spec.format} needs {expected}"
+                )
+            self.reader_text = self.reader.schema
+            where = f"subject {vs.subject!r} version {self.reader.version} (id {self.reader.id})"
+        else:
+            self.client = None
+            self.source = f"the schema file {vs.file}"
+            self.reader_text = vs.text or ""
+            where = self.source
+        self.required_field = None
+        if spec.format == "avro":
+            self._jvm_schema(self.reader_text, f"the reader schema, {where}")
+            fields = _avro_fields(self.reader_text)
+            names = {f.get("name") for f in fields}
+            missing = [f.name for f in spec.fields if f.name not in names]
+            if missing:
+                raise ValueSchemaError(
+                    f"transform: field(s) {', '.join(missing)} are declared in the pipeline file but the reader "
+                    f"schema ({where}) has no such field; declare only fields of the record "
+                    f"({', '.join(sorted(str(n) for n in names))}), or register a schema version that has them"
+                )
+            self.required_field = next((f["name"] for f in fields if _never_null(f.get("type"))), None)
+        log.info("values read with %s", where)
+
+    def recorded(self) -> dict[str, Any] | None:
+        """What a silver commit records of the reader schema (registry only: the subject's version and id)."""
+        return self.reader.to_json() if self.reader else None
+
+    def _jvm_schema(self, text: str, what: str):
+        jvm = self.spark._jvm
+        try:
+            return jvm.org.apache.avro.Schema.Parser().parse(text)
+        except Exception as exc:  # noqa: BLE001 (py4j wraps Avro's SchemaParseException)
+            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ValueSchemaError(f"{what} is not a valid Avro schema: {message}") from None
+
+    def _writer(self, schema_id: int) -> Writer:
+        assert self.client is not None
+        fmt = self.spec.format
+        try:
+            found = self.client.schema_by_id(schema_id)
+        except SchemaRegistryError as exc:
+            if is_not_found(exc):
+                return Writer(schema_id, problem=f"unknown to {self.source} (it answered HTTP 404)")
+            raise ValueSchemaError(f"cannot look up writer schema id {schema_id}: {exc}") from None
+        if found.schema_type != SCHEMA_TYPES[fmt]:
+            return Writer(schema_id, problem=f"a {found.schema_type} schema in {self.source}; transform.format "
+                                             f"{fmt} reads {SCHEMA_TYPES[fmt]} values")  # fmt: skip
+        if fmt != "avro":
+            return Writer(schema_id, schema=found.schema)
+        jvm = self.spark._jvm
+        try:
+            writer = self._jvm_schema(found.schema, f"writer schema id {schema_id}")
+        except ValueSchemaError as exc:
+            return Writer(schema_id, problem=str(exc))
+        result = jvm.org.apache.avro.SchemaCompatibility.checkReaderWriterCompatibility(
+            self._jvm_schema(self.reader_text, "the reader schema"), writer
+        )
+        if result.getType().toString() == "COMPATIBLE":
+            return Writer(schema_id, schema=found.schema)
+        reasons = [f"{i.getType().toString()} at {i.getLocation()}: {i.getMessage()}"
+                   for i in result.getResult().getIncompatibilities()]  # fmt: skip
+        reader = f"id {self.reader.id}" if self.reader else "the reader schema"
+        return Writer(schema_id, problem=f"written with a schema the reader schema ({reader}) cannot read: "
+                                         + "; ".join(reasons[:3]))  # fmt: skip
+
+    def plan(self, bronze) -> ValuePlan:
+        """The plan for one micro-batch: looks up the writer ids ``bronze`` holds that this run has not seen."""
+        if self.client is None:
+            return ValuePlan(self.spec.format, framed=False, reader=self.reader_text,
+                             required_field=self.required_field, source=self.source)  # fmt: skip
+        from pyspark.sql import functions as F
+
+        value = F.col("value")
+        framed = (F.octet_length(value) >= HEADER_BYTES) & (F.hex(F.substring(value, 1, 1)) == "00")
+        ids = [r["id"] for r in bronze.where(framed).select(
+            F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long").alias("id")).distinct().collect()]  # fmt: skip
+        for schema_id in sorted(ids):
+            if schema_id not in self.writers:
+                self.writers[schema_id] = self._writer(schema_id)
+                w = self.writers[schema_id]
+                if w.problem:
+                    log.warning("schema id %s: %s; its records go to quarantine", schema_id, w.problem)
+        return ValuePlan(self.spec.format, framed=True, reader=self.reader_text,
+                         writers=tuple(self.writers[i] for i in sorted(ids)),
+                         required_field=self.required_field, source=self.source)  # fmt: skip

@@ -1,0 +1,153 @@
+"""The schema registry client, the wire format and the registry connection, on recorded answers.
+
+The answers are what Apicurio Registry 2.4.2.Final (the project's local
+registry) sent on its Confluent-compatible API, recorded with curl; the
+integration tests (tests/integration/test_value_formats.py) talk to the
+running server itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from include.contract.transform_spec import subject_name
+from include.readers import connections
+from include.readers.schema_registry import (
+    RegistryClient,
+    SchemaRegistryError,
+    frame,
+    is_not_found,
+    unframe,
+)
+
+URL = "http://registry:8080/apis/ccompat/v7"
+ORDER = '{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"id","type":"string"}]}'
+RECORDED = {
+    f"{URL}/subjects/orders-value/versions/latest": (200, json.dumps(
+        {"id": 1, "subject": "orders-value", "version": 1, "schema": ORDER, "references": []})),
+    f"{URL}/subjects/orders-value/versions/3": (404, json.dumps(
+        {"message": "No version '3' found for artifact with ID 'orders-value' in group 'null'.",
+         "error_code": 40402})),
+    f"{URL}/schemas/ids/4": (200, json.dumps(
+        {"schema": '{"$schema":"http://json-schema.org/draft-07/schema#","type":"object"}', "schemaType": "JSON",
+         "references": []})),
+    f"{URL}/schemas/ids/999": (404, json.dumps(
+        {"message": "No content with id/hash 'contentId-999' was found.", "error_code": 40403})),
+    f"{URL}/subjects/shop.Order%2Fv1/versions/latest": (200, json.dumps(
+        {"id": 7, "subject": "shop.Order/v1", "version": 2, "schema": ORDER})),
+}  # fmt: skip
+
+
+class Recorded:
+    """A transport that answers from :data:`RECORDED` and remembers what was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, dict[str, str]]] = []
+
+    def __call__(self, url: str, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
+        self.asked.append((url, headers))
+        status, body = RECORDED.get(url, (500, '{"message": "not recorded"}'))
+        return status, body.encode()
+
+
+def test_the_wire_format_round_trips_and_anything_else_is_refused_naming_its_bytes():
+    assert frame(258, b"payload") == b"\x00\x00\x00\x01\x02payload"
+    assert unframe(frame(258, b"payload")) == (258, b"payload")
+    with pytest.raises(ValueError, match="got 4 bytes starting with 01020304"):
+        unframe(b"\x01\x02\x03\x04")
+    with pytest.raises(ValueError, match="starting with nothing"):
+        unframe(b"")
+
+
+@pytest.mark.parametrize(("strategy", "record", "subject"), [
+    ("topic_name", None, "orders-value"),
+    ("record_name", "shop.Order", "shop.Order"),
+    ("topic_record_name", "shop.Order", "orders-shop.Order"),
+])  # fmt: skip
+def test_subjects_are_named_as_confluents_serializers_name_them(strategy, record, subject):
+    assert subject_name(strategy, "orders", record) == subject
+
+
+def test_record_strategies_need_the_record_name():
+    with pytest.raises(ValueError, match="needs the record's full name"):
+        subject_name("record_name", "orders", None)
+
+
+def test_a_subject_version_is_read_with_basic_auth_and_its_id_kept():
+    transport = Recorded()
+    client = RegistryClient(URL + "/", username="reader", password="s3cret", transport=transport)
+    found = client.subject_version("orders-value")
+    assert (found.id, found.version, found.schema, found.schema_type) == (1, 1, ORDER, "AVRO")
+    assert found.to_json() == {"subject": "orders-value", "version": 1, "id": 1, "type": "AVRO"}
+    url, headers = transport.asked[0]
+    assert url == f"{URL}/subjects/orders-value/versions/latest"
+    assert headers["Authorization"] == "Basic " + base64.b64encode(b"reader:s3cret").decode()
+    assert client.schema_by_id(1).schema == ORDER and len(transport.asked) == 1  # known from the version read
+
+
+def test_a_subject_with_a_slash_is_quoted_in_the_path():
+    found = RegistryClient(URL, transport=Recorded()).subject_version("shop.Order/v1")
+    assert (found.id, found.version) == (7, 2)
+
+
+def test_schemas_by_id_carry_their_type_and_are_asked_once():
+    transport = Recorded()
+    client = RegistryClient(URL, transport=transport)
+    assert client.schema_by_id(4).schema_type == "JSON"
+    assert client.schema_by_id(4).schema_type == "JSON"
+    assert len(transport.asked) == 1
+    assert "Authorization" not in transport.asked[0][1]
+
+
+def test_an_unknown_id_or_version_is_not_found_with_the_registrys_own_words():
+    client = RegistryClient(URL, transport=Recorded())
+    with pytest.raises(SchemaRegistryError) as err:
+        client.schema_by_id(999)
+    assert is_not_found(err.value) and err.value.error_code == 40403
+    assert str(err.value) == (f"schema registry {URL}: cannot read schema id 999: HTTP 404, error 40403: "
+                              "No content with id/hash 'contentId-999' was found.")  # fmt: skip
+    with pytest.raises(SchemaRegistryError, match="subject 'orders-value' version 3: HTTP 404, error 40402"):
+        client.subject_version("orders-value", 3)
+
+
+def test_refused_credentials_and_an_unreachable_registry_say_what_to_check():
+    def unauthorized(url, headers, timeout):
+        return 401, b'{"message": "Unauthorized", "error_code": 401}'
+
+    with pytest.raises(SchemaRegistryError, match="HTTP 401, error 401: Unauthorized; check the connection's login"):
+        RegistryClient(URL, transport=unauthorized).schema_by_id(1)
+
+    def refused(url, headers, timeout):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    with pytest.raises(SchemaRegistryError) as err:
+        RegistryClient(URL, transport=refused).schema_by_id(1)
+    assert not is_not_found(err.value)
+    assert f"cannot read schema id 1 ({URL}/schemas/ids/1)" in str(err.value) and "that it is running" in str(err.value)
+    with pytest.raises(SchemaRegistryError, match="expected http:// or https://"):
+        RegistryClient("registry:8081")
+
+
+def _conn(**fields):
+    base = {"host": None, "port": None, "schema": None, "login": None, "password": None, "extra_dejson": {}}
+    return lambda conn_id: SimpleNamespace(**{**base, **fields})
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    ({"host": "registry", "port": 8081}, {"url": "http://registry:8081"}),
+    ({"host": "registry", "port": 443, "schema": "https"}, {"url": "https://registry:443"}),
+    ({"host": "https://registry.example"}, {"url": "https://registry.example"}),
+    ({"extra_dejson": {"url": URL}, "host": "ignored"}, {"url": URL}),
+    ({"host": "r", "port": 1, "login": "u", "password": "p"}, {"url": "http://r:1", "username": "u", "password": "p"}),
+])  # fmt: skip
+def test_a_registry_connection_gives_the_url_and_credentials(fields, expected):
+    assert connections.registry_settings("sr", get_connection=_conn(**fields)) == expected
+
+
+def test_a_registry_connection_without_an_address_is_refused_naming_it():
+    with pytest.raises(connections.ConnectionConfigError, match="Airflow connection 'sr': expected the schema"):
+        connections.registry_settings("sr", get_connection=_conn())

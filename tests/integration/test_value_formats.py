@@ -1,0 +1,212 @@
+"""Avro and JSON Schema values against real Kafka, Spark and Delta (and a real schema registry).
+
+Values are written here with fastavro (Python) and decoded by the job with
+Spark's ``from_avro`` (JVM): two independent Avro implementations. Every
+assertion compares with what was produced, computed here.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import fastavro
+import pytest
+
+from include.contract.transform_spec import FieldSpec, TransformSpec, ValueSchema
+from include.readers.schema_registry import frame
+from tests.integration.test_transform_silver import (
+    assert_accounted,
+    ingest,
+    quarantine,
+    silver,
+    silver_commits,
+    transform,
+    transform_args,
+)
+from tests.kafka_helpers import produce
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+ORDER_V1 = {
+    "type": "record", "name": "Order", "namespace": "shop",
+    "fields": [
+        {"name": "order_id", "type": "string"},
+        {"name": "customer", "type": ["null", "string"], "default": None},
+        {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+        {"name": "event_time", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    ],
+}  # fmt: skip
+#: v1 plus a field with a default: a writer of v1 is readable with v2 and the other way round.
+ORDER_V2 = {**ORDER_V1, "fields": [*ORDER_V1["fields"], {"name": "channel", "type": "string", "default": "web"}]}
+#: amount as a string: a reader of v2 cannot read it (no promotion from string to decimal bytes).
+ORDER_BAD = {**ORDER_V1, "fields": [f if f["name"] != "amount" else {"name": "amount", "type": "int"}
+                                    for f in ORDER_V1["fields"]]}  # fmt: skip
+JSON_SCHEMA = {"$schema": "http://json-schema.org/draft-07/schema#", "title": "Order", "type": "object",
+               "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}}}  # fmt: skip
+SPEC = TransformSpec(
+    fields=(
+        FieldSpec("order_id", "string", required=True),
+        FieldSpec("customer", "string"),
+        FieldSpec("amount", "decimal(10,2)", required=True, minimum=0),
+        FieldSpec("event_time", "timestamp", required=True),
+    ),
+    key=("order_id",),
+    ordering="event_time",
+    new_fields="add",
+    format="avro",
+)
+
+
+def avro(schema: dict, order_id: str, minute: int, amount: str | int = "10.00", **extra) -> bytes:
+    """One order as plain Avro binary, written by fastavro."""
+    out = io.BytesIO()
+    record = {"order_id": order_id, "customer": extra.pop("customer", None),
+              "amount": Decimal(amount) if isinstance(amount, str) else amount,
+              "event_time": T0 + timedelta(minutes=minute), **extra}  # fmt: skip
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+    return out.getvalue()
+
+
+def newest(produced: dict[str, tuple[int, str]], order_id: str, minute: int, amount: str) -> None:
+    if order_id not in produced or produced[order_id][0] <= minute:
+        produced[order_id] = (minute, amount)
+
+
+def test_an_avro_topic_read_with_a_schema_file_lands_exactly_once_and_bad_values_in_quarantine(
+    spark, bootstrap, make_topic, unique_name, lake
+):
+    topic = make_topic(unique_name, partitions=3)
+    spec = TransformSpec(**{**SPEC.__dict__, "value_schema": ValueSchema(file="order.avsc", text=json.dumps(ORDER_V1))})
+    expected: dict[str, tuple[int, str]] = {}
+    records = []
+    for i in range(90):  # 30 keys, each updated three times, out of order across partitions
+        key, minute, amount = f"o{i % 30}", (i * 7) % 50, f"{i}.25"
+        records.append((i % 3, key.encode(), avro(ORDER_V1, key, minute, amount, customer=f"c{i % 4}")))
+        newest(expected, key, minute, amount)
+    produce(bootstrap, topic, records)
+    good = avro(ORDER_V1, "z", 1)
+    produce(bootstrap, topic, [(0, b"g", b"\x02garbage that is no order"), (1, b"t", good[:4]), (2, b"e", b"")])
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    first = transform(spark, lake, unique_name, spec=spec)
+
+    assert (first["read"], first["quarantined"]) == (93, 3)
+    rows = silver(spark, lake)
+    assert {k: (int((r["event_time"].replace(tzinfo=UTC) - T0).total_seconds() // 60), str(r["amount"]))
+            for k, r in rows.items()} == expected  # fmt: skip
+    reasons = {(r["partition"], r["offset"]): r["reason"] for r in quarantine(spark, lake).values()}
+    assert sorted(reasons.values()) == sorted([
+        "value: the bytes do not decode as Avro with the reader schema",
+        "value: the bytes do not decode as Avro with the reader schema",
+        "value: expected an Avro record, got an empty value (0 bytes)",
+    ])  # fmt: skip
+    held = {bytes(r["value"]) for r in quarantine(spark, lake).values()}
+    assert held == {b"\x02garbage that is no order", good[:4], b""}  # raw bytes kept: nothing is lost
+
+    # The next run reads exactly the new records.
+    produce(bootstrap, topic, [(1, b"o1", avro(ORDER_V1, "o1", 99, "1.00")), (2, b"n", avro(ORDER_V1, "n", 5))])
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    second = transform(spark, lake, unique_name, spec=spec, run_id="run-2")
+    assert (second["read"], second["upserted"], second["quarantined"]) == (2, 2, 0)
+    assert str(silver(spark, lake)["o1"]["amount"]) == "1.00"
+    assert_accounted(spark, lake)
+
+
+def test_a_registry_topic_resolves_each_writer_schema_and_quarantines_by_schema_id(
+    spark, bootstrap, make_topic, unique_name, lake, schema_registry
+):
+    topic = make_topic(unique_name, partitions=2)
+    subject = f"{topic}-value"
+    v1 = schema_registry.register(subject, ORDER_V1)
+    foreign = schema_registry.register(f"{topic}-other", JSON_SCHEMA, schema_type="JSON")
+    incompatible = schema_registry.register(f"{topic}-legacy", ORDER_BAD)
+    spec = TransformSpec(**{**SPEC.__dict__, "value_schema": ValueSchema(
+        registry="test", subject=subject, subject_strategy="topic_name")})  # fmt: skip
+    registry_file = lake / "registry.json"
+    registry_file.parent.mkdir(parents=True, exist_ok=True)
+    registry_file.write_text(json.dumps({"url": schema_registry.url}))
+
+    def run(run_id: str) -> dict:
+        from spark_jobs import bronze_to_silver
+
+        args = [*transform_args(lake, unique_name, spec=spec, run_id=run_id), "--registry-file", str(registry_file)]
+        return bronze_to_silver.run(spark, bronze_to_silver.parse_config(args)).to_json()
+
+    produce(bootstrap, topic, [
+        (0, b"a", frame(v1, avro(ORDER_V1, "a", 1, "5.00"))),
+        (1, b"b", frame(v1, avro(ORDER_V1, "b", 1, "6.00"))),
+        (0, b"u", frame(999_999, avro(ORDER_V1, "u", 1))),          # an id the registry does not know
+        (1, b"j", frame(foreign, b'{"order_id": "j"}')),            # a JSON Schema id in an Avro topic
+        (0, b"l", frame(incompatible, avro(ORDER_BAD, "l", 1, amount=7))),  # amount int: reader cannot read it
+        (1, b"p", avro(ORDER_V1, "p", 1)),                          # not framed
+        (0, b"x", frame(v1, b"\x09\x09\x09")),                      # framed, but not an order
+    ])  # fmt: skip
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    first = run("run-1")
+
+    assert (first["read"], first["upserted"], first["quarantined"]) == (7, 2, 5)
+    assert first["value_schema"] == {"subject": subject, "version": 1, "id": v1, "type": "AVRO"}
+    reasons = {r["key"].decode(): r["reason"] for r in quarantine(spark, lake).values()}
+    assert reasons["u"].startswith("value: schema id 999999: unknown to schema registry ") and "404" in reasons["u"]
+    assert reasons["j"] == (f"value: schema id {foreign}: a JSON schema in schema registry {schema_registry.url}; "
+                            "transform.format avro reads AVRO values")  # fmt: skip
+    assert reasons["l"].startswith(f"value: schema id {incompatible}: written with a schema the reader schema (id "
+                                   f"{v1}) cannot read: TYPE_MISMATCH at /fields/2/type")  # fmt: skip
+    assert reasons["p"].startswith("value: expected the Confluent wire format (magic byte 0, a 4-byte schema id, "
+                                   "then the payload), got ")  # fmt: skip
+    assert reasons["x"] == f"value: the bytes do not decode as Avro with writer schema id {v1}"
+
+    # Evolution: v2 adds a field with a default. The next run reads with the latest (v2): v1 records get the
+    # default, v2 records their own value, and under new_fields: add the field becomes a silver column.
+    v2 = schema_registry.register(subject, ORDER_V2)
+    produce(bootstrap, topic, [
+        (0, b"c", frame(v2, avro(ORDER_V2, "c", 2, "8.00", channel="app"))),
+        (1, b"d", frame(v1, avro(ORDER_V1, "d", 2, "9.00"))),
+        (0, b"a", frame(v2, avro(ORDER_V2, "a", 3, "5.50", channel="shop"))),
+    ])  # fmt: skip
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    second = run("run-2")
+
+    assert (second["read"], second["upserted"], second["quarantined"]) == (3, 3, 0)
+    assert second["value_schema"] == {"subject": subject, "version": 2, "id": v2, "type": "AVRO"}
+    assert [(f["name"], f["type"]) for f in second["fields_added"]] == [("channel", "string")]
+    rows = silver(spark, lake)
+    assert {k: (str(r["amount"]), r["channel"]) for k, r in rows.items()} == {
+        "a": ("5.50", "shop"), "b": ("6.00", None), "c": ("8.00", "app"), "d": ("9.00", "web")}  # fmt: skip
+    recorded = [(c.run_id, c.value_schema["version"]) for c in silver_commits(spark, lake) if c.read]
+    assert recorded == [("run-1", 1), ("run-2", 2)]
+    assert_accounted(spark, lake)
+
+
+def test_a_json_schema_topic_drops_the_header_and_quarantines_unknown_ids(
+    spark, bootstrap, make_topic, unique_name, lake, schema_registry
+):
+    topic = make_topic(unique_name, partitions=1)
+    subject = f"{topic}-value"
+    sid = schema_registry.register(subject, JSON_SCHEMA, schema_type="JSON")
+    spec = TransformSpec(**{**SPEC.__dict__, "format": "json_schema", "value_schema": ValueSchema(
+        registry="test", subject=subject, subject_strategy="topic_name")})  # fmt: skip
+    registry_file: Path = lake / "registry.json"
+    registry_file.parent.mkdir(parents=True, exist_ok=True)
+    registry_file.write_text(json.dumps({"url": schema_registry.url}))
+    value = {"order_id": "a", "amount": 3.5, "event_time": "2026-03-01T00:01:00Z"}
+    produce(bootstrap, topic, [
+        (0, b"a", frame(sid, json.dumps(value).encode())),
+        (0, b"u", frame(999_998, json.dumps({**value, "order_id": "u"}).encode())),
+        (0, b"n", json.dumps({**value, "order_id": "n"}).encode()),
+    ])  # fmt: skip
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    from spark_jobs import bronze_to_silver
+
+    args = [*transform_args(lake, unique_name, spec=spec), "--registry-file", str(registry_file)]
+    result = bronze_to_silver.run(spark, bronze_to_silver.parse_config(args)).to_json()
+
+    assert (result["read"], result["upserted"], result["quarantined"]) == (3, 1, 2)
+    assert str(silver(spark, lake)["a"]["amount"]) == "3.50"
+    reasons = {r["key"].decode(): r["reason"] for r in quarantine(spark, lake).values()}
+    assert reasons["u"].startswith("value: schema id 999998: unknown to schema registry")
+    assert reasons["n"].startswith("value: expected the Confluent wire format")
