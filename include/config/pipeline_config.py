@@ -1388,7 +1388,9 @@ class ValueSchemaSection(_Section):
         None,
         description="With registry: latest (the default: the subject's newest version when the run starts) or "
         "a version number. The version read with is recorded in every silver batch commit.",
-        json_schema_extra=lambda s: s.update({"default": "latest"}),
+        json_schema_extra=lambda s: s.update(
+            {"anyOf": [{"type": "integer", "minimum": 1}, {"const": "latest"}, {"type": "null"}], "default": "latest"}
+        ),
     )
 
     @classmethod

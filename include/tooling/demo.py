@@ -12,8 +12,13 @@
    ``airflow dags test``: lag sensor, preflight, a transient Spark standalone
    cluster, the ingestion job, the bronze → silver transform, continuity
    check, consumer-group mirror, run ledger;
-4. produces more events (with a field the schema does not declare) and runs
-   the DAG again: only the new ones are read;
+   then the same for ``demo_payments`` (``include/pipelines/demo_payments.yaml``):
+   Avro payments in the Confluent wire format, their schema registered in a
+   local schema registry (Apicurio, started here), decoded by Spark's
+   ``from_avro``;
+4. produces more events (with a field the schema does not declare) and more
+   payments written with schema v2 (a new field, with a default), and runs
+   both DAGs again: only the new records are read;
 5. prints per partition the offsets, rows and lag of each run, the continuity
    verdict, the consumer group's lag as Kafka's own tool reports it, where the
    tables are, and checks bronze against an independent read of the topic;
@@ -30,15 +35,22 @@ import random
 import shutil
 import sys
 import time
+from decimal import Decimal
 from pathlib import Path
 
 from include import settings
 from include.config.pipeline_config import load_pipeline
 from include.readers import run_ledger
 from include.readers.kafka_admin import create_topic
-from include.tooling import airflow_local, local_kafka
+from include.tooling import airflow_local, local_kafka, local_registry
 
 TOPIC = "demo.orders"
+#: The second pipeline: Avro payments, schemas in a schema registry.
+PAYMENTS_TOPIC = "demo.payments"
+PAYMENTS_FILE = settings.PROJECT_ROOT / "include" / "pipelines" / "demo_payments.yaml"
+PAYMENT_SCHEMAS = settings.PROJECT_ROOT / "include" / "pipelines" / "schemas"
+#: Airflow connection the payments pipeline names for its registry.
+REGISTRY_CONNECTION = "schema_registry_default"
 #: The demo's pipeline file; the transform profile and the benchmark's silver part run its shape too.
 PIPELINE_FILE = settings.PROJECT_ROOT / "include" / "pipelines" / "demo_orders.yaml"
 PARTITIONS = 4
@@ -105,6 +117,55 @@ def produce_orders(bootstrap: str, count: int, start: int, *, new_field: bool = 
     return {**sent, **{f"bad {k}": v for k, v in sorted(bad_fields.items())}}
 
 
+def produce_payments(bootstrap: str, registry: local_registry.LocalRegistry, count: int, start: int, *,
+                     version: int = 1, topic: str = PAYMENTS_TOPIC) -> dict[str, int]:  # fmt: skip
+    """Register payment schema ``version`` as a producer's serializer does, then produce ``count`` payments.
+
+    Values are Avro in the Confluent wire format under the registered id. Some
+    payments are later refunded or captured (same key, newer time); about 1 in
+    200 is spoiled: not in the wire format, an id the registry does not know,
+    or bytes that are no payment.
+    """
+    import io
+
+    import fastavro
+    from confluent_kafka import Producer
+
+    from include.readers.schema_registry import frame
+
+    schema = json.loads((PAYMENT_SCHEMAS / f"payment-v{version}.avsc").read_text())
+    schema_id = registry.register(f"{topic}-value", schema)
+    parsed = fastavro.parse_schema(schema)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    rng = random.Random(10_000 + start)
+    base = time.time()
+    sent = {"payments": 0, "updates": 0, "bad": 0}
+    spoil = (lambda v: v[5:], lambda v: frame(999_999, v[5:]), lambda v: frame(schema_id, b"\x09\x09\x09"))
+    for i in range(start, start + count):
+        updating = i > start and rng.random() < 0.2
+        payment_id = f"p-{rng.randrange(max(i, 1)):06d}" if updating else f"p-{i:06d}"
+        record = {"payment_id": payment_id, "order_id": f"o-{rng.randrange(max(i, 1)):06d}",
+                  "amount": Decimal(f"{rng.uniform(1, 500):.2f}"),
+                  "method": rng.choice(["card", "paypal", "transfer"]),
+                  "status": rng.choice(["captured", "refunded"]) if updating else "authorized",
+                  "paid_at": int((base + i) * 1000)}  # fmt: skip
+        if version >= 2:
+            record["country"] = rng.choice(["DE", "FR", "GB", None])
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, record)
+        value = frame(schema_id, out.getvalue())
+        if i % 200 == 77:
+            value = spoil[(i // 200) % len(spoil)](value)
+            sent["bad"] += 1
+        else:
+            sent["updates" if updating else "payments"] += 1
+        producer.produce(topic, key=payment_id.encode(), value=value)
+        if i % 5000 == 0:
+            producer.poll(0)
+    producer.flush(30)
+    return {**sent, "bad value": sent["bad"], "schema id": schema_id}
+
+
 def _order(order_id: str, rng: random.Random, when: float, status: str = "created") -> dict:
     return {
         "order_id": order_id,
@@ -116,11 +177,11 @@ def _order(order_id: str, rng: random.Random, when: float, status: str = "create
     }
 
 
-def _run_dag(env: dict[str, str], workdir: Path, run_no: int, ledger: Path) -> dict:
-    log_file = workdir / "logs" / f"dag-run-{run_no}.log"
-    print(f"  airflow dags test demo_orders   (log: {log_file})", flush=True)
+def _run_dag(env: dict[str, str], workdir: Path, run_no: int, ledger: Path, dag_id: str = "demo_orders") -> dict:
+    log_file = workdir / "logs" / f"{dag_id}-run-{run_no}.log"
+    print(f"  airflow dags test {dag_id}   (log: {log_file})", flush=True)
     started = time.monotonic()
-    proc = airflow_local.dags_test(env, "demo_orders", log_file=log_file)
+    proc = airflow_local.dags_test(env, dag_id, log_file=log_file)
     for line in airflow_local.summary_lines(proc.stdout + proc.stderr):
         print(f"    {line}")
     print(f"  DAG run took {time.monotonic() - started:.0f}s")
@@ -150,16 +211,18 @@ def _print_transform(cfg, runs: list[dict], produced: list[dict[str, int]]) -> b
     """Where the records went, and whether every one is accounted for; True when all checks hold."""
     from deltalake import DeltaTable
 
-    silver = DeltaTable(cfg.tables.silver_path).to_pyarrow_table(columns=["order_id", "_deleted"]).to_pylist()
+    key = cfg.transform.key[0]
+    silver = DeltaTable(cfg.tables.silver_path).to_pyarrow_table(columns=[key, "_deleted"]).to_pylist()
     quarantine = DeltaTable(cfg.tables.quarantine_path).to_pyarrow_table(columns=["fields", "reason"]).to_pylist()
     by_field: dict[str, list[str]] = {}
     for r in quarantine:
         by_field.setdefault(r["fields"][0], []).append(r["reason"])
-    print(f"\nsilver {cfg.tables.silver_path}: {sum(not r['_deleted'] for r in silver)} orders, "
+    print(f"\nsilver {cfg.tables.silver_path}: {sum(not r['_deleted'] for r in silver)} {cfg.name} rows, "
           f"{sum(r['_deleted'] for r in silver)} deleted (kept as _deleted rows so late events cannot revive them)")  # fmt: skip
     print(f"quarantine {cfg.tables.quarantine_path}: {len(quarantine)} records, by the field their reason names:")
     for field, reasons in sorted(by_field.items()):
         print(f"  {field:12} {len(reasons):4}   e.g. {reasons[0][:110]}")
+    produced = [{k: v for k, v in p.items() if k != "schema id"} for p in produced]
     sent_bad = {k.removeprefix("bad "): 0 for p in produced for k in p if k.startswith("bad ")}
     for p in produced:
         for k, v in p.items():
@@ -177,11 +240,13 @@ def _print_transform(cfg, runs: list[dict], produced: list[dict[str, int]]) -> b
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the demo; exit code 0 only when both DAG runs succeed and bronze matches the topic exactly."""
+    """Run the demo; exit code 0 only when every DAG run succeeds and each bronze table matches its topic exactly."""
     parser = argparse.ArgumentParser(prog="python -m include.tooling.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--events", type=int, default=20000, help="events before the first run")
     parser.add_argument("--more-events", type=int, default=5000, help="events before the second run")
+    parser.add_argument("--payments", type=int, default=4000, help="Avro payments before the first run")
+    parser.add_argument("--more-payments", type=int, default=1000, help="Avro payments (schema v2) before the second")
     parser.add_argument("--dir", type=Path, default=settings.VAR_DIR / "demo")
     args = parser.parse_args(argv)
 
@@ -190,32 +255,49 @@ def main(argv: list[str] | None = None) -> int:
         local_kafka.stop(workdir / "kafka")
         shutil.rmtree(workdir)
     lakehouse = workdir / "lakehouse"
-    os.environ["KDE_LAKEHOUSE_ROOT"] = str(lakehouse)  # before the pipeline file is read
-    cfg = load_pipeline(PIPELINE_FILE)
+    os.environ["KDE_LAKEHOUSE_ROOT"] = str(lakehouse)  # before the pipeline files are read
+    cfg, payments_cfg = load_pipeline(PIPELINE_FILE), load_pipeline(PAYMENTS_FILE)
     print(f"starting the local Kafka broker in {workdir / 'kafka'} ...", flush=True)
     broker = local_kafka.start(workdir / "kafka")
+    registry = None
     try:
         bootstrap = broker.bootstrap_servers
         print(f"broker ready at {bootstrap}")
+        print("starting the local schema registry (Apicurio, Confluent-compatible API) ...", flush=True)
+        registry = local_registry.start(workdir / "registry")
+        print(f"schema registry ready at {registry.url}")
+        connection = {"conn_type": "http", "extra": {"url": registry.url}}
         env = airflow_local.environment(
             workdir / "airflow", kafka_bootstrap=bootstrap,
-            extra={"KDE_LAKEHOUSE_ROOT": str(lakehouse), "KDE_VAR_DIR": str(workdir)},
+            extra={"KDE_LAKEHOUSE_ROOT": str(lakehouse), "KDE_VAR_DIR": str(workdir),
+                   f"AIRFLOW_CONN_{REGISTRY_CONNECTION.upper()}": json.dumps(connection)},
         )  # fmt: skip
         print(f"preparing Airflow's metadata database in {workdir / 'airflow'} ...", flush=True)
         airflow_local.migrate(env)
         create_topic(bootstrap, TOPIC, PARTITIONS)
+        create_topic(bootstrap, PAYMENTS_TOPIC, 2)
 
         print(f"\nproducing {args.events} events to {TOPIC} ({PARTITIONS} partitions)", flush=True)
         produced = [produce_orders(bootstrap, args.events, 0)]
         print(f"  {produced[0]}")
+        print(f"producing {args.payments} Avro payments to {PAYMENTS_TOPIC} (schema v1 registered)", flush=True)
+        paid = [produce_payments(bootstrap, registry, args.payments, 0, version=1)]
+        print(f"  {paid[0]}")
         first = _run_dag(env, workdir, 1, Path(cfg.tables.ledger_path))
         _print_run(1, first)
+        pay_first = _run_dag(env, workdir, 1, Path(payments_cfg.tables.ledger_path), "demo_payments")
+        _print_run(1, pay_first)
 
         print(f"\nproducing {args.more_events} more events, now with a field the schema does not declare", flush=True)
         produced.append(produce_orders(bootstrap, args.more_events, args.events, new_field=True))
         print(f"  {produced[1]}")
+        print(f"producing {args.more_payments} Avro payments with schema v2 (adds country, with a default)", flush=True)
+        paid.append(produce_payments(bootstrap, registry, args.more_payments, args.payments, version=2))
+        print(f"  {paid[1]}")
         second = _run_dag(env, workdir, 2, Path(cfg.tables.ledger_path))
         _print_run(2, second)
+        pay_second = _run_dag(env, workdir, 2, Path(payments_cfg.tables.ledger_path), "demo_payments")
+        _print_run(2, pay_second)
 
         group = cfg.consumer_group
         tool = local_kafka.run_kafka_tool("consumer-groups", "--bootstrap-server", bootstrap,
@@ -223,27 +305,32 @@ def main(argv: list[str] | None = None) -> int:
         lags = [line.split()[5] for line in tool.stdout.splitlines() if line.startswith(group)]
         print(f"\nKafka's kafka-consumer-groups --describe --group {group}: LAG per partition {lags}")
 
-        from deltalake import DeltaTable
-
-        bronze = DeltaTable(cfg.tables.bronze_path).to_pyarrow_table(columns=["partition", "offset"])
-        keys = set(zip(bronze.column("partition").to_pylist(), bronze.column("offset").to_pylist(), strict=True))
-        total = args.events + args.more_events
-        ok = (
-            len(keys) == bronze.num_rows == total
-            and lags == ["0"] * PARTITIONS
-            and first["continuity"] == second["continuity"] == "CONTINUOUS"
-        )
-        print(f"\ntables: bronze {cfg.tables.bronze_path}\n        run ledger {cfg.tables.ledger_path}\n"
-              f"        checkpoints {cfg.tables.checkpoint_root}")  # fmt: skip
-        print(f"bronze rows {bronze.num_rows}, distinct (partition, offset) {len(keys)}, produced {total}: "
-              f"{'EXACTLY ONCE' if ok else 'MISMATCH'}")  # fmt: skip
-        if cfg.transform is not None:
-            ok = _print_transform(cfg, [first, second], produced) and ok
+        ok = lags == ["0"] * PARTITIONS
+        ok = _print_pipeline(cfg, [first, second], produced, args.events + args.more_events) and ok
+        ok = _print_pipeline(payments_cfg, [pay_first, pay_second], paid, args.payments + args.more_payments) and ok
         print("\nsee it in the Airflow UI: make ui   (then http://127.0.0.1:8080, user admin, password admin)")
         return 0 if ok else 1
     finally:
+        if registry is not None:
+            registry.stop()
         broker.stop()
-        print("broker stopped")
+        print("broker and registry stopped")
+
+
+def _print_pipeline(cfg, runs: list[dict], produced: list[dict[str, int]], total: int) -> bool:
+    """Bronze against the count produced, continuity, and where the transform put the records."""
+    from deltalake import DeltaTable
+
+    bronze = DeltaTable(cfg.tables.bronze_path).to_pyarrow_table(columns=["partition", "offset"])
+    keys = set(zip(bronze.column("partition").to_pylist(), bronze.column("offset").to_pylist(), strict=True))
+    ok = len(keys) == bronze.num_rows == total and all(r["continuity"] == "CONTINUOUS" for r in runs)
+    print(f"\n{cfg.name}: bronze {cfg.tables.bronze_path}\n        run ledger {cfg.tables.ledger_path}\n"
+          f"        checkpoints {cfg.tables.checkpoint_root}")  # fmt: skip
+    print(f"bronze rows {bronze.num_rows}, distinct (partition, offset) {len(keys)}, produced {total}: "
+          f"{'EXACTLY ONCE' if ok else 'MISMATCH'}")  # fmt: skip
+    if cfg.transform is not None:
+        ok = _print_transform(cfg, runs, produced) and ok
+    return ok
 
 
 if __name__ == "__main__":

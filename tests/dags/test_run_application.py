@@ -309,3 +309,38 @@ def test_maintenance_failure_in_the_application_fails_the_maintain_task_and_a_re
         _context(try_number=2, maintenance=due)) == MAINTAINED  # fmt: skip
     assert str(settings.PROJECT_ROOT / "spark_jobs" / "maintain_tables.py") in retry[0]
     assert "--table=quarantine=" in " ".join(retry[0])
+
+
+def test_with_a_registry_the_transform_step_gets_a_private_file_of_its_connection_deleted_after(tmp_path, monkeypatch):
+    data: dict[str, Any] = {
+        "name": "payments", "kafka": {"connection_id": "kafka_test", "topics": ["payments"]}, "schedule": None,
+        "cluster": {"workers": 1},
+        "transform": {"format": "avro", "value_schema": {"registry": "registry_test", "version": 2},
+                      "schema": {"id": {"type": "string", "required": True}, "ts": "timestamp"},
+                      "key": "id", "ordering": "ts"},
+    }  # fmt: skip
+    (tmp_path / "payments.yaml").write_text(yaml.safe_dump(data))
+    cfg = load_pipeline(tmp_path / "payments.yaml")
+    monkeypatch.setenv("AIRFLOW_CONN_REGISTRY_TEST", json.dumps(
+        {"conn_type": "http", "host": "registry", "port": 8081, "login": "elt", "password": "s3cret"}))  # fmt: skip
+    seen_file: dict[str, Any] = {}
+
+    def app(cmd):
+        steps = _steps(cmd)["steps"]
+        registry_file = Path(_arg(steps[1]["args"], "registry-file"))
+        seen_file.update(text=json.loads(registry_file.read_text()), mode=registry_file.stat().st_mode & 0o777,
+                         path=registry_file)  # fmt: skip
+        spec = json.loads(Path(_arg(steps[1]["args"], "spec-file")).read_text())
+        seen_file["spec"] = spec["value_schema"]
+        Path(_arg(steps[0]["args"], "summary-path")).write_text(json.dumps(INGEST))
+        Path(_arg(steps[1]["args"], "summary-path")).write_text(json.dumps(
+            {**TRANSFORM, "value_schema": {"subject": "payments-value", "version": 2, "id": 7, "type": "AVRO"}}))
+
+    _submits(monkeypatch, app)
+    IngestOperator(task_id="ingest", pipeline=cfg, master="spark://127.0.0.1:7077").execute(_context())
+    assert seen_file["text"] == {"url": "http://registry:8081", "username": "elt", "password": "s3cret"}
+    assert seen_file["mode"] == 0o600 and not seen_file["path"].exists()  # deleted after the submit
+    assert (seen_file["spec"]["subject"], seen_file["spec"]["version"]) == ("payments-value", 2)
+    assert "s3cret" not in json.dumps(seen_file["spec"])
+    op = TransformOperator(task_id="transform", pipeline=cfg)
+    assert "values read with subject payments-value version 2 (schema id 7)" in op.summary_line(op.execute(_context()))
