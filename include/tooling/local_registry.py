@@ -21,6 +21,7 @@ application jar, which ships without an index.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import shutil
 import subprocess
@@ -132,11 +133,20 @@ def app_dir() -> Path:
 
 
 def build() -> Path:
-    """The registry's runnable jar, built on first use."""
+    """The registry's runnable jar, built on first use (one build at a time: test workers may ask together)."""
     target = app_dir()
     jar = target / "quarkus-run.jar"
     if (target / ".complete").exists() and jar.exists():
         return jar
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with (target.parent / ".build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / ".complete").exists() and jar.exists():  # built by whoever held the lock before
+            return jar
+        return _build(target, jar)
+
+
+def _build(target: Path, jar: Path) -> Path:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise RegistryError("Maven ('mvn') is not on PATH; it is needed once to build the schema registry")
@@ -160,7 +170,6 @@ def build() -> Path:
                                 + ("\n".join(errors) or proc.stderr[-2000:]))  # fmt: skip
         if target.exists():
             shutil.rmtree(target)
-        target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(built, target)
     (target / ".complete").write_text(f"io.apicurio:apicurio-registry-app:{APICURIO_VERSION}\n")
     return jar
