@@ -43,6 +43,10 @@ Table maintenance (``--parts maintenance``, not in the default parts: about 12
 minutes): two pipelines of the demo's shape over ``--maintenance-runs`` runs,
 one maintained every ``--maintenance-every``, one never; files per table and
 delta-rs read costs side by side (:mod:`include.tooling.benchmark_maintenance`).
+
+Value formats (``--parts formats``, not in the default parts): the same orders
+as JSON and as registry-framed Avro through the transform, records/s side by
+side (:mod:`include.tooling.benchmark_formats`; starts the local schema registry).
 """
 
 from __future__ import annotations
@@ -68,6 +72,12 @@ from include import settings
 from include.readers.kafka_admin import create_topic, delete_topic, watermarks
 from include.spark.spark_submit import submit_command, submit_environment
 from include.tooling import airflow_local, local_kafka
+from include.tooling.benchmark_formats import (
+    FormatsParams,
+    FormatsReport,
+    render_formats_markdown,
+    run_formats_bench,
+)
 from include.tooling.benchmark_maintenance import (
     MaintenanceBenchError,
     MaintenanceParams,
@@ -86,7 +96,7 @@ from include.tooling.benchmark_runs import (
 from spark_jobs.job_common import positive
 
 #: The parts of the benchmark, as ``--parts`` names them, in the order they run.
-PARTS = ("throughput", "batches", "runs", "silver", "maintenance")
+PARTS = ("throughput", "batches", "runs", "silver", "maintenance", "formats")
 #: What ``make bench`` measures unless ``--parts`` says otherwise (maintenance takes about 12 minutes).
 DEFAULT_PARTS = ("throughput", "batches", "runs", "silver")
 
@@ -122,6 +132,7 @@ class BenchmarkParams:
     job_timeout_s: float = 3600.0
     parts: tuple[str, ...] = DEFAULT_PARTS
     maintenance: MaintenanceParams = field(default_factory=MaintenanceParams)
+    formats: FormatsParams = field(default_factory=FormatsParams)
     #: The micro-batch part: this many batches of ``batch_records`` records each, both Spark jobs.
     batch_records: int = 2000
     batch_count: int = 12
@@ -164,6 +175,7 @@ class BenchmarkReport:
     runs: list[DagRunTiming] = field(default_factory=list)
     batch_runs: list[BatchRun] = field(default_factory=list)
     maintenance: MaintenanceReport | None = None
+    formats: FormatsReport | None = None
 
 
 @dataclass(frozen=True)
@@ -550,6 +562,8 @@ def render_markdown(report: BenchmarkReport) -> str:
         text += "\n" + render_runs_markdown(report.runs, p.runs)
     if report.maintenance is not None:
         text += "\n" + render_maintenance_markdown(report.maintenance)
+    if report.formats is not None:
+        text += "\n" + render_formats_markdown(report.formats)
     return text
 
 
@@ -693,6 +707,8 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
         if "maintenance" in params.parts:
             report.maintenance = _measure_maintenance(params, bootstrap, f"{topic}-maintenance", work / "maintenance",
                                                       created)  # fmt: skip
+        if "formats" in params.parts:
+            report.formats = _measure_formats(params, bootstrap, topic, work / "formats", created)
         report.load_after = load_average()
         report.total_s = time.monotonic() - started
         return report
@@ -751,6 +767,24 @@ def _measure_maintenance(params: BenchmarkParams, bootstrap: str, topic: str, wo
     m = params.maintenance
     _log(f"table maintenance on topic {topic}: {m.runs} runs of two pipelines, one maintained every {m.every_runs}")
     return run_maintenance_bench(work, bootstrap, topic, m, produce, _log)
+
+
+def _measure_formats(params: BenchmarkParams, bootstrap: str, topic: str, work: Path,
+                     created: list[str]) -> FormatsReport:  # fmt: skip
+    """The same orders as JSON and as registry-framed Avro through the transform (``--parts formats``)."""
+    from include.tooling import local_registry
+
+    f = params.formats
+    topics = {fmt: f"{topic}-{fmt}" for fmt in ("json", "avro")}
+    for name in topics.values():
+        create_topic(bootstrap, name, f.partitions)
+        created.append(name)
+    work.mkdir(parents=True, exist_ok=True)
+    registry = local_registry.start(work / "registry")
+    try:
+        return run_formats_bench(work, bootstrap, topics, registry.url, registry.register, f, _log)
+    finally:
+        registry.stop()
 
 
 def _measure_throughput(report: BenchmarkReport, bootstrap: str, work: Path, log_dir: Path) -> None:
@@ -869,6 +903,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                     help="runs of each of the two pipelines (default %(default)s)")  # fmt: skip
     mg.add_argument("--maintenance-every", type=positive(int), default=d.maintenance.every_runs,
                     help="maintenance.every_runs of the maintained one (default %(default)s)")  # fmt: skip
+    fg = p.add_argument_group("value formats (--parts formats)")
+    fg.add_argument("--format-records", type=positive(int), default=d.formats.records,
+                    help="orders produced once per format (default %(default)s)")  # fmt: skip
     g.add_argument("--airflow-home", type=Path, default=None,
                    help="an Airflow home whose SQLite database is already migrated (default: a new one "
                         "in the work folder)")  # fmt: skip
@@ -906,6 +943,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         airflow_home=args.airflow_home,
         maintenance=MaintenanceParams(runs=args.maintenance_runs, every_runs=args.maintenance_every),
+        formats=FormatsParams(records=args.format_records, repetitions=args.repetitions),
     )
     try:
         report = run_benchmark(params)

@@ -117,3 +117,21 @@ def test_benchmark_micro_batches_part(bootstrap: str, tmp_path: Path) -> None:
     # 400 records of 2 partitions, 100 per trigger: 4 batches, the first one not counted as warm.
     assert rows["plain"][1] == "3" and rows["project"][1] == "3"
     assert _median(rows["project"][2]) > 0 and float(rows["project"][5]) >= 0
+
+
+def test_benchmark_measures_avro_against_json(bootstrap: str, spark, tmp_path: Path) -> None:
+    """The formats part on a tiny scale: both formats transformed, the same silver, a ratio reported (in the
+    session the suite shares, which it must leave running)."""
+    output = tmp_path / "formats.md"
+    code = benchmark.main([
+        "--bootstrap-servers", bootstrap, "--parts", "formats", "--format-records", "1000", "--repetitions", "1",
+        "--output", str(output), "--work-dir", str(tmp_path / "work"),
+    ])  # fmt: skip
+    assert code == 0
+    markdown = output.read_text()
+    rows = {r[0]: r for r in _section_rows(markdown, "## Value formats")}
+    assert set(rows) == {"json", "avro"}
+    assert all(_median(r[1]) > 0 and r[4] == "0" for r in rows.values()), rows
+    assert re.search(r"^Avro / JSON records/s: \*\*[0-9.]+\*\*\.$", markdown, re.M)
+    assert re.search(r"Both formats gave the same [0-9,]+ silver rows", markdown)
+    assert spark.range(3).count() == 3
