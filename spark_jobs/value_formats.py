@@ -99,8 +99,8 @@ class ValueSchemas:
             expected = SCHEMA_TYPES[spec.format]
             if self.reader.schema_type != expected:
                 raise ValueSchemaError(
-                    f"transform.value_schema: subject {vs.subject!r} version {self.reader.version} is a "
-                    f"{self.reader.schema_type} schema; transform.format {spec.format} needs {expected}"
+                    f"transform.value_schema: subject {vs.subject!r} version {self.reader.version} is a schema "
+                    f"of type {self.reader.schema_type}; transform.format {spec.format} needs {expected}"
                 )
             self.reader_text = self.reader.schema
             where = f"subject {vs.subject!r} version {self.reader.version} (id {self.reader.id})"
@@ -146,7 +146,7 @@ class ValueSchemas:
                 return Writer(schema_id, problem=f"unknown to {self.source} (it answered HTTP 404)")
             raise ValueSchemaError(f"cannot look up writer schema id {schema_id}: {exc}") from None
         if found.schema_type != SCHEMA_TYPES[fmt]:
-            return Writer(schema_id, problem=f"a {found.schema_type} schema in {self.source}; transform.format "
+            return Writer(schema_id, problem=f"a schema of type {found.schema_type} in {self.source}; transform.format "
                                              f"{fmt} reads {SCHEMA_TYPES[fmt]} values")  # fmt: skip
         if fmt != "avro":
             return Writer(schema_id, schema=found.schema)

@@ -152,7 +152,7 @@ def test_a_registry_topic_resolves_each_writer_schema_and_quarantines_by_schema_
     assert first["value_schema"] == {"subject": subject, "version": 1, "id": v1, "type": "AVRO"}
     reasons = {r["key"].decode(): r["reason"] for r in quarantine(spark, lake).values()}
     assert reasons["u"].startswith("value: schema id 999999: unknown to schema registry ") and "404" in reasons["u"]
-    assert reasons["j"] == (f"value: schema id {foreign}: a JSON schema in schema registry {schema_registry.url}; "
+    assert reasons["j"] == (f"value: schema id {foreign}: a schema of type JSON in schema registry {schema_registry.url}; "
                             "transform.format avro reads AVRO values")  # fmt: skip
     assert reasons["l"].startswith(f"value: schema id {incompatible}: written with a schema the reader schema (id "
                                    f"{v1}) cannot read: TYPE_MISMATCH at /fields/2/type")  # fmt: skip
