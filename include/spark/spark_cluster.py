@@ -612,11 +612,23 @@ def _signal(procs: Iterable[_ProcStat], sig: signal.Signals) -> None:
             pass  # gone already; a survivor is reported by the final check
 
 
-def _wait_gone(state: Mapping[str, Any], timeout_s: float, seen: set[int]) -> list[_ProcStat]:
+def _wait_gone(state: Mapping[str, Any], timeout_s: float, seen: dict[int, int]) -> list[_ProcStat]:
+    """The cluster's processes still there after at most ``timeout_s``; ``seen`` collects pid -> start ticks.
+
+    A process killed with SIGKILL drops out of :func:`_find` as soon as the kernel has released its memory
+    (its environment, with the marker, is unreadable from then on), which is before it has exited and
+    closed its files and ports. So each process once seen counts until its own stat says it is gone.
+    """
     deadline = time.monotonic() + timeout_s
     while True:
         left = _find(state)
-        seen.update(p.pid for p in left)
+        for p in left:
+            seen.setdefault(p.pid, p.start_ticks)
+        found = {p.pid for p in left}
+        for pid, ticks in seen.items():
+            stat = _read_stat(pid)
+            if pid not in found and stat is not None and stat.start_ticks == ticks and stat.state not in ("Z", "X"):
+                left.append(stat)
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.2)
@@ -633,9 +645,9 @@ def stop_standalone(run_dir: str | Path, *, timeout_s: float = 30) -> list[int]:
     state = _load_state(run_dir)
     if state is None:
         return []
-    stopped: set[int] = set()
+    stopped: dict[int, int] = {}
     left = _find(state)
-    stopped.update(p.pid for p in left)
+    stopped.update((p.pid, p.start_ticks) for p in left)
     if left:
         # A worker's shutdown waits for its executors to exit: all at once
         # is as fast as it gets.
