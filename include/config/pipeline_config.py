@@ -1559,13 +1559,18 @@ class TransformSection(_Section):
         )
 
 
-def _read_avro_schema_file(value: Any, folder: Path) -> tuple[str, str]:
-    """The text of ``transform.value_schema.file`` and the file as shown; it must hold an Avro record schema."""
+def _file_beside(value: Any, folder: Path, expected: str, at: str) -> tuple[Path, str]:
+    """A file the pipeline file names (``~`` expanded, relative to ``folder``) and how messages show it."""
     if not isinstance(value, str) or not value.strip():
-        raise _invalid(_AVSC_EXPECTED, value, at=".file")
+        raise _invalid(expected, value, at=at)
     path = Path(os.path.expanduser(value.strip()))
     path = Path(os.path.normpath(path if path.is_absolute() else folder / path))
-    shown = _display_path(path)
+    return path, _display_path(path)
+
+
+def _read_avro_schema_file(value: Any, folder: Path) -> tuple[str, str]:
+    """The text of ``transform.value_schema.file`` and the file as shown; it must hold an Avro record schema."""
+    path, shown = _file_beside(value, folder, _AVSC_EXPECTED, ".file")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -1587,11 +1592,7 @@ def _read_avro_schema_file(value: Any, folder: Path) -> tuple[str, str]:
 def _read_schema_file(value: Any, folder: Path) -> tuple[dict[str, SchemaField], str]:
     """The fields of ``transform.schema_file`` and the file as shown; errors in it name that file."""
     expected = _SCHEMA_FILE_EXPECTED
-    if not isinstance(value, str) or not value.strip():
-        raise _invalid(expected, value, at=".schema_file")
-    path = Path(os.path.expanduser(value.strip()))
-    path = Path(os.path.normpath(path if path.is_absolute() else folder / path))
-    shown = _display_path(path)
+    path, shown = _file_beside(value, folder, expected, ".schema_file")
     try:
         is_file = path.is_file()
     except OSError:  # e.g. a name too long for the file system: no such file either
