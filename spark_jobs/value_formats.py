@@ -110,8 +110,10 @@ class ValueSchemas:
             self.reader_text = vs.text or ""
             where = self.source
         self.required_field = None
+        self._jvm_reader = None
         if spec.format == "avro":
-            self._jvm_schema(self.reader_text, f"the reader schema, {where}")
+            # Parsed once per run: every writer id's compatibility check reads it.
+            self._jvm_reader = self._jvm_schema(self.reader_text, f"the reader schema, {where}")
             fields = _avro_fields(self.reader_text)
             names = {f.get("name") for f in fields}
             missing = [f.name for f in spec.fields if f.name not in names]
@@ -155,9 +157,7 @@ class ValueSchemas:
             writer = self._jvm_schema(found.schema, f"writer schema id {schema_id}")
         except ValueSchemaError as exc:
             return Writer(schema_id, problem=str(exc))
-        result = jvm.org.apache.avro.SchemaCompatibility.checkReaderWriterCompatibility(
-            self._jvm_schema(self.reader_text, "the reader schema"), writer
-        )
+        result = jvm.org.apache.avro.SchemaCompatibility.checkReaderWriterCompatibility(self._jvm_reader, writer)
         if result.getType().toString() == "COMPATIBLE":
             return Writer(schema_id, schema=found.schema)
         reasons = [f"{i.getType().toString()} at {i.getLocation()}: {i.getMessage()}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -16,8 +17,9 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from include.contract.transform_spec import FieldSpec, TransformSpec, ValueSchema
+from include.contract.transform_spec import ValueSchema
 from include.readers.schema_registry import frame
+from tests.integration.test_transform_silver import SPEC as ORDERS
 from tests.integration.test_transform_silver import (
     assert_accounted,
     ingest,
@@ -48,18 +50,8 @@ ORDER_BAD = {**ORDER_V1, "fields": [f if f["name"] != "amount" else {"name": "am
                                     for f in ORDER_V1["fields"]]}  # fmt: skip
 JSON_SCHEMA = {"$schema": "http://json-schema.org/draft-07/schema#", "title": "Order", "type": "object",
                "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}}}  # fmt: skip
-SPEC = TransformSpec(
-    fields=(
-        FieldSpec("order_id", "string", required=True),
-        FieldSpec("customer", "string"),
-        FieldSpec("amount", "decimal(10,2)", required=True, minimum=0),
-        FieldSpec("event_time", "timestamp", required=True),
-    ),
-    key=("order_id",),
-    ordering="event_time",
-    new_fields="add",
-    format="avro",
-)
+#: The JSON tests' orders, read as Avro (tombstones are not what these tests are about).
+SPEC = replace(ORDERS, format="avro", tombstones="quarantine")
 
 
 def avro(schema: dict, order_id: str, minute: int, amount: str | int = "10.00", **extra) -> bytes:
@@ -81,7 +73,7 @@ def test_an_avro_topic_read_with_a_schema_file_lands_exactly_once_and_bad_values
     spark, bootstrap, make_topic, unique_name, lake
 ):
     topic = make_topic(unique_name, partitions=3)
-    spec = TransformSpec(**{**SPEC.__dict__, "value_schema": ValueSchema(file="order.avsc", text=json.dumps(ORDER_V1))})
+    spec = replace(SPEC, value_schema=ValueSchema(file="order.avsc", text=json.dumps(ORDER_V1)))
     expected: dict[str, tuple[int, str]] = {}
     records = []
     for i in range(90):  # 30 keys, each updated three times, out of order across partitions
@@ -124,8 +116,7 @@ def test_a_registry_topic_resolves_each_writer_schema_and_quarantines_by_schema_
     v1 = schema_registry.register(subject, ORDER_V1)
     foreign = schema_registry.register(f"{topic}-other", JSON_SCHEMA, schema_type="JSON")
     incompatible = schema_registry.register(f"{topic}-legacy", ORDER_BAD)
-    spec = TransformSpec(**{**SPEC.__dict__, "value_schema": ValueSchema(
-        registry="test", subject=subject, subject_strategy="topic_name")})  # fmt: skip
+    spec = replace(SPEC, value_schema=ValueSchema(registry="test", subject=subject, subject_strategy="topic_name"))
     registry_file = lake / "registry.json"
     registry_file.parent.mkdir(parents=True, exist_ok=True)
     registry_file.write_text(json.dumps({"url": schema_registry.url}))
@@ -188,8 +179,8 @@ def test_a_json_schema_topic_drops_the_header_and_quarantines_unknown_ids(
     topic = make_topic(unique_name, partitions=1)
     subject = f"{topic}-value"
     sid = schema_registry.register(subject, JSON_SCHEMA, schema_type="JSON")
-    spec = TransformSpec(**{**SPEC.__dict__, "format": "json_schema", "value_schema": ValueSchema(
-        registry="test", subject=subject, subject_strategy="topic_name")})  # fmt: skip
+    spec = replace(SPEC, format="json_schema",
+                   value_schema=ValueSchema(registry="test", subject=subject, subject_strategy="topic_name"))  # fmt: skip
     registry_file: Path = lake / "registry.json"
     registry_file.parent.mkdir(parents=True, exist_ok=True)
     registry_file.write_text(json.dumps({"url": schema_registry.url}))
