@@ -28,7 +28,10 @@ def environment(home: Path, *, kafka_bootstrap: str | None = None, pipelines_dir
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__PARALLELISM": "4",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        # SQLite lets one writer in at a time; a command arriving while `airflow standalone`'s scheduler
+        # writes waits up to 30 s (Python's default is 5 s, which a loaded 2-core machine overran:
+        # `airflow backfill create` failed with "database is locked").
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}?timeout=30",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         # `airflow standalone` starts its components as `airflow ...` from PATH.
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
