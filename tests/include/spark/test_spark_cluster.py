@@ -155,6 +155,7 @@ def test_daemon_env_keeps_everything_in_the_run_dir(tmp_path):
         assert env[key].startswith(str(tmp_path)), key
     assert f"-Djava.io.tmpdir={tmp_path}" in env["SPARK_DAEMON_JAVA_OPTS"]
     assert "-Dspark.port.maxRetries=0" in env["SPARK_DAEMON_JAVA_OPTS"]
+    assert "-XX:TieredStopAtLevel=1" in env["SPARK_DAEMON_JAVA_OPTS"]  # a daemon lives one run: C1
     assert "SPARK_WORKER_DIR" not in _daemon_env(tmp_path, "master", "abc", Path("/opt/spark"), base)
 
 
