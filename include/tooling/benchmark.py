@@ -298,7 +298,7 @@ def measure_ceiling(
         "consumer-perf-test",
         "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(records),
         "--group", f"bench-ceiling-{uuid.uuid4().hex[:8]}", "--timeout", "30000",
-        timeout_s=timeout_s,
+        timeout_s=timeout_s, short=False,
     )  # fmt: skip
     wall = time.monotonic() - started
     if result.returncode != 0:
