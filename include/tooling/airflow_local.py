@@ -13,8 +13,12 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from include import settings
+
+if TYPE_CHECKING:
+    from include.tooling.warm_airflow import WarmAirflow
 
 
 def environment(home: Path, *, kafka_bootstrap: str | None = None, pipelines_dir: Path | None = None,
@@ -68,10 +72,18 @@ def _dags_test_command(dag_id: str, conf: Mapping | None) -> list[str]:
 
 
 def dags_test(env: Mapping[str, str], dag_id: str, conf: Mapping | None = None, *,
-              log_file: Path | None = None, timeout_s: float = 900) -> subprocess.CompletedProcess:  # fmt: skip
-    """Run one DAG run with ``airflow dags test``; returns the process (exit 1 when the run failed)."""
-    proc = subprocess.run(_dags_test_command(dag_id, conf), env=dict(env), capture_output=True, text=True,
-                          timeout=timeout_s)  # fmt: skip
+              log_file: Path | None = None, timeout_s: float = 900,
+              warm: WarmAirflow | None = None) -> subprocess.CompletedProcess:  # fmt: skip
+    """Run one DAG run with ``airflow dags test``; returns the process (exit 1 when the run failed).
+
+    ``warm``: fork the command from this warm server when it accepts ``env``
+    (:mod:`include.tooling.warm_airflow`); its output is then in ``log_file`` and ``stdout``.
+    """
+    command = _dags_test_command(dag_id, conf)
+    if warm is not None and log_file is not None and warm.accepts(env):
+        code = warm.run(command[1:], env, log_file=log_file, timeout_s=timeout_s)
+        return subprocess.CompletedProcess(command, code, stdout=log_file.read_text(errors="replace"), stderr="")
+    proc = subprocess.run(command, env=dict(env), capture_output=True, text=True, timeout=timeout_s)
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)
         log_file.write_text(proc.stdout + proc.stderr)

@@ -11,6 +11,7 @@ import yaml
 from include.readers import run_ledger
 from include.spark import spark_cluster
 from include.tooling import airflow_local, local_kafka
+from include.tooling.warm_airflow import WarmAirflow
 
 ORDERS_TRANSFORM = {
     "schema": {
@@ -44,8 +45,11 @@ def order(order_id: str, minute: int, amount: float, **extra) -> bytes:
 class Pipeline:
     """One pipeline of a test: its file, its tables and how to run its DAG."""
 
-    def __init__(self, root: Path, name: str, topic: str, bootstrap: str, airflow_home: Path) -> None:
+    def __init__(self, root: Path, name: str, topic: str, bootstrap: str, airflow_home: Path,
+                 warm: WarmAirflow | None = None) -> None:  # fmt: skip
         self.name, self.topic, self.bootstrap = name, topic, bootstrap
+        #: :meth:`run` forks its ``airflow dags test`` from this warm server (see include/tooling/warm_airflow.py).
+        self.warm = warm
         self.dir = root / "pipelines"
         self.lake = root / "lake"
         self.var = root / "var"
@@ -79,7 +83,7 @@ class Pipeline:
         """One DAG run with ``airflow dags test`` (``conf``: the trigger form's params); (process, log)."""
         self.runs += 1
         log = self.var / f"dag-run-{self.runs}.log"
-        proc = airflow_local.dags_test(self.environment(**env), self.name, conf, log_file=log)
+        proc = airflow_local.dags_test(self.environment(**env), self.name, conf, log_file=log, warm=self.warm)
         return proc, log.read_text()
 
     def start(self) -> tuple[subprocess.Popen, Path]:

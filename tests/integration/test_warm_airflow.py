@@ -1,0 +1,41 @@
+"""The warm ``airflow`` command line the DAG-run tests fork from (include/tooling/warm_airflow.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from include.tooling import airflow_local
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_forked_command_gets_its_own_environment_and_log_and_its_exit_code(warm_airflow, airflow_home, tmp_path):
+    env = airflow_local.environment(airflow_home, extra={"AIRFLOW_VAR_WARM_PROBE": "from-the-request"})
+    assert "AIRFLOW_VAR_WARM_PROBE" not in warm_airflow.env
+    log = tmp_path / "get.log"
+    # A variable only this command's environment holds: the child reads the request's environment.
+    assert warm_airflow.run(["variables", "get", "warm_probe"], env, log_file=log) == 0
+    assert "from-the-request" in log.read_text()
+
+    missing = tmp_path / "missing.log"
+    code = warm_airflow.run(["variables", "get", "no_such_variable_anywhere"], env, log_file=missing)
+    assert code == 1, missing.read_text()[-2000:]
+    assert "no_such_variable_anywhere" in missing.read_text()
+    # The server lives on after each command and serves the next.
+    assert warm_airflow.run(["variables", "get", "warm_probe"], env, log_file=log) == 0
+
+
+def test_a_command_with_other_airflow_settings_runs_as_its_own_process(warm_airflow, airflow_home, tmp_path):
+    other = airflow_local.environment(airflow_home, extra={"AIRFLOW__CORE__PARALLELISM": "7"})
+    assert warm_airflow.accepts(airflow_local.environment(airflow_home))
+    assert not warm_airflow.accepts(other)
+    with pytest.raises(ValueError, match="settings differ"):
+        warm_airflow.run(["version"], other, log_file=tmp_path / "x.log")
+    # dags_test falls back to a real process for it: its own stderr captured (a forked command's output
+    # is all in the log file, and its stderr empty).
+    proc = airflow_local.dags_test(other, "no_such_dag", log_file=tmp_path / "fallback.log", warm=warm_airflow,
+                                   timeout_s=300)  # fmt: skip
+    assert proc.returncode == 1 and "no_such_dag" in proc.stderr
+    forked = airflow_local.dags_test(airflow_local.environment(airflow_home), "no_such_dag",
+                                     log_file=tmp_path / "forked.log", warm=warm_airflow)  # fmt: skip
+    assert forked.returncode == 1 and forked.stderr == "" and "no_such_dag" in forked.stdout
