@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from include.ports import free_port
 from include.readers.kafka_admin import create_topic
 from include.tooling import airflow_local
+from include.tooling.warm_airflow import WarmAirflow
 from tests.integration.dag_helpers import Pipeline, assert_no_cluster_left
 from tests.kafka_helpers import produce_at
 
@@ -25,15 +28,21 @@ pytestmark = pytest.mark.integration
 DAY_MS = 86_400_000
 
 
-def _airflow(env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(airflow_local.airflow_command(*args), env=env, capture_output=True, text=True, timeout=300)
+def _airflow(warm: WarmAirflow, env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    # Forked from the warm command line: the test polls `dags list-runs` every few seconds.
+    log = Path(tempfile.mkstemp(prefix="airflow-cli-", suffix=".log")[1])
+    try:
+        code = warm.run(args, env, log_file=log, timeout_s=300)
+        proc = subprocess.CompletedProcess(["airflow", *args], code, stdout=log.read_text(errors="replace"), stderr="")
+    finally:
+        log.unlink(missing_ok=True)
     if check and proc.returncode != 0:
-        raise AssertionError(f"airflow {' '.join(args)} failed: {proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+        raise AssertionError(f"airflow {' '.join(args)} failed: {proc.stdout[-5000:]}")
     return proc
 
 
-def _runs(env: dict, dag_id: str) -> list[dict]:
-    out = _airflow(env, "dags", "list-runs", dag_id, "-o", "json").stdout
+def _runs(warm: WarmAirflow, env: dict, dag_id: str) -> list[dict]:
+    out = _airflow(warm, env, "dags", "list-runs", dag_id, "-o", "json").stdout
     found = [line for line in out.splitlines() if line.startswith("[{") or line.strip() == "[]"]
     return json.loads(found[-1]) if found else []
 
@@ -70,23 +79,25 @@ def test_airflow_backfill_create_over_two_past_days_reinserts_only_what_is_missi
         extra={"KDE_LAKEHOUSE_ROOT": str(p.lake), "KDE_VAR_DIR": str(p.var)},
     )  # fmt: skip
     server = airflow_local.start_standalone(env, port=free_port(), log_file=p.var / "standalone.log")
+    warm = WarmAirflow(env)
     try:
         deadline = time.monotonic() + 180
-        while _airflow(env, "dags", "unpause", name, check=False).returncode != 0:
+        while _airflow(warm, env, "dags", "unpause", name, check=False).returncode != 0:
             assert time.monotonic() < deadline, "the DAG never reached the metadata database"
             time.sleep(3)
         fmt = "%Y-%m-%d"
-        _airflow(env, "backfill", "create", "--dag-id", name, "--max-active-runs", "1",
+        _airflow(warm, env, "backfill", "create", "--dag-id", name, "--max-active-runs", "1",
                  "--from-date", datetime.fromtimestamp(day1 / 1000, UTC).strftime(fmt),
                  "--to-date", datetime.fromtimestamp(day2 / 1000, UTC).strftime(fmt))  # fmt: skip
         deadline = time.monotonic() + 900
         while True:
-            backfills = [r for r in _runs(env, name) if r["run_id"].startswith("backfill__")]
+            backfills = [r for r in _runs(warm, env, name) if r["run_id"].startswith("backfill__")]
             if len(backfills) == 2 and all(r["state"] in ("success", "failed") for r in backfills):
                 break
             assert time.monotonic() < deadline, f"backfill runs did not finish: {backfills}"
             time.sleep(5)
     finally:
+        warm.stop()
         airflow_local.stop_standalone(server)
     assert [r["state"] for r in backfills] == ["success", "success"], (p.var / "standalone.log").read_text()[-5000:]
 

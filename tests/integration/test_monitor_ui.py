@@ -105,7 +105,7 @@ def _table_positions(bronze: Path) -> dict[int, int]:
 
 
 def test_monitor_page_shows_kafka_and_table_positions_and_refuses_anonymous_requests(
-    tmp_path, unique_name, airflow_home
+    tmp_path, unique_name, airflow_home, warm_airflow
 ):
     ARTEFACTS.mkdir(parents=True, exist_ok=True)
     broker = local_kafka.start(tmp_path / "kafka")
@@ -115,7 +115,7 @@ def test_monitor_page_shows_kafka_and_table_positions_and_refuses_anonymous_requ
         name = unique_name.replace("-", "_")
         topic = f"{unique_name}.orders"
         create_topic(bootstrap, topic, 3)
-        p = Pipeline(tmp_path, name, topic, bootstrap, airflow_home)
+        p = Pipeline(tmp_path, name, topic, bootstrap, airflow_home, warm=warm_airflow)
         p.write(transform=ORDERS_TRANSFORM, description="Orders for the monitor test")
         good = [(i % 3, f"o{i}".encode(), order(f"o{i}", i % 60, 10.0 + i)) for i in range(45)]
         bad = [(0, b"bad-1", b"not json"), (1, b"bad-2", b'{"order_id": "x"}')]

@@ -39,11 +39,11 @@ def _tasks_per_executor(cluster_dir: Path) -> dict[tuple[str, str], int]:
     return finished
 
 
-def test_two_workers_share_the_ingestion_and_every_record_lands_once(tmp_path, unique_name, bootstrap, airflow_home):
+def test_two_workers_share_the_ingestion_and_every_record_lands_once(tmp_path, unique_name, bootstrap, airflow_home, warm_airflow):
     name = unique_name.replace("-", "_")
     topic = f"{unique_name}.events"
     create_topic(bootstrap, topic, PARTITIONS)
-    p = Pipeline(tmp_path, name, topic, bootstrap, airflow_home)
+    p = Pipeline(tmp_path, name, topic, bootstrap, airflow_home, warm=warm_airflow)
     p.write(
         kafka={"connection_id": "kafka_default", "topics": [topic], "max_offsets_per_trigger": MAX_PER_BATCH},
         cluster={"profile": "local_standalone", "workers": 2, "worker_cores": 1, "worker_memory": "512m"},
