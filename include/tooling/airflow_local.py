@@ -81,8 +81,7 @@ def dags_test(env: Mapping[str, str], dag_id: str, conf: Mapping | None = None, 
     """
     command = _dags_test_command(dag_id, conf)
     if warm is not None and log_file is not None and warm.accepts(env):
-        code = warm.run(command[1:], env, log_file=log_file, timeout_s=timeout_s)
-        return subprocess.CompletedProcess(command, code, stdout=log_file.read_text(errors="replace"), stderr="")
+        return warm.completed(command[1:], env, log_file=log_file, timeout_s=timeout_s)
     proc = subprocess.run(command, env=dict(env), capture_output=True, text=True, timeout=timeout_s)
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)

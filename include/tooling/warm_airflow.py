@@ -99,6 +99,13 @@ class WarmAirflow:
             raise RuntimeError(f"the warm Airflow server ended during a command: {self.log_path.read_text()[-3000:]}")
         return int(json.loads(line)["returncode"])
 
+    def completed(self, args: Sequence[str], env: Mapping[str, str], *, log_file: Path,
+                  timeout_s: float = 900) -> subprocess.CompletedProcess:  # fmt: skip
+        """:meth:`run`, returned as :func:`subprocess.run` would: the log's text as ``stdout``, ``stderr`` empty."""
+        code = self.run(args, env, log_file=log_file, timeout_s=timeout_s)
+        return subprocess.CompletedProcess(["airflow", *args], code, stdout=log_file.read_text(errors="replace"),
+                                           stderr="")  # fmt: skip
+
     def stop(self) -> None:
         """Stop the server (a command still running is left to end)."""
         if self._proc.poll() is None:

@@ -32,8 +32,7 @@ def _airflow(warm: WarmAirflow, env: dict, *args: str, check: bool = True) -> su
     # Forked from the warm command line: the test polls `dags list-runs` every few seconds.
     log = Path(tempfile.mkstemp(prefix="airflow-cli-", suffix=".log")[1])
     try:
-        code = warm.run(args, env, log_file=log, timeout_s=300)
-        proc = subprocess.CompletedProcess(["airflow", *args], code, stdout=log.read_text(errors="replace"), stderr="")
+        proc = warm.completed(args, env, log_file=log, timeout_s=300)
     finally:
         log.unlink(missing_ok=True)
     if check and proc.returncode != 0:
