@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from include import settings
 
 if TYPE_CHECKING:
-    from include.tooling.warm_airflow import WarmAirflow
+    from include.tooling.warm_airflow import WarmAirflow, WarmCommand
 
 
 def environment(home: Path, *, kafka_bootstrap: str | None = None, pipelines_dir: Path | None = None,
@@ -89,9 +89,15 @@ def dags_test(env: Mapping[str, str], dag_id: str, conf: Mapping | None = None, 
     return proc
 
 
-def start_dags_test(env: Mapping[str, str], dag_id: str, conf: Mapping | None = None, *,
-                    log_file: Path) -> subprocess.Popen:  # fmt: skip
-    """Start one DAG run with ``airflow dags test`` in the background, its output going to ``log_file``."""
+def start_dags_test(env: Mapping[str, str], dag_id: str, conf: Mapping | None = None, *, log_file: Path,
+                    warm: WarmAirflow | None = None) -> subprocess.Popen | WarmCommand:  # fmt: skip
+    """Start one DAG run with ``airflow dags test`` in the background, its output going to ``log_file``.
+
+    ``warm``: fork it from this warm server when it accepts ``env``; the :class:`WarmCommand` returned
+    is handled like the process (``pid``, ``poll``, ``wait``, ``returncode``).
+    """
+    if warm is not None and warm.accepts(env):
+        return warm.start(_dags_test_command(dag_id, conf)[1:], env, log_file=log_file)
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("wb") as out:
         return subprocess.Popen(_dags_test_command(dag_id, conf), env=dict(env), stdout=out,

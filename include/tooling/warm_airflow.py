@@ -27,15 +27,18 @@ Limits, and why:
 - Airflow read its settings (``AIRFLOW_HOME``, ``AIRFLOW__*``) when the
   server imported it, so :meth:`WarmAirflow.accepts` refuses a command whose
   settings differ; the caller then starts a real process.
-- A forked child's ``/proc/<pid>/environ`` and command line are the
-  server's. A caller that finds processes by those (the fault soak) starts
-  real processes.
+- A forked command's ``/proc/<pid>/environ`` and command line are the
+  server's. A caller that finds processes by those (the fault soak) leaves
+  out the server's command line (:attr:`WarmAirflow.pid`) and holds each
+  command's :class:`WarmCommand`; the Spark processes a command starts get
+  the command's own environment.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -76,9 +79,32 @@ class WarmAirflow:
                 raise RuntimeError(f"the warm Airflow server did not start: {self.log_path.read_text()[-3000:]}")
             time.sleep(0.05)
 
+    @property
+    def pid(self) -> int:
+        """The server's process id (the commands it forks are its grandchildren)."""
+        return self._proc.pid
+
     def accepts(self, env: Mapping[str, str]) -> bool:
         """Whether a command with ``env`` can run here: the same Airflow settings as the server's."""
         return self._proc.poll() is None and _settings(env) == _settings(self.env)
+
+    def start(self, args: Sequence[str], env: Mapping[str, str], *, log_file: Path) -> WarmCommand:
+        """Start ``airflow <args>`` forked from the server, its output into ``log_file``; it runs on while
+        the caller goes on (several may run at once), as :class:`subprocess.Popen` would."""
+        if not self.accepts(env):
+            raise ValueError("this command's Airflow settings differ from the warm server's; run it as a process")
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        request = {"argv": list(args), "env": dict(env), "cwd": os.getcwd(), "log": str(log_file)}
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.settimeout(60)
+            conn.connect(str(self.socket_path))
+            conn.sendall(json.dumps(request).encode() + b"\n")
+            pid = json.loads(_line(conn, self.log_path))["pid"]
+        except BaseException:
+            conn.close()
+            raise
+        return WarmCommand(["airflow", *args], conn, pid, self.log_path)
 
     def run(self, args: Sequence[str], env: Mapping[str, str], *, log_file: Path, timeout_s: float = 900) -> int:
         """Run ``airflow <args>`` forked from the server, its output into ``log_file``; its exit code.
@@ -86,24 +112,12 @@ class WarmAirflow:
         On timeout the command is killed and :class:`subprocess.TimeoutExpired` raised, as
         :func:`subprocess.run` does.
         """
-        if not self.accepts(env):
-            raise ValueError("this command's Airflow settings differ from the warm server's; run it as a process")
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        request = {"argv": list(args), "env": dict(env), "cwd": os.getcwd(), "log": str(log_file)}
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(timeout_s)
-            conn.connect(str(self.socket_path))
-            conn.sendall(json.dumps(request).encode() + b"\n")
-            replies = conn.makefile("rb")
-            pid = json.loads(replies.readline())["pid"]
-            try:
-                line = replies.readline()
-            except TimeoutError:
-                _kill(pid)
-                raise subprocess.TimeoutExpired(["airflow", *args], timeout_s) from None
-        if not line:
-            raise RuntimeError(f"the warm Airflow server ended during a command: {self.log_path.read_text()[-3000:]}")
-        return int(json.loads(line)["returncode"])
+        command = self.start(args, env, log_file=log_file)
+        try:
+            return command.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            command.kill()
+            raise
 
     def completed(self, args: Sequence[str], env: Mapping[str, str], *, log_file: Path,
                   timeout_s: float = 900) -> subprocess.CompletedProcess:  # fmt: skip
@@ -122,6 +136,53 @@ class WarmAirflow:
                 self._proc.kill()
                 self._proc.wait()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class WarmCommand:
+    """A command forked from a :class:`WarmAirflow` server, handled like :class:`subprocess.Popen`.
+
+    ``pid`` is the command's own process (a grandchild of the server, not a
+    child of the caller): signal it as a real ``airflow`` process. Its exit
+    code comes back on the request's socket from the server's process that
+    waits for it, negative for a signal as :attr:`subprocess.Popen.returncode`.
+    """
+
+    def __init__(self, args: list[str], conn: socket.socket, pid: int, server_log: Path) -> None:
+        self.args, self.pid, self.returncode = args, pid, None
+        self._conn, self._server_log = conn, server_log
+
+    def poll(self) -> int | None:
+        """The exit code if the command has ended, else ``None``."""
+        try:
+            return self.wait(0)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the command's end; its exit code. :class:`subprocess.TimeoutExpired` after ``timeout`` s."""
+        if self.returncode is None:
+            ready, _, _ = select.select([self._conn], [], [], timeout)
+            if not ready:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            try:
+                self.returncode = int(json.loads(_line(self._conn, self._server_log))["returncode"])
+            finally:
+                self._conn.close()
+        return self.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the command (its own children are left alone, as for a killed process)."""
+        _kill(self.pid)
+
+
+def _line(conn: socket.socket, server_log: Path) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(4096)
+        if not chunk:
+            raise RuntimeError(f"the warm Airflow server ended during a command: {server_log.read_text()[-3000:]}")
+        data += chunk
+    return data
 
 
 def _kill(pid: int) -> None:
@@ -155,24 +216,41 @@ def _serve(socket_path: str, parent_pid: int) -> None:
     os.rename(partial, socket_path)  # the client waits for this name: the server is ready
     listener.settimeout(2)
     while os.getppid() == parent_pid:  # the process that started it is gone: so is the need
+        _reap()
         try:
             conn, _ = listener.accept()
         except TimeoutError:
             continue
-        with conn:
-            conn.settimeout(None)
-            request = json.loads(conn.makefile("rb").readline())
-            sys.stdout.flush()
-            sys.stderr.flush()
+        conn.settimeout(None)
+        request = json.loads(conn.makefile("rb").readline())
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # A keeper process per command forks the command and waits for it, so that commands run at once
+        # (two DAG runs racing for one lock) and each exit code reaches its caller as soon as it is known.
+        if os.fork() == 0:
+            listener.close()
             pid = os.fork()
             if pid == 0:
-                _child(listener, conn, request)
+                _child(conn, request)
             conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
             _, status = os.waitpid(pid, 0)
             try:
                 conn.sendall(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
             except OSError:
-                pass  # the client gave up (its timeout) and killed the command
+                pass  # the caller is gone (it gave up and killed the command)
+            os._exit(0)
+        conn.close()
+
+
+def _reap() -> None:
+    """Collect the keepers that have ended."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def _build_execution_api() -> None:
@@ -206,10 +284,9 @@ def _build_execution_api() -> None:
         raise RuntimeError(f"the execution API's warm-up request got {replies[:1]}, expected a 404")
 
 
-def _child(listener: socket.socket, conn: socket.socket, request: dict) -> NoReturn:
+def _child(conn: socket.socket, request: dict) -> NoReturn:
     code = 1
     try:
-        listener.close()
         conn.close()
         os.chdir(request["cwd"])
         os.environ.clear()

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from include.tooling import airflow_local
@@ -39,3 +44,19 @@ def test_a_command_with_other_airflow_settings_runs_as_its_own_process(warm_airf
     forked = airflow_local.dags_test(airflow_local.environment(airflow_home), "no_such_dag",
                                      log_file=tmp_path / "forked.log", warm=warm_airflow)  # fmt: skip
     assert forked.returncode == 1 and forked.stderr == "" and "no_such_dag" in forked.stdout
+
+
+def test_commands_run_at_once_and_a_killed_one_reports_its_signal(warm_airflow, airflow_home, tmp_path):
+    env = airflow_local.environment(airflow_home)
+    # A command whose log is a FIFO nobody reads stays blocked opening it: alive, doing nothing, until killed.
+    fifo = tmp_path / "blocked.log"
+    os.mkfifo(fifo)
+    blocked = warm_airflow.start(["version"], env, log_file=fifo)
+    assert blocked.poll() is None and Path(f"/proc/{blocked.pid}").exists()
+    # Another command is served meanwhile (two DAG runs racing for a pipeline's lock need this).
+    assert warm_airflow.run(["version"], env, log_file=tmp_path / "version.log", timeout_s=60) == 0
+    with pytest.raises(subprocess.TimeoutExpired):
+        blocked.wait(0.2)
+    blocked.kill()
+    assert blocked.wait(30) == -signal.SIGKILL  # as subprocess.Popen.returncode reports a signal
+    assert blocked.poll() == -signal.SIGKILL

@@ -1,7 +1,8 @@
 """The fault soak: random kills and bounces across real DAG runs, exact set equality after each fault.
 
 One pipeline with bronze and silver on a broker of the soak's own (so it can
-bounce it), real ``airflow dags test`` runs, real Spark (local mode inside
+bounce it), real ``airflow dags test`` runs (forked from a warm server of the
+soak's own, :mod:`include.tooling.warm_airflow`), real Spark (local mode inside
 the driver, or the transient standalone cluster for the faults that need
 one) and real Delta tables. A producer thread writes keyed orders all the
 time a faulted run is under way: plain and transactional batches (some
@@ -39,6 +40,7 @@ from pathlib import Path
 from include.readers import kafka_state, run_ledger
 from include.readers.kafka_admin import create_topic, watermarks
 from include.tooling import airflow_local, local_kafka
+from include.tooling.warm_airflow import WarmAirflow, WarmCommand
 from tests.integration.dag_helpers import LOCAL_MODE, ORDERS_TRANSFORM, STANDALONE, Pipeline
 from tests.kafka_helpers import read_committed
 
@@ -77,9 +79,15 @@ def _classify(cmdline: str) -> str:
     return "other"
 
 
-def soak_processes(var: Path) -> dict[int, tuple[str, str]]:
-    """Live processes started for the soak's runs (their environment names ``var``): pid -> (kind, cmdline)."""
+def soak_processes(var: Path, warm: WarmAirflow | None = None) -> dict[int, tuple[str, str]]:
+    """Live processes started for the soak's runs (their environment names ``var``): pid -> (kind, cmdline).
+
+    The ``warm`` server's processes are left out: it lives the whole soak, and the commands it forks
+    carry its environment and command line (the soak holds each one's handle and waits for its end).
+    The Spark processes those commands start carry the run's own environment, so they are found.
+    """
     marker = f"KDE_VAR_DIR={var}".encode()
+    server = _cmdline(warm.pid) if warm is not None else None
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -87,14 +95,20 @@ def soak_processes(var: Path) -> dict[int, tuple[str, str]]:
         try:
             if marker not in (entry / "environ").read_bytes().split(b"\0"):
                 continue
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            cmdline = _cmdline(int(entry.name))
             stat = (entry / "stat").read_text()
         except OSError:
+            continue
+        if server is not None and cmdline == server:
             continue
         if stat.rsplit(")", 1)[1].split()[0] == "Z":
             continue
         found[int(entry.name)] = (_classify(cmdline), cmdline)
     return found
+
+
+def _cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
 
 
 # --- the producer --------------------------------------------------------------------------------------
@@ -270,6 +284,10 @@ class Soak:
         self.airflow_home = root / "airflow"
         airflow_local.migrate(airflow_local.environment(self.airflow_home))
         self.pipeline = Pipeline(root, self.name, self.topic, self.bootstrap, self.airflow_home)
+        # Each run's `airflow dags test` is forked from a warm server (Airflow imported and its in-process
+        # execution API built once), as the integration tests' runs are: a "task" fault SIGKILLs the
+        # forked command's own pid, which leaves its children alone as for a real process.
+        self.warm = self.pipeline.warm = WarmAirflow(self.pipeline.environment())
         self.lake, self.var = self.pipeline.lake, self.pipeline.var
         self.results: list[FaultResult] = []
         self.last_duplicates = self.last_losses = 0
@@ -286,8 +304,9 @@ class Soak:
 
     def close(self) -> None:
         self.producer.close()
-        for pid in soak_processes(self.var):
+        for pid in soak_processes(self.var, self.warm):
             _kill(pid)
+        self.warm.stop()
         self.broker.stop()
 
     # -- the scheduler's part --
@@ -388,7 +407,7 @@ class Soak:
         while proc.poll() is None and pending:
             now = time.monotonic()
             if now - last_scan > 0.1:
-                procs, last_scan = soak_processes(self.var), now
+                procs, last_scan = soak_processes(self.var, self.warm), now
             for item in list(pending):
                 r, spec = item
                 kind = r.kind
@@ -435,7 +454,7 @@ class Soak:
             r.detail += f"; run exit {code}"
         return code, log
 
-    def _finish(self, proc: subprocess.Popen, timeout_s: float = 600) -> int:
+    def _finish(self, proc: subprocess.Popen | WarmCommand, timeout_s: float = 600) -> int:
         try:
             return proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -536,7 +555,7 @@ class Soak:
         if group != ends:
             problems.append(f"consumer group: {group}, topic ends {ends}")
 
-        left = soak_processes(self.var)
+        left = soak_processes(self.var, self.warm)
         if left:
             problems.append(f"processes left: {[(pid, k, c[:120]) for pid, (k, c) in left.items()]}")
             for pid in left:
