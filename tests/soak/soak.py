@@ -79,15 +79,15 @@ def _classify(cmdline: str) -> str:
     return "other"
 
 
-def soak_processes(var: Path, warm: WarmAirflow | None = None) -> dict[int, tuple[str, str]]:
+def soak_processes(var: Path, server: str | None = None) -> dict[int, tuple[str, str]]:
     """Live processes started for the soak's runs (their environment names ``var``): pid -> (kind, cmdline).
 
-    The ``warm`` server's processes are left out: it lives the whole soak, and the commands it forks
-    carry its environment and command line (the soak holds each one's handle and waits for its end).
-    The Spark processes those commands start carry the run's own environment, so they are found.
+    Processes with the warm Airflow server's command line ``server`` are left out: the server lives
+    the whole soak, and the commands it forks carry its environment and command line (the soak holds
+    each one's handle and waits for its end). The Spark processes those commands start carry the
+    run's own environment, so they are found.
     """
     marker = f"KDE_VAR_DIR={var}".encode()
-    server = _cmdline(warm.pid) if warm is not None else None
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -288,6 +288,7 @@ class Soak:
         # execution API built once), as the integration tests' runs are: a "task" fault SIGKILLs the
         # forked command's own pid, which leaves its children alone as for a real process.
         self.warm = self.pipeline.warm = WarmAirflow(self.pipeline.environment())
+        self.server = _cmdline(self.warm.pid)
         self.lake, self.var = self.pipeline.lake, self.pipeline.var
         self.results: list[FaultResult] = []
         self.last_duplicates = self.last_losses = 0
@@ -304,7 +305,7 @@ class Soak:
 
     def close(self) -> None:
         self.producer.close()
-        for pid in soak_processes(self.var, self.warm):
+        for pid in soak_processes(self.var, self.server):
             _kill(pid)
         self.warm.stop()
         self.broker.stop()
@@ -407,7 +408,7 @@ class Soak:
         while proc.poll() is None and pending:
             now = time.monotonic()
             if now - last_scan > 0.1:
-                procs, last_scan = soak_processes(self.var, self.warm), now
+                procs, last_scan = soak_processes(self.var, self.server), now
             for item in list(pending):
                 r, spec = item
                 kind = r.kind
@@ -555,7 +556,7 @@ class Soak:
         if group != ends:
             problems.append(f"consumer group: {group}, topic ends {ends}")
 
-        left = soak_processes(self.var, self.warm)
+        left = soak_processes(self.var, self.server)
         if left:
             problems.append(f"processes left: {[(pid, k, c[:120]) for pid, (k, c) in left.items()]}")
             for pid in left:
