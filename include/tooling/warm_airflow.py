@@ -150,6 +150,7 @@ class WarmCommand:
     def __init__(self, args: list[str], conn: socket.socket, pid: int, server_log: Path) -> None:
         self.args, self.pid, self.returncode = args, pid, None
         self._conn, self._server_log = conn, server_log
+        self._lost: RuntimeError | None = None  # the server ended before the exit code came: said each time
 
     def poll(self) -> int | None:
         """The exit code if the command has ended, else ``None``."""
@@ -160,12 +161,17 @@ class WarmCommand:
 
     def wait(self, timeout: float | None = None) -> int:
         """Wait for the command's end; its exit code. :class:`subprocess.TimeoutExpired` after ``timeout`` s."""
+        if self._lost is not None:
+            raise self._lost
         if self.returncode is None:
             ready, _, _ = select.select([self._conn], [], [], timeout)
             if not ready:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0)
             try:
                 self.returncode = int(json.loads(_line(self._conn, self._server_log))["returncode"])
+            except RuntimeError as exc:
+                self._lost = exc
+                raise
             finally:
                 self._conn.close()
         return self.returncode
@@ -229,17 +235,33 @@ def _serve(socket_path: str, parent_pid: int) -> None:
         # (two DAG runs racing for one lock) and each exit code reaches its caller as soon as it is known.
         if os.fork() == 0:
             listener.close()
-            pid = os.fork()
-            if pid == 0:
-                _child(conn, request)
-            conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-            _, status = os.waitpid(pid, 0)
-            try:
-                conn.sendall(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
-            except OSError:
-                pass  # the caller is gone (it gave up and killed the command)
-            os._exit(0)
+            _keep(conn, request)
         conn.close()
+
+
+def _keep(conn: socket.socket, request: dict) -> NoReturn:
+    """The keeper: fork the command, send its pid, wait for it, send its exit code; never return.
+
+    Whatever goes wrong here (the caller gone before the pid could be sent) ends the keeper, not
+    the command, and never leaves this copy of the server's loop running.
+    """
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _child(conn, request)
+        try:
+            conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+        except OSError:
+            pass  # the caller is gone; the command runs on, as a started process would
+        _, status = os.waitpid(pid, 0)
+        try:
+            conn.sendall(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+        except OSError:
+            pass  # the caller is gone (it gave up and killed the command)
+    except BaseException:  # noqa: BLE001 - the server's log says what ended the keeper
+        traceback.print_exc()
+    finally:
+        os._exit(0)
 
 
 def _reap() -> None:

@@ -60,3 +60,23 @@ def test_commands_run_at_once_and_a_killed_one_reports_its_signal(warm_airflow, 
     blocked.kill()
     assert blocked.wait(30) == -signal.SIGKILL  # as subprocess.Popen.returncode reports a signal
     assert blocked.poll() == -signal.SIGKILL
+
+
+def test_a_command_whose_keeper_died_says_so_on_every_wait(warm_airflow, airflow_home, tmp_path):
+    fifo = tmp_path / "blocked.log"
+    os.mkfifo(fifo)
+    blocked = warm_airflow.start(["version"], airflow_local.environment(airflow_home), log_file=fifo)
+    try:
+        # The process that waits for the command and reports its exit code: the command's parent.
+        keeper = int(Path(f"/proc/{blocked.pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        assert keeper not in (os.getpid(), warm_airflow.pid)
+        os.kill(keeper, signal.SIGKILL)
+        with pytest.raises(RuntimeError, match="server ended during a command"):
+            blocked.wait(30)
+        # Asked again, the handle says the same, not an error about its closed socket.
+        with pytest.raises(RuntimeError, match="server ended during a command"):
+            blocked.poll()
+    finally:
+        blocked.kill()
+    # The server itself serves on.
+    assert warm_airflow.run(["version"], airflow_local.environment(airflow_home), log_file=tmp_path / "v.log") == 0
