@@ -299,8 +299,10 @@ class Soak:
 
     def write_pipeline(self, cluster: dict) -> None:
         # Maintenance (OPTIMIZE, VACUUM, checkpoints) every few runs, so faults also land in and around it.
+        # 250 records a micro-batch: a faulted run's backlog (a few hundred) makes several commits, so a
+        # commit_gap fault drawn for the run's second commit finds one.
         self.pipeline.write(cluster=cluster, transform=ORDERS_TRANSFORM, kafka={
-            "connection_id": "kafka_default", "topics": [self.topic], "max_offsets_per_trigger": 500},
+            "connection_id": "kafka_default", "topics": [self.topic], "max_offsets_per_trigger": 250},
             maintenance={"every_runs": MAINTENANCE_EVERY})  # fmt: skip
 
     def close(self) -> None:
@@ -394,10 +396,10 @@ class Soak:
         pending: list[tuple[FaultResult, dict]] = []
         for r in results:
             if r.kind in ("driver", "executor", "worker", "master"):
-                life = {"driver": 25, "executor": 15, "worker": 25, "master": 25}[r.kind]
+                life = {"driver": 25, "executor": 10, "worker": 25, "master": 25}[r.kind]
                 spec = {"after": rng.uniform(0, life), "first_seen": None}
             elif r.kind in ("task", "broker"):
-                spec = {"at": rng.uniform(1, 30), "hard": rng.random() < 0.5, "down": rng.uniform(0.5, 8)}
+                spec = {"at": rng.uniform(1, 20), "hard": rng.random() < 0.5, "down": rng.uniform(0.5, 8)}
             else:  # commit_gap: the first or second new commit of the run; merge: its first data file
                 spec = {"nth": rng.randrange(0, 2) if r.kind == "commit_gap" else 0}
             pending.append((r, spec))
@@ -609,18 +611,18 @@ def _kill(pid: int) -> bool:
 
 
 def retry_missed(plan: list[list[str]], step: int, results: list[FaultResult], wanted: set[str]) -> bool:
-    """Plan round ``step`` again right after it when its run-ending fault missed and its kind never hit.
+    """Plan that run-ending fault alone right after round ``step`` when it missed and its kind never hit.
 
     A run-ending fault misses when its run ends first (a broker bounce of the
     same run failed it, say); waiting for the kind's next turn in the shuffled
-    cycle would cost a whole cycle of rounds. The retry draws its own moments
-    (each step has its own random stream). Returns whether it planned one.
+    cycle would cost a whole cycle of rounds. The retry carries no companion
+    that could end its run first, and draws its own moment (each step has its
+    own random stream). Returns whether it planned one.
     """
-    kinds = plan[step]
     lead = results[0] if results else None
     if lead is None or lead.injected or lead.kind not in wanted:
         return False
-    plan.insert(step + 1, list(kinds))
+    plan.insert(step + 1, [lead.kind])
     return True
 
 
@@ -630,7 +632,7 @@ def rounds(seed: int, faults: int, only: list[str] | None = None) -> list[list[s
     Each run gets one fault that ends it (driver, task, commit gap, MERGE,
     worker, master) or the lock holder's kill (two runs of its own), taken
     in turn from a list shuffled per cycle, so every kind comes up; a run
-    that ends by a fault also gets two to four of the faults a run may
+    that ends by a fault also gets three to five of the faults a run may
     live through (a broker bounce, an executor killed), drawn at random, a
     kind possibly more than once.
     ``only`` restricts the kinds.
@@ -652,6 +654,6 @@ def rounds(seed: int, faults: int, only: list[str] | None = None) -> list[list[s
         if first == "lock_holder":
             out.append([first])
             continue
-        extra = [rng.choice(companions) for _ in range(rng.choice([2, 3, 4]))] if companions else []
+        extra = [rng.choice(companions) for _ in range(rng.choice([3, 4, 5]))] if companions else []
         out.append([k for k in (first, *extra) if k])
     return out
