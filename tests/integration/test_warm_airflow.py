@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from include.spark import spark_cluster
 from include.tooling import airflow_local
 
 pytestmark = pytest.mark.integration
@@ -68,7 +69,7 @@ def test_a_command_whose_keeper_died_says_so_on_every_wait(warm_airflow, airflow
     blocked = warm_airflow.start(["version"], airflow_local.environment(airflow_home), log_file=fifo)
     try:
         # The process that waits for the command and reports its exit code: the command's parent.
-        keeper = int(Path(f"/proc/{blocked.pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        keeper = spark_cluster._read_stat(blocked.pid).ppid
         assert keeper not in (os.getpid(), warm_airflow.pid)
         os.kill(keeper, signal.SIGKILL)
         with pytest.raises(RuntimeError, match="server ended during a command"):
