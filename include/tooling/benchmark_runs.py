@@ -115,6 +115,8 @@ class DagRunTiming:
     own: dict[str, float] = field(default_factory=dict)
     #: Where the run's Spark application ran and why (``start_cluster``'s summary line), if it ran.
     choice: str | None = None
+    #: Data files of the bronze table before the run (what opening it with delta-rs reads the metadata of).
+    files_before: int = 0
 
     def own_s(self, task_id: str) -> float:
         """The task's own work in seconds (0 for a task that did not run)."""
@@ -271,6 +273,7 @@ class DagRunBench:
         self._count += 1
         log_file = self.logs / f"run{self._count:03d}-{kind}.log"
         before = self.commits()
+        files = delta_progress.file_count(self.bronze) or 0
         started = time.monotonic()
         proc = airflow_local.dags_test(
             self.env, self.name, log_file=log_file, timeout_s=self.params.timeout_s
@@ -306,7 +309,8 @@ class DagRunBench:
             raise RunBenchmarkError(f"DAG run {self._count} ({kind}): the execution API logged no start and end for "
                                     f"{missing}; log {log_file}")  # fmt: skip
         choice = _CHOICE.search(text)
-        timing = DagRunTiming(kind, repetition, before, rows, wall, tasks, own, choice["choice"] if choice else None)
+        timing = DagRunTiming(kind, repetition, before, rows, wall, tasks, own, choice["choice"] if choice else None,
+                              files)
         self._log(f"  {kind} run {repetition}: {wall:.1f}s (dags test), end to end {timing.end_to_end_s:.1f}s, "
                   f"{rows} rows, bronze commits before {before}")  # fmt: skip
         return timing
@@ -372,6 +376,11 @@ def median_range(values: Sequence[float], fmt: Callable[[float], str] = "{:.1f}"
 def _commits(runs: Sequence[DagRunTiming]) -> str:
     low, high = min(r.commits_before for r in runs), max(r.commits_before for r in runs)
     return str(low) if low == high else f"{low}–{high}"
+
+
+def _files(runs: Sequence[DagRunTiming]) -> str:
+    low, high = min(r.files_before for r in runs), max(r.files_before for r in runs)
+    return f"{low:,}" if low == high else f"{low:,}–{high:,}"
 
 
 def render_runs_markdown(runs: Sequence[DagRunTiming], params: RunParams) -> str:
@@ -448,8 +457,9 @@ def render_runs_markdown(runs: Sequence[DagRunTiming], params: RunParams) -> str
             f"{params.partitions * 10}, one Delta commit and one Spark checkpoint batch per micro-batch). "
             "Each task's own work in seconds (the execution API's start to end of the task), median (min–max).",
             "",
-            "| bronze commits before the run | " + " | ".join(CHECK_TASKS) + " | checks total | ingest |",
-            "|---|" + "---|" * (len(CHECK_TASKS) + 2),
+            "| bronze commits before the run | " + " | ".join(CHECK_TASKS) + " | checks total | ingest "
+            "| bronze data files before the run |",
+            "|---|" + "---|" * (len(CHECK_TASKS) + 3),
         ]
         for _, rs in ([("small", small)] if small else []) + levels:
             lines.append("| " + " | ".join([
@@ -457,8 +467,12 @@ def render_runs_markdown(runs: Sequence[DagRunTiming], params: RunParams) -> str
                 *(median_range([r.own_s(t) for r in rs]) for t in CHECK_TASKS),
                 median_range([sum(r.own_s(t) for t in CHECK_TASKS) for r in rs]),
                 median_range([r.own_s("ingest") for r in rs]),
+                _files(rs),
             ]) + " |")  # fmt: skip
-        base, last = small or levels[0][1], levels[-1][1]
+        # Against the first history level when there are two (the issue's "after 2,000 against after 10"),
+        # else against the small run's 2–3 commits.
+        base = levels[0][1] if len(levels) > 1 or not small else small
+        last = levels[-1][1]
         before = statistics.median(sum(r.own_s(t) for t in CHECK_TASKS) for r in base)
         after = statistics.median(sum(r.own_s(t) for t in CHECK_TASKS) for r in last)
         if before:

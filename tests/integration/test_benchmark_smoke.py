@@ -96,6 +96,8 @@ def test_benchmark_measures_dag_runs(bootstrap: str, airflow_home: Path, tmp_pat
     # The fixed-cost small run (after the first run's batch commit and its one-time retention property
     # commit), then the run after history was built to 4.
     assert commits[0] == "2" and int(commits[1]) >= 4, commits
+    files = [int(row[-1].replace(",", "")) for row in history]  # bronze data files before each run
+    assert 0 < files[0] < files[1], files
     assert re.search(rf"Checks total at {commits[1]} commits / at {commits[0]} commits: \*\*[0-9.]+x\*\*", markdown)
 
 

@@ -82,3 +82,22 @@ def test_the_silver_section_shows_where_each_run_ran_and_its_spark_tasks_apart()
     assert rows[2][3] == "22.1 (21.1–23.1)"
     assert rows[2][4:7] == ["0.1 (0.1–0.1)", "17.0 (16.0–18.0)", "0.1 (0.1–0.1)"]
     assert rows[2][7] == "4.9 (4.9–4.9)"
+
+
+def test_the_checks_ratio_is_taken_against_the_first_history_level_when_there_are_two():
+    from dataclasses import replace
+
+    from include.tooling.benchmark_runs import CHECK_TASKS, RunParams, render_runs_markdown
+
+    def run(kind: str, commits: int, checks_s: float):
+        seconds = {t: checks_s / len(CHECK_TASKS) for t in CHECK_TASKS}
+        return replace(_timing(kind, 1, seconds, None), commits_before=commits, files_before=commits * 6)
+
+    runs = [run("small", 2, 1.0), run("history 10", 10, 1.2), run("history 2000", 2000, 1.5)]
+    markdown = render_runs_markdown(runs, RunParams(small_records=1000, history=(10, 2000)))
+    rows = [line for line in markdown.splitlines() if line.startswith("| 2000 |")]
+    assert len(rows) == 1 and rows[0].endswith("| 12,000 |"), rows  # the data files the checks open
+    assert "Checks total at 2000 commits / at 10 commits: **1.25x** (medians)." in markdown
+    # One history level: against the small run, as before.
+    markdown = render_runs_markdown(runs[::2], RunParams(small_records=1000, history=(2000,)))
+    assert "Checks total at 2000 commits / at 2 commits: **1.50x** (medians)." in markdown
