@@ -49,7 +49,7 @@ ui: setup
 TEST_WORKERS ?= 2
 test: setup test-tools
 	$(PY) -m ruff check .
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 # The fault soak's long mode: random kills and bounces across real DAG runs, exact checks after each
 # (tests/soak). The test suite runs a 30-fault slice with a fixed seed. SOAK_SEED=<n> replays a

@@ -85,19 +85,10 @@ def pytest_configure(config) -> None:
     os.environ.setdefault("KDE_CACHE_DIR", str(settings.CACHE_DIR))
 
 
-def _weight(item) -> int:
-    """0 for the fault soak's slice, 1 for the integration tests (DAG runs, Spark jobs), 2 for the rest."""
-    if item.nodeid.startswith("tests/soak/test_soak.py::"):
-        return 0
-    return 1 if item.nodeid.startswith("tests/integration/") else 2
-
-
 def pytest_collection_modifyitems(config, items) -> None:
-    # Longest first (``make test`` hands the tests out one at a time, ``--dist load --maxschedchunk 1``):
-    # the slice starts at once on one worker while the others take the integration tests, and the
-    # short tests come last, where they fill whichever worker ends first instead of leaving one
-    # worker running a DAG-run test alone at the end.
-    items.sort(key=_weight)
+    # The fault soak's slice is the longest test by far: first in the list, the first xdist worker
+    # starts it at once while the other takes the rest, instead of it starting last and running alone.
+    items.sort(key=lambda item: 0 if "tests/soak/" in item.nodeid else 1)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
