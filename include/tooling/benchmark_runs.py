@@ -18,7 +18,10 @@ Every figure comes from real ``airflow dags test`` runs of one pipeline's DAG
    checkpoint batches a long-lived pipeline accumulates); then the same small
    run is measured ``--run-repetitions`` times. The Airflow-side checks
    (check_request, wait_for_lag, preflight, check_continuity, mirror_offsets,
-   record_run) should cost the same at every level.
+   record_run) should cost the same at every level; the report gives the
+   last level's cost against the first level's (against the small run's with
+   one level) and the bronze data files before each run, which is what
+   opening the table with delta-rs reads the metadata of.
 3. **through bronze and silver** (``--parts silver``): a pipeline of the demo's
    shape (its transform spec and cluster section, so the cluster sizing
    chooses) on the demo's order events: a first run creates the tables, then
