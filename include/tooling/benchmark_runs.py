@@ -376,14 +376,14 @@ def median_range(values: Sequence[float], fmt: Callable[[float], str] = "{:.1f}"
     return f"{fmt(statistics.median(values))} ({fmt(min(values))}–{fmt(max(values))})"
 
 
+def _span(values: Sequence[int], fmt: Callable[[int], str] = str) -> str:
+    """A report cell for counts that may differ between repetitions: ``low`` or ``low–high``."""
+    low, high = min(values), max(values)
+    return fmt(low) if low == high else f"{fmt(low)}–{fmt(high)}"
+
+
 def _commits(runs: Sequence[DagRunTiming]) -> str:
-    low, high = min(r.commits_before for r in runs), max(r.commits_before for r in runs)
-    return str(low) if low == high else f"{low}–{high}"
-
-
-def _files(runs: Sequence[DagRunTiming]) -> str:
-    low, high = min(r.files_before for r in runs), max(r.files_before for r in runs)
-    return f"{low:,}" if low == high else f"{low:,}–{high:,}"
+    return _span([r.commits_before for r in runs])
 
 
 def render_runs_markdown(runs: Sequence[DagRunTiming], params: RunParams) -> str:
@@ -470,7 +470,7 @@ def render_runs_markdown(runs: Sequence[DagRunTiming], params: RunParams) -> str
                 *(median_range([r.own_s(t) for r in rs]) for t in CHECK_TASKS),
                 median_range([sum(r.own_s(t) for t in CHECK_TASKS) for r in rs]),
                 median_range([r.own_s("ingest") for r in rs]),
-                _files(rs),
+                _span([r.files_before for r in rs], "{:,}".format),
             ]) + " |")  # fmt: skip
         # Against the first history level when there are two (the issue's "after 2,000 against after 10"),
         # else against the small run's 2–3 commits.
