@@ -62,6 +62,10 @@ class Window:
         return f"{self.start:%H:%M}-{self.end:%H:%M}"
 
 
+#: The run ledger's columns :func:`due` reads.
+LEDGER_COLUMNS = ("run_id", "finished_at", "maintenance_json")
+
+
 def maintained(row: Mapping[str, Any], part: str) -> bool:
     """Whether the ledger ``row`` says its run maintained ``part`` (every table of it it found)."""
     done = (row.get("maintenance_json") or {}).get("tables") or {}

@@ -207,9 +207,14 @@ def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunReque
     return verdict, report, progress
 
 
+#: What the ledger's witness reads of a run's row: not the commits a long run names.
+WITNESS_COLUMNS = ("run_id", "finished_at", "outcome", "partitions_json")
+
+
 def ledger_witness(cfg: PipelineConfig, table_next: PositionMap | None) -> Finding | None:
     """The run ledger's last successful run against where the table stands now (see :func:`ledger_overlap`)."""
-    for row in run_ledger.newest_runs(cfg.tables.ledger_path):  # newest first
+    rows = run_ledger.newest_runs(cfg.tables.ledger_path, columns=WITNESS_COLUMNS)
+    for row in rows:  # newest first
         if row["outcome"] != "success":
             continue
         end: PositionMap = {}
@@ -337,7 +342,8 @@ def check_continuity(cfg: PipelineConfig, client: dict[str, str], *, run_id: str
 
     ``start`` is where the table stood at ``version_before`` (from the preflight).
     """
-    _, commits = delta_progress.commits_since(cfg.tables.bronze_path, version_before)
+    bronze = delta_progress.opened(cfg.tables.bronze_path)  # once: each open reads every data file's metadata
+    _, commits = delta_progress.commits_since(bronze, version_before)
 
     def count(topic: str, partition: int, frm: int, until: int) -> int:
         return kafka_state.count_records(client, topic, partition, frm, until, timeout_s=KAFKA_TIMEOUT_S)
@@ -354,11 +360,12 @@ def check_continuity(cfg: PipelineConfig, client: dict[str, str], *, run_id: str
     )
     if backfill:
         report.backfill = continuity.check_backfill(
-            run_id=run_id, commits=delta_progress.backfill_commits_since(cfg.tables.bronze_path, version_before),
+            run_id=run_id, commits=delta_progress.backfill_commits_since(bronze, version_before),
             expected=job_summary, count_records=count,
         )  # fmt: skip
     if cfg.transform is not None:
-        report.transform = check_transform(cfg, before=transform_before or {}, job_summary=transform_summary)
+        report.transform = check_transform(cfg, before=transform_before or {}, job_summary=transform_summary,
+                                           bronze=bronze)  # fmt: skip
     return report
 
 
@@ -368,22 +375,28 @@ def transform_versions(cfg: PipelineConfig) -> dict:
     The stand comes from silver's state, so the check can chain the run's first
     batch to it even when log cleanup has removed the batch commit before it.
     """
-    stand = delta_progress.silver_stand(cfg.tables.silver_path, cfg.name)
+    silver = delta_progress.opened(cfg.tables.silver_path)
+    stand = delta_progress.silver_stand(silver, cfg.name)
     return {
-        "silver_version": delta_progress.table_version(cfg.tables.silver_path),
+        "silver_version": delta_progress.table_version(silver),
         "quarantine_version": delta_progress.table_version(cfg.tables.quarantine_path),
         "silver_stand": stand.to_json() if stand is not None else None,
     }
 
 
-def check_transform(cfg: PipelineConfig, *, before: dict, job_summary: dict | None) -> TransformCheck:
-    """Check the silver batches written since ``before`` (:func:`transform_versions` of the preflight)."""
+def check_transform(cfg: PipelineConfig, *, before: dict, job_summary: dict | None,
+                    bronze: delta_progress.TableRef | None = None) -> TransformCheck:  # fmt: skip
+    """Check the silver batches written since ``before`` (:func:`transform_versions` of the preflight).
+
+    ``bronze`` is bronze :func:`include.readers.delta_progress.opened` by the caller (``None``: opened here).
+    """
+    bronze = cfg.tables.bronze_path if bronze is None else bronze
     previous, commits = delta_progress.silver_commits_since(cfg.tables.silver_path, before.get("silver_version"))
     if commits:  # only the bronze versions the batches read: cost follows the run, not the history
         since = min(c.bronze_start.version for c in commits)
-        bronze_version, rows = delta_progress.bronze_rows_by_version(cfg.tables.bronze_path, since)
+        bronze_version, rows = delta_progress.bronze_rows_by_version(bronze, since)
     else:
-        bronze_version, rows = delta_progress.bronze_data_version(cfg.tables.bronze_path), {}
+        bronze_version, rows = delta_progress.bronze_data_version(bronze), {}
     quarantined = delta_progress.quarantine_rows_since(cfg.tables.quarantine_path, before.get("quarantine_version"))
     stand = before.get("silver_stand")
     return continuity.check_transform(
@@ -449,11 +462,12 @@ def maintenance_due(cfg: PipelineConfig, part: str, now: datetime) -> str | None
     if not m.enabled:
         return None
     path = cfg.tables.ledger_path
-    rows = run_ledger.newest_runs(path, files=m.every_runs) if m.every_runs else []
+    rows = run_ledger.newest_runs(path, files=m.every_runs, columns=maintenance.LEDGER_COLUMNS) if m.every_runs else []
     window = m.window
     opened = window.opened(now) if window is not None else None
     if opened is not None:  # and every run since the window opened
         seen = {r["run_id"] for r in rows}
-        rows += [r for r in run_ledger.runs_since(path, opened) if r["run_id"] not in seen]
+        since = run_ledger.runs_since(path, opened, columns=maintenance.LEDGER_COLUMNS)
+        rows += [r for r in since if r["run_id"] not in seen]
         rows.sort(key=lambda r: r["finished_at"] or datetime.min.replace(tzinfo=UTC), reverse=True)
     return maintenance.due(part, rows, every_runs=m.every_runs, window=window, now=now)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
 from include.contract import table_stand
 from include.contract.offsets import BackfillCommit, BronzeCommit, PositionMap, txn_app_id
@@ -25,14 +26,39 @@ from include.contract.transform_spec import (
     silver_history_covered,
 )
 
-
-def _open(path: str | Path, storage_options: dict[str, str] | None):
-    """The Delta table at ``path`` (delta-rs), or ``None`` when there is none yet."""
+if TYPE_CHECKING:
     from deltalake import DeltaTable
 
+#: A table's path, or the table :func:`opened` once for several reads.
+TableRef: TypeAlias = "str | Path | DeltaTable"
+
+
+def _open(path: TableRef, storage_options: dict[str, str] | None):
+    """The Delta table at ``path`` (delta-rs), or ``None`` when there is none yet; a table :func:`opened` as is."""
+    from deltalake import DeltaTable
+
+    if isinstance(path, DeltaTable):
+        return path
     if not DeltaTable.is_deltatable(str(path), storage_options=storage_options):
         return None
     return DeltaTable(str(path), storage_options=storage_options)
+
+
+def _where(path: TableRef) -> str:
+    """Where the table lives, for messages and reports."""
+    uri = getattr(path, "table_uri", None)
+    return str(path) if uri is None else str(uri)
+
+
+def opened(path: str | Path, *, storage_options: dict[str, str] | None = None) -> TableRef:
+    """The table at ``path`` opened once, for a check that reads it several times; ``path`` when there is none yet.
+
+    Every reader here takes the result in place of a path. Opening costs as
+    much as the table has data files (delta-rs reads each file's metadata),
+    and one open gives all the reads one version of the table.
+    """
+    table = _open(path, storage_options)
+    return path if table is None else table
 
 
 @dataclass(frozen=True)
@@ -72,7 +98,7 @@ def _has_rows(table) -> bool:
     return any(n is None or n > 0 for n in counts.to_pylist())
 
 
-def read_progress(path: str | Path, pipeline: str, topics: Mapping[str, Iterable[int]] | None = None, *,
+def read_progress(path: TableRef, pipeline: str, topics: Mapping[str, Iterable[int]] | None = None, *,
                   storage_options: dict[str, str] | None = None) -> TableProgress | None:  # fmt: skip
     """Where the bronze table at ``path`` stands for ``pipeline``; ``None`` for no table, or no progress and no rows.
 
@@ -110,12 +136,12 @@ def read_progress(path: str | Path, pipeline: str, topics: Mapping[str, Iterable
         pipeline=pipeline, state=state, history=entries,
         has_rows=_has_rows(table),
         txn_seen=lambda c: probe(txn_app_id(c.pipeline, c.epoch)) is not None,
-        path=str(path),
+        path=_where(path),
     )  # fmt: skip
-    return None if stand is None else TableProgress(str(path), version, stand)
+    return None if stand is None else TableProgress(_where(path), version, stand)
 
 
-def positions_from_rows(path: str | Path, *, storage_options: dict[str, str] | None = None) -> PositionMap:
+def positions_from_rows(path: TableRef, *, storage_options: dict[str, str] | None = None) -> PositionMap:
     """Max offset + 1 of every topic-partition among the rows of the bronze table at ``path``.
 
     Reads the ``topic``, ``partition`` and ``offset`` columns of every file:
@@ -137,7 +163,7 @@ def positions_from_rows(path: str | Path, *, storage_options: dict[str, str] | N
     return found
 
 
-def _entries_after(path: str | Path, version: int | None,
+def _entries_after(path: TableRef, version: int | None,
                    storage_options: dict[str, str] | None) -> tuple[int | None, list[dict]]:  # fmt: skip
     """The table's current version and its log entries after ``version`` (``None``: all), newest first.
 
@@ -154,7 +180,7 @@ def _entries_after(path: str | Path, version: int | None,
     return current, [e for e in table.history(current - start) if int(e["version"]) > start]
 
 
-def commits_since(path: str | Path, version: int | None, *,
+def commits_since(path: TableRef, version: int | None, *,
                   storage_options: dict[str, str] | None = None) -> tuple[int | None, list[tuple[int, BronzeCommit]]]:  # fmt: skip
     """The table's current version and our bronze commits after ``version`` (``None``: all), oldest first."""
     current, entries = _entries_after(path, version, storage_options)
@@ -167,19 +193,19 @@ def commits_since(path: str | Path, version: int | None, *,
     return current, sorted(found, key=lambda item: item[0])
 
 
-def file_count(path: str | Path, *, storage_options: dict[str, str] | None = None) -> int | None:
+def file_count(path: TableRef, *, storage_options: dict[str, str] | None = None) -> int | None:
     """How many data files the table's current version holds; ``None`` when there is no table yet."""
     table = _open(path, storage_options)
     return None if table is None else len(table.file_uris())
 
 
-def table_version(path: str | Path, *, storage_options: dict[str, str] | None = None) -> int | None:
+def table_version(path: TableRef, *, storage_options: dict[str, str] | None = None) -> int | None:
     """The table's current version; ``None`` when there is no table yet."""
     table = _open(path, storage_options)
     return None if table is None else table.version()
 
 
-def silver_commits_since(path: str | Path, version: int | None, *,
+def silver_commits_since(path: TableRef, version: int | None, *,
                          storage_options: dict[str, str] | None = None) -> tuple[SilverCommit | None, list[SilverCommit]]:  # fmt: skip
     """Silver's last batch commit at or before ``version``, and its batch commits after it (oldest first).
 
@@ -213,7 +239,7 @@ def silver_commits_since(path: str | Path, version: int | None, *,
 _EPOCH_GAP = 8
 
 
-def silver_stand(path: str | Path, pipeline: str, *,
+def silver_stand(path: TableRef, pipeline: str, *,
                  storage_options: dict[str, str] | None = None) -> SilverStand | None:  # fmt: skip
     """Where the transform stands (:func:`include.contract.transform_spec.resolve_silver_stand`), read with delta-rs.
 
@@ -243,7 +269,7 @@ def silver_stand(path: str | Path, pipeline: str, *,
     return resolve_silver_stand(state, newest, entries)
 
 
-def quarantine_rows_since(path: str | Path, version: int | None, *,
+def quarantine_rows_since(path: TableRef, version: int | None, *,
                           storage_options: dict[str, str] | None = None) -> dict[tuple[int, int], int]:  # fmt: skip
     """Rows each quarantine append after ``version`` holds, by ``(epoch, batch_id)``, from Delta's own metrics."""
     found: dict[tuple[int, int], int] = {}
@@ -255,7 +281,7 @@ def quarantine_rows_since(path: str | Path, version: int | None, *,
     return found
 
 
-def backfill_commits_since(path: str | Path, version: int | None, *,
+def backfill_commits_since(path: TableRef, version: int | None, *,
                            storage_options: dict[str, str] | None = None) -> list[tuple[int, BackfillCommit, dict]]:  # fmt: skip
     """Backfill commits after ``version`` (oldest first), each with Delta's own operation metrics."""
     found = []
@@ -280,7 +306,7 @@ def _newest_data_version(entries: list[dict], before: int) -> int:
     return before
 
 
-def bronze_rows_by_version(path: str | Path, since: int, *,
+def bronze_rows_by_version(path: TableRef, since: int, *,
                            storage_options: dict[str, str] | None = None) -> tuple[int | None, dict[int, int]]:  # fmt: skip
     """Bronze's newest version that may hold records (maintenance commits after it left out), and the
     rows each of our commits (ingestion and backfill) from ``since`` on wrote."""
@@ -300,7 +326,7 @@ def bronze_rows_by_version(path: str | Path, since: int, *,
     return _newest_data_version(entries, since - 1), rows
 
 
-def bronze_data_version(path: str | Path, *, storage_options: dict[str, str] | None = None) -> int | None:
+def bronze_data_version(path: TableRef, *, storage_options: dict[str, str] | None = None) -> int | None:
     """Bronze's newest version that may hold records: the current one, less trailing maintenance commits."""
     table = _open(path, storage_options)
     if table is None:

@@ -13,6 +13,7 @@ Nested parts are JSON strings, so the schema stays flat and any Delta reader
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -113,30 +114,52 @@ def append_run(path: str | Path, record: dict[str, Any], *, storage_options: dic
     return DeltaTable(str(path), storage_options=storage_options).version()
 
 
-def newest_runs(path: str | Path, *, files: int = 20, storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def newest_runs(path: str | Path, *, files: int = 20, columns: Sequence[str] | None = None,
+                storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """The rows of the ledger's ``files`` newest data files, newest first: the latest runs, at a cost
-    that does not grow with the ledger (each run appends one file)."""
+    that does not grow with the ledger (each run appends one file).
+
+    ``columns`` (``None``: all) are the only ones read and decoded, with
+    ``finished_at`` always among them: a run's row can name thousands of
+    commits, which a caller that wants one field should not pay for.
+    """
     import pyarrow as pa
     from deltalake import DeltaTable
 
     if not DeltaTable.is_deltatable(str(path), storage_options=storage_options):
         return []
     table = DeltaTable(str(path), storage_options=storage_options)
+    wanted = _wanted(columns)
     adds = pa.table(table.get_add_actions(flatten=True))
     if "min.finished_at" not in adds.column_names or None in adds.column("min.finished_at").to_pylist():
-        return _decoded(table.to_pyarrow_table().to_pylist())  # no statistics to skip files with
+        return _decoded(_read(table, wanted), wanted)  # no statistics to skip files with
     # The files holding the newest runs by their finished_at statistics, read whole: Delta skips the rest.
     spans = sorted(zip(adds.column("max.finished_at").to_pylist(), adds.column("min.finished_at").to_pylist(),
                        strict=True), reverse=True)[:files]  # fmt: skip
     since = min(low for _, low in spans)
-    return _decoded(table.to_pyarrow_table(filters=[("finished_at", ">=", since)]).to_pylist())
+    return _decoded(_read(table, wanted, [("finished_at", ">=", since)]), wanted)
 
 
-def _decoded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _wanted(columns: Sequence[str] | None) -> list[str]:
+    if columns is None:
+        return list(COLUMNS)
+    unknown = sorted(set(columns) - set(COLUMNS))
+    if unknown:
+        raise ValueError(f"run ledger: unknown columns {unknown}; expected some of {list(COLUMNS)}")
+    return ["finished_at", *(c for c in columns if c != "finished_at")]
+
+
+def _read(table: Any, wanted: list[str], filters: list | None = None) -> list[dict[str, Any]]:
+    # A ledger written before a column was added lacks it until its next append: read those it has.
+    present = {f.name for f in table.schema().fields}
+    return table.to_pyarrow_table(columns=[c for c in wanted if c in present], filters=filters).to_pylist()
+
+
+def _decoded(rows: list[dict[str, Any]], wanted: Sequence[str] = tuple(COLUMNS)) -> list[dict[str, Any]]:
     epoch = datetime.min.replace(tzinfo=UTC)
     rows.sort(key=lambda r: r["finished_at"] or epoch, reverse=True)
     for r in rows:
-        for name in COLUMNS:
+        for name in wanted:
             # A ledger written before a column was added lacks it until its next append.
             value = r.setdefault(name, None)
             if name.endswith("_json") and value is not None:
@@ -144,15 +167,17 @@ def _decoded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def runs_since(path: str | Path, since: datetime, *,
+def runs_since(path: str | Path, since: datetime, *, columns: Sequence[str] | None = None,
                storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
-    """The rows of runs that finished at or after ``since``, newest first (Delta skips the older files)."""
+    """The rows of runs that finished at or after ``since``, newest first (Delta skips the older files);
+    only ``columns`` as in :func:`newest_runs`."""
     from deltalake import DeltaTable
 
     if not DeltaTable.is_deltatable(str(path), storage_options=storage_options):
         return []
     table = DeltaTable(str(path), storage_options=storage_options)
-    return _decoded(table.to_pyarrow_table(filters=[("finished_at", ">=", since)]).to_pylist())
+    wanted = _wanted(columns)
+    return _decoded(_read(table, wanted, [("finished_at", ">=", since)]), wanted)
 
 
 def maintain(path: str | Path, *, storage_options: dict[str, str] | None = None) -> dict[str, Any]:

@@ -146,6 +146,29 @@ def test_ledger_round_trip(tmp_path: Path, cfg):
         run_ledger.append_run(path, {"rowz": 1})
 
 
+def test_ledger_newest_runs_reads_only_the_columns_asked_for(tmp_path: Path, cfg):
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    path = tmp_path / "ledger"
+    parts = [{"topic": "t", "partition": 0, "next_offset": 5}]
+    run_ledger.append_run(path, _record(cfg, {"wait_for_lag": "success"}, ingest={"rows": 5}))
+    run_ledger.append_run(path, dict(_record(cfg, {"wait_for_lag": "success"}), run_id="r2",
+                                     finished_at=T0 + timedelta(minutes=5), partitions_json=parts))  # fmt: skip
+    rows = run_ledger.newest_runs(path, columns=("run_id", "partitions_json"))
+    assert [sorted(r) for r in rows] == [["finished_at", "partitions_json", "run_id"]] * 2
+    assert [(r["run_id"], r["partitions_json"]) for r in rows][0] == ("r2", parts)
+    assert [sorted(r) for r in run_ledger.runs_since(path, T0, columns=("outcome",))] == [["finished_at", "outcome"]] * 2
+    assert set(run_ledger.newest_runs(path)[0]) == set(run_ledger.COLUMNS)
+    with pytest.raises(ValueError, match="unknown columns \\['rowz'\\]"):
+        run_ledger.newest_runs(path, columns=("rowz",))
+    # A ledger written before a column existed: the column reads as missing, not as an error.
+    old = tmp_path / "old-ledger"
+    write_deltalake(str(old), pa.table({"run_id": ["r0"], "finished_at": pa.array([T0], pa.timestamp("us", "UTC"))}))
+    assert run_ledger.newest_runs(old, columns=("run_id", "partitions_json")) == [
+        {"finished_at": T0, "run_id": "r0", "partitions_json": None}]  # fmt: skip
+
+
 def test_record_carries_what_maintenance_did_and_the_next_run_counts_from_it(tmp_path: Path, cfg, monkeypatch):
     from dataclasses import replace
 

@@ -97,6 +97,14 @@ def test_maintenance_compacts_every_table_and_the_next_runs_continue_exactly_onc
     bronze_version, rows_by_version = delta_progress.bronze_rows_by_version(
         lake / "bronze", min(c.bronze_start.version for c in batches))  # fmt: skip
     assert bronze_version < delta_progress.table_version(lake / "bronze")  # maintenance commits after it
+    # Opened once, as the continuity check reads it: the same answers as from the path.
+    opened = delta_progress.opened(lake / "bronze")
+    assert delta_progress.commits_since(opened, version) == (delta_progress.table_version(lake / "bronze"), commits)
+    assert delta_progress.bronze_rows_by_version(opened, min(c.bronze_start.version for c in batches)) == (
+        bronze_version, rows_by_version)  # fmt: skip
+    assert delta_progress.bronze_data_version(opened) == delta_progress.bronze_data_version(lake / "bronze")
+    assert delta_progress.opened(lake / "none") == lake / "none"
+    assert delta_progress.commits_since(delta_progress.opened(lake / "none"), None) == (None, [])
     checked = continuity.check_transform(
         previous=previous, commits=batches, bronze_rows=rows_by_version, bronze_version=bronze_version,
         quarantine_rows=delta_progress.quarantine_rows_since(lake / "quarantine", quarantine_version),
