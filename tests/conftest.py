@@ -85,10 +85,32 @@ def pytest_configure(config) -> None:
     os.environ.setdefault("KDE_CACHE_DIR", str(settings.CACHE_DIR))
 
 
+#: How much lower the CPU priority of an xdist worker is once it runs anything but the fault soak's slice.
+OTHER_TESTS_NICENESS = 5
+
+
+def _is_soak_slice(item) -> bool:
+    return item.nodeid.startswith("tests/soak/test_soak.py::")
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     # The fault soak's slice is the longest test by far: first in the list, the first xdist worker
     # starts it at once while the other takes the rest, instead of it starting last and running alone.
     items.sort(key=lambda item: 0 if "tests/soak/" in item.nodeid else 1)
+    config._kde_soak_in_session = any(_is_soak_slice(item) for item in items)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem) -> None:
+    # With the slice in the session, the slice sets how long the suite takes: its runs are timed faults,
+    # and they slow down most when the other workers' DAG runs take the cores. A worker lowers its
+    # priority (and that of every broker, Spark and Airflow process it starts) once it runs another
+    # test, so the slice's processes come first and the other workers use what the slice leaves idle.
+    # Niceness only ever goes up, so the slice's worker lowers its own after the slice.
+    if (os.environ.get("PYTEST_XDIST_WORKER") and getattr(item.config, "_kde_soak_in_session", False)
+            and not _is_soak_slice(item) and not getattr(item.config, "_kde_niced", False)):  # fmt: skip
+        os.nice(OTHER_TESTS_NICENESS)
+        item.config._kde_niced = True
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
