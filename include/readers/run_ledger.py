@@ -13,7 +13,7 @@ Nested parts are JSON strings, so the schema stays flat and any Delta reader
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -99,9 +99,7 @@ def append_run(path: str | Path, record: dict[str, Any], *, storage_options: dic
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
-    unknown = sorted(set(record) - set(COLUMNS))
-    if unknown:
-        raise ValueError(f"run ledger: unknown columns {unknown}; expected some of {list(COLUMNS)}")
+    _check_known(record)
     row = {name: [_cell(name, record.get(name))] for name in COLUMNS}
     table = pa.Table.from_pydict(row, schema=_schema())
     if properties and DeltaTable.is_deltatable(str(path), storage_options=storage_options):
@@ -140,12 +138,16 @@ def newest_runs(path: str | Path, *, files: int = 20, columns: Sequence[str] | N
     return _decoded(_read(table, wanted, [("finished_at", ">=", since)]), wanted)
 
 
+def _check_known(names: Iterable[str]) -> None:
+    unknown = sorted(set(names) - set(COLUMNS))
+    if unknown:
+        raise ValueError(f"run ledger: unknown columns {unknown}; expected some of {list(COLUMNS)}")
+
+
 def _wanted(columns: Sequence[str] | None) -> list[str]:
     if columns is None:
         return list(COLUMNS)
-    unknown = sorted(set(columns) - set(COLUMNS))
-    if unknown:
-        raise ValueError(f"run ledger: unknown columns {unknown}; expected some of {list(COLUMNS)}")
+    _check_known(columns)
     return ["finished_at", *(c for c in columns if c != "finished_at")]
 
 
