@@ -141,6 +141,11 @@ def snapshot(cfg: PipelineConfig, client: dict[str, str]) -> tuple[LagReport, Ta
         progress = read_progress(cfg, topics)
     except PositionUnknownError as exc:
         return LagReport((), delta_progress.table_version(cfg.tables.bronze_path), position_problem=str(exc)), None, topics
+    return lag_report(cfg, client, topics, progress), progress, topics
+
+
+def lag_report(cfg: PipelineConfig, client: dict[str, str], topics: dict, progress: TableProgress | None) -> LagReport:
+    """The lag of the table standing at ``progress`` against Kafka's ``topics``, oldest pending record included."""
     report = measure_lag(
         progress.next_offsets if progress else None,
         topics,
@@ -155,7 +160,7 @@ def snapshot(cfg: PipelineConfig, client: dict[str, str]) -> tuple[LagReport, Ta
         seen = [t for t in stamps.values() if t is not None]
         if seen:
             report = replace(report, oldest_pending=min(seen))
-    return report, progress, topics
+    return report
 
 
 def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunRequest | None = None,
@@ -406,16 +411,22 @@ def check_transform(cfg: PipelineConfig, *, before: dict, job_summary: dict | No
     )  # fmt: skip
 
 
-def mirror_offsets(cfg: PipelineConfig, client: dict[str, str]) -> dict[str, dict[str, int]]:
-    """Commit the table's next offsets as the pipeline's consumer-group offsets; returns them."""
+def mirror_offsets(cfg: PipelineConfig, client: dict[str, str]) -> tuple[dict[str, dict[str, int]], LagReport]:
+    """Commit the table's next offsets as the pipeline's consumer-group offsets; returns them and the lag after.
+
+    The lag comes from the same read of Kafka and of the table, so
+    ``record_run`` need not open bronze and ask Kafka once more.
+    """
     topics = kafka_state.read_topics(client, topics=cfg.kafka.topics, pattern=cfg.kafka.topic_pattern,
                                      timeout_s=KAFKA_TIMEOUT_S)  # fmt: skip
     progress = read_progress(cfg, topics)
+    lag = lag_report(cfg, client, topics, progress)
     if progress is None:
-        return {}
+        return {}, lag
     positions = {(t, p): o for t, parts in progress.next_offsets.items() for p, o in parts.items()}
     kafka_state.commit_group_offsets(client, cfg.consumer_group, positions, timeout_s=KAFKA_TIMEOUT_S)
-    return {t: {str(p): o for p, o in sorted(parts.items())} for t, parts in sorted(progress.next_offsets.items())}
+    committed = {t: {str(p): o for p, o in sorted(parts.items())} for t, parts in sorted(progress.next_offsets.items())}
+    return committed, lag
 
 
 def recorded_topic_ids(progress: TableProgress | None, topics: dict) -> dict[str, str]:

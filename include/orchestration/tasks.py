@@ -299,13 +299,19 @@ def check_continuity(cfg: PipelineConfig, *, run_id: str, preflight_result: dict
 
 
 def mirror_offsets(cfg: PipelineConfig) -> dict:
-    """Task ``mirror_offsets``: commit the table's next offsets to the pipeline's consumer group, for lag tooling."""
+    """Task ``mirror_offsets``: commit the table's next offsets to the pipeline's consumer group, for lag tooling.
+
+    Its XCom also carries the lag after the run (``lag_after``, a lag
+    report's JSON), read with the same table and Kafka reads, for
+    ``record_run``'s ledger row.
+    """
     from include.orchestration import pipeline_run
     from include.readers import connections
 
     client = connections.kafka_client_config(cfg.kafka.connection_id)
-    positions = pipeline_run.mirror_offsets(cfg, client)
+    now = pipeline_run.utcnow()
+    positions, lag = pipeline_run.mirror_offsets(cfg, client)
     n = sum(len(parts) for parts in positions.values())
     print(f"SUMMARY mirror_offsets: committed {n} partition offsets to consumer group "
-          f"{cfg.consumer_group}")  # fmt: skip
-    return {"group": cfg.consumer_group, "offsets": positions}
+          f"{cfg.consumer_group}; lag after the run {lag.total_lag}")  # fmt: skip
+    return {"group": cfg.consumer_group, "offsets": positions, "lag_after": lag.to_json(now)}

@@ -169,6 +169,58 @@ def test_ledger_newest_runs_reads_only_the_columns_asked_for(tmp_path: Path, cfg
         {"finished_at": T0, "run_id": "r0", "partitions_json": None}]  # fmt: skip
 
 
+class _RecordTI:
+    """What ``record_run`` uses of a task instance: the run's task states and the other tasks' XComs."""
+
+    dag_id = "orders"
+
+    def __init__(self, states: dict[str, str], xcoms: dict[tuple[str, str], object]) -> None:
+        self.states, self.xcoms = states, xcoms
+
+    def get_task_states(self, dag_id: str, run_ids: list[str]) -> dict:
+        return {run_ids[0]: self.states}
+
+    def xcom_pull(self, task_ids: str, key: str = "return_value") -> object:
+        return self.xcoms.get((task_ids, key))
+
+
+@pytest.mark.parametrize("mirror_state", ["success", "failed"])
+def test_record_run_takes_the_lag_after_from_mirror_offsets_only_when_it_succeeded(cfg, tmp_path, monkeypatch,
+                                                                                  mirror_state):  # fmt: skip
+    from include import settings
+
+    monkeypatch.setattr(settings, "VAR_DIR", tmp_path / "var")
+    states = {"check_request": "success", "wait_for_lag": "success", "preflight": "success", "ingest": "success",
+              "check_continuity": "success", "mirror_offsets": mirror_state, "record_run": "running"}  # fmt: skip
+    lag_after = {"total_lag": 4, "partitions": [{"topic": "t", "partition": 0, "lag": 4}]}
+    ti = _RecordTI(states, {
+        ("preflight", "return_value"): {"lag": {"total_lag": 7, "partitions": [{"topic": "t", "partition": 0,
+                                                                                  "lag": 7}]},
+                                        "table_version": 3, "accepted_gaps": [], "findings": []},
+        ("ingest", "return_value"): {"rows": 7, "epoch": 1, "bronze_version": 4, "commits": 1,
+                                     "partitions": {"t": {"0": {"from": 10, "until": 17, "rows": 7}}}},
+        ("check_continuity", "return_value"): {"ok": True, "violations": []},
+        ("mirror_offsets", "return_value"): {"group": "g", "offsets": {"t": {"0": 17}}, "lag_after": lag_after},
+    })  # fmt: skip
+    context = {"ti": ti, "run_id": "r1", "dag_run": SimpleNamespace(run_type="manual", start_date=T0),
+               "params": {}, "outlet_events": {}}  # fmt: skip
+    # No Kafka connection is configured: a run that must measure the lag itself records none.
+    if mirror_state == "success":
+        record.record_run(cfg, [], context)
+    else:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        with pytest.raises(AirflowFailException, match="failed at mirror_offsets"):
+            record.record_run(cfg, [], context)
+    row = run_ledger.read_runs(cfg.tables.ledger_path)[0]
+    if mirror_state == "success":
+        assert row["outcome"] == "success"
+        assert (row["lag_after"], row["partitions_json"][0]["lag_after"]) == (4, 4)
+    else:  # a failed mirror's XCom (say, from a try before) is not the run's end
+        assert row["outcome"] == "failed"
+        assert (row["lag_after"], row["partitions_json"][0]["lag_after"]) == (None, None)
+
+
 def test_record_carries_what_maintenance_did_and_the_next_run_counts_from_it(tmp_path: Path, cfg, monkeypatch):
     from dataclasses import replace
 

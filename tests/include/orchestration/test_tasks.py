@@ -406,12 +406,17 @@ def test_check_continuity_fails_when_the_job_reports_rows_no_commit_holds(cfg, c
 # --------------------------------------------------------------------------- mirror_offsets
 
 
-def test_mirror_offsets_returns_the_group_and_what_was_committed(cfg, monkeypatch, capsys):
+def test_mirror_offsets_returns_the_group_what_was_committed_and_the_lag_after(cfg, monkeypatch, capsys):
     committed = {"t": {"0": 12, "1": 7}}
-    monkeypatch.setattr(pipeline_run, "mirror_offsets", lambda cfg_, client: committed)
-    assert tasks.mirror_offsets(cfg) == {"group": "kafka-delta-elt.orders", "offsets": committed}
-    assert ("SUMMARY mirror_offsets: committed 2 partition offsets to consumer group kafka-delta-elt.orders"
-            in capsys.readouterr().out)  # fmt: skip
+    lag = _lag({"t": {0: 12, 1: 7}}, p0=(0, 12), p1=(0, 10))
+    monkeypatch.setattr(pipeline_run, "mirror_offsets", lambda cfg_, client: (committed, lag))
+    got = tasks.mirror_offsets(cfg)
+    assert (got["group"], got["offsets"]) == ("kafka-delta-elt.orders", committed)
+    # record_run writes this lag into the ledger row instead of reading the table and Kafka again.
+    assert got["lag_after"]["total_lag"] == 3
+    assert [(p["partition"], p["next_offset"], p["lag"]) for p in got["lag_after"]["partitions"]] == [(0, 12, 0), (1, 7, 3)]
+    assert ("SUMMARY mirror_offsets: committed 2 partition offsets to consumer group kafka-delta-elt.orders; "
+            "lag after the run 3" in capsys.readouterr().out)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- the DAG's wiring
