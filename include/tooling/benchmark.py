@@ -667,7 +667,7 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
             broker_text = f"given, {bootstrap}"
         else:
             _log(f"starting a local broker in {work / 'kafka'}")
-            broker = local_kafka.start(work / "kafka")
+            broker = local_kafka.start(work / "kafka", short_jit=False)  # its drain is measured
             bootstrap = broker.bootstrap_servers
             broker_text = f"started by the benchmark (local_kafka, KRaft, heap 1g), {bootstrap}"
         report = BenchmarkReport(

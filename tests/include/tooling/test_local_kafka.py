@@ -13,14 +13,22 @@ from tests.kafka_helpers import produce, read_all
 pytestmark = pytest.mark.integration
 
 
+def _jvm_flags(pid: int) -> set[str]:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return {a.decode() for a in f.read().split(b"\0") if a.startswith(b"-XX:")}
+
+
 def test_a_broker_restarted_on_its_port_keeps_its_address_topics_and_records(tmp_path):
     broker = local_kafka.start(tmp_path / "kafka")
     try:
+        # A broker for tests and the demo runs C1 and the serial collector; the benchmark's keeps Java's defaults.
+        assert _jvm_flags(broker.pid) >= {"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"}
         create_topic(broker.bootstrap_servers, "bounced", 2)
         produce(broker.bootstrap_servers, "bounced", [(0, b"k", b"before-1"), (1, b"k", b"before-2")])
         port = int(broker.bootstrap_servers.rsplit(":", 1)[1])
         broker.stop()
-        broker = local_kafka.start(tmp_path / "kafka", port=port)
+        broker = local_kafka.start(tmp_path / "kafka", port=port, short_jit=False)
+        assert not _jvm_flags(broker.pid) & {"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"}
         assert broker.bootstrap_servers == f"127.0.0.1:{port}"
         produce(broker.bootstrap_servers, "bounced", [(0, b"k", b"after")])
         assert watermarks(broker.bootstrap_servers, "bounced") == {0: (0, 2), 1: (0, 1)}
