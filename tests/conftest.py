@@ -1,12 +1,15 @@
-"""Shared fixtures: one real Kafka broker and one SparkSession per test session (per xdist worker).
+"""Shared fixtures: one real Kafka broker for the whole run, one SparkSession per test session (per xdist worker).
 
 Integration tests get a unique topic and unique table/checkpoint folders each,
-so sharing the broker and the session is safe.
+so sharing the broker and the session is safe. Under xdist the controller
+starts the broker and every worker uses it (:func:`pytest_configure`).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,12 +18,26 @@ import pytest
 
 from include import settings
 
+#: Set by the xdist controller for its workers: the folder of the broker they share.
+SHARED_BROKER_ENV = "KDE_TEST_SHARED_BROKER"
+
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory) -> Iterator:
-    """A real single-node KRaft broker from the Apache Kafka jars, on a free port."""
+    """A real single-node KRaft broker from the Apache Kafka jars, on a free port.
+
+    Under xdist, the one the controller started for all workers (it stops it);
+    otherwise one of this session's own.
+    """
     from include.tooling import local_kafka
 
+    shared = os.environ.get(SHARED_BROKER_ENV)
+    if shared:
+        broker = local_kafka.status(Path(shared))
+        if broker is None:
+            raise RuntimeError(f"the test run's shared broker in {shared} is not running (see its broker.log)")
+        yield broker
+        return
     broker = local_kafka.start(tmp_path_factory.mktemp("kafka"))
     yield broker
     broker.stop()
@@ -83,6 +100,25 @@ def lake(tmp_path) -> Path:
 
 def pytest_configure(config) -> None:
     os.environ.setdefault("KDE_CACHE_DIR", str(settings.CACHE_DIR))
+    workers = getattr(config.option, "numprocesses", None)
+    if getattr(config, "workerinput", None) is None and isinstance(workers, int) and workers > 0:
+        # The xdist controller, before it starts the workers (they inherit the environment): one broker
+        # for all of them instead of one each. An idle broker costs 1.7 s of CPU a minute and a start
+        # 4 s (2026-11-26, the 2-core VM); tests use unique topics, so sharing it is as safe as within
+        # one worker. Tests that stop or bounce a broker start their own.
+        from include.tooling import local_kafka
+
+        folder = Path(tempfile.mkdtemp(prefix="kde-test-kafka-"))
+        config._kde_shared_broker = (local_kafka.start(folder / "kafka"), folder)
+        os.environ[SHARED_BROKER_ENV] = str(folder / "kafka")
+
+
+def pytest_unconfigure(config) -> None:
+    shared = getattr(config, "_kde_shared_broker", None)
+    if shared is not None:
+        broker, folder = shared
+        broker.stop()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 #: How much lower the CPU priority of an xdist worker is once it runs anything but the fault soak's slice.
