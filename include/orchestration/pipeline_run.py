@@ -163,14 +163,15 @@ def lag_report(cfg: PipelineConfig, client: dict[str, str], topics: dict, progre
     return report
 
 
-def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunRequest | None = None,
-                  ) -> tuple[PreflightReport, LagReport, TableProgress | None]:  # fmt: skip
+def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunRequest | None = None, *,
+                  ledger_rows: list[dict] | None = None) -> tuple[PreflightReport, LagReport, TableProgress | None]:  # fmt: skip
     """The preflight verdict for the table and Kafka as they are now, for what the run was asked to do.
 
     ``acknowledge_gap`` turns the data loss found now into gaps recorded with
     the request's reason (and fails when there is none to acknowledge). A
     backfill leaves the table's position alone, so only findings that make
     its offsets meaningless (a recreated or missing topic) stop it.
+    ``ledger_rows``: :func:`preflight_ledger`'s rows, read by the caller.
     """
     report, progress, topics = snapshot(cfg, client)
     recorded = recorded_topic_ids(progress, topics)
@@ -189,7 +190,7 @@ def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunReque
         dag_id=cfg.name,
     )
     if reset is None and refusal is None and (report.position_problem is None):
-        refusal = ledger_witness(cfg, table_next)
+        refusal = ledger_witness(cfg, table_next, ledger_rows)
     if refusal is not None:
         verdict = replace(verdict, findings=(*verdict.findings, refusal), blocking=(*verdict.blocking, refusal))
     if reset is not None:
@@ -214,11 +215,32 @@ def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunReque
 
 #: What the ledger's witness reads of a run's row: not the commits a long run names.
 WITNESS_COLUMNS = ("run_id", "finished_at", "outcome", "partitions_json")
+#: How many of the ledger's newest files the witness reads.
+WITNESS_FILES = 20
 
 
-def ledger_witness(cfg: PipelineConfig, table_next: PositionMap | None) -> Finding | None:
-    """The run ledger's last successful run against where the table stands now (see :func:`ledger_overlap`)."""
-    rows = run_ledger.newest_runs(cfg.tables.ledger_path, columns=WITNESS_COLUMNS)
+def preflight_ledger(cfg: PipelineConfig) -> list[dict]:
+    """The ledger rows the preflight needs, read once: for the witness and for whether maintenance is due.
+
+    Newest first; the columns of both, from as many of the newest files as
+    the larger of the two reads (more rows than ``every_runs`` never change
+    whether maintenance is due: see :func:`include.contract.maintenance.due`).
+    """
+    from include.contract import maintenance
+
+    files = max(WITNESS_FILES, cfg.maintenance.every_runs or 0)
+    columns = tuple(dict.fromkeys(WITNESS_COLUMNS + maintenance.LEDGER_COLUMNS))
+    return run_ledger.newest_runs(cfg.tables.ledger_path, files=files, columns=columns)
+
+
+def ledger_witness(cfg: PipelineConfig, table_next: PositionMap | None,
+                   rows: list[dict] | None = None) -> Finding | None:  # fmt: skip
+    """The run ledger's last successful run against where the table stands now (see :func:`ledger_overlap`).
+
+    ``rows``: the ledger's newest rows with :data:`WITNESS_COLUMNS`, already read (``None``: read here).
+    """
+    if rows is None:
+        rows = run_ledger.newest_runs(cfg.tables.ledger_path, files=WITNESS_FILES, columns=WITNESS_COLUMNS)
     for row in rows:  # newest first
         if row["outcome"] != "success":
             continue
@@ -464,16 +486,24 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def maintenance_due(cfg: PipelineConfig, part: str, now: datetime) -> str | None:
+def maintenance_due(cfg: PipelineConfig, part: str, now: datetime, newest: list[dict] | None = None) -> str | None:
     """Why ``part`` (:data:`include.contract.maintenance.PARTS`) of the pipeline's maintenance is due in the
-    run starting ``now``, from the run ledger; ``None`` when it is not (or the pipeline is never maintained)."""
+    run starting ``now``, from the run ledger; ``None`` when it is not (or the pipeline is never maintained).
+
+    ``newest``: the ledger's newest rows already read (:func:`preflight_ledger`), at least ``every_runs`` files'.
+    """
     from include.contract import maintenance
 
     m = cfg.maintenance
     if not m.enabled:
         return None
     path = cfg.tables.ledger_path
-    rows = run_ledger.newest_runs(path, files=m.every_runs, columns=maintenance.LEDGER_COLUMNS) if m.every_runs else []
+    if newest is not None:
+        rows = list(newest)
+    elif m.every_runs:
+        rows = run_ledger.newest_runs(path, files=m.every_runs, columns=maintenance.LEDGER_COLUMNS)
+    else:
+        rows = []
     window = m.window
     opened = window.opened(now) if window is not None else None
     if opened is not None:  # and every run since the window opened

@@ -197,7 +197,9 @@ def preflight(cfg: PipelineConfig, *, plan: dict | None) -> dict:
     except connections.ConnectionConfigError as exc:
         raise FailTask(f"pipeline {cfg.name!r}: {exc}") from None
     now = pipeline_run.utcnow()
-    verdict, lag, progress = pipeline_run.run_preflight(cfg, client, request)
+    # One read of the ledger for its witness and for whether maintenance is due (each open of it costs).
+    ledger = pipeline_run.preflight_ledger(cfg)
+    verdict, lag, progress = pipeline_run.run_preflight(cfg, client, request, ledger_rows=ledger)
     for finding in verdict.findings:
         print(f"preflight {finding.severity}: {finding.message}")
     print(f"SUMMARY {verdict.summary_line()}; {lag.summary_line(now)}")
@@ -212,7 +214,7 @@ def preflight(cfg: PipelineConfig, *, plan: dict | None) -> dict:
     }
     if not verdict.ok:
         raise FailTask(verdict.failure_message(cfg.name), key="failed_report", report=result)
-    due = pipeline_run.maintenance_due(cfg, "tables", now)
+    due = pipeline_run.maintenance_due(cfg, "tables", now, ledger)
     if due:
         result["maintenance"] = {"due": due}
         print(f"maintenance of bronze{', silver and quarantine' if cfg.transform else ''} is due "

@@ -270,7 +270,7 @@ def _run_preflight(monkeypatch, table_next: dict, kafka: dict[str, TopicState], 
     """``run_preflight`` on fake Kafka numbers through the real rules; returns the requests it was asked."""
     asked = []
 
-    def run_preflight(cfg, client, request):
+    def run_preflight(cfg, client, request, *, ledger_rows=None):
         asked.append(request)
         verdict = preflight_rules(table_next=table_next, recorded_topic_ids={}, kafka=kafka,
                                   configured_topics=cfg.kafka.topics, policy=cfg.data_loss_policy, dag_id=cfg.name)  # fmt: skip
@@ -309,6 +309,35 @@ def test_preflight_fails_on_data_loss_and_leaves_its_report(cfg, monkeypatch, ca
     assert ended.value.key == "failed_report" and report["ok"] is False and report["lag"]["total_lost"] == 4
     assert [f["kind"] for f in report["findings"]] == ["data_loss"]
     assert "preflight data_loss: partition t-0: 4 records" in capsys.readouterr().out
+
+
+def test_preflight_reads_the_ledger_once_for_its_witness_and_for_maintenance(cfg, monkeypatch):
+    from dataclasses import replace
+
+    from include.readers import run_ledger
+
+    cfg = replace(cfg, maintenance=replace(cfg.maintenance, every_runs=2))
+    parts = [{"topic": "t", "partition": 0, "next_offset": 5}]
+    run_ledger.append_run(cfg.tables.ledger_path, {"run_id": "r1", "finished_at": T0 - timedelta(hours=1),
+                                                   "outcome": "success", "partitions_json": parts})  # fmt: skip
+    reads, handed = [], []
+    real = run_ledger.newest_runs
+    monkeypatch.setattr(run_ledger, "newest_runs", lambda *a, **k: reads.append(k.get("columns")) or real(*a, **k))
+
+    def run_preflight(cfg_, client, request, *, ledger_rows=None):
+        handed.append(ledger_rows)
+        verdict = preflight_rules(table_next={"t": {0: 5}}, recorded_topic_ids={}, kafka=_kafka(p0=(0, 12)),
+                                  configured_topics=("t",), policy=cfg.data_loss_policy, dag_id=cfg.name)  # fmt: skip
+        assert pipeline_run.ledger_witness(cfg_, {"t": {0: 5}}, ledger_rows) is None  # the ledger agrees
+        return verdict, measure_lag({"t": {0: 5}}, _kafka(p0=(0, 12))), None
+
+    monkeypatch.setattr(pipeline_run, "run_preflight", run_preflight)
+    result = tasks.preflight(cfg, plan=None)
+    assert len(reads) == 1 and {"outcome", "partitions_json", "maintenance_json"} <= set(reads[0])
+    assert [[r["run_id"] for r in rows] for rows in handed] == [["r1"]]
+    assert result["maintenance"] == {"due": "every_runs 2: this is run 2 and it was never done"}
+    # The witness reads the same rows: a position behind the ledger's last run is refused.
+    assert pipeline_run.ledger_witness(cfg, {"t": {0: 3}}, handed[0]).kind == "ledger_ahead"
 
 
 def test_preflight_refuses_kafka_settings_the_spark_job_cannot_take_before_reading_anything(cfg, monkeypatch):
