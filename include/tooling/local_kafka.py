@@ -103,9 +103,11 @@ def _java() -> str:
     return str(Path(java_home) / "bin" / "java") if java_home else "java"
 
 
-#: A command-line tool's JVM lives a second: C1 and the serial collector (``storage format``:
-#: 0.75 s of CPU instead of 1.2 s, measured 2026-11-26).
-_SHORT_TOOL_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+#: C1 and the serial collector, for a JVM whose speed nobody measures. A command-line tool lives a second
+#: (``storage format``: 0.75 s of CPU instead of 1.2 s); a broker for tests, the demo and the UI serves a few
+#: thousand records (start, 20 topics written and read back, a minute idle: 14.5 s -> 9.5 s, ready in
+#: 8.1 -> 6.1 s). Measured 2026-11-26 on the 2-core VM.
+_SHORT_JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
 
 def run_kafka_tool(tool: str, *args: str, timeout_s: float = 120.0, short: bool = True) -> subprocess.CompletedProcess:
@@ -115,7 +117,7 @@ def run_kafka_tool(tool: str, *args: str, timeout_s: float = 120.0, short: bool 
     speed is measured (the benchmark's ``consumer-perf-test``).
     """
     main_class = KAFKA_TOOLS.get(tool, tool)
-    flags = _SHORT_TOOL_FLAGS if short else ()
+    flags = _SHORT_JVM_FLAGS if short else ()
     cmd = [_java(), "-Xmx512m", *flags, "-cp", jvm_deps.kafka_classpath(), main_class, *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
 
@@ -257,12 +259,6 @@ def _existing_cluster_id(data_dir: Path) -> str | None:
     return None
 
 
-#: A broker for tests, the demo and the UI serves a few thousand records: C1 and the serial collector cut its
-#: CPU (start, 20 topics written and read back, a minute idle: 14.5 s -> 9.5 s, ready in 8.1 -> 6.1 s,
-#: 2026-11-26, the 2-core VM). The fault soak restarts its broker dozens of times.
-_SHORT_BROKER_FLAGS = _SHORT_TOOL_FLAGS
-
-
 def start(data_dir: Path, *, heap: str = "1g", timeout_s: float = 90.0,
           sasl_user: SaslPlainUser | None = None, port: int | None = None,
           short_jit: bool = True) -> LocalBroker:  # fmt: skip
@@ -316,7 +312,7 @@ def start(data_dir: Path, *, heap: str = "1g", timeout_s: float = 90.0,
             raise BrokerError(f"formatting Kafka storage in {data_dir} failed: {fmt.stderr or fmt.stdout}")
 
     cmd = [
-        _java(), f"-Xmx{heap}", f"-Xms{heap}", *(_SHORT_BROKER_FLAGS if short_jit else ()),
+        _java(), f"-Xmx{heap}", f"-Xms{heap}", *(_SHORT_JVM_FLAGS if short_jit else ()),
         f"-Dlog4j2.configurationFile={data_dir / 'log4j2.properties'}",
         "-cp", jvm_deps.kafka_classpath(), "kafka.Kafka", str(config),
     ]  # fmt: skip
