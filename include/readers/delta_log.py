@@ -141,7 +141,8 @@ def read(path: str | Path) -> LogView | None:
         for v in range(start, latest + 1):
             with open(root / "_delta_log" / f"{v:020d}.json", encoding="utf-8") as fh:
                 for line in fh:
-                    if not line.strip():
+                    # One action a line: the file actions (thousands in an OPTIMIZE commit) are not parsed.
+                    if not line.strip() or line.startswith(('{"add"', '{"remove"')):
                         continue
                     action = json.loads(line)
                     if "txn" in action:
