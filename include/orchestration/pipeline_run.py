@@ -369,7 +369,7 @@ def check_continuity(cfg: PipelineConfig, client: dict[str, str], *, run_id: str
 
     ``start`` is where the table stood at ``version_before`` (from the preflight).
     """
-    bronze = delta_progress.opened(cfg.tables.bronze_path)  # once: each open reads every data file's metadata
+    bronze = delta_progress.opened(cfg.tables.bronze_path)  # once: every read below sees one version
     _, commits = delta_progress.commits_since(bronze, version_before)
 
     def count(topic: str, partition: int, frm: int, until: int) -> int:

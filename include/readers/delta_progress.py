@@ -1,10 +1,13 @@
-"""The bronze table's progress, read from the Delta log with delta-rs (no JVM).
+"""The bronze table's progress, read from the Delta log (no JVM).
 
-Cost: opening the table reads its last log checkpoint and the commits after
-it; where the table stands comes from its state (txn actions, see
+Where the table stands comes from its state (txn actions, see
 :mod:`include.contract.table_stand`) and the newest commits' ``userMetadata``
-(``history(limit)``), so the answer does not get slower as runs accumulate
-and survives Delta's log cleanup. Nothing here reads data files.
+(``history(limit)``), so the answer survives Delta's log cleanup. Those are
+read from the log alone (:mod:`include.readers.delta_log`: the last log
+checkpoint's ``txn`` column and the commits after it), so the cost does not
+grow with the table's files or history; a table that reader does not take is
+opened with delta-rs, which reads the same state. Nothing here reads data files
+but :func:`positions_from_rows`.
 """
 
 from __future__ import annotations
@@ -25,23 +28,38 @@ from include.contract.transform_spec import (
     silver_app_id,
     silver_history_covered,
 )
+from include.readers import delta_log
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
 #: A table's path, or the table :func:`opened` once for several reads.
-TableRef: TypeAlias = "str | Path | DeltaTable"
+TableRef: TypeAlias = "str | Path | DeltaTable | delta_log.LogView"
 
 
 def _open(path: TableRef, storage_options: dict[str, str] | None):
-    """The Delta table at ``path`` (delta-rs), or ``None`` when there is none yet; a table :func:`opened` as is."""
+    """The Delta table at ``path`` with its files (delta-rs), or ``None`` when there is none yet."""
     from deltalake import DeltaTable
 
     if isinstance(path, DeltaTable):
         return path
+    if isinstance(path, delta_log.LogView):
+        path = path.table_uri
     if not DeltaTable.is_deltatable(str(path), storage_options=storage_options):
         return None
     return DeltaTable(str(path), storage_options=storage_options)
+
+
+def _log(path: TableRef, storage_options: dict[str, str] | None):
+    """The table at ``path`` for reads of its version, history and txn state only (``None``: no table).
+
+    From the log alone where :func:`include.readers.delta_log.read` takes the
+    table, else opened with delta-rs; a table already opened as is.
+    """
+    if not isinstance(path, (str, Path)):
+        return path
+    view = delta_log.read(path) if storage_options is None else None
+    return view if view is not None else _open(path, storage_options)
 
 
 def _where(path: TableRef) -> str:
@@ -51,13 +69,14 @@ def _where(path: TableRef) -> str:
 
 
 def opened(path: str | Path, *, storage_options: dict[str, str] | None = None) -> TableRef:
-    """The table at ``path`` opened once, for a check that reads it several times; ``path`` when there is none yet.
+    """The table at ``path`` read once, for a check that reads it several times; ``path`` when there is none yet.
 
-    Every reader here takes the result in place of a path. Opening costs as
-    much as the table has data files (delta-rs reads each file's metadata),
-    and one open gives all the reads one version of the table.
+    Every reader here takes the result in place of a path, and one read gives
+    them all one version of the table. It is the log alone where
+    :mod:`include.readers.delta_log` takes the table: a reader that needs the
+    files (:func:`file_count`, :func:`positions_from_rows`) opens them itself.
     """
-    table = _open(path, storage_options)
+    table = _log(path, storage_options)
     return path if table is None else table
 
 
@@ -109,7 +128,7 @@ def read_progress(path: TableRef, pipeline: str, topics: Mapping[str, Iterable[i
     Raises :class:`include.contract.table_stand.PositionUnknownError` when the table
     holds rows but no position can be read.
     """
-    table = _open(path, storage_options)
+    table = _log(path, storage_options)
     if table is None:
         return None
     version = table.version()
@@ -134,7 +153,8 @@ def read_progress(path: TableRef, pipeline: str, topics: Mapping[str, Iterable[i
         limit = min(limit * 10, reach) if reach is not None else limit * 10
     stand = table_stand.resolve(
         pipeline=pipeline, state=state, history=entries,
-        has_rows=_has_rows(table),
+        # Only a table whose state holds no stand may be one that has rows but no position: only then the files.
+        has_rows=state is not None or _has_rows(_open(table, storage_options)),
         txn_seen=lambda c: probe(txn_app_id(c.pipeline, c.epoch)) is not None,
         path=_where(path),
     )  # fmt: skip
@@ -170,7 +190,7 @@ def _entries_after(path: TableRef, version: int | None,
     Reads only those entries, so the cost follows the number of new commits,
     not the table's history. ``(None, [])`` when there is no table.
     """
-    table = _open(path, storage_options)
+    table = _log(path, storage_options)
     if table is None:
         return None, []
     current = table.version()
@@ -201,7 +221,7 @@ def file_count(path: TableRef, *, storage_options: dict[str, str] | None = None)
 
 def table_version(path: TableRef, *, storage_options: dict[str, str] | None = None) -> int | None:
     """The table's current version; ``None`` when there is no table yet."""
-    table = _open(path, storage_options)
+    table = _log(path, storage_options)
     return None if table is None else table.version()
 
 
@@ -212,7 +232,7 @@ def silver_commits_since(path: TableRef, version: int | None, *,
     Reads the log entries after ``version``, and before it only as far back
     as the newest batch commit (schema changes and maintenance are skipped).
     """
-    table = _open(path, storage_options)
+    table = _log(path, storage_options)
     if table is None:
         return None, []
     current = table.version()
@@ -247,7 +267,7 @@ def silver_stand(path: TableRef, pipeline: str, *,
     from the newest batch commit's epoch while the log holds one, else from 0,
     until :data:`_EPOCH_GAP` numbers in a row are missing.
     """
-    table = _open(path, storage_options)
+    table = _log(path, storage_options)
     if table is None:
         return None
     limit = 20
@@ -328,7 +348,7 @@ def bronze_rows_by_version(path: TableRef, since: int, *,
 
 def bronze_data_version(path: TableRef, *, storage_options: dict[str, str] | None = None) -> int | None:
     """Bronze's newest version that may hold records: the current one, less trailing maintenance commits."""
-    table = _open(path, storage_options)
+    table = _log(path, storage_options)
     if table is None:
         return None
     current, limit = table.version(), 20
