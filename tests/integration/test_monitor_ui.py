@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from include import ports, settings
+from include.monitoring.monitor import OUT_OF_TIME
 from include.readers.kafka_admin import create_topic, watermarks
 from include.tooling import airflow_local, local_kafka
 from tests.integration.dag_helpers import ORDERS_TRANSFORM, Pipeline, order
@@ -164,15 +165,15 @@ def test_monitor_page_shows_kafka_and_table_positions_and_refuses_anonymous_requ
 
         # The JSON endpoints with a token agree with Kafka and the table.
         token = http.token()
-        # The page spends one deadline (4 s here) on every read; on a machine busy with the other test
-        # workers a request may run out of it and skip the extras, which the page then says in its notes
+        # The Kafka calls share one deadline (4 s here); on a machine busy with the other test workers
+        # they may run out of it and skip the extras, which the page then says in its notes
         # (tests/include/monitoring cover that). What is tested here is what the page shows when it has
         # the time, so a request that ran out is asked again, up to three times.
         for _ in range(3):
             status, _, text = http.request(f"{PREFIX}/api/pipelines", token=token)
             assert status == 200, text
             listed = {s["pipeline"]: s for s in json.loads(text)["pipelines"]}
-            if not any("out of time" in note for s in listed.values() for note in s["kafka"]["notes"]):
+            if not any(OUT_OF_TIME in note for s in listed.values() for note in s["kafka"]["notes"]):
                 break
         assert set(listed) == {name}
         snap = listed[name]
@@ -206,7 +207,7 @@ def test_monitor_page_shows_kafka_and_table_positions_and_refuses_anonymous_requ
         for _ in range(3):  # as above: a page that ran out of time is loaded again
             driver.get(http.root + f"{PREFIX}/pipelines/{name}")
             body = _wait(driver, "tr[data-topic]").find_element(By.XPATH, "/html/body").text
-            if "out of time" not in body:
+            if OUT_OF_TIME not in body:
                 break
         shown = {}
         for tr in driver.find_elements(By.CSS_SELECTOR, "tr[data-topic]"):

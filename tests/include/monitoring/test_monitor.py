@@ -189,3 +189,29 @@ def test_maintenance_view_counts_files_and_finds_each_tables_last_maintenance(tm
         {"table": "bronze", "files": 3, "last": {"run_id": "r2", "at": None, "files_before": 9, "files_after": 1}},
         {"table": "ledger", "files": None, "last": None},  # no ledger yet; its failed maintenance is not "last"
     ]
+
+
+def test_the_kafka_deadline_counts_from_the_first_kafka_call_not_from_the_tables_reads(tmp_path, monkeypatch):
+    # A slow table side (a fresh API server's first use of delta-rs and pyarrow) must not spend the
+    # time the Kafka calls are given. Kafka is stubbed: what is tested is the deadline's arithmetic.
+    from include.readers import kafka_state
+
+    file = tmp_path / "p.yaml"
+    file.write_text(f"name: p\nkafka: {{connection_id: k, topics: [t]}}\nschedule: null\n"
+                    f"tables: {{lakehouse_root: '{tmp_path / 'lake'}'}}\n")  # fmt: skip
+    cfg = load_pipeline(file)
+
+    def slow_table(*args, **kwargs):
+        time.sleep(1.0)
+
+    given: list[float] = []
+
+    def read_topics(config, *, topics=(), pattern=None, timeout_s=10.0):
+        given.append(timeout_s)
+        raise kafka_state.KafkaUnavailableError("no broker in this test")
+
+    monkeypatch.setattr(monitor.delta_progress, "read_progress", slow_table)
+    monkeypatch.setattr(monitor.kafka_state, "read_topics", read_topics)
+    snap = monitor.pipeline_snapshot(cfg, {"bootstrap.servers": "127.0.0.1:1"}, timeout_s=2.0)
+    assert snap["kafka"]["ok"] is False
+    assert len(given) == 1 and given[0] > 1.5, given
