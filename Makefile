@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test-tools demo ui test soak lint bench profile-transform lock clean
+.PHONY: setup test-tools demo ui test test-cpu soak lint bench profile-transform lock clean
 
 # uv installs the same locked set as pip (constraints.txt): 26 s instead of 46 s on the 2-core
 # machine with no cache (2026-11-26). --compile-bytecode as pip does: with PYTHONDONTWRITEBYTECODE
@@ -51,6 +51,11 @@ TEST_WORKERS ?= 3
 test: setup test-tools
 	$(PY) -m ruff check .
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
+
+# The same suite, with each test's CPU measured over its worker's process tree: the costliest files and
+# tests are printed at the end and kept in .cache/test-cpu/report.md (tests/cpu_report.py).
+test-cpu: setup test-tools
+	KDE_TEST_CPU_REPORT=$(CURDIR)/.cache/test-cpu $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 # The fault soak's long mode: random kills and bounces across real DAG runs, exact checks after each
 # (tests/soak). The test suite runs a 30-fault slice with a fixed seed. SOAK_SEED=<n> replays a

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from include import settings
+from tests import cpu_report
 
 #: Set by the xdist controller for its workers: the folder of the broker they share.
 SHARED_BROKER_ENV = "KDE_TEST_SHARED_BROKER"
@@ -101,6 +102,10 @@ def lake(tmp_path) -> Path:
 
 def pytest_configure(config) -> None:
     os.environ.setdefault("KDE_CACHE_DIR", str(settings.CACHE_DIR))
+    if os.environ.get(cpu_report.REPORT_ENV):  # make test-cpu: each test's CPU (tests/cpu_report.py)
+        folder = Path(os.environ[cpu_report.REPORT_ENV]).resolve()
+        controller = getattr(config, "workerinput", None) is None
+        config.pluginmanager.register(cpu_report.CpuReport(folder, controller=controller), "kde-cpu-report")
     workers = getattr(config.option, "numprocesses", None)
     if getattr(config, "workerinput", None) is None and isinstance(workers, int) and workers > 0:
         # The xdist controller, before it starts the workers (they inherit the environment): one broker
