@@ -102,12 +102,12 @@ def lake(tmp_path) -> Path:
 
 def pytest_configure(config) -> None:
     os.environ.setdefault("KDE_CACHE_DIR", str(settings.CACHE_DIR))
+    controller = getattr(config, "workerinput", None) is None  # not an xdist worker
     if os.environ.get(cpu_report.REPORT_ENV):  # make test-cpu: each test's CPU (tests/cpu_report.py)
         folder = Path(os.environ[cpu_report.REPORT_ENV]).resolve()
-        controller = getattr(config, "workerinput", None) is None
         config.pluginmanager.register(cpu_report.CpuReport(folder, controller=controller), "kde-cpu-report")
     workers = getattr(config.option, "numprocesses", None)
-    if getattr(config, "workerinput", None) is None and isinstance(workers, int) and workers > 0:
+    if controller and isinstance(workers, int) and workers > 0:
         # The xdist controller, before it starts the workers (they inherit the environment): one broker
         # for all of them instead of one each. An idle broker costs 1.7 s of CPU a minute and a start
         # 4 s (2026-11-26, the 2-core VM); tests use unique topics, so sharing it is as safe as within
