@@ -193,11 +193,9 @@ def submit_command(
 
 
 #: Generated classes a long-lived in-process session keeps (Spark's default: 100). One round of ingest
-#: and transform needs about 110, so with the default every round compiled them all again (Janino in the
-#: task threads, then the JIT on the new classes): measured 2026-11-27, 100 orders a round, compilations
-#: per round 105-117 with 100 entries, 8 with 2,000, and the JVM's CPU per warm round 15-20 % lower;
-#: ``test_transform_silver`` and ``test_silver_rules`` in one process: 706 s of CPU before, 680 s after.
-#: A one-run spark-submit gains nothing (31.3 s against 31.0 s of CPU), so only these sessions set it.
+#: and transform needs about 110, so with the default every round compiled them all again (Janino, then
+#: the JIT on the new classes). A one-run spark-submit gains nothing, so only these sessions set it; the
+#: measurements are in the README's Speed section.
 SESSION_CODEGEN_CACHE_ENTRIES = 1000
 
 
