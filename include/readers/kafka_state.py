@@ -397,14 +397,25 @@ def record_timestamps(config: Mapping[str, str], positions: Mapping[tuple[str, i
         else:
             start[key] = max(offset, state.earliest)
     if start:
-        with call.reader() as consumer:
-            consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in start.items()])
-            _read_first_records(call, consumer, start, result)
+        _read_first_records(call, start, result)
     return {key: result[key] for key in positions}
 
 
-def _read_first_records(call: _Call, consumer: Consumer, start: Mapping[tuple[str, int], int],
+def _read_first_records(call: _Call, start: dict[tuple[str, int], int],
                         result: dict[tuple[str, int], datetime | None]) -> None:  # fmt: skip
+    """Fill ``result`` with the timestamp of the first committed record at or after each ``start``.
+
+    A ``start`` the log start has passed since it was listed (retention or
+    ``delete_records`` in between) is moved to the new log start: such a
+    partition's first record is the log start's, as for any offset below it.
+    """
+    with call.reader() as consumer:
+        consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in start.items()])
+        _read_first(call, consumer, start, result)
+
+
+def _read_first(call: _Call, consumer: Consumer, start: dict[tuple[str, int], int],
+                result: dict[tuple[str, int], datetime | None]) -> None:  # fmt: skip
     pending = set(start)
     while pending:
         if call.expired():
@@ -419,6 +430,18 @@ def _read_first_records(call: _Call, consumer: Consumer, start: Mapping[tuple[st
         error = msg.error()
         if error is not None:
             if error.code() == KafkaError._PARTITION_EOF:
+                result[key] = None
+            elif error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                with call.admin() as admin:
+                    state = _list_offsets(call, admin, [key])[key]
+                if state.earliest <= start[key]:  # not the log start moving: say what Kafka said
+                    raise call.failed(KafkaException(error), f"{key[0]} partition {key[1]} at {start[key]}")
+                start[key] = state.earliest
+                if state.earliest < state.latest:
+                    # A partition in this error state refuses seek(): assign it again instead.
+                    consumer.incremental_unassign([TopicPartition(*key)])
+                    consumer.incremental_assign([TopicPartition(key[0], key[1], state.earliest)])
+                    continue
                 result[key] = None
             else:
                 raise call.failed(KafkaException(error), f"{key[0]} partition {key[1]} at {start[key]}")
