@@ -11,20 +11,26 @@ security settings) and a timeout, opens short-lived clients and closes them
 before returning. A broker that does not answer raises
 :class:`KafkaUnavailableError` after about ``timeout_s``; errors name the
 bootstrap servers and never other config values, which may be secrets.
+A call that the client library itself never returns from (seen once: a
+lag sensor's poke stuck inside ``AdminClient.list_offsets``, spinning) ends
+the same way a little later, instead of holding its task forever.
 """
 
 from __future__ import annotations
 
 import base64
 import concurrent.futures
+import functools
+import inspect
 import logging
 import re
+import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import (
     TIMESTAMP_NOT_AVAILABLE,
@@ -85,6 +91,57 @@ _FUTURE_GRACE_S = 2.0
 
 class KafkaUnavailableError(RuntimeError):
     """Kafka did not answer within the timeout (unreachable, down, or too slow)."""
+
+
+#: How long past twice its timeout a public call may run before it is given up on as hung.
+_HUNG_GRACE_S = 30.0
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _bounded(func: _F) -> _F:
+    """Run ``func`` on a thread of its own and give up on it when it overruns its ``timeout_s``.
+
+    Every wait inside these calls has a deadline, but a call into librdkafka that never returns
+    is beyond their reach, and the task that made it would hang with it: Airflow's own timeouts
+    are signals, which run only when the C call returns. The caller gets
+    :class:`KafkaUnavailableError` instead; the stuck thread is left behind (a daemon, so it
+    keeps no process alive) with its client, which cannot be closed while a call is inside it.
+    """
+    signature = inspect.signature(func)
+
+    @functools.wraps(func)
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        limit = 2 * float(bound.arguments["timeout_s"]) + _HUNG_GRACE_S
+        outcome: list = []
+
+        def run() -> None:
+            try:
+                outcome.append((True, func(*args, **kwargs)))
+            except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+                outcome.append((False, exc))
+
+        worker = threading.Thread(target=run, name=f"kafka-{func.__name__}", daemon=True)
+        worker.start()
+        worker.join(limit)
+        if not outcome:
+            import confluent_kafka
+
+            raise KafkaUnavailableError(
+                f"Kafka at {_servers(bound.arguments['config'])}: the Kafka client library did not return from "
+                f"{func.__name__} within {limit:g}s, twice the call's timeout and then some; it is stuck inside "
+                f"librdkafka {confluent_kafka.libversion()[0]} (its thread is left behind). The task fails rather "
+                "than hang: run it again (a retry starts a new process). If it recurs, check the brokers' health "
+                "and report the versions above"
+            )
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value
+
+    return bounded  # type: ignore[return-value]
 
 
 class KafkaAuthenticationError(KafkaUnavailableError):
@@ -331,6 +388,7 @@ def _list_offsets_once(call: _Call, admin: AdminClient, partitions: Iterable[tup
 # --- public API --------------------------------------------------------------------------------
 
 
+@_bounded
 def read_topics(config: Mapping[str, str], *, topics: Sequence[str] = (), pattern: str | None = None,
                 timeout_s: float = 10.0) -> dict[str, TopicState]:  # fmt: skip
     """Id and per-partition ``[earliest, latest)`` of the named topics and those matching ``pattern``.
@@ -372,6 +430,7 @@ def read_topics(config: Mapping[str, str], *, topics: Sequence[str] = (), patter
     return result
 
 
+@_bounded
 def record_timestamps(config: Mapping[str, str], positions: Mapping[tuple[str, int], int], *,
                       timeout_s: float = 10.0) -> dict[tuple[str, int], datetime | None]:  # fmt: skip
     """Kafka timestamp (UTC) of the first committed record at or after each ``(topic, partition) -> offset``.
@@ -471,6 +530,7 @@ def epoch_ms(when: datetime) -> int:
     return (plain - _EPOCH) // timedelta(milliseconds=1)
 
 
+@_bounded
 def offsets_for_times(config: Mapping[str, str], partitions: Iterable[tuple[str, int]], when: datetime, *,
                       timeout_s: float = 10.0) -> dict[tuple[str, int], int | None]:  # fmt: skip
     """Per partition, the earliest offset whose Kafka timestamp is at or after ``when`` (UTC).
@@ -499,6 +559,7 @@ def offsets_for_times(config: Mapping[str, str], partitions: Iterable[tuple[str,
     return {key: result[key] for key in keys}
 
 
+@_bounded
 def commit_group_offsets(config: Mapping[str, str], group_id: str, positions: Mapping[tuple[str, int], int], *,
                          timeout_s: float = 10.0) -> None:  # fmt: skip
     """Set ``group_id``'s committed offsets of the given partitions to ``positions``.
@@ -548,6 +609,7 @@ def _group_active(group_id: str, why: str) -> RuntimeError:
     )
 
 
+@_bounded
 def group_offsets(config: Mapping[str, str], group_id: str, partitions: Iterable[tuple[str, int]], *,
                   timeout_s: float = 10.0) -> dict[tuple[str, int], int | None]:  # fmt: skip
     """``group_id``'s committed offset of each partition; ``None`` where it has none.
@@ -574,6 +636,7 @@ def group_offsets(config: Mapping[str, str], group_id: str, partitions: Iterable
     return {key: result.get(key) for key in keys}
 
 
+@_bounded
 def count_records(config: Mapping[str, str], topic: str, partition: int, from_offset: int, until_offset: int, *,
                   timeout_s: float = 30.0) -> int:  # fmt: skip
     """How many committed records ``topic``'s ``partition`` holds in ``[from_offset, until_offset)``.

@@ -1,0 +1,49 @@
+"""The hard bound around kafka_state's public calls (``_bounded``): pure logic, no broker.
+
+A call stuck inside librdkafka cannot be made on purpose against a real broker, so a function
+that blocks stands in for it; the calls against the real broker are in test_kafka_state.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from include.readers import kafka_state
+
+
+def test_a_call_that_never_returns_fails_with_the_reason_instead_of_hanging(monkeypatch):
+    monkeypatch.setattr(kafka_state, "_HUNG_GRACE_S", 0.2)
+    release = threading.Event()
+
+    @kafka_state._bounded
+    def list_offsets(config, *, timeout_s: float = 0.1) -> int:
+        release.wait()  # as a C call that never returns would
+        return 1
+
+    started = time.monotonic()
+    try:
+        with pytest.raises(kafka_state.KafkaUnavailableError) as err:
+            list_offsets({"bootstrap.servers": "broker-a:9092"})
+    finally:
+        release.set()
+    assert time.monotonic() - started < 5
+    message = str(err.value)
+    assert "broker-a:9092" in message and "list_offsets within 0.4s" in message
+    assert "stuck inside librdkafka" in message and "run it again" in message
+
+
+def test_what_a_call_returns_or_raises_reaches_the_caller_unchanged():
+    @kafka_state._bounded
+    def answer(config, value, *, timeout_s: float = 5.0) -> object:
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    assert answer({}, {"a": 1}) == {"a": 1}
+    boom = kafka_state.KafkaAuthenticationError("refused")
+    with pytest.raises(kafka_state.KafkaAuthenticationError) as err:
+        answer({}, boom, timeout_s=1)
+    assert err.value is boom
