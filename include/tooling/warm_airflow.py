@@ -27,6 +27,11 @@ Limits, and why:
 - Airflow read its settings (``AIRFLOW_HOME``, ``AIRFLOW__*``) when the
   server imported it, so :meth:`WarmAirflow.accepts` refuses a command whose
   settings differ; the caller then starts a real process.
+- A command whose caller gives up on it (a timeout, a test interrupted,
+  the caller's process gone) is stopped, its Python stacks and, where
+  ``gdb`` is installed, its native ones written into its log first: a
+  forked command is no child of its caller, so nothing else would end it,
+  and a hung one would spin on through every later test.
 - A forked command's ``/proc/<pid>/environ`` and command line are the
   server's. A caller that finds processes by those (the fault soak) leaves
   out the server's command line (:attr:`WarmAirflow.pid`) and holds each
@@ -36,10 +41,12 @@ Limits, and why:
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import select
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -115,8 +122,8 @@ class WarmAirflow:
         command = self.start(args, env, log_file=log_file)
         try:
             return command.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            command.kill()
+        except BaseException:  # a timeout here, or the test around it stopped (pytest-timeout, ^C)
+            command.give_up()
             raise
 
     def completed(self, args: Sequence[str], env: Mapping[str, str], *, log_file: Path,
@@ -180,6 +187,20 @@ class WarmCommand:
         """SIGKILL the command (its own children are left alone, as for a killed process)."""
         _kill(self.pid)
 
+    def give_up(self, timeout_s: float = 90) -> None:
+        """Stop waiting for the command: its keeper writes its stacks into its log and kills it.
+
+        Returns once it has ended; SIGKILLs it after ``timeout_s`` if the keeper has not.
+        """
+        if self.returncode is not None or self._lost is not None:
+            return
+        self._conn.close()  # what tells the keeper (the same as when the caller's process ends)
+        self._lost = RuntimeError(f"{self.args} was given up on and stopped")
+        deadline = time.monotonic() + timeout_s
+        while _running(self.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _kill(self.pid)
+
 
 def _line(conn: socket.socket, server_log: Path) -> bytes:
     data = b""
@@ -196,6 +217,39 @@ def _kill(pid: int) -> None:
         os.kill(pid, 9)
     except ProcessLookupError:
         pass
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is alive: neither gone nor ended (a zombie its keeper has yet to collect)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _stop_with_stacks(pid: int, log_file: Path) -> None:
+    """SIGKILL a command given up on, after writing where it is into its log: its Python threads'
+    stacks (faulthandler, registered on SIGUSR1 by :func:`_child`), and with ``gdb`` installed the
+    native ones too, since a call hung inside a C library shows only as its Python caller."""
+    if not _running(pid):
+        return
+    try:
+        os.kill(pid, signal.SIGUSR1)
+    except ProcessLookupError:
+        return
+    time.sleep(0.5)  # the handler writes from the process itself
+    gdb = shutil.which("gdb")
+    if gdb is not None:
+        with log_file.open("ab") as log:
+            log.write(f"\n--- native stacks of {pid}, given up on ---\n".encode())
+            log.flush()
+            try:
+                subprocess.run([gdb, "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"],
+                               stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               timeout=60, check=False)  # fmt: skip
+            except subprocess.TimeoutExpired:
+                pass
+    _kill(pid)
 
 
 # --- the server process ----------------------------------------------------------------------------
@@ -242,17 +296,27 @@ def _serve(socket_path: str, parent_pid: int) -> None:
 def _keep(conn: socket.socket, request: dict) -> NoReturn:
     """The keeper: fork the command, send its pid, wait for it, send its exit code; never return.
 
-    Whatever goes wrong here (the caller gone before the pid could be sent) ends the keeper, not
-    the command, and never leaves this copy of the server's loop running.
+    A caller that closes its end before the exit code came (its process gone, or the handle dropped)
+    has given up on the command: the keeper stops it, stacks into its log first. Whatever else goes
+    wrong here ends the keeper, and never leaves this copy of the server's loop running.
     """
     try:
         pid = os.fork()
         if pid == 0:
             _child(conn, request)
+        ended = os.pidfd_open(pid)
         try:
             conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
         except OSError:
-            pass  # the caller is gone; the command runs on, as a started process would
+            pass  # the caller is gone: the recv below says so at once
+        while ended not in select.select([ended, conn], [], [])[0]:
+            try:
+                gone = not conn.recv(4096)
+            except OSError:
+                gone = True
+            if gone:  # the caller closed its end without waiting for the exit code
+                _stop_with_stacks(pid, Path(request["log"]))
+                break
         _, status = os.waitpid(pid, 0)
         try:
             conn.sendall(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
@@ -320,6 +384,8 @@ def _child(conn: socket.socket, request: dict) -> NoReturn:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
+        # Where every thread is, into the log, when a caller gives up on the command (_stop_with_stacks).
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
         # Read with this command's environment, not the server's.
         for name in [n for n in sys.modules if n == "include" or n.startswith("include.")]:
             del sys.modules[name]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,44 @@ def test_a_command_whose_keeper_died_says_so_on_every_wait(warm_airflow, airflow
         blocked.kill()
     # The server itself serves on.
     assert warm_airflow.run(["version"], airflow_local.environment(airflow_home), log_file=tmp_path / "v.log") == 0
+
+
+
+def _hanging(tmp_path: Path, name: str) -> list[str]:
+    """An ``airflow`` command that hangs once it runs: it opens a variables file that is a FIFO
+    nobody writes to, so it stays blocked in the kernel, as a call hung in a native library would."""
+    fifo = tmp_path / f"{name}.json"
+    os.mkfifo(fifo)
+    return ["variables", "import", str(fifo)]
+
+
+def test_a_command_given_up_on_is_stopped_with_its_stacks_in_its_log(warm_airflow, airflow_home, tmp_path):
+    env = airflow_local.environment(airflow_home)
+    log = tmp_path / "hung.log"
+    with pytest.raises(subprocess.TimeoutExpired):
+        warm_airflow.run(_hanging(tmp_path, "timed-out"), env, log_file=log, timeout_s=8)
+    text = log.read_text(errors="replace")
+    # faulthandler's dump of every Python thread, the hung one inside Airflow's variables command.
+    assert "most recent call first" in text and "variable_command.py" in text, text[-3000:]
+
+    dropped = tmp_path / "dropped.log"
+    command = warm_airflow.start(_hanging(tmp_path, "dropped"), env, log_file=dropped)
+    deadline = time.monotonic() + 60
+    while not _opening_fifo(command.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    command._conn.close()  # the caller's end closes without a wait, as when its process ends
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{command.pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not Path(f"/proc/{command.pid}").exists(), "the keeper left the command running"
+    assert "variable_command.py" in dropped.read_text(errors="replace")
+    # The server serves on.
+    assert warm_airflow.run(["version"], env, log_file=tmp_path / "after.log") == 0
+
+
+def _opening_fifo(pid: int) -> bool:
+    """Whether the process is blocked opening a FIFO (its kernel wait channel says so)."""
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text() == "wait_for_partner"
+    except OSError:
+        return False

@@ -461,7 +461,10 @@ class Soak:
         try:
             return proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
-            _kill(proc.pid)
+            if isinstance(proc, WarmCommand):
+                proc.give_up()  # its stacks into its log: where a hung run stood
+            else:
+                _kill(proc.pid)
             raise
 
     def _lock_holder_round(self, rng: random.Random, result: FaultResult) -> None:
