@@ -199,7 +199,8 @@ class WarmCommand:
         deadline = time.monotonic() + timeout_s
         while _running(self.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        _kill(self.pid)
+        if _running(self.pid):  # only then: once its keeper has collected it, the pid may be another's
+            _kill(self.pid)
 
 
 def _line(conn: socket.socket, server_log: Path) -> bytes:
