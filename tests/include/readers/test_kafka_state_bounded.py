@@ -35,14 +35,19 @@ def test_a_call_that_never_returns_fails_with_the_reason_instead_of_hanging(monk
     assert "stuck inside librdkafka" in message and "run it again" in message
 
 
-def test_what_a_call_returns_or_raises_reaches_the_caller_unchanged():
+def test_a_call_runs_on_its_own_thread_and_what_it_returns_or_raises_reaches_the_caller_unchanged():
+    ran_on: list[str] = []
+
     @kafka_state._bounded
     def answer(config, value, *, timeout_s: float = 5.0) -> object:
+        ran_on.append(threading.current_thread().name)
         if isinstance(value, Exception):
             raise value
         return value
 
     assert answer({}, {"a": 1}) == {"a": 1}
+    # Not the caller's thread: only then can the caller stop waiting for a call that never returns.
+    assert ran_on == ["kafka-answer"] and threading.current_thread().name != "kafka-answer"
     boom = kafka_state.KafkaAuthenticationError("refused")
     with pytest.raises(kafka_state.KafkaAuthenticationError) as err:
         answer({}, boom, timeout_s=1)
