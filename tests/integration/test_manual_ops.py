@@ -9,13 +9,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from include.contract.offsets import BackfillCommit
 from include.tooling import airflow_local
 from tests.integration.dag_helpers import ORDERS_TRANSFORM, Pipeline, assert_no_cluster_left, order
-from tests.kafka_helpers import produce, produce_at, produce_numbered
+from tests.kafka_helpers import delete_records, produce, produce_at, produce_numbered
 
 pytestmark = pytest.mark.integration
 
@@ -154,8 +152,7 @@ def test_data_loss_gap_acknowledged_through_the_form_is_recorded_with_its_reason
     produce_numbered(bootstrap, p.topic, 3, 60)
     _ok(*p.run())
     produce_numbered(bootstrap, p.topic, 3, 30, start=60)  # offsets 20..29 of each partition
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.delete_records([TopicPartition(p.topic, 1, 25)])[TopicPartition(p.topic, 1, 25)].result(30)
+    delete_records(bootstrap, p.topic, 1, 25)
 
     proc, log = p.run()
     assert proc.returncode == 1
@@ -201,8 +198,7 @@ def test_invalid_params_are_refused_before_any_spark_process_starts(pipeline, bo
     p = pipeline
     produce_numbered(bootstrap, p.topic, 3, 60)  # offsets 0..19 of each partition
     _ok(*p.run())
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.delete_records([TopicPartition(p.topic, 2, 5)])[TopicPartition(p.topic, 2, 5)].result(30)
+    delete_records(bootstrap, p.topic, 2, 5)
     t = p.topic
     below_earliest = (
         {"action": "backfill_offsets", "reason": "r", "offset_ranges": [{"topic": t, "partition": 2, "from": 0, "until": 10}]},

@@ -21,7 +21,7 @@ from tests.integration.dag_helpers import (
     group_lags,
     order,
 )
-from tests.kafka_helpers import produce, produce_numbered, produce_transactional, read_all
+from tests.kafka_helpers import delete_records, produce, produce_numbered, produce_transactional, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -139,16 +139,12 @@ def test_transform_in_the_dag_applies_newest_per_key_quarantines_bad_records_and
 
 
 def test_retention_loss_fails_before_the_cluster_then_is_recorded_with_record_and_continue(pipeline, bootstrap):
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient
-
     p = pipeline
     produce_numbered(bootstrap, p.topic, 3, 60)
     proc, log = p.run()
     assert proc.returncode == 0, log[-5000:]
     produce_numbered(bootstrap, p.topic, 3, 30, start=60)  # offsets 20..29 of each partition
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.delete_records([TopicPartition(p.topic, 1, 25)])[TopicPartition(p.topic, 1, 25)].result(30)
+    delete_records(bootstrap, p.topic, 1, 25)
 
     folders = p.run_dirs()
     proc, log = p.run()

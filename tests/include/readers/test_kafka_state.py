@@ -9,8 +9,6 @@ from __future__ import annotations
 import base64
 import re
 import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -35,7 +33,7 @@ from include.readers.kafka_state import (
     record_timestamps,
 )
 from include.tooling.local_kafka import run_kafka_tool
-from tests.kafka_helpers import produce, produce_numbered, produce_transactional
+from tests.kafka_helpers import delete_records, produce, produce_numbered, produce_transactional
 
 pytestmark = pytest.mark.integration
 
@@ -61,22 +59,6 @@ def wait_for(check: Callable[[], object], what: str, timeout_s: float = 30.0) ->
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout_s}s: {what}")
         time.sleep(0.2)
-
-
-def delete_records(bootstrap: str, topic: str, partition: int, before: int) -> None:
-    # In a process of its own: after AdminClient.delete_records, this worker's next admin call once
-    # died of a segmentation fault inside list_offsets (CI, 2026-11-27), as confluent-kafka-python
-    # issue 2275 reports for delete_records followed by another call. The product never deletes records.
-    script = (
-        "import sys\n"
-        "from confluent_kafka import TopicPartition\n"
-        "from confluent_kafka.admin import AdminClient\n"
-        "tp = TopicPartition(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))\n"
-        "admin = AdminClient({'bootstrap.servers': sys.argv[1]})\n"
-        "admin.delete_records([tp])[tp].result(timeout=30)\n"
-    )
-    subprocess.run([sys.executable, "-c", script, bootstrap, topic, str(partition), str(before)],
-                   check=True, timeout=60)  # fmt: skip
 
 
 def produce_at(bootstrap: str, topic: str, records: list[tuple[int, datetime]]) -> None:
