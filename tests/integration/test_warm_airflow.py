@@ -84,7 +84,6 @@ def test_a_command_whose_keeper_died_says_so_on_every_wait(warm_airflow, airflow
     assert warm_airflow.run(["version"], airflow_local.environment(airflow_home), log_file=tmp_path / "v.log") == 0
 
 
-
 def _hanging(tmp_path: Path, name: str) -> list[str]:
     """An ``airflow`` command that hangs once it runs: it opens a variables file that is a FIFO
     nobody writes to, so it stays blocked in the kernel, as a call hung in a native library would."""
