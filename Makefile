@@ -22,10 +22,12 @@ $(STAMP): requirements.txt constraints.txt
 	touch $(STAMP)
 
 # Python packages into .venv, JVM jars (Kafka broker, Spark connector, Delta) into .cache, and
-# the Spark driver's class-data-sharing archive (built once, about 30 s; never fails setup)
+# class-data-sharing archives for the Spark driver (about 30 s) and for Kafka's broker and tools
+# (about 20 s), each built once and never failing setup
 setup: $(STAMP)
 	$(PY) -m include.spark.jvm_deps
 	$(PY) -m include.spark.jvm_cds
+	$(PY) -m include.tooling.local_kafka archive
 
 # Debian packages the tests use (never a downloaded browser): chromium and chromedriver for
 # the UI plugin's browser test; docker-compose for the Compose specification schema that

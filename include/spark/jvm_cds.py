@@ -50,19 +50,40 @@ def _java() -> Path | None:
     return java.resolve() if java else None
 
 
-def fingerprint() -> str | None:
-    """What an archive must have been built from to be used now; ``None`` without Java or jars."""
-    import pyspark
-
+def java_fingerprint(*parts: str) -> str | None:
+    """A key for an archive of this machine's Java binary and ``parts`` (what else it was built from);
+    ``None`` without Java."""
     java = _java()
     if java is None:
         return None
+    return hashlib.sha256("\n".join([str(java), str(java.stat().st_mtime_ns), *parts]).encode()).hexdigest()[:16]
+
+
+def fingerprint() -> str | None:
+    """What the driver archive must have been built from to be used now; ``None`` without Java or jars."""
+    import pyspark
+
     try:
         jars = jvm_deps.spark_jars()
     except Exception:  # noqa: BLE001 - no jars yet: nothing to archive against
         return None
-    parts = [pyspark.__version__, str(java), str(java.stat().st_mtime_ns), *sorted(j.name for j in jars)]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    return java_fingerprint(pyspark.__version__, *sorted(j.name for j in jars))
+
+
+def disabled() -> bool:
+    """Whether ``KDE_CDS=off`` (or 0, false, no) turns the archives and the short-job flags off."""
+    return os.environ.get(CDS_ENV, "").lower() in ("off", "0", "false", "no")
+
+
+def sharing_flags(path: Path | None) -> list[str]:
+    """The flags that map the archive at ``path``: none when it is missing or empty, or the switch is off.
+
+    Java checks the archive itself and, with ``-Xshare:auto``, quietly loads
+    the classes as usual from an archive it refuses (another class path or JVM).
+    """
+    if disabled() or path is None or not path.is_file() or path.stat().st_size == 0:
+        return []
+    return [f"-XX:SharedArchiveFile={path}", *_QUIET.split()]
 
 
 def archive_path() -> Path | None:
@@ -96,12 +117,9 @@ def driver_options(*, short_job: bool) -> str:
     20 s instead of 26 s, and a 1,000,000-record drain in local mode no slower.
     A driver started without it (the benchmark's jobs) keeps Java's defaults.
     """
-    if os.environ.get(CDS_ENV, "").lower() in ("off", "0", "false", "no"):
+    if disabled():
         return ""
-    path = archive_path()
-    flags = []
-    if path is not None and path.is_file() and path.stat().st_size > 0:
-        flags.append(f"-XX:SharedArchiveFile={path} {_QUIET}")
+    flags = sharing_flags(archive_path())
     if short_job:
         flags.append(SHORT_JOB_FLAGS)
     return " ".join(flags)

@@ -47,3 +47,62 @@ def test_a_port_in_use_is_refused_naming_the_port_and_the_fix(tmp_path):
     assert f"on port {port}: something listens there" in str(err.value)
     assert "start without a port" in str(err.value)
     assert local_kafka.status(tmp_path / "kafka") is None
+
+
+def _maps(pid: int, path) -> bool:
+    with open(f"/proc/{pid}/maps") as f:
+        return str(path) in f.read()
+
+
+def test_the_class_sharing_archive_is_built_mapped_by_brokers_and_a_foreign_one_is_harmless(tmp_path, monkeypatch):
+    from include.spark import jvm_cds
+
+    # The archive in a folder of the test's (the jars stay where setup put them: no Maven here).
+    monkeypatch.setattr(local_kafka, "archive_path", lambda: tmp_path / "cds" / "kafka-test.jsa")
+    monkeypatch.delenv(jvm_cds.CDS_ENV, raising=False)
+    assert not any("SharedArchiveFile" in f for f in local_kafka._short_flags())  # not built yet
+
+    path = local_kafka.build_archive()
+    assert path == tmp_path / "cds" / "kafka-test.jsa" and path.stat().st_size > 0
+    broker = local_kafka.start(tmp_path / "kafka")
+    try:
+        assert _maps(broker.pid, path), "the broker started without mapping the archive"
+        port = int(broker.bootstrap_servers.rsplit(":", 1)[1])
+        broker.stop()
+        broker = local_kafka.start(tmp_path / "kafka", port=port, short_jit=False)  # measured: Java's defaults
+        assert not _maps(broker.pid, path) and f"-XX:SharedArchiveFile={path}" not in _jvm_flags(broker.pid)
+        broker.stop()
+
+        # An archive Java refuses (another JVM's, or damaged) only costs the speed: the broker starts and serves.
+        path.chmod(0o644)
+        path.write_bytes(b"not an archive" * 1000)
+        broker = local_kafka.start(tmp_path / "kafka", port=port)
+        assert f"-XX:SharedArchiveFile={path}" in _jvm_flags(broker.pid) and not _maps(broker.pid, path)
+        create_topic(broker.bootstrap_servers, "after-a-bad-archive", 1)
+        produce(broker.bootstrap_servers, "after-a-bad-archive", [(0, b"k", b"v")])
+        assert watermarks(broker.bootstrap_servers, "after-a-bad-archive") == {0: (0, 1)}
+    finally:
+        broker.stop()
+
+    monkeypatch.setenv(jvm_cds.CDS_ENV, "off")
+    assert local_kafka._short_flags() == ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+
+
+def test_the_command_line_refuses_a_folder_for_archive_and_none_for_start(capsys):
+    for argv, message in ((["archive", "somewhere"], "archive takes no folder"),
+                          (["start"], "start needs the broker's folder")):  # fmt: skip
+        with pytest.raises(SystemExit) as done:
+            local_kafka.main(argv)
+        assert done.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_archive_is_keyed_to_the_kafka_jars_and_kept_in_the_cache(tmp_path, monkeypatch):
+    from include import settings
+    from include.spark import jvm_deps
+
+    monkeypatch.setattr(settings, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(jvm_deps, "kafka_classpath", lambda: "/jars/kafka_2.13-4.1.0.jar")
+    path = local_kafka.archive_path()
+    assert path.parent == tmp_path / "cds" and path.name.startswith("kafka-") and path.suffix == ".jsa"
+    monkeypatch.setattr(jvm_deps, "kafka_classpath", lambda: "/jars/kafka_2.13-4.2.0.jar")
+    assert local_kafka.archive_path() != path  # other jars: the old archive is not named
