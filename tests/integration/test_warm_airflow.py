@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from include.spark import spark_cluster
 from include.tooling import airflow_local
 
 pytestmark = pytest.mark.integration
@@ -64,13 +63,18 @@ def test_commands_run_at_once_and_a_killed_one_reports_its_signal(warm_airflow, 
     assert blocked.poll() == -signal.SIGKILL
 
 
+def _parent(pid: int) -> int:
+    """The parent pid of ``pid``, from /proc (field 4 of its stat, after the command name)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def test_a_command_whose_keeper_died_says_so_on_every_wait(warm_airflow, airflow_home, tmp_path):
     fifo = tmp_path / "blocked.log"
     os.mkfifo(fifo)
     blocked = warm_airflow.start(["version"], airflow_local.environment(airflow_home), log_file=fifo)
     try:
         # The process that waits for the command and reports its exit code: the command's parent.
-        keeper = spark_cluster._read_stat(blocked.pid).ppid
+        keeper = _parent(blocked.pid)
         assert keeper not in (os.getpid(), warm_airflow.pid)
         os.kill(keeper, signal.SIGKILL)
         with pytest.raises(RuntimeError, match="server ended during a command"):
