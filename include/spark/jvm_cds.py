@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from include import settings
@@ -160,34 +161,54 @@ def training_run(work: Path) -> None:
         spark.stop()
 
 
-def build(*, force: bool = False, timeout_s: float = 600) -> Path | None:
-    """Build the driver archive if it is missing; its path, or ``None`` (with the reason printed)."""
-    path = archive_path()
+def build_archive(path: Path | None, train: Callable[[Path, Path], str | None], *, what: str,
+                  force: bool = False) -> Path | None:  # fmt: skip
+    """Build the archive at ``path`` if it is missing; its path, or ``None`` with the reason printed.
+
+    ``train(partial, tmp)`` runs a JVM with ``-XX:ArchiveClassesAtExit=partial`` (``tmp`` is a scratch
+    folder) and returns why it failed, or ``None``. Older archives of the same kind (the name's prefix
+    before its key) are removed first; the new one is moved into place whole. ``what`` names the kind in
+    the messages, e.g. ``jobs``. Never raises for a failed training run: setup goes on without it.
+    """
     if path is None:
-        print("jvm_cds: no Java or no jars yet; no class-data-sharing archive", file=sys.stderr)
+        print(f"{what}: no Java or no jars yet; no class-data-sharing archive", file=sys.stderr)
         return None
     if path.is_file() and not force:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    for old in path.parent.glob("driver-*.jsa"):
+    for old in path.parent.glob(f"{path.name.split('-', 1)[0]}-*.jsa"):
         old.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="kde-cds-") as tmp:
-        partial = Path(tmp) / "driver.jsa"
-        env = {**os.environ, "PYSPARK_SUBMIT_ARGS": f"--driver-java-options -XX:ArchiveClassesAtExit={partial} "
-                                                     "pyspark-shell"}  # fmt: skip
-        env.pop("PYSPARK_GATEWAY_PORT", None)
-        proc = subprocess.run(
-            [sys.executable, "-c", f"from pathlib import Path; from include.spark.jvm_cds import training_run; "
-                                   f"training_run(Path({str(Path(tmp) / 'work')!r}))"],
-            cwd=settings.PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=timeout_s, check=False,
-        )  # fmt: skip
-        if proc.returncode != 0 or not partial.is_file():
-            print(f"jvm_cds: the training run failed (exit {proc.returncode}); jobs start without an archive:\n"
-                  f"{(proc.stdout + proc.stderr)[-2000:]}", file=sys.stderr)  # fmt: skip
+        partial = Path(tmp) / "archive.jsa"
+        problem = train(partial, Path(tmp))
+        if problem is None and (not partial.is_file() or partial.stat().st_size == 0):
+            problem = "the training JVM wrote no archive"
+        if problem is not None:
+            print(f"{what}: the training run failed ({problem}); it starts without an archive", file=sys.stderr)
             return None
         shutil.move(str(partial), str(path.with_suffix(".tmp")))
         os.replace(path.with_suffix(".tmp"), path)
     return path
+
+
+def _train_driver(partial: Path, tmp: Path, timeout_s: float) -> str | None:
+    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": f"--driver-java-options -XX:ArchiveClassesAtExit={partial} "
+                                                 "pyspark-shell"}  # fmt: skip
+    env.pop("PYSPARK_GATEWAY_PORT", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", f"from pathlib import Path; from include.spark.jvm_cds import training_run; "
+                               f"training_run(Path({str(tmp / 'work')!r}))"],
+        cwd=settings.PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=timeout_s, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        return f"exit {proc.returncode}; its output ends:\n{(proc.stdout + proc.stderr)[-2000:]}\n"
+    return None
+
+
+def build(*, force: bool = False, timeout_s: float = 600) -> Path | None:
+    """Build the driver archive if it is missing; its path, or ``None`` (with the reason printed)."""
+    return build_archive(archive_path(), lambda partial, tmp: _train_driver(partial, tmp, timeout_s),
+                         what="jvm_cds (Spark jobs)", force=force)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,12 +27,10 @@ import base64
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -415,33 +413,19 @@ def build_archive(*, force: bool = False) -> Path | None:
     two starts each): a broker's CPU to ready 4.6 and 5.4 s without, 3.0 and 2.9 s with it; ready in 5.1
     and 5.8 s against 3.1 s.
     """
-    path = archive_path()
-    if path is None:
-        print("local_kafka: no Java or no Kafka jars yet; no class-data-sharing archive", file=sys.stderr)
-        return None
-    if path.is_file() and not force:
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for old in path.parent.glob("kafka-*.jsa"):
-        old.unlink(missing_ok=True)
-    with tempfile.TemporaryDirectory(prefix="kde-kafka-cds-") as tmp:
-        partial = Path(tmp) / "kafka.jsa"
+    return jvm_cds.build_archive(archive_path(), _train, what="local_kafka (broker and tools)", force=force)
+
+
+def _train(partial: Path, tmp: Path) -> str | None:
+    try:
+        broker = start(tmp / "broker", jvm_flags=(f"-XX:ArchiveClassesAtExit={partial}",))
         try:
-            broker = start(Path(tmp) / "broker", jvm_flags=(f"-XX:ArchiveClassesAtExit={partial}",))
-            try:
-                _exercise(broker.bootstrap_servers)
-            finally:
-                broker.stop(timeout_s=60)  # the archive is written as the JVM exits
-        except Exception as exc:  # noqa: BLE001 - setup goes on without the archive
-            print(f"local_kafka: the archive's training run failed ({exc}); brokers start without it", file=sys.stderr)
-            return None
-        if not partial.is_file() or partial.stat().st_size == 0:
-            print("local_kafka: the training broker wrote no archive (see its broker.out); brokers start without it",
-                  file=sys.stderr)  # fmt: skip
-            return None
-        shutil.move(str(partial), str(path.with_suffix(".tmp")))
-        os.replace(path.with_suffix(".tmp"), path)
-    return path
+            _exercise(broker.bootstrap_servers)
+        finally:
+            broker.stop(timeout_s=60)  # the archive is written as the JVM exits
+    except Exception as exc:  # noqa: BLE001 - setup goes on without the archive
+        return str(exc)
+    return None
 
 
 def _exercise(bootstrap: str) -> None:

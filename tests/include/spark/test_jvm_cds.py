@@ -59,7 +59,7 @@ def test_a_failed_build_says_why_and_fails_nothing(cache, monkeypatch, capsys):
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "no JVM today"))
     assert jvm_cds.build() is None
     err = capsys.readouterr().err
-    assert "the training run failed (exit 1)" in err and "no JVM today" in err
+    assert "the training run failed (exit 1; its output ends:" in err and "no JVM today" in err
     assert jvm_cds.main([]) == 0
     assert not list((cache / "cds").glob("*.jsa"))
 
