@@ -114,22 +114,23 @@ def _java() -> str:
 _SHORT_JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
 
-def archive_path() -> Path | None:
+def archive_path(classpath: str | None = None) -> Path | None:
     """Where the class-data-sharing archive of Kafka's JVMs for this Java and these jars lives (it may
-    not exist); ``None`` without Java or jars."""
-    try:
-        classpath = jvm_deps.kafka_classpath()
-    except Exception:  # noqa: BLE001 - no jars yet: nothing to archive against
-        return None
+    not exist); ``None`` without Java or jars. ``classpath``: Kafka's, when the caller resolved it already."""
+    if classpath is None:
+        try:
+            classpath = jvm_deps.kafka_classpath()
+        except Exception:  # noqa: BLE001 - no jars yet: nothing to archive against
+            return None
     key = jvm_cds.java_fingerprint(classpath)
     return settings.CACHE_DIR / "cds" / f"kafka-{key}.jsa" if key else None
 
 
-def _short_flags() -> list[str]:
+def _short_flags(classpath: str | None = None) -> list[str]:
     # The archive only beside the short flags: the benchmark's broker and consumer-perf-test, whose
     # speed is measured, keep Java's defaults. One archive serves the broker and the tools (Java matches
     # it by class path): ``storage format`` 0.75 s of CPU without it.
-    return [*_SHORT_JVM_FLAGS, *jvm_cds.sharing_flags(archive_path())]
+    return [*_SHORT_JVM_FLAGS, *jvm_cds.sharing_flags(archive_path(classpath))]
 
 
 def run_kafka_tool(tool: str, *args: str, timeout_s: float = 120.0, short: bool = True) -> subprocess.CompletedProcess:
@@ -139,8 +140,9 @@ def run_kafka_tool(tool: str, *args: str, timeout_s: float = 120.0, short: bool 
     speed is measured (the benchmark's ``consumer-perf-test``).
     """
     main_class = KAFKA_TOOLS.get(tool, tool)
-    flags = _short_flags() if short else ()
-    cmd = [_java(), "-Xmx512m", *flags, "-cp", jvm_deps.kafka_classpath(), main_class, *args]
+    classpath = jvm_deps.kafka_classpath()
+    flags = _short_flags(classpath) if short else ()
+    cmd = [_java(), "-Xmx512m", *flags, "-cp", classpath, main_class, *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
 
 
@@ -335,10 +337,11 @@ def start(data_dir: Path, *, heap: str = "1g", timeout_s: float = 90.0,
         if fmt.returncode != 0:
             raise BrokerError(f"formatting Kafka storage in {data_dir} failed: {fmt.stderr or fmt.stdout}")
 
+    classpath = jvm_deps.kafka_classpath()
     cmd = [
-        _java(), f"-Xmx{heap}", f"-Xms{heap}", *(_short_flags() if short_jit else ()), *jvm_flags,
+        _java(), f"-Xmx{heap}", f"-Xms{heap}", *(_short_flags(classpath) if short_jit else ()), *jvm_flags,
         f"-Dlog4j2.configurationFile={data_dir / 'log4j2.properties'}",
-        "-cp", jvm_deps.kafka_classpath(), "kafka.Kafka", str(config),
+        "-cp", classpath, "kafka.Kafka", str(config),
     ]  # fmt: skip
     with open(data_dir / "broker.out", "ab") as out:
         # Own session: a Ctrl-C in the terminal that started it does not kill

@@ -58,7 +58,7 @@ def test_the_class_sharing_archive_is_built_mapped_by_brokers_and_a_foreign_one_
     from include.spark import jvm_cds
 
     # The archive in a folder of the test's (the jars stay where setup put them: no Maven here).
-    monkeypatch.setattr(local_kafka, "archive_path", lambda: tmp_path / "cds" / "kafka-test.jsa")
+    monkeypatch.setattr(local_kafka, "archive_path", lambda classpath=None: tmp_path / "cds" / "kafka-test.jsa")
     monkeypatch.delenv(jvm_cds.CDS_ENV, raising=False)
     assert not any("SharedArchiveFile" in f for f in local_kafka._short_flags())  # not built yet
 
