@@ -12,6 +12,10 @@ The run folder holds ``cluster.json`` (URLs, pids, process groups, sessions),
 ``logs/<process>.log`` (each daemon's stdout and stderr), ``worker-<i>/`` (the
 workers' work dirs: one folder per application with its executors' logs),
 ``local/`` (scratch and shuffle files), ``tmp/`` and an empty ``conf/``.
+Once its processes are stopped, :func:`stop_standalone` removes what only a
+running cluster needs (each executor's copy of the application's jars and
+files, about 23 MB a run with the project's jars; ``local/``; ``tmp/``), so
+a run folder keeps its logs and state, not a copy of the jars per run.
 
 Each daemon is started in its own session. Everything it spawns (executor
 JVMs, pyspark daemons and their python workers) stays in that session, and
@@ -26,6 +30,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -666,7 +671,41 @@ def stop_standalone(run_dir: str | Path, *, timeout_s: float = 30) -> list[int]:
             f"processes {sorted(p.pid for p in left)} of the Spark cluster in {run_dir} survived "
             f"SIGTERM and SIGKILL; logs: {', '.join(state.get('logs', {}).values()) or run_dir / 'logs'}"
         )
+    remove_scratch(run_dir)
     return sorted(stopped)
+
+
+#: What an executor's folder keeps once its cluster stopped: its output, the only record of what it did.
+EXECUTOR_LOGS = frozenset({"stdout", "stderr"})
+
+
+def remove_scratch(run_dir: str | Path) -> int:
+    """Remove what the stopped cluster in ``run_dir`` only needed while it ran; returns the bytes freed.
+
+    That is each executor's copy of the application's jars and files
+    (``worker-<i>/<app>/<executor>/`` but its ``stdout`` and ``stderr``), the
+    scratch and shuffle folders (``local/``) and the JVMs' temporary files
+    (``tmp/``). Logs, ``conf/`` and ``cluster.json`` stay. Best effort: a file
+    that cannot be removed stays where it is and costs only its space.
+    """
+    run_dir = Path(run_dir)
+    doomed = [run_dir / "local", run_dir / "tmp"]
+    for executor in run_dir.glob("worker-*/*/*"):
+        if executor.is_dir():
+            doomed.extend(entry for entry in executor.iterdir() if entry.name not in EXECUTOR_LOGS)
+    freed = 0
+    for path in doomed:
+        try:
+            if path.is_dir() and not path.is_symlink():
+                size = sum(f.lstat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+                shutil.rmtree(path)
+            else:
+                size = path.lstat().st_size
+                path.unlink()
+        except OSError:  # gone already, or not ours to remove: it keeps its space
+            continue
+        freed += size
+    return freed
 
 
 # --- command line --------------------------------------------------------------------------------

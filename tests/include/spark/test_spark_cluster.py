@@ -269,6 +269,28 @@ def test_stop_finds_and_kills_the_whole_tree(tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+def test_remove_scratch_keeps_logs_and_state_and_counts_what_it_freed(tmp_path):
+    run_dir = tmp_path / "cluster"
+    executor = run_dir / "worker-1" / "app-20261128000000-0000" / "0"
+    files = {
+        executor / "stdout": 3, executor / "stderr": 5, executor / "delta-spark.jar": 700,
+        executor / "kde_jobs.zip" : 20, executor / "spark-x" / "nested.bin": 11,
+        run_dir / "local" / "worker-1" / "blockmgr-1" / "0a" / "shuffle_0.data": 40,
+        run_dir / "tmp" / "netty.so": 9, run_dir / "logs" / "master.log": 13, run_dir / "cluster.json": 2,
+    }  # fmt: skip
+    for path, size in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * size)
+    (run_dir / "conf").mkdir()
+
+    assert spark_cluster.remove_scratch(run_dir) == 700 + 20 + 11 + 40 + 9
+    left = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file())
+    assert left == ["cluster.json", "logs/master.log", f"{executor.relative_to(run_dir)}/stderr",
+                    f"{executor.relative_to(run_dir)}/stdout"]  # fmt: skip
+    assert (run_dir / "conf").is_dir()
+    assert spark_cluster.remove_scratch(run_dir) == 0  # nothing left to free
+
+
 def test_a_recorded_pid_now_used_by_another_process_is_left_alone(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -417,6 +439,8 @@ def test_one_worker_runs_a_job_and_stop_kills_executors_and_python_workers(tmp_p
 
         job = tmp_path / "job.py"
         job.write_text(JOB)
+        shipped = tmp_path / "shipped.txt"  # copied into the executor's folder, as the jobs' jars are
+        shipped.write_text("x" * 1000)
         pids_file = tmp_path / "pids.json"
         out = tmp_path / "driver.out"
         env = {**submit_environment(), "SPARK_LOCAL_IP": "127.0.0.1"}
@@ -427,6 +451,7 @@ def test_one_worker_runs_a_job_and_stop_kills_executors_and_python_workers(tmp_p
             "--conf", "spark.driver.host=127.0.0.1",
             "--conf", "spark.ui.enabled=false",
             "--conf", f"spark.local.dir={tmp_path / 'driver-local'}",
+            "--files", str(shipped),
             str(job), str(pids_file),
         ]  # fmt: skip
         with open(out, "wb") as stdout:
@@ -442,12 +467,21 @@ def test_one_worker_runs_a_job_and_stop_kills_executors_and_python_workers(tmp_p
         ticks.update({pid: _read_stat(pid).start_ticks for pid in app_processes})
         assert executor in _processes_mentioning(str(run_dir))
 
+        (executor_dir,) = run_dir.glob("worker-1/app-*/*")
+        assert {"shipped.txt", "stderr"} <= {f.name for f in executor_dir.iterdir()}
+        assert (run_dir / "local").is_dir() and (run_dir / "tmp").is_dir()
+
         started = time.monotonic()
         stopped = stop_standalone(run_dir)
         stop_seconds = time.monotonic() - started
         assert set(cluster.pids.values()) | app_processes <= set(stopped)
         assert stop_seconds < 30
         _assert_nothing_left(run_dir, ticks)
+        # The scratch is gone, the executor's output and the daemons' logs stay.
+        assert {f.name for f in executor_dir.iterdir()} <= spark_cluster.EXECUTOR_LOGS
+        assert (executor_dir / "stderr").is_file()
+        assert not (run_dir / "local").exists() and not (run_dir / "tmp").exists()
+        assert (run_dir / "logs" / "worker-1.log").is_file() and (run_dir / "cluster.json").is_file()
         assert stop_standalone(run_dir) == []
     finally:
         if driver is not None and driver.poll() is None:
