@@ -127,6 +127,10 @@ def _run(monkeypatch, op, *, fail: bool = False) -> tuple[list[str], list[list[s
         for arg in cmd:
             if arg.startswith("--kafka-options-file=") and not arg.startswith("--kafka-options-file=/etc/"):
                 assert Path(arg.split("=", 1)[1]).stat().st_mode & 0o777 == 0o600
+        if (scratch := (hook._env_vars or {}).get("SPARK_LOCAL_DIRS")) and Path(scratch).parent.name == "scratch":
+            # What a killed driver leaves behind: its copy of the jars and files.
+            (Path(scratch) / "spark-1" / "userFiles-1").mkdir(parents=True)
+            (Path(scratch) / "spark-1" / "userFiles-1" / "kde_jobs.zip").write_bytes(b"x" * 100)
         if fail:
             raise RuntimeError("spark-submit failed")
         summary = next(a.split("=", 1)[1] for a in cmd if a.startswith("--summary-path="))
@@ -188,6 +192,29 @@ def test_local_standalone_submits_to_the_runs_master_with_one_executor_per_worke
     assert not (folder / "kafka-options.json").exists(), "the private options file outlives the submit"
     assert kills == []
     _assert_no_secret(cmd, op._hook._env_vars)
+    # The driver's scratch is in the run folder, and gone once spark-submit ended.
+    assert op._hook._env_vars["SPARK_LOCAL_DIRS"] == str(folder / "scratch" / "ingest")
+    assert not (folder / "scratch").exists()
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_the_drivers_scratch_is_removed_after_a_failed_submit_and_a_workers_own_choice_is_kept(
+    tmp_path, monkeypatch, fail
+):
+    cfg = _pipeline(tmp_path, {"workers": 1})
+    folder = settings.VAR_DIR / "runs" / "orders" / re.sub(r"[^A-Za-z0-9_.-]+", "_", RUN_ID)
+    left = folder / "scratch" / "ingest" / "spark-0" / "kde_jobs.zip"  # from a try killed with its task process
+    left.parent.mkdir(parents=True)
+    left.write_bytes(b"x")
+    op = IngestOperator(task_id="ingest", pipeline=cfg, master="spark://127.0.0.1:41234")
+    _run(monkeypatch, op, fail=fail)
+    assert not (folder / "scratch").exists()
+
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path / "fast-disk"))
+    again = IngestOperator(task_id="ingest", pipeline=cfg, master="spark://127.0.0.1:41234")
+    _run(monkeypatch, again)
+    # The hook lays its variables over the worker's environment: not naming it keeps the worker's choice.
+    assert "SPARK_LOCAL_DIRS" not in again._hook._env_vars and again._hook._env_vars["SPARK_LOCAL_IP"]
 
 
 def test_existing_standalone_master_is_client_mode_whatever_the_connection_says(tmp_path, monkeypatch):

@@ -120,10 +120,12 @@ def group_lags(bootstrap: str, group: str) -> dict[int, str]:
 
 def assert_no_cluster_left(p: Pipeline) -> None:
     """No process of any run's cluster or job is left, nor the stopped clusters' scratch (the executors'
-    copies of the jars, ``local/``, ``tmp/``): a run folder keeps logs and state only."""
+    copies of the jars, ``local/``, ``tmp/``) or the drivers' (``scratch/``): a run folder keeps logs and
+    state only."""
     for folder in p.run_dirs():
         assert spark_cluster.running_processes(folder / "cluster") == []
         scratch = [f for f in (folder / "cluster").glob("worker-*/*/*/*") if f.name not in spark_cluster.EXECUTOR_LOGS]
         scratch += [d for d in (folder / "cluster" / "local", folder / "cluster" / "tmp") if d.exists()]
         assert scratch == [], f"the teardown left its cluster's scratch in {folder}"
+        assert not (folder / "scratch").exists(), f"a job task left its driver's scratch in {folder}"
     assert spark_cluster.processes_naming(p.var) == [], "a Spark process of this test is still running"
