@@ -171,6 +171,8 @@ class BenchmarkReport:
     measurements: list[Measurement] = field(default_factory=list)
     load_before: str = ""
     load_after: str = ""
+    #: Seconds of :func:`speed_reference` at the start: how fast this machine was that day.
+    speed_reference_s: float | None = None
     total_s: float = 0.0
     runs: list[DagRunTiming] = field(default_factory=list)
     batch_runs: list[BatchRun] = field(default_factory=list)
@@ -213,6 +215,29 @@ def machine_description() -> str:
     memory = f"{int(mem_kb.split()[0]) / 1024**2:.1f} GiB" if mem_kb else "unknown"
     cpu = _first_match("/proc/cpuinfo", "model name") or platform.processor() or "unknown"
     return f"{platform.node()}: nproc {nproc}, memory {memory}, CPU {cpu}"
+
+
+#: Iterations of :func:`speed_reference`'s loop: 0.34 s on 2026-11-28's 2-core AMD EPYC VM.
+SPEED_REFERENCE_LOOPS = 3_000_000
+
+
+def speed_reference(loops: int = SPEED_REFERENCE_LOOPS, repeats: int = 3) -> float:
+    """Median seconds of a fixed single-core pure-Python loop: lower is faster.
+
+    The same commit's figures have differed about 2x between days of the
+    same kind of VM; a report carries this number so that its figures can be
+    set against another day's or machine's.
+    """
+    def once() -> float:
+        started = time.perf_counter()
+        total = 0
+        for i in range(loops):
+            total += i * i % 7
+        if total < 0:  # never: keeps the loop's result alive
+            raise AssertionError(total)
+        return time.perf_counter() - started
+
+    return statistics.median(once() for _ in range(repeats))
 
 
 def load_average() -> str:
@@ -550,6 +575,9 @@ def render_markdown(report: BenchmarkReport) -> str:
         "# Kafka -> Delta ingestion benchmark",
         "",
         f"- machine: {report.machine}; load average {report.load_before} at start, {report.load_after} at end",
+        *([f"- speed reference: {report.speed_reference_s:.2f}s for a fixed single-core Python loop at the start "
+           "(lower is faster; set figures from another day or machine against it)"]
+          if report.speed_reference_s is not None else []),
         f"- broker: {report.broker}",
         f"- total benchmark wall time: {report.total_s:.0f}s",
     ]
@@ -649,6 +677,7 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
     DAG runs (:class:`include.tooling.benchmark_runs.DagRunBench`); always stop what it started."""
     started = time.monotonic()
     load_before = load_average()
+    reference_s = speed_reference()
     work = Path(params.work_dir or tempfile.mkdtemp(prefix="kde-benchmark-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
     log_dir = params.output.resolve().parent / f"{params.output.stem}-logs"
@@ -671,7 +700,8 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
             bootstrap = broker.bootstrap_servers
             broker_text = f"started by the benchmark (local_kafka, KRaft, heap 1g), {bootstrap}"
         report = BenchmarkReport(
-            params, machine_description(), topic, broker_text, 0.0, load_before=load_before
+            params, machine_description(), topic, broker_text, 0.0, load_before=load_before,
+            speed_reference_s=reference_s,
         )
         if "throughput" in params.parts:
             create_topic(bootstrap, topic, params.partitions)
