@@ -17,9 +17,13 @@ pytestmark = pytest.mark.integration
 
 #: The slice's seed: fixed, so that every CI run injects the same sequence of faults and moments.
 SLICE_SEED = 20261124
+#: The slice's limit. Beside the rest of the suite it took 37 and 42 minutes on its worker on 2026-11-28's
+#: VM (50 allowed then), and CI's machine varies as much between days: a slow day must not fail CI on
+#: the slice alone while the whole stays within CI's 90 minutes. Each of its runs has its own limit.
+SLICE_TIMEOUT_S = 70 * 60
 
 
-@pytest.mark.timeout(0 if os.environ.get("SOAK_FAULTS") else 3000)
+@pytest.mark.timeout(0 if os.environ.get("SOAK_FAULTS") else SLICE_TIMEOUT_S)
 def test_random_faults_across_runs_lose_and_duplicate_nothing(tmp_path_factory, record_property):
     faults = int(os.environ.get("SOAK_FAULTS", "30"))
     seed_text = os.environ.get("SOAK_SEED", str(SLICE_SEED))
