@@ -82,6 +82,7 @@ from include.tooling.benchmark_maintenance import (
     MaintenanceBenchError,
     MaintenanceParams,
     MaintenanceReport,
+    median_ms,
     render_maintenance_markdown,
     run_maintenance_bench,
 )
@@ -172,8 +173,7 @@ class BenchmarkReport:
     load_before: str = ""
     load_after: str = ""
     #: Seconds of :func:`speed_reference` at the start and at the end: how fast this machine was then.
-    speed_reference_s: float | None = None
-    speed_reference_after_s: float | None = None
+    speed_reference_s: tuple[float, float] | None = None
     total_s: float = 0.0
     runs: list[DagRunTiming] = field(default_factory=list)
     batch_runs: list[BatchRun] = field(default_factory=list)
@@ -229,14 +229,12 @@ def speed_reference(loops: int = SPEED_REFERENCE_LOOPS, repeats: int = 3) -> flo
     same kind of VM; a report carries this number so that its figures can be
     set against another day's or machine's.
     """
-    def once() -> float:
-        started = time.perf_counter()
+    def loop() -> None:
         total = 0
         for i in range(loops):
             total += i * i % 7
-        return time.perf_counter() - started
 
-    return statistics.median(once() for _ in range(repeats))
+    return median_ms(loop, repeats) / 1000
 
 
 def load_average() -> str:
@@ -566,13 +564,6 @@ def _progress_breakdown(ms: list[Measurement]) -> str | None:
     return f"{int(statistics.median(batches))} batch(es) with rows; {parts}"
 
 
-def _speed_line(report: BenchmarkReport) -> str:
-    after = report.speed_reference_after_s
-    end = f", {after:.2f}s at the end" if after is not None else ""
-    return (f"- speed reference: {report.speed_reference_s:.2f}s at the start{end}, for a fixed single-core Python "
-            "loop (lower is faster; set figures from another day or machine against it)")
-
-
 def render_markdown(report: BenchmarkReport) -> str:
     """The report as markdown: header, then each part that ran (throughput: one row per job, ratios,
     definitions; DAG runs: :func:`include.tooling.benchmark_runs.render_runs_markdown`)."""
@@ -581,7 +572,9 @@ def render_markdown(report: BenchmarkReport) -> str:
         "# Kafka -> Delta ingestion benchmark",
         "",
         f"- machine: {report.machine}; load average {report.load_before} at start, {report.load_after} at end",
-        *([_speed_line(report)] if report.speed_reference_s is not None else []),
+        *([f"- speed reference: {report.speed_reference_s[0]:.2f}s at the start, {report.speed_reference_s[1]:.2f}s "
+           "at the end, for a fixed single-core Python loop (lower is faster; set figures from another day or "
+           "machine against it)"] if report.speed_reference_s is not None else []),
         f"- broker: {report.broker}",
         f"- total benchmark wall time: {report.total_s:.0f}s",
     ]
@@ -681,7 +674,7 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
     DAG runs (:class:`include.tooling.benchmark_runs.DagRunBench`); always stop what it started."""
     started = time.monotonic()
     load_before = load_average()
-    reference_s = speed_reference()
+    reference_start_s = speed_reference()
     work = Path(params.work_dir or tempfile.mkdtemp(prefix="kde-benchmark-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
     log_dir = params.output.resolve().parent / f"{params.output.stem}-logs"
@@ -704,8 +697,7 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
             bootstrap = broker.bootstrap_servers
             broker_text = f"started by the benchmark (local_kafka, KRaft, heap 1g), {bootstrap}"
         report = BenchmarkReport(
-            params, machine_description(), topic, broker_text, 0.0, load_before=load_before,
-            speed_reference_s=reference_s,
+            params, machine_description(), topic, broker_text, 0.0, load_before=load_before
         )
         if "throughput" in params.parts:
             create_topic(bootstrap, topic, params.partitions)
@@ -744,7 +736,7 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
         if "formats" in params.parts:
             report.formats = _measure_formats(params, bootstrap, topic, work / "formats", created)
         report.load_after = load_average()
-        report.speed_reference_after_s = speed_reference()
+        report.speed_reference_s = (reference_start_s, speed_reference())
         report.total_s = time.monotonic() - started
         return report
     finally:

@@ -64,8 +64,9 @@ class MaintenanceReport:
     checks_ok: int = 0
 
 
-def _median_ms(action: Callable[[], Any], repetitions: int) -> float:
-    action()  # first read warms delta-rs' and the OS's caches alike for both variants
+def median_ms(action: Callable[[], Any], repetitions: int) -> float:
+    """Median milliseconds of ``action`` over ``repetitions`` calls, after one call that is not timed."""
+    action()  # the first call warms caches (delta-rs', the OS's) alike for every variant measured
     times = []
     for _ in range(repetitions):
         t = time.perf_counter()
@@ -172,18 +173,18 @@ def run_maintenance_bench(work: Path, bootstrap: str, topic: str, params: Mainte
                     peak[n] = max(peak.get(n, 0), count)
                 if run % p.every_runs == 0:
                     report.files[variant][run] = files
-                    report.ledger_read_ms[variant][run] = _median_ms(
+                    report.ledger_read_ms[variant][run] = median_ms(
                         lambda c=cfg: run_ledger.read_runs(c.tables.ledger_path), p.read_repetitions)  # fmt: skip
             if run % p.every_runs == 0:
                 log(f"maintenance: run {run}/{p.runs}; files {report.files}")
         for variant, cfg in cfgs.items():
             paths = _paths(cfg)
             report.reads_ms[variant] = {
-                "bronze position (read_progress)": _median_ms(
+                "bronze position (read_progress)": median_ms(
                     lambda c=cfg: delta_progress.read_progress(c.tables.bronze_path, c.name), p.read_repetitions),
-                "silver, whole table": _median_ms(lambda s=paths["silver"]: _read_all(s), p.read_repetitions),
-                "bronze, whole table": _median_ms(lambda b=paths["bronze"]: _read_all(b), p.read_repetitions),
-                "run ledger (monitoring page)": _median_ms(
+                "silver, whole table": median_ms(lambda s=paths["silver"]: _read_all(s), p.read_repetitions),
+                "bronze, whole table": median_ms(lambda b=paths["bronze"]: _read_all(b), p.read_repetitions),
+                "run ledger (monitoring page)": median_ms(
                     lambda c=cfg: run_ledger.read_runs(c.tables.ledger_path), p.read_repetitions),
             }  # fmt: skip
     finally:
