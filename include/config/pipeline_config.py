@@ -705,8 +705,9 @@ class KafkaConfig(_Section):
     """Where the records come from (section ``kafka``)."""
 
     connection_id: _connection_id("Kafka") = Field(
-        description="Required. Id of the Airflow connection to the Kafka cluster. Bootstrap servers and "
-        "every security setting (SASL, SSL, passwords) live in that connection, never in the pipeline file."
+        description="Required. Id of the Airflow connection (type kafka) to the Kafka cluster. Bootstrap "
+        "servers and every security setting (SASL, SSL, passwords) live in that connection's extra JSON, in "
+        "librdkafka's names, never in the pipeline file."
     )
     topics: Annotated[tuple[str, ...], BeforeValidator(_check_topics)] = Field(
         (),
@@ -721,8 +722,10 @@ class KafkaConfig(_Section):
     starting_offsets: _choice(STARTING_OFFSETS) = Field(
         "earliest",
         description="earliest (default) or latest: where partitions start on the pipeline's first run. "
-        "Later runs resume where the bronze table stands; partitions added later start at their earliest "
-        "offset.",
+        "Later runs resume where the bronze table stands; partitions and topics found later start at their "
+        "earliest offset. latest is fixed once: the first run records Kafka's end offsets in a position commit "
+        "(no rows; shown in the task log and the ledger's position_set_json), and every record produced after "
+        "it lands.",
     )
     max_offsets_per_trigger: _integer(1) | None = Field(
         None,
@@ -735,7 +738,9 @@ class KafkaConfig(_Section):
         description="Mapping of extra, non-secret Kafka consumer settings, e.g. max.poll.records: \"500\". "
         "Keys are Kafka's own names without a kafka. prefix; values are strings (quote numbers and "
         "booleans). Settings Spark or the pipeline manage (group.id, auto.offset.reset, isolation.level, "
-        "deserializers, ...) are refused.",
+        "deserializers, ...) are refused. Default empty. They override the ingestion job's read defaults "
+        "(max.poll.records 10000, max.partition.fetch.bytes 8388608, receive.buffer.bytes 1048576) and reach "
+        "the job through an owner-only file, never its command line.",
     )
 
     @classmethod
@@ -806,7 +811,9 @@ class TablesSection(_Section):
         description="Days a file a commit removed stays on disk before VACUUM may delete it "
         "(delta.deletedFileRetentionDuration). Default 7, and never less: Delta's safety default, which "
         "protects readers in flight, the transform's stream reading bronze versions it has not read yet, "
-        "and backfills by time travel.",
+        "and backfills by time travel. Both retention settings are set on the tables by the jobs (bronze "
+        "after ingest, silver and quarantine after the transform) and by record_run (the ledger), in one "
+        "property commit and only when a value changes.",
     )
 
     @model_validator(mode="after")
@@ -892,7 +899,7 @@ class MaintenanceConfig(_Section):
     every_runs: _integer(1) | None = Field(
         50,
         description="Positive integer or null, default 50: maintain the tables on every Nth run (runs with no "
-        "new records count; bronze, silver and quarantine, which only such runs leave unchanged, are then done "
+        "new records count; bronze, silver and quarantine, which such runs leave unchanged, are then done "
         "on the next run that reads records). null: only in daily_window.",
     )
     daily_window: Annotated[str, BeforeValidator(_check_window)] | None = Field(
@@ -970,8 +977,10 @@ class KubernetesConfig(_Section):
     """
 
     image: _matching(_IMAGE, "a container image reference without spaces, e.g. 'registry/app:1.0'") = Field(
-        description="Required. Container image of the driver and executor pods "
-        "(spark.kubernetes.container.image), e.g. registry.example/kafka-delta-elt:1.4."
+        description="Required whenever the section is given (it is needed with profile kubernetes, and with "
+        "existing_master on a k8s:// master). Container image of the driver and executor pods "
+        "(spark.kubernetes.container.image), e.g. registry.example/kafka-delta-elt:1.4. It holds spark_jobs/ "
+        "and kde_jobs.zip under app_dir, and the Kafka connector and Delta jars in $SPARK_HOME/jars."
     )
     namespace: _matching(
         _K8S_LABEL, "a Kubernetes namespace name (lower-case letters, digits and '-', at most 63 characters)"
@@ -1222,17 +1231,18 @@ class SchemaField(_Section):
         False, description="true or false (default): the key must be present with a non-null value."
     )
     minimum: Annotated[int | float, BeforeValidator(_check_bound)] = _optional(
-        "Smallest allowed value; int, long, double and decimal fields only."
+        "Smallest allowed value; int, long, double and decimal fields only. Left out: no lower bound."
     )
     maximum: Annotated[int | float, BeforeValidator(_check_bound)] = _optional(
-        "Largest allowed value, at least minimum; int, long, double and decimal fields only."
+        "Largest allowed value, at least minimum; int, long, double and decimal fields only. Left out: no "
+        "upper bound."
     )
     allowed: Annotated[tuple[str | int, ...], BeforeValidator(_check_allowed)] = _optional(
         "The only values allowed: a non-empty list of distinct strings for string fields, of integers for "
-        "int and long fields; each within minimum, maximum and max_length."
+        "int and long fields; each within minimum, maximum and max_length. Left out: any value of the type."
     )
     max_length: Annotated[int, Field(ge=1), BeforeValidator(_check_max_length)] = _optional(
-        "Positive integer: at most this many characters; string and json fields only."
+        "Positive integer: at most this many characters; string and json fields only. Left out: no limit."
     )
 
     @classmethod
@@ -1453,7 +1463,9 @@ class TransformSection(_Section):
         "json",
         description="json (default): each record value is a JSON object. avro: Avro binary, decoded in the JVM "
         "by Spark's from_avro (needs value_schema). json_schema: a JSON object behind the Confluent wire "
-        "format's header, as Confluent's JSON Schema serializer writes it (needs value_schema.registry).",
+        "format's header, as Confluent's JSON Schema serializer writes it (needs value_schema.registry). "
+        "protobuf is refused: decoding it needs Spark's spark-protobuf module, which this project does not "
+        "ship.",
     )
     schema: _Schema | None = Field(
         None,
@@ -1477,11 +1489,17 @@ class TransformSection(_Section):
     )
     tombstones: _choice(TOMBSTONE_POLICIES) = Field(
         "quarantine",
-        description="quarantine (default) or delete (a record with a null value deletes its key, named by "
-        "the Kafka key).",
+        description="quarantine (default): a record with a null value goes to quarantine. delete: it deletes "
+        "its key, taken from the Kafka key (its text for a one-field key, a JSON object for more); silver keeps "
+        "the row with _deleted = true and its last ordering value, so an older event arriving later cannot "
+        "bring it back, and a newer one does.",
     )
     new_fields: _choice(NEW_FIELD_POLICIES) = Field(
-        "ignore", description="ignore (default) or add (undeclared fields become silver columns)."
+        "ignore",
+        description="ignore (default): a field the schema does not declare is left out of silver and named "
+        "in the job's summary. add: it becomes a silver column of the type its values show (integers long, "
+        "fractions double, text string, objects, arrays or mixed values json), added in a schema-change "
+        "commit that records it; later values of another type go to quarantine.",
     )
     max_value_bytes: _integer(
         1, MAX_VALUE_BYTES_LIMIT, f"a positive integer of at most {MAX_VALUE_BYTES_LIMIT} (64 MiB)"
@@ -1492,8 +1510,8 @@ class TransformSection(_Section):
     )
     value_schema: ValueSchemaSection | None = Field(
         None,
-        description="Section, for format avro and json_schema: where the value's schema comes from (a schema "
-        "file or a schema registry).",
+        description="Section, required for format avro and json_schema and refused for json: where the "
+        "value's schema comes from, exactly one of a schema file and a schema registry.",
     )
 
     @classmethod
@@ -1627,21 +1645,33 @@ class PipelineFile(_Section):
         "", description="Free text shown with the DAG. Default empty."
     )
     kafka: KafkaConfig = Field(description="Required section: the source.")
-    tables: TablesSection | None = Field(None, description="Section: the target locations.")
+    tables: TablesSection | None = Field(
+        None,
+        description="Section: the target locations. Left out or null: every location at its default under "
+        "lakehouse_root.",
+    )
     schedule: Annotated[str, BeforeValidator(_check_schedule)] | None = Field(
         description="Required key: a 5-field cron expression (minute hour day-of-month month day-of-week, "
         "e.g. \"*/10 * * * *\"; a step is at most the field's highest value and a range runs forwards), one "
         "of the presets @hourly, @daily, @weekly, @monthly, @quarterly, @yearly, or null for manual runs "
         "only. Runs never overlap (max_active_runs=1)."
     )
-    lag: LagConfig | None = Field(None, description="Section: lag sensor thresholds.")
+    lag: LagConfig | None = Field(
+        None,
+        description="Section: lag sensor thresholds. Left out or null: its keys' defaults (a run proceeds at "
+        "the first new record).",
+    )
     data_loss_policy: _choice(DATA_LOSS_POLICIES) = Field(
         "fail",
         description="fail (default): a run stops before starting the cluster when Kafka retention deleted "
         "records the table has not read yet. record_and_continue: the run records the gap (partition, "
         "offsets, record count) and continues after it.",
     )
-    cluster: ClusterConfig | None = Field(None, description="Section: the Spark cluster.")
+    cluster: ClusterConfig | None = Field(
+        None,
+        description="Section: the Spark cluster. Left out or null: its keys' defaults (profile "
+        "local_standalone, one worker of 1 core and 1g).",
+    )
     retries: _integer(0, 10) = Field(
         2,
         description="Integer from 0 to 10, default 2: Airflow retries per task (exponential back-off, at "
@@ -1658,7 +1688,10 @@ class PipelineFile(_Section):
         "null) the pipeline stops at bronze.",
     )
     maintenance: MaintenanceConfig | None = Field(
-        None, description="Section: compaction, VACUUM and log checkpoints of the pipeline's tables."
+        None,
+        description="Section: compaction, VACUUM and log checkpoints of the pipeline's tables. Left out or "
+        "null: its keys' defaults (every 50 runs, every operation on). To turn maintenance off, set "
+        "maintenance.every_runs and maintenance.daily_window both to null.",
     )
 
     @classmethod
@@ -2127,14 +2160,210 @@ def pipeline_schema_json() -> str:
     return json.dumps(schema, indent=2) + "\n"
 
 
+#: Where the pipeline-file reference is checked in (a unit test keeps it equal to :func:`pipeline_reference_markdown`).
+REFERENCE_PATH = settings.PROJECT_ROOT / "docs" / "pipeline-file.md"
+REFERENCE_COMMAND = ".venv/bin/python -m include.config.pipeline_config --reference > docs/pipeline-file.md"
+
+#: The hand-written top of ``docs/pipeline-file.md``; the tables below it are generated from the models.
+REFERENCE_HEADER = f"""# Pipeline file reference
+
+<!-- Generated from the pydantic models in include/config/pipeline_config.py; do not edit by hand.
+     Regenerate with: {REFERENCE_COMMAND} -->
+
+A pipeline is one YAML file, and one file is one Airflow DAG. This page lists
+every key a pipeline file may hold: its type or allowed values, its default,
+and what it means. It is generated from the same pydantic models that load
+the files and that the editor schema
+[`pipeline.schema.json`](pipeline.schema.json) is made from, so it cannot
+drift from what the loader accepts. The commented example is
+[`include/pipelines/demo_orders.yaml`](../include/pipelines/demo_orders.yaml).
+
+## How a file is read
+
+- **Where.** Every `*.yaml` and `*.yml` file directly in `include/pipelines/`
+  is a pipeline (hidden files are skipped). `KDE_PIPELINES_DIR` names another
+  folder; every Airflow process that parses the DAGs must see it. A
+  pipeline's name defaults to its file name.
+- **Unknown keys are errors**, in every section, with a did-you-mean: a typo
+  never falls back to a default silently.
+- **Errors name the file and the field**, one line per problem, with what
+  was expected and what was found, e.g.
+  `include/pipelines/orders.yaml: kafka.max_offsets_per_trigger: expected a positive integer, got 'lots' (str)`.
+  A file with an error does not stop the other pipelines: their DAGs load,
+  and the errors show as an import error of
+  [`dags/pipeline_file_errors.py`](../dags/pipeline_file_errors.py) in the
+  Airflow UI and in `airflow dags list-import-errors`.
+- **No broker addresses or secrets.** They live in the Airflow connection
+  that `kafka.connection_id` names; a key that looks like one (bootstrap
+  servers, SASL, SSL, passwords, tokens) is refused wherever it appears.
+- **Editor support.** With a first line
+  `# yaml-language-server: $schema=../../docs/pipeline.schema.json` (the path
+  from `include/pipelines/`), an editor with the YAML language server checks
+  the file as it is written and shows these descriptions.
+
+In the tables, *required* marks a key that must be given; a default of `—`
+means the key has no fixed default and its meaning says what leaving it out
+does. A key whose type is *section* is a mapping of the keys in the table it
+links to.
+"""
+
+
+def _reference_slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower-case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _reference_object(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any] | None:
+    """The object schema (one with properties) ``node`` stands for, through ``$ref`` and ``anyOf``."""
+    if "$ref" in node:
+        return _reference_object(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
+    if "properties" in node:
+        return node
+    for choice in node.get("anyOf", ()):
+        found = _reference_object(choice, defs)
+        if found is not None:
+            return found
+    return None
+
+
+def _reference_mapping(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any] | None:
+    """The object schema of each value of a mapping of names to sections (``transform.schema``)."""
+    for choice in [node, *node.get("anyOf", ())]:
+        values = choice.get("additionalProperties")
+        if isinstance(values, dict):
+            return _reference_object(values, defs)
+    return None
+
+
+def _reference_type(node: dict[str, Any]) -> str:
+    """A property's type in words: allowed values, bounds, or ``section``."""
+    if "$ref" in node:
+        return "section"
+    if "anyOf" in node:
+        return " or ".join(dict.fromkeys(_reference_type(choice) for choice in node["anyOf"]))
+    if "enum" in node:
+        return ", ".join(f"`{value}`" for value in node["enum"])
+    if "const" in node:
+        return f"`{node['const']}`"
+    kind = node.get("type")
+    if kind in ("integer", "number"):
+        low, high = node.get("minimum"), node.get("maximum")
+        if low is not None and high is not None:
+            return f"{kind} {low}–{high}"
+        if low is not None:
+            return f"{kind} ≥ {low}"
+        if node.get("exclusiveMinimum") is not None:
+            return f"{kind} > {node['exclusiveMinimum']}"
+        return kind
+    if kind == "boolean":
+        return "`true`, `false`"
+    if kind == "array":
+        items = node.get("items", {})
+        kinds = [choice.get("type") for choice in items.get("anyOf", [items])]
+        if all(k in ("string", "integer", "number") for k in kinds):
+            return "list of " + " or ".join(f"{k}s" for k in kinds)
+        return f"list of {_reference_type(items)}"
+    if kind == "object":
+        values = node.get("additionalProperties")
+        return f"mapping to {_reference_type(values)}" if isinstance(values, dict) else "mapping"
+    return kind or "any"
+
+
+def _reference_value(value: Any) -> str:
+    if isinstance(value, str) and value:
+        return f"`{value}`"
+    return f"`{json.dumps(value)}`"
+
+
+def _reference_default(model: type[_Section] | None, name: str, prop: dict[str, Any]) -> str:
+    """A key's default as the table shows it; ``—`` where the loader works it out or a section is left out."""
+    if "default" in prop:
+        leads_on = "$ref" in prop or any("$ref" in choice for choice in prop.get("anyOf", ()))
+        return "—" if prop["default"] is None and leads_on else _reference_value(prop["default"])
+    field = model.__pydantic_fields__.get(name) if model is not None else None
+    if field is not None and field.default_factory is not None:  # a mapping or list that starts empty
+        return _reference_value(field.default_factory())
+    return "—"
+
+
+def _reference_text(text: str, in_table: bool = True) -> str:
+    """Plain text (a description) as Markdown that renders as written; code spans are kept as they are."""
+    parts = re.split(r"(`[^`]*`)", text.replace("``", "`"))
+    for i in range(0, len(parts), 2):
+        part = parts[i].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("*", r"\*")
+        parts[i] = re.sub(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])", r"\_", part)
+    out = "".join(parts)
+    return " ".join(out.replace("|", r"\|").split()) if in_table else out
+
+
+def _reference_intro(description: str) -> str:
+    """A section's docstring for readers: paragraphs that point into the code (Sphinx roles) left out."""
+    paragraphs = [p for p in description.split("\n\n") if not re.search(r":(class|func|mod|data|meth):", p)]
+    return _reference_text("\n\n".join(paragraphs), in_table=False)
+
+
+def pipeline_reference_markdown() -> str:
+    """The pipeline-file reference, ``docs/pipeline-file.md``: one table per section of :class:`PipelineFile`.
+
+    Generated from the same JSON Schema as ``docs/pipeline.schema.json``, so
+    every key, type, default and description is the loader's own.
+    """
+    schema = _PIPELINE_FILE.json_schema()
+    defs = schema.get("$defs", {})
+    sections: list[tuple[str, dict[str, Any]]] = []
+
+    def heading(path: str) -> str:
+        return f"`{path}`" if path else "Top level"
+
+    def visit(path: str, node: dict[str, Any]) -> None:
+        sections.append((path, node))
+        below = []  # sections first, then mappings of sections: the order a reader meets them in
+        for name, prop in node.get("properties", {}).items():
+            key = f"{path}.{name}" if path else name
+            child = _reference_object(prop, defs)
+            if child is not None:
+                below.append((0, key, child))
+            mapped = _reference_mapping(prop, defs)
+            if mapped is not None:
+                below.append((1, f"{key}.<field>", mapped))
+        for _, key, child in sorted(below, key=lambda item: item[0]):
+            visit(key, child)
+
+    visit("", schema)
+    models = {model.__name__: model for model in _Section.__subclasses__()}  # a section's title is its class name
+    lines = [REFERENCE_HEADER.rstrip("\n")]
+    for path, node in sections:
+        lines += ["", f"## {heading(path)}", ""]
+        if node.get("description"):
+            lines += [_reference_intro(node["description"]), ""]
+        lines += ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
+        required = set(node.get("required", ()))
+        model = PipelineFile if not path else models.get(node.get("title", ""))
+        for name, prop in node["properties"].items():
+            key = f"{path}.{name}" if path else name
+            kind = _reference_type(prop)
+            if _reference_object(prop, defs) is not None:
+                kind += f" ([{heading(key)}](#{_reference_slug(heading(key))}))"
+            elif _reference_mapping(prop, defs) is not None:
+                below = f"{key}.<field>"
+                kind += f" ([{heading(below)}](#{_reference_slug(heading(below))}))"
+            default = "*required*" if name in required else _reference_default(model, name, prop)
+            meaning = _reference_text(prop.get("description", ""))
+            lines.append(f"| `{key}` | {kind} | {default} | {meaning} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m include.config.pipeline_config --schema``: print the pipeline file's JSON Schema."""
+    """``python -m include.config.pipeline_config --schema | --reference``: print the JSON Schema or the reference."""
     parser = argparse.ArgumentParser(
-        prog="python -m include.config.pipeline_config", description="Print the JSON Schema of a pipeline file."
+        prog="python -m include.config.pipeline_config",
+        description="Print the JSON Schema of a pipeline file, or its Markdown reference.",
     )
-    parser.add_argument("--schema", action="store_true", required=True, help=f"print it: {SCHEMA_COMMAND}")
-    parser.parse_args(argv)
-    sys.stdout.write(pipeline_schema_json())
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--schema", action="store_true", help=f"print the JSON Schema: {SCHEMA_COMMAND}")
+    which.add_argument("--reference", action="store_true", help=f"print the reference: {REFERENCE_COMMAND}")
+    args = parser.parse_args(argv)
+    sys.stdout.write(pipeline_schema_json() if args.schema else pipeline_reference_markdown())
     return 0
 
 
