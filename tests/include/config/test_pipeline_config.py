@@ -10,7 +10,6 @@ import copy
 import dataclasses
 import json
 import pickle
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -986,55 +985,6 @@ def test_json_schema_accepts_the_files_the_loader_accepts():
         assert [e.message for e in validator.iter_errors(data)] == [], name
     assert not validator.is_valid({**BASE, "retries": 11})
     assert not validator.is_valid({**BASE, "schedul": "@daily"})
-
-
-# --------------------------------------------------------------------------- the README's reference
-
-README = settings.PROJECT_ROOT / "README.md"
-
-
-def _readme_keys() -> set[str]:
-    """Keys in the first column of the README's pipeline file table.
-
-    A cell names keys in backticks; one without a dot after a dotted one
-    shares its parent: `cluster.workers`, `worker_cores` is
-    cluster.workers and cluster.worker_cores.
-    """
-    section = README.read_text().split("\n## Pipeline files\n", 1)[1].split("\n#", 1)[0]
-    keys: set[str] = set()
-    for line in section.splitlines():
-        if not line.startswith("| `"):
-            continue
-        parent = ""
-        for key in re.findall(r"`([^`]+)`", line.split("|")[1]):
-            if "." in key:
-                parent = key.rsplit(".", 1)[0]
-            keys.add(f"{parent}.{key}" if parent and "." not in key else key)
-    return keys
-
-
-def _model_keys(node: dict[str, Any], defs: dict[str, Any], prefix: str = "") -> set[str]:
-    """Every key of the pipeline file's JSON Schema, dotted; the fields of transform.schema under <field>."""
-    keys: set[str] = set()
-    for choice in [node, *node.get("anyOf", [])]:
-        if "$ref" in choice:
-            keys |= _model_keys(defs[choice["$ref"].split("/")[-1]], defs, prefix)
-        for name, value in choice.get("properties", {}).items():
-            keys |= {prefix + name} | _model_keys(value, defs, f"{prefix}{name}.")
-        if isinstance(choice.get("additionalProperties"), dict):
-            keys |= _model_keys(choice["additionalProperties"], defs, f"{prefix}<field>.")
-    return keys
-
-
-def test_readme_reference_lists_every_key_of_the_model_and_no_other():
-    schema = json.loads(pipeline_config.pipeline_schema_json())
-    model = _model_keys(schema, schema["$defs"])
-    readme = _readme_keys()
-    # A section (kafka, cluster.kubernetes, transform.schema.<field>) is named by the keys inside it.
-    shown = readme | {key.rsplit(".", n)[0] for key in readme for n in range(1, key.count(".") + 1)}
-    unknown, missing = sorted(readme - model), sorted(model - shown)
-    assert unknown == [], f"README's pipeline file table names keys the models do not have: {unknown}"
-    assert missing == [], f"README's pipeline file table (## Pipeline files) lacks rows for {missing}"
 
 
 # --------------------------------------------------------------------------- the error type
