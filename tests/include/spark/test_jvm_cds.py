@@ -20,7 +20,8 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 def test_without_an_archive_no_archive_is_named_and_only_a_short_job_gets_c1_and_the_serial_collector(cache):
     assert jvm_cds.driver_options(short_job=False) == ""
-    assert jvm_cds.driver_options(short_job=True) == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    assert jvm_cds.driver_options(short_job=True) == (
+        "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC")
 
 
 def test_a_matching_archive_is_named_and_java_may_still_refuse_it_quietly(cache):
