@@ -272,8 +272,13 @@ class FaultResult:
 class Soak:
     """The soak's broker, pipeline, producer and Airflow home, and how a fault is run and checked."""
 
-    def __init__(self, root: Path, seed: int, *, log=print) -> None:
+    def __init__(self, root: Path, seed: int, *, log=print, recovery_bounce: float = 0.75,
+                 early_companions: bool = False) -> None:  # fmt: skip
+        """``recovery_bounce``: the share of rounds whose first recovery run gets a broker bounce.
+        ``early_companions``: the faults a run may live through come in its first seconds, before the
+        fault that ends it is likely to (the smoke, where a companion that misses costs a round)."""
         self.root, self.seed, self.log = root, seed, log
+        self.recovery_bounce, self.early_companions = recovery_bounce, early_companions
         self.name = f"soak_{seed % 100000}"
         self.topic = f"soak-{seed % 100000}.orders"
         self.broker_dir = root / "kafka"
@@ -291,6 +296,9 @@ class Soak:
         self.server = _cmdline(self.warm.pid)
         self.lake, self.var = self.pipeline.lake, self.pipeline.var
         self.results: list[FaultResult] = []
+        #: Faults since the last :meth:`settle`, and when their first round started.
+        self._unsettled: list[FaultResult] = []
+        self._started: float | None = None
         self.last_duplicates = self.last_losses = 0
         self.producer = Producer(self.bootstrap, self.topic, random.Random(seed + 1))
         self.write_pipeline(LOCAL_MODE)
@@ -342,14 +350,15 @@ class Soak:
 
     # -- one fault --
 
-    def run_round(self, step: int, kinds: list[str]) -> list[FaultResult]:
-        """One faulted run carrying ``kinds`` (see :func:`rounds`), the runs that recover, then the checks.
+    def run_round(self, step: int, kinds: list[str], *, settle: bool = True) -> list[FaultResult]:
+        """One faulted run carrying ``kinds`` (see :func:`rounds`), then, with ``settle``, :meth:`settle`.
 
-        Three rounds in four also bounce the broker during the first recovery run:
-        a run must live through a bounce, or fail cleanly and be followed by
-        one that recovers.
+        Without ``settle`` the faults stack: the next faulted run starts from
+        whatever this one left (a dead run's lock, a half-written checkpoint,
+        a batch committed to bronze but not to Spark's checkpoint), and one
+        later :meth:`settle` recovers from them all and checks.
         """
-        started = time.monotonic()
+        self._started = self._started or time.monotonic()
         rng = random.Random(self.seed * 1000 + step)
         self.write_pipeline(STANDALONE if set(kinds) & CLUSTER_FAULTS or rng.random() < 0.1 else LOCAL_MODE)
         results = [FaultResult(kind, step, injected=False, detail="") for kind in kinds]
@@ -362,13 +371,29 @@ class Soak:
                 self._run_with_faults(rng, results)
         finally:
             self.producer.pause()
+        self._unsettled += results
+        if settle:
+            self.settle(step, rng)
+        else:
+            self.log(f"soak round {step}: " + "; ".join(
+                f"{r.kind} {'injected' if r.injected else 'missed'} ({r.detail})" for r in results))  # fmt: skip
+        return results
+
+    def settle(self, step: int, rng: random.Random | None = None) -> None:
+        """The runs that recover from every fault since the last check, then the checks.
+
+        Three times in four (:attr:`recovery_bounce`) the broker is also bounced
+        during the first recovery run: a run must live through a bounce, or fail
+        cleanly and be followed by one that recovers.
+        """
+        rng = rng or random.Random(self.seed * 1000 + step)
         self.write_pipeline(LOCAL_MODE)
         in_recovery = ([FaultResult("broker", step, injected=False, detail="", during="recovery run")]
-                       if rng.random() < 0.75 else [])  # fmt: skip
-        results += in_recovery
+                       if rng.random() < self.recovery_bounce else [])  # fmt: skip
+        results, self._unsettled = self._unsettled + in_recovery, []
         runs = self.recover(results, in_recovery, rng)
         problems = self.check()
-        seconds = time.monotonic() - started
+        seconds, self._started = time.monotonic() - (self._started or time.monotonic()), None
         for r in results:
             r.runs_to_recover, r.seconds = runs, seconds
             r.problems += problems
@@ -377,7 +402,6 @@ class Soak:
         self.log(f"soak round {step}: " + "; ".join(
             f"{r.kind} {'injected' if r.injected else 'missed'} ({r.detail})" for r in results)
             + f"; {runs} runs to recover; {seconds:.0f}s; {'; '.join(problems) or 'exact'}")  # fmt: skip
-        return results
 
     def _run_with_faults(self, rng: random.Random, results: list[FaultResult]) -> tuple[int, Path]:
         """Run once and inject each fault of ``results`` at its random moment, from one watching loop.
@@ -394,12 +418,14 @@ class Soak:
         silver = self.lake / self.name / "silver"
         seen = {"bronze": _files(bronze_log, "*.json"), "silver": _files(silver, "*.parquet")}
         pending: list[tuple[FaultResult, dict]] = []
+        early = self.early_companions
         for r in results:
             if r.kind in ("driver", "executor", "worker", "master"):
-                life = {"driver": 25, "executor": 10, "worker": 25, "master": 25}[r.kind]
+                life = {"driver": 25, "executor": 2 if early else 10, "worker": 25, "master": 25}[r.kind]
                 spec = {"after": rng.uniform(0, life), "first_seen": None}
             elif r.kind in ("task", "broker"):
-                spec = {"at": rng.uniform(1, 20), "hard": rng.random() < 0.5, "down": rng.uniform(0.5, 8)}
+                latest = 4 if early and r.kind == "broker" else 20
+                spec = {"at": rng.uniform(1, latest), "hard": rng.random() < 0.5, "down": rng.uniform(0.5, 8)}
             else:  # commit_gap: the first or second new commit of the run; merge: its first data file
                 spec = {"nth": rng.randrange(0, 2) if r.kind == "commit_gap" else 0}
             pending.append((r, spec))
@@ -614,19 +640,36 @@ def _kill(pid: int) -> bool:
 
 
 def retry_missed(plan: list[list[str]], step: int, results: list[FaultResult], wanted: set[str]) -> bool:
-    """Plan that run-ending fault alone right after round ``step`` when it missed and its kind never hit.
+    """Plan each fault of round ``step`` that missed and whose kind never hit, alone, right after it.
 
-    A run-ending fault misses when its run ends first (a broker bounce of the
-    same run failed it, say); waiting for the kind's next turn in the shuffled
-    cycle would cost a whole cycle of rounds. The retry carries no companion
-    that could end its run first, and draws its own moment (each step has its
-    own random stream). Returns whether it planned one.
+    A fault misses when its run ends first (a broker bounce of the same run
+    failed it, say); waiting for the kind's next turn in the shuffled cycle
+    would cost a whole cycle of rounds. A retry carries no companion that
+    could end its run first, and draws its own moment (each step has its own
+    random stream). Returns whether it planned one.
     """
-    lead = results[0] if results else None
-    if lead is None or lead.injected or lead.kind not in wanted:
-        return False
-    plan.insert(step + 1, [lead.kind])
-    return True
+    missed = [r.kind for r in results if not r.injected and r.kind in wanted and r.during == "faulted run"]
+    for kind in reversed(list(dict.fromkeys(missed))):
+        plan.insert(step + 1, [kind])
+    return bool(missed)
+
+
+def smoke_rounds(seed: int) -> list[list[str]]:
+    """The fault smoke: each kind once, in as few faulted runs as the kinds allow.
+
+    One run per run-ending kind and the lock holder's two runs, in an order
+    the seed shuffles; the two kinds a run may live through ride along, the
+    broker bounce with the first run that ends by a fault outside the cluster
+    and the executor kill with the first that ends by one inside it, so no
+    run is spent on them alone. A companion that misses (its run ended
+    first) is retried alone by :func:`retry_missed`.
+    """
+    leading = [k for k in FAULTS if k in ENDS_RUN or k == "lock_holder"]
+    random.Random(seed).shuffle(leading)
+    plan = [[kind] for kind in leading]
+    for companion, ridden_by in (("broker", ENDS_RUN - CLUSTER_FAULTS), ("executor", ENDS_RUN & CLUSTER_FAULTS)):
+        next(run for run in plan if run[0] in ridden_by).append(companion)
+    return plan
 
 
 def rounds(seed: int, faults: int, only: list[str] | None = None) -> list[list[str]]:

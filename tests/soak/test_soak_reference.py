@@ -6,7 +6,17 @@ import json
 
 import pytest
 
-from tests.soak.soak import ENDS_RUN, FAULTS, FaultResult, is_bad, newest_per_key, retry_missed, rounds
+from tests.soak.soak import (
+    CLUSTER_FAULTS,
+    ENDS_RUN,
+    FAULTS,
+    FaultResult,
+    is_bad,
+    newest_per_key,
+    retry_missed,
+    rounds,
+    smoke_rounds,
+)
 
 
 def _event(key: str, when: str, amount: float = 1.0) -> bytes:
@@ -62,6 +72,18 @@ def test_rounds_end_each_run_once_and_cover_every_kind():
         rounds(1, 1, ["meteor"])
 
 
+def test_the_smoke_hits_each_kind_once_in_as_few_runs_as_the_kinds_allow():
+    plan = smoke_rounds(20261124)
+    kinds = [kind for run in plan for kind in run]
+    assert sorted(kinds) == sorted(FAULTS), "each kind exactly once"
+    assert len(plan) == len(ENDS_RUN) + 1, "one run per run-ending kind, plus the lock holder's round"
+    assert all(run[0] in ENDS_RUN | {"lock_holder"} for run in plan)
+    (broker,) = [run for run in plan if "broker" in run]
+    (executor,) = [run for run in plan if "executor" in run]
+    assert broker[0] in ENDS_RUN - CLUSTER_FAULTS and executor[0] in CLUSTER_FAULTS
+    assert smoke_rounds(20261124) == plan and smoke_rounds(7) != plan, "the seed fixes the order"
+
+
 def test_a_run_ending_fault_that_missed_is_tried_again_next_until_its_kind_hits():
     plan = [["worker", "broker", "executor"], ["driver", "broker", "broker"]]
     missed = [FaultResult("worker", 0, injected=False, detail="the run ended first"),
@@ -73,3 +95,9 @@ def test_a_run_ending_fault_that_missed_is_tried_again_next_until_its_kind_hits(
     hit = [FaultResult("worker", 1, injected=True, detail="")] + missed[1:]
     assert not retry_missed(plan, 1, hit, wanted={"worker"})
     assert len(plan) == 3
+    # A companion that missed and never hit is tried alone too, after the run-ending one.
+    both = [FaultResult("worker", 0, injected=False, detail=""), FaultResult("executor", 0, injected=False, detail=""),
+            FaultResult("broker", 0, injected=False, detail="", during="recovery run")]
+    plan = [["worker", "executor"], ["driver"]]
+    assert retry_missed(plan, 0, both, wanted={"worker", "executor", "broker"})
+    assert plan == [["worker", "executor"], ["worker"], ["executor"], ["driver"]], "a recovery-run bounce is no retry"
