@@ -1,12 +1,14 @@
 # Two commands do all the set-up on a fresh machine:
-#   make demo   - local Kafka broker, demo data, the ingestion job end to end, a summary
-#   make test   - the whole test suite (unit + integration with real Kafka, Spark, Delta)
+#   make demo   - local Kafka broker, demo data, the pipeline DAGs end to end, a summary
+#   make test   - the fast tier: ruff, unit tests, integration tests with real Kafka, Spark, Delta and
+#                 Airflow (one DAG run per DAG shape and trigger-form family) and the fault smoke
+# make test-all runs every test (every DAG-run scenario, the 30-fault soak slice); make soak the long soak.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test-tools demo ui test test-cpu soak lint bench profile-transform lock clean
+.PHONY: setup test-tools browser-tools demo ui test test-all test-cpu soak lint bench profile-transform lock clean
 
 # uv installs the same locked set as pip (constraints.txt): 26 s instead of 46 s on the 2-core
 # machine with no cache (2026-11-26). --compile-bytecode as pip does: with PYTHONDONTWRITEBYTECODE
@@ -29,15 +31,18 @@ setup: $(STAMP)
 	$(PY) -m include.spark.jvm_cds
 	$(PY) -m include.tooling.local_kafka archive
 
-# Debian packages the tests use (never a downloaded browser): chromium and chromedriver for
-# the UI plugin's browser test; docker-compose for the Compose specification schema that
-# tests/test_compose.py validates docker-compose.yaml against (no Docker engine needed).
+# Debian packages the tests use (never a downloaded browser): docker-compose for the Compose
+# specification schema that tests/test_compose.py validates docker-compose.yaml against (no Docker
+# engine needed); for make test-all also chromium and chromedriver, for the UI plugin's browser test.
 COMPOSE_SCHEMA := /usr/lib/python3/dist-packages/compose/config/compose_spec.json
+APT_INSTALL = SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); $$SUDO apt-get update -qq \
+	  && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends
 test-tools:
-	@command -v chromium >/dev/null && command -v chromedriver >/dev/null && [ -f $(COMPOSE_SCHEMA) ] || { \
-	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
-	    --no-install-recommends chromium chromium-driver docker-compose >/dev/null; }
+	@[ -f $(COMPOSE_SCHEMA) ] || { $(APT_INSTALL) docker-compose >/dev/null; }
+
+browser-tools:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  $(APT_INSTALL) chromium chromium-driver >/dev/null; }
 
 demo: setup
 	$(PY) -m include.tooling.demo
@@ -45,27 +50,35 @@ demo: setup
 ui: setup
 	$(PY) -m include.tooling.ui
 
-# Three workers (pytest-xdist), each with its own broker, SparkSession and Airflow home: a DAG-run
-# test spends much of its time waiting on process starts and Airflow's polling, so two workers left
-# the cores 76-97 % busy; with three, the workers not running the fault soak's slice lower their
-# priority (tests/conftest.py) so the slice's timed runs come first. TEST_WORKERS=0: one process.
+# Three workers (pytest-xdist). --dist loadgroup keeps each costly thing a test needs on one worker
+# (tests/conftest.py: the in-process SparkSession, the Airflow home, the fault soak), so it is paid for
+# once; tests that need none of them fill the gaps. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 3
+XDIST := -n $(TEST_WORKERS) --dist loadgroup
+# The fast tier: every test not marked `full` (pytest.ini). `make test-all` adds the full tier.
+FAST := -m "not full"
 test: setup test-tools
 	$(PY) -m ruff check .
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
+	$(PY) -m pytest $(FAST) $(XDIST)
 
-# The same suite, with each test's CPU measured over its worker's process tree: the costliest files and
+test-all: setup test-tools browser-tools
+	$(PY) -m ruff check .
+	$(PY) -m pytest $(XDIST)
+
+# The fast tier, with each test's CPU measured over its worker's process tree: the costliest files and
 # tests are printed at the end and kept in .cache/test-cpu/report.md (tests/cpu_report.py).
-test-cpu: setup test-tools
-	KDE_TEST_CPU_REPORT=$(CURDIR)/.cache/test-cpu $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
+# `make test-cpu FAST=` measures every test.
+test-cpu: setup test-tools browser-tools
+	KDE_TEST_CPU_REPORT=$(CURDIR)/.cache/test-cpu $(PY) -m pytest $(FAST) $(XDIST)
 
-# The fault soak's long mode: random kills and bounces across real DAG runs, exact checks after each
-# (tests/soak). The test suite runs a 30-fault slice with a fixed seed. SOAK_SEED=<n> replays a
-# sequence; SOAK_KINDS=driver,broker,... keeps only those kinds.
+# The fault soak's long mode: random kills and bounces across real DAG runs, exact checks after each fault
+# (tests/soak). make test runs its smoke (each kind once), make test-all its 30-fault slice, both with a
+# fixed seed. SOAK_SEED=<n> replays a sequence; SOAK_KINDS=driver,broker,... keeps only those kinds.
 SOAK_FAULTS ?= 300
 SOAK_SEED ?= random
 soak: setup
-	SOAK_FAULTS=$(SOAK_FAULTS) SOAK_SEED=$(SOAK_SEED) $(PY) -m pytest tests/soak -p no:xdist -s --timeout 0
+	SOAK_FAULTS=$(SOAK_FAULTS) SOAK_SEED=$(SOAK_SEED) $(PY) -m pytest \
+	  tests/soak/test_soak.py::test_random_faults_across_runs_lose_and_duplicate_nothing -p no:xdist -s --timeout 0
 
 bench: setup
 	$(PY) -m include.tooling.benchmark $(BENCH_ARGS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -103,6 +104,8 @@ def lake(tmp_path) -> Path:
 def pytest_configure(config) -> None:
     os.environ.setdefault("KDE_CACHE_DIR", str(settings.CACHE_DIR))
     controller = getattr(config, "workerinput", None) is None  # not an xdist worker
+    if controller:
+        config._kde_started = (time.monotonic(), cpu_report.machine_cpu_s())
     if os.environ.get(cpu_report.REPORT_ENV):  # make test-cpu: each test's CPU (tests/cpu_report.py)
         folder = Path(os.environ[cpu_report.REPORT_ENV]).resolve()
         config.pluginmanager.register(cpu_report.CpuReport(folder, controller=controller), "kde-cpu-report")
@@ -127,35 +130,70 @@ def pytest_unconfigure(config) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-#: How much lower the CPU priority of an xdist worker is once it runs anything but the fault soak's slice.
+#: How much lower the CPU priority of an xdist worker is once it runs anything but the fault soak.
 OTHER_TESTS_NICENESS = 5
 
 
-def _is_soak_slice(item) -> bool:
+def _is_soak(item) -> bool:
     return item.nodeid.startswith("tests/soak/test_soak.py::")
 
 
+def _xdist_group(item) -> str | None:
+    """The worker group of a test (``make test`` runs ``--dist loadgroup``): a group runs on one worker.
+
+    A worker pays for what its tests ask for once: a SparkSession and the JIT's warm-up of Spark's
+    and Delta's code for the in-process job tests, an Airflow home and a warm Airflow interpreter
+    for the DAG runs. Each in one group, every test after the first finds them warm, and the other
+    workers never pay for them; the fault soak's tests, which wait on their timed faults, take the
+    third. Tests that need none of these fill the gaps on any worker.
+    """
+    if _is_soak(item):
+        return f"soak-{item.originalname}"
+    needs = set(item.fixturenames)
+    if "spark" in needs:
+        return "spark-session"
+    if needs & {"airflow_home", "warm_airflow", "pipeline"}:
+        return "airflow-home"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config, items) -> None:
-    # The fault soak's slice is the longest test by far: first in the list, the first xdist worker
-    # starts it at once while the other takes the rest, instead of it starting last and running alone.
+    # The fault soak is the longest test by far: first in the list, the first xdist worker starts
+    # it at once while the others take the rest, instead of it starting last and running alone.
     items.sort(key=lambda item: 0 if "tests/soak/" in item.nodeid else 1)
-    config._kde_soak_in_session = any(_is_soak_slice(item) for item in items)
+    for item in items:
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    config._kde_soak_in_session = any(_is_soak(item) for item in items)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item, nextitem) -> None:
-    # With the slice in the session, the slice sets how long the suite takes: its runs are timed faults,
+    # With the soak in the session, the soak sets how long the suite takes: its runs are timed faults,
     # and they slow down most when the other workers' DAG runs take the cores. A worker lowers its
     # priority (and that of every broker, Spark and Airflow process it starts) once it runs another
-    # test, so the slice's processes come first and the other workers use what the slice leaves idle.
-    # Niceness only ever goes up, so the slice's worker lowers its own after the slice.
+    # test, so the soak's processes come first and the other workers use what the soak leaves idle.
+    # Niceness only ever goes up, so the soak's worker lowers its own after the soak.
     if (os.environ.get("PYTEST_XDIST_WORKER") and getattr(item.config, "_kde_soak_in_session", False)
-            and not _is_soak_slice(item) and not getattr(item.config, "_kde_niced", False)):  # fmt: skip
+            and not _is_soak(item) and not getattr(item.config, "_kde_niced", False)):  # fmt: skip
         os.nice(OTHER_TESTS_NICENESS)
         item.config._kde_niced = True
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    # Every run's log says how long it took, how much CPU the machine spent, and how fast the machine was.
+    started = getattr(config, "_kde_started", None)
+    if started is not None and getattr(config, "workerinput", None) is None:
+        from include.tooling.benchmark import speed_reference
+
+        wall, cpu = time.monotonic() - started[0], cpu_report.machine_cpu_s() - started[1]
+        terminalreporter.write_sep("=", "budget")
+        terminalreporter.write_line(
+            f"wall {wall:.0f} s, machine CPU {cpu:.0f} s ({cpu / max(wall, 1e-9):.2f} cores busy), "
+            f"speed reference {speed_reference():.3f} s (a fixed Python loop; lower is a faster machine)"
+        )
     # The fault soak's table and seed belong in the log of every run, passed or failed.
     for reports in terminalreporter.stats.values():
         for report in reports:

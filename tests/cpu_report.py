@@ -35,6 +35,13 @@ REPORT_ENV = "KDE_TEST_CPU_REPORT"
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
+def machine_cpu_s(stat: Path = Path("/proc/stat")) -> float:
+    """CPU seconds the whole machine has been busy since boot (every state but idle and I/O wait)."""
+    fields = stat.read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / _TICK
+
+
 def tree_cpu_s(root_pid: int, proc: Path = Path("/proc")) -> float:
     """CPU seconds (user + system) of ``root_pid`` and its live descendants, each with its reaped children's."""
     children: dict[int, list[int]] = defaultdict(list)

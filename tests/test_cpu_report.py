@@ -100,3 +100,12 @@ def test_a_new_report_drops_an_earlier_runs_lines_and_a_worker_appends_one_line_
         pass
     (record,) = cpu_report.read_records(tmp_path)
     assert record["test"] == "tests/x.py::t" and record["cpu_s"] >= 0.25 and record["wall_s"] >= 0.25
+
+
+def test_the_machines_busy_time_counts_every_state_but_idle_and_io_wait(tmp_path: Path):
+    stat = tmp_path / "stat"
+    tick = os.sysconf("SC_CLK_TCK")
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text(f"cpu  {tick} {tick} {tick} {50 * tick} {9 * tick} {tick} {tick} {tick} 0 0\ncpu0 1 2 3\n")
+    assert cpu_report.machine_cpu_s(stat) == 6.0
+    assert cpu_report.machine_cpu_s() > 0  # this machine's own

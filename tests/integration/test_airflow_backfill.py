@@ -23,7 +23,7 @@ from include.tooling.warm_airflow import WarmAirflow
 from tests.integration.dag_helpers import Pipeline, assert_no_cluster_left
 from tests.kafka_helpers import produce_at
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.full]
 
 DAY_MS = 86_400_000
 

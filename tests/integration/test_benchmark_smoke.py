@@ -13,7 +13,7 @@ import pytest
 
 from include.tooling import benchmark
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.full]
 
 RECORDS = 2000
 

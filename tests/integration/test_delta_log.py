@@ -18,7 +18,7 @@ from spark_jobs.ingest_plan import parse_config
 from spark_jobs.kafka_to_bronze import run
 from tests.kafka_helpers import produce_numbered
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.full]
 
 
 def _app_ids(pipeline: str, topic: str, partitions: int) -> list[str]:

@@ -230,6 +230,7 @@ def test_deleted_checkpoint_resumes_at_table_offsets_with_new_epoch(spark, boots
     _assert_exactly_once(spark, lake, bootstrap, topic, 180)
 
 
+@pytest.mark.full
 def test_kill_after_delta_commit_before_checkpoint_commit(spark, bootstrap, make_topic, unique_name, lake):
     topic = make_topic(unique_name, partitions=3)
     produce_numbered(bootstrap, topic, 3, 300)
@@ -283,6 +284,7 @@ def test_wrong_config_type_names_the_field_and_writes_nothing(bootstrap, unique_
     assert not lake.exists()
 
 
+@pytest.mark.full
 def test_summary_file_is_written_for_the_orchestrator(spark, bootstrap, make_topic, unique_name, lake, tmp_path):
     topic = make_topic(unique_name, partitions=2)
     produce_numbered(bootstrap, topic, 2, 10)
@@ -296,6 +298,7 @@ def test_summary_file_is_written_for_the_orchestrator(spark, bootstrap, make_top
     assert summary["bronze_version"] == 0
 
 
+@pytest.mark.full
 def test_progress_skips_other_writers_commits_and_survives_log_checkpoints(
     spark, bootstrap, make_topic, unique_name, lake
 ):

@@ -24,7 +24,7 @@ import pytest
 from include.tooling import airflow_local, local_kafka
 from tests.integration.dag_helpers import STANDALONE, Pipeline, assert_no_cluster_left
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.full, pytest.mark.timeout(900)]
 
 
 @dataclass(frozen=True)

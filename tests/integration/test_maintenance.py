@@ -38,6 +38,7 @@ def _silver(spark, lake: Path) -> dict:
             for r in spark.read.format("delta").load(str(lake / "silver")).collect()}  # fmt: skip
 
 
+@pytest.mark.full
 def test_maintenance_compacts_every_table_and_the_next_runs_continue_exactly_once(spark, bootstrap, make_topic,
                                                                                     unique_name, tmp_path):  # fmt: skip
     topic, lake = make_topic(unique_name, partitions=3), tmp_path / "lake"
@@ -116,6 +117,7 @@ def test_maintenance_compacts_every_table_and_the_next_runs_continue_exactly_onc
     assert len(_silver(spark, lake)) == sent + 90
 
 
+@pytest.mark.full
 def test_a_backfill_by_offsets_works_after_vacuum_deleted_the_compacted_files(spark, bootstrap, make_topic,
                                                                                 unique_name, tmp_path):  # fmt: skip
     topic, lake = make_topic(unique_name, partitions=2), tmp_path / "lake"
@@ -148,6 +150,7 @@ def test_a_backfill_by_offsets_works_after_vacuum_deleted_the_compacted_files(sp
     assert len(rows) == len(set(rows)) and set(rows) == read_all(bootstrap, topic)
 
 
+@pytest.mark.full
 def test_a_maintenance_commit_carrying_progress_metadata_fails_the_step(spark, tmp_path):
     path = tmp_path / "t"
     for i in range(3):

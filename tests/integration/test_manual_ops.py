@@ -42,6 +42,7 @@ def _ok(proc, log: str) -> None:
     assert proc.returncode == 0, log[-6000:]
 
 
+@pytest.mark.full
 def test_backfill_by_offsets_inserts_only_missing_records_and_the_transform_picks_them_up(pipeline, bootstrap):
     p = pipeline
     p.write(transform=ORDERS_TRANSFORM)
@@ -123,6 +124,7 @@ def test_backfill_by_time_reinserts_exactly_the_records_stamped_in_the_window(pi
     assert {(r.partition, r.from_offset, r.until_offset) for r in commit.ranges} == {(q, 10, 20) for q in range(3)}
 
 
+@pytest.mark.full
 def test_rebuild_checkpoint_then_normal_run_loses_and_duplicates_nothing(pipeline, bootstrap):
     p = pipeline
     produce_numbered(bootstrap, p.topic, 3, 300)

@@ -26,7 +26,7 @@ from include.tooling import airflow_local, local_kafka
 from tests.integration.dag_helpers import ORDERS_TRANSFORM, Pipeline, order
 from tests.kafka_helpers import produce
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.full]
 
 ARTEFACTS = settings.PROJECT_ROOT / "var" / "test-artifacts" / "monitor"
 USER, PASSWORD = "operator", "s3cret-pw"

@@ -138,6 +138,7 @@ def test_transform_in_the_dag_applies_newest_per_key_quarantines_bad_records_and
     assert_no_cluster_left(p)
 
 
+@pytest.mark.full
 def test_retention_loss_fails_before_the_cluster_then_is_recorded_with_record_and_continue(pipeline, bootstrap):
     p = pipeline
     produce_numbered(bootstrap, p.topic, 3, 60)
@@ -170,6 +171,7 @@ def test_retention_loss_fails_before_the_cluster_then_is_recorded_with_record_an
     assert len(keys) == 85 and not {(1, o) for o in range(20, 25)} & keys
 
 
+@pytest.mark.full
 def test_topic_recreated_between_runs_fails_and_writes_nothing(pipeline, bootstrap):
     p = pipeline
     produce_numbered(bootstrap, p.topic, 3, 30)
@@ -195,6 +197,7 @@ def test_topic_recreated_between_runs_fails_and_writes_nothing(pipeline, bootstr
     assert p.run_dirs() == folders, "no cluster may start"
 
 
+@pytest.mark.full
 def test_job_killed_mid_run_tears_down_and_rerun_completes_exactly_once(pipeline, bootstrap):
     p = pipeline
     p.write(cluster=STANDALONE)  # the teardown of a cluster whose driver was killed

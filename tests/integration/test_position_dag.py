@@ -22,6 +22,7 @@ def _latest(bootstrap: str, topic: str) -> dict[int, int]:
     return {p: s.latest for p, s in state.partitions.items()}
 
 
+@pytest.mark.full
 def test_latest_ingests_what_is_produced_after_the_first_run_and_new_topics_from_earliest(pipeline, bootstrap):
     p = pipeline
     prefix = p.topic.rsplit(".", 1)[0]
@@ -121,6 +122,7 @@ def _newest(folder, kind: str):
     return newest / str(spark_checkpoint.batch_ids(newest)[-1])
 
 
+@pytest.mark.full
 def test_damaged_or_lost_checkpoints_heal_from_the_tables_exactly_once(pipeline, bootstrap):
     from deltalake import DeltaTable
 

@@ -21,7 +21,7 @@ from include.readers.kafka_admin import create_topic
 from tests.integration.dag_helpers import Pipeline, assert_no_cluster_left
 from tests.kafka_helpers import produce_numbered, read_all
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.full]
 
 PARTITIONS = 4
 RECORDS = 1200

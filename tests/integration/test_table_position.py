@@ -71,7 +71,7 @@ def _log_versions(path: Path) -> set[int]:
     return {int(f.name[:20]) for f in (path / "_delta_log").glob("*.json")}
 
 
-@pytest.mark.parametrize("cleanup", ["delta-rs", "spark"])
+@pytest.mark.parametrize("cleanup", [pytest.param("delta-rs", marks=pytest.mark.full), "spark"])
 def test_after_log_cleanup_a_run_reads_exactly_the_new_records(spark, bootstrap, make_topic, unique_name, lake,
                                                                  cleanup):  # fmt: skip
     topic = make_topic(unique_name, partitions=3)
@@ -136,6 +136,7 @@ def test_restore_is_refused_then_reread_brings_back_exactly_what_it_undid(spark,
     _assert_exactly(spark, bronze, read_all(bootstrap, topic))
 
 
+@pytest.mark.full
 def test_restore_kept_position_records_what_it_undid(spark, bootstrap, make_topic, unique_name, lake):
     from delta.tables import DeltaTable
 

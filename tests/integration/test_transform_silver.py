@@ -186,6 +186,7 @@ def newest(produced: list[tuple[str, int, int, int]]) -> dict[str, int]:
     return {k: v[0] for k, v in best.items()}
 
 
+@pytest.mark.full
 def test_silver_holds_the_newest_event_per_key_across_batches_and_runs(
     spark, bootstrap, make_topic, unique_name, lake
 ):
@@ -225,6 +226,7 @@ def test_silver_holds_the_newest_event_per_key_across_batches_and_runs(
     assert operations[0] == "WRITE" and "MERGE" in operations, operations
 
 
+@pytest.mark.full
 def test_batch_replayed_after_a_kill_between_silver_and_checkpoint_commits_applies_nothing_twice(
     spark, bootstrap, make_topic, unique_name, lake
 ):
@@ -263,6 +265,7 @@ def test_batch_replayed_after_a_kill_between_silver_and_checkpoint_commits_appli
     assert_accounted(spark, lake)
 
 
+@pytest.mark.full
 def test_a_new_field_mid_stream_follows_the_evolution_policy(spark, bootstrap, make_topic, unique_name, lake):
     topic = make_topic(unique_name, partitions=1)
     produce(bootstrap, topic, [(0, b"a", order("a", 1)), (0, b"b", order("b", 1))])
@@ -335,6 +338,7 @@ def _age_log(path, days: int) -> None:
         os.utime(f, (base + i, base + i))
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("checkpoint", ["kept", "lost"])
 def test_after_silvers_log_cleanup_the_transform_reads_exactly_the_new_records(
     spark, bootstrap, make_topic, unique_name, lake, checkpoint
@@ -379,6 +383,7 @@ def test_after_silvers_log_cleanup_the_transform_reads_exactly_the_new_records(
     }
 
 
+@pytest.mark.full
 def test_after_a_restore_of_silver_the_transform_redoes_exactly_what_the_restore_undid(
     spark, bootstrap, make_topic, unique_name, lake
 ):
@@ -422,6 +427,7 @@ def test_after_a_restore_of_silver_the_transform_redoes_exactly_what_the_restore
         "both", 1, fifth["batches"][-1]["batch_id"], fifth["silver_version"])
 
 
+@pytest.mark.full
 def test_the_pipelines_retention_is_set_on_every_table_once_and_is_not_progress(
     spark, bootstrap, make_topic, unique_name, lake
 ):
@@ -457,6 +463,7 @@ def test_the_pipelines_retention_is_set_on_every_table_once_and_is_not_progress(
         bronze_to_silver.parse_config([*transform_args(lake, unique_name), "--table-property=x"])
 
 
+@pytest.mark.full
 def test_one_application_runs_ingest_then_transform_and_a_failed_transform_leaves_bronze_and_its_error(
     spark, bootstrap, make_topic, unique_name, lake
 ):

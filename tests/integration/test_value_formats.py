@@ -108,6 +108,7 @@ def test_an_avro_topic_read_with_a_schema_file_lands_exactly_once_and_bad_values
     assert_accounted(spark, lake)
 
 
+@pytest.mark.full
 def test_a_registry_topic_resolves_each_writer_schema_and_quarantines_by_schema_id(
     spark, bootstrap, make_topic, unique_name, lake, schema_registry
 ):
@@ -173,6 +174,7 @@ def test_a_registry_topic_resolves_each_writer_schema_and_quarantines_by_schema_
     assert_accounted(spark, lake)
 
 
+@pytest.mark.full
 def test_a_json_schema_topic_drops_the_header_and_quarantines_unknown_ids(
     spark, bootstrap, make_topic, unique_name, lake, schema_registry
 ):

@@ -12,7 +12,7 @@ import pytest
 
 from include.tooling import airflow_local
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.full]
 
 
 def test_a_forked_command_gets_its_own_environment_and_log_and_its_exit_code(warm_airflow, airflow_home, tmp_path):

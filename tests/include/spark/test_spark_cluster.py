@@ -420,6 +420,7 @@ def _assert_nothing_left(run_dir: Path, ticks: dict[int, int]) -> None:
     assert _processes_mentioning(str(run_dir)) == []
 
 
+@pytest.mark.full
 @pytest.mark.integration
 def test_one_worker_runs_a_job_and_stop_kills_executors_and_python_workers(tmp_path):
     run_dir = tmp_path / "spark"

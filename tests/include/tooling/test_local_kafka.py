@@ -54,6 +54,7 @@ def _maps(pid: int, path) -> bool:
         return str(path) in f.read()
 
 
+@pytest.mark.full
 def test_the_class_sharing_archive_is_built_mapped_by_brokers_and_a_foreign_one_is_harmless(tmp_path, monkeypatch):
     from include.spark import jvm_cds
 
