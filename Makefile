@@ -10,11 +10,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup test-tools browser-tools demo ui test test-all test-cpu soak lint bench profile-transform lock clean
 
-# uv installs the same locked set as pip (constraints.txt): 26 s instead of 46 s on the 2-core
-# machine with no cache (2026-11-26). --compile-bytecode as pip does: with PYTHONDONTWRITEBYTECODE
-# set (as on CI) every process would otherwise compile every module it imports (a fresh-clone CI
-# without it spent about 290 s more CPU in its Python processes). If uv cannot reach the index (it
-# reads no pip.conf), pip installs the same set.
+# uv installs the same locked set as pip (constraints.txt), in about half pip's time with no cache.
+# --compile-bytecode as pip does: with PYTHONDONTWRITEBYTECODE set (as on CI) every process would
+# otherwise compile every module it imports, again and again. If uv cannot reach the index (it reads
+# no pip.conf), pip installs the same set.
 UV_VERSION := 0.13.9
 $(STAMP): requirements.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)

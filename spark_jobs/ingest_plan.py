@@ -32,9 +32,9 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 #: Kafka consumer settings the bronze job reads with unless the pipeline's ``kafka.options`` set
 #: them. Spark's Kafka source asks its consumer for records one ``poll`` at a time, and Kafka's
 #: default of 500 records a poll made the poll loop a visible share of a large drain; the larger
-#: fetch and socket buffers let one round trip carry more of a backlog. Measured with
-#: ``make bench`` (README, Benchmark): these and :data:`NO_DICTIONARY_COLUMNS` together took the
-#: drain of 1,000,000 records from 0.8-0.9 to over 1.0 of the plain Spark job's.
+#: fetch and socket buffers let one round trip carry more of a backlog. With
+#: :data:`NO_DICTIONARY_COLUMNS` they bring the drain level with a plain Spark job's
+#: (``make bench``, docs/performance.md).
 CONSUMER_DEFAULTS: dict[str, str] = {
     "max.poll.records": "10000",
     "max.partition.fetch.bytes": "8388608",

@@ -13,8 +13,8 @@ takes on its own::
         {"job": "bronze_to_silver", "args": [...], "error_path": "<run folder>/transform-error.json"}]}
 
 Why one application: each spark-submit pays a JVM start, a SparkSession, a
-cold executor and Delta's first-use class loading (about 10 s each on the
-2-core machine); a run with a transform paid them twice.
+cold executor and Delta's first-use class loading, seconds each; a run with
+a transform paid them twice.
 
 Outcomes, so that Airflow still shows each step's own result:
 

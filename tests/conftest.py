@@ -112,9 +112,9 @@ def pytest_configure(config) -> None:
     workers = getattr(config.option, "numprocesses", None)
     if controller and isinstance(workers, int) and workers > 0:
         # The xdist controller, before it starts the workers (they inherit the environment): one broker
-        # for all of them instead of one each. An idle broker costs 1.7 s of CPU a minute and a start
-        # 4 s (2026-11-26, the 2-core VM); tests use unique topics, so sharing it is as safe as within
-        # one worker. Tests that stop or bounce a broker start their own.
+        # for all of them instead of one each, since a broker costs CPU to start and to keep idle; tests
+        # use unique topics, so sharing it is as safe as within one worker. Tests that stop or bounce a
+        # broker start their own.
         from include.tooling import local_kafka
 
         folder = Path(tempfile.mkdtemp(prefix="kde-test-kafka-"))

@@ -114,8 +114,8 @@ def produce_transactional(bootstrap: str, topic: str, batches: list[tuple[bool, 
 
 def delete_records(bootstrap: str, topic: str, partition: int, before: int) -> None:
     """Delete ``topic``'s ``partition`` below offset ``before``, as retention would."""
-    # In a process of its own: after AdminClient.delete_records, this worker's next admin call once
-    # died of a segmentation fault inside list_offsets (CI, 2026-11-27). The cause is not known: it is
+    # In a process of its own: after AdminClient.delete_records, a worker's next admin call once
+    # died of a segmentation fault inside list_offsets. The cause is not known: it is
     # not confluent-kafka-python issue 2275 (delete_records freeing its caller's list), which 2.16.1
     # fixes (its Admin.c, and the list's reference count unchanged by the call here), and 1,800 rounds
     # of delete_records then list_offsets in one process did not crash. Kept apart so that a test's

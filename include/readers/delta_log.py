@@ -1,9 +1,9 @@
 """What a Delta table's log alone says — its version, its newest commits, its ``txn`` state — without its file list.
 
 delta-rs builds a table's whole file list (every data file's metadata) on
-open, whatever is read after: on a bronze table of 2,000 micro-batch commits
-and 12,000 files that is about 90 ms an open against 12 ms at 10 commits
-(2026-11-27, the 2-core VM), and every check of a run opens bronze once.
+open, whatever is read after: on a bronze table of thousands of micro-batch
+commits and files that is several times the cost of an open at ten commits,
+and every check of a run opens bronze once.
 Where the table stands needs none of that: the ``txn`` actions of the last
 log checkpoint (one column of it) and of the commits after it, and the
 ``commitInfo`` of the newest commits. :func:`read` reads just those, the way

@@ -13,12 +13,9 @@ named at all, and Java itself refuses a stale archive silently and loads the
 classes as usual (``-Xshare:auto``, its CDS log off). A missing archive or a
 failed build never fails a run; the build says why it failed and setup goes on.
 
-Measured on the 2-core machine (2026-11-23, ``/tmp`` profile of a 3-record
-run through ingest and transform on a one-worker standalone cluster): the
-run's application took 38.5 s without the archive, 33.7 s with it, and
-27.6 s with it and ``-XX:TieredStopAtLevel=1`` on the driver (which
-:func:`driver_options` adds only for cluster masters, whose driver does not
-process the data).
+Why: a run's application is short, and loading Spark's, Delta's and
+Scala's classes from jars is a large share of it. Mapping them from the
+archive saves seconds of CPU at every driver start (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -114,10 +111,10 @@ def driver_options(*, short_job: bool) -> str:
     ``short_job``: the driver of a run the orchestrator submits. On a cluster
     it only plans and commits (executors process the data); in local mode the
     cluster sizing gave it a backlog of at most ``cluster.local_max_records``.
-    Either way its life is seconds, so it gets :data:`SHORT_JOB_FLAGS`.
-    Measured (README, Speed): ingest + transform of 2,000 records in local mode
-    20 s instead of 26 s, and a 1,000,000-record drain in local mode no slower.
-    A driver started without it (the benchmark's jobs) keeps Java's defaults.
+    Either way its life is seconds, so it gets :data:`SHORT_JOB_FLAGS`: C1
+    compiles the hot code sooner than the full JIT, and a drain of up to
+    :data:`SHORT_JOB_MAX_RECORDS` is no slower for it. A driver started
+    without it (the benchmark's jobs) keeps Java's defaults.
     """
     if disabled():
         return ""

@@ -194,8 +194,7 @@ def submit_command(
 
 #: Generated classes a long-lived in-process session keeps (Spark's default: 100). One round of ingest
 #: and transform needs about 110, so with the default every round compiled them all again (Janino, then
-#: the JIT on the new classes). A one-run spark-submit gains nothing, so only these sessions set it; the
-#: measurements are in the README's Speed section.
+#: the JIT on the new classes). A one-run spark-submit gains nothing, so only these sessions set it.
 SESSION_CODEGEN_CACHE_ENTRIES = 1000
 
 

@@ -33,8 +33,8 @@ def environment(home: Path, *, kafka_bootstrap: str | None = None, pipelines_dir
         "AIRFLOW__CORE__PARALLELISM": "4",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         # SQLite lets one writer in at a time; a command arriving while `airflow standalone`'s scheduler
-        # writes waits up to 30 s (Python's default is 5 s, which a loaded 2-core machine overran:
-        # `airflow backfill create` failed with "database is locked").
+        # writes waits up to 30 s (Python's default of 5 s is overrun on a loaded small machine, and
+        # `airflow backfill create` then fails with "database is locked").
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}?timeout=30",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         # `airflow standalone` starts its components as `airflow ...` from PATH.

@@ -1,8 +1,8 @@
 """``airflow`` commands forked from a warm interpreter, for many DAG runs on one Airflow home.
 
 Every ``airflow dags test`` process imports Airflow's command line, task SDK
-and execution API before its run starts: about 3 s of CPU each time, which the
-test suite's seventy-odd DAG runs on a 2-core machine pay again and again.
+and execution API before its run starts: seconds of CPU each time, which a
+test suite of dozens of DAG runs on a small machine pays again and again.
 :class:`WarmAirflow` starts one server process per Airflow home that imports
 those modules once and then forks a child per command. The child takes the
 command's environment, working folder and log file, and runs Airflow's own
@@ -12,12 +12,10 @@ runs), so the DAG run is the same; only the imports are already done.
 The server also builds, before any fork, the in-process execution API that
 each task of a ``dags test`` talks to (:func:`_build_execution_api`).
 
-Measured on the 2-core machine (2026-11-26, a DAG run with no new records):
-8.0 s of CPU and 13.0 s as a new ``airflow`` process; 4.9 s of CPU and 10.0 s
-forked from a server that only imported (two runs); 1.5 s of CPU and 6.6 s
-forked from one that also built the execution API (four runs against four,
-``/tmp`` script, same broker and home). Most of what is left is ``dags
-test`` polling: it sleeps 1 s per loop in which no task can start.
+A DAG run with no new records forked from a server that built the execution
+API costs about a fifth of the CPU of a new ``airflow`` process, and about
+half its wall time; most of what is left is ``dags test`` polling: it sleeps
+1 s per loop in which no task can start.
 
 Limits, and why:
 

@@ -389,7 +389,7 @@ def test_stop_cluster_stops_what_the_runs_cluster_folder_names(cfg, capsys):
                               env={**os.environ, spark_cluster.MARKER_ENV: cluster_id})  # fmt: skip
     try:
         # Popen returns once exec has begun; the kernel fills /proc/<pid>/environ a moment later, and under
-        # load the stop below looked before it did (CI, 2026-11-25). A cluster's processes are found long after.
+        # load the stop below could look before it did. A cluster's processes are found long after.
         marker = f"{spark_cluster.MARKER_ENV}={cluster_id}".encode()
         deadline = time.monotonic() + 10
         while marker not in Path(f"/proc/{daemon.pid}/environ").read_bytes().split(b"\0"):
