@@ -87,19 +87,25 @@ from include.tooling.benchmark_maintenance import (
     run_maintenance_bench,
 )
 from include.tooling.benchmark_runs import (
+    CROSSOVER_MODES,
+    CROSSOVER_SIZES,
+    DEFAULTS,
     DagRunBench,
     DagRunTiming,
     RunBenchmarkError,
     RunParams,
+    crossover_verdict,
+    measure_side_by_side,
     median_range,
     render_runs_markdown,
+    render_side_by_side_markdown,
 )
 from spark_jobs.job_common import positive
 
 #: The parts of the benchmark, as ``--parts`` names them, in the order they run.
-PARTS = ("throughput", "batches", "runs", "silver", "maintenance", "formats")
+PARTS = ("throughput", "batches", "runs", "silver", "crossover", "maintenance", "formats")
 #: What ``make bench`` measures unless ``--parts`` says otherwise (maintenance takes about 12 minutes).
-DEFAULT_PARTS = ("throughput", "batches", "runs", "silver")
+DEFAULT_PARTS = ("throughput", "batches", "runs", "silver", "crossover")
 
 JOBS: dict[str, str] = {
     "ceiling": "Kafka consumer-perf-test (ceiling)",
@@ -125,7 +131,7 @@ class BenchmarkParams:
     record_bytes: int = 200
     repetitions: int = 3
     bootstrap_servers: str | None = None
-    output: Path = settings.VAR_DIR / "benchmark" / "ingest.md"
+    output: Path = settings.PROJECT_ROOT / "docs" / "benchmarks" / "report.md"
     work_dir: Path | None = None
     keep_work_dir: bool = False
     master: str = "local[2]"
@@ -139,6 +145,8 @@ class BenchmarkParams:
     batch_count: int = 12
     runs: RunParams = field(default_factory=RunParams)
     airflow_home: Path | None = None
+    #: Backlogs of the crossover part, records a run.
+    crossover_sizes: tuple[int, ...] = CROSSOVER_SIZES
 
     @property
     def value_bytes(self) -> int:
@@ -175,7 +183,16 @@ class BenchmarkReport:
     #: Seconds of :func:`speed_reference` at the start and at the end: how fast this machine was then.
     speed_reference_s: tuple[float, float] | None = None
     total_s: float = 0.0
+    #: The checkout the figures come from (``git describe``-like, ``-dirty`` with uncommitted changes).
+    commit: str = "unknown"
+    #: When the report was written (UTC) and the command that wrote it.
+    written_at: str = ""
+    command: str = "make bench"
     runs: list[DagRunTiming] = field(default_factory=list)
+    #: The silver part: the demo's shape with the pipeline's defaults and with a cluster forced.
+    silver: list[DagRunTiming] = field(default_factory=list)
+    #: The crossover part: the same backlogs in local mode and on the run's own cluster.
+    crossover: list[DagRunTiming] = field(default_factory=list)
     batch_runs: list[BatchRun] = field(default_factory=list)
     maintenance: MaintenanceReport | None = None
     formats: FormatsReport | None = None
@@ -218,7 +235,8 @@ def machine_description() -> str:
     return f"{platform.node()}: nproc {nproc}, memory {memory}, CPU {cpu}"
 
 
-#: Iterations of :func:`speed_reference`'s loop: 0.27–0.40 s within one hour on 2026-11-28's 2-core VM.
+#: Iterations of :func:`speed_reference`'s loop: a few tenths of a second, long enough to smooth a
+#: scheduler tick, short enough to take at the start and the end of every run.
 SPEED_REFERENCE_LOOPS = 3_000_000
 
 
@@ -254,9 +272,8 @@ def produce_backlog(bootstrap: str, topic: str, records: int, partitions: int, r
     Values are exactly ``record_bytes`` bytes: a 12-digit record number then
     hex text from a pool of 4096 random strings, so every value is distinct
     and compresses like ordinary text, not like one repeated payload. No
-    keys; record ``i`` goes to partition ``i % partitions``. Measured against
-    Kafka's producer-perf-test on this machine, this was ~5x faster (its JVM
-    start-up included) for 200,000 records.
+    keys; record ``i`` goes to partition ``i % partitions``. Faster than
+    Kafka's producer-perf-test, whose JVM start alone outlasts a small backlog.
     """
     from confluent_kafka import KafkaException, Producer
 
@@ -536,6 +553,74 @@ def _batch_lines(report: BenchmarkReport) -> list[str]:
 # --------------------------------------------------------------------------- report
 
 
+def checkout_commit(root: Path = settings.PROJECT_ROOT) -> str:
+    """The checkout's short commit, with ``-dirty`` when tracked files differ from it; ``unknown`` outside git."""
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True, timeout=10).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{commit}-dirty" if dirty else commit
+
+
+def summary_lines(report: BenchmarkReport) -> list[str]:
+    """The report's headline figures, one line each, for whatever parts ran: what ``docs/performance.md``
+    shows between its markers (with the commit, machine and speed reference, and no date)."""
+    p = report.params
+    lines: list[str] = []
+    by_job = {job: [m for m in report.measurements if m.job == job] for job in JOBS}
+    if by_job["project"] and by_job["plain"]:
+        drain = _median_rate(by_job["project"], "drain", p.records) / _median_rate(by_job["plain"], "drain", p.records)
+        lines.append(f"| drain of {p.records:,} records, this project's job / a plain `writeStream` Delta job "
+                     f"| **{drain:.2f}x** the records/s |")  # fmt: skip
+    if by_job["project"] and by_job["ceiling"]:
+        ceiling = (_median_rate(by_job["project"], "drain", p.records)
+                   / _median_rate(by_job["ceiling"], "drain", p.records))  # fmt: skip
+        lines.append(f"| the same drain / Kafka's own consumer-perf-test | {ceiling:.2f}x the records/s |")
+    project = [r for r in report.batch_runs if r.job == "project"]
+    over = [t - w for r in project for t, w in zip(r.trigger_s[1:], r.write_s[1:], strict=True)]
+    if over:
+        lines.append(f"| a warm micro-batch of {p.batch_records:,} records, beyond reading and writing its rows "
+                     f"| {statistics.median(over):.2f} s |")  # fmt: skip
+    for kind, label in (("empty", "a DAG run with nothing new (no cluster starts)"),
+                        ("small", f"a bronze-only DAG run of {p.runs.small_records:,} records on the cluster")):
+        rs = [r for r in report.runs if r.kind == kind]
+        if rs:
+            lines.append(f"| {label}, first task to last | {statistics.median(r.end_to_end_s for r in rs):.1f} s |")
+    for label in SILVER_MODES:
+        rs = [r for r in report.silver if r.kind.startswith(f"{label} ")]
+        if rs:
+            lines.append(f"| a bronze + silver DAG run of {p.runs.small_records:,} events, {label}, first task "
+                         f"to last | {statistics.median(r.end_to_end_s for r in rs):.1f} s |")  # fmt: skip
+    if report.crossover:
+        for verdict in crossover_verdict(report.crossover, CROSSOVER_PAIRS):
+            lines.append(f"| where a cluster pays off | {verdict.removeprefix('- ')} |")
+    if not lines:
+        return []
+    head = [f"Commit {report.commit}; {report.machine}; speed reference "
+            + (f"{report.speed_reference_s[0]:.2f}–{report.speed_reference_s[1]:.2f} s" if report.speed_reference_s
+               else "not measured") + ".", "", "| figure | value |", "|---|---|"]  # fmt: skip
+    return head + lines
+
+
+#: The pairs of the crossover part that have as many cores: (local mode, the run's own cluster).
+CROSSOVER_PAIRS = (("local[1]", "cluster, 1 worker"), ("local[2]", "cluster, 2 workers"))
+#: The page that shows the newest report's summary between these two lines.
+PERFORMANCE_PAGE = settings.PROJECT_ROOT / "docs" / "performance.md"
+BENCH_BEGIN, BENCH_END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+
+def with_summary(page: str, summary: Sequence[str], report_link: str) -> str:
+    """``page`` with the text between its bench markers replaced by ``summary`` and a link to the report."""
+    begin, end = page.find(BENCH_BEGIN), page.find(BENCH_END)
+    if begin < 0 or end < begin:
+        raise BenchmarkError(f"{PERFORMANCE_PAGE}: expected the lines {BENCH_BEGIN} and {BENCH_END}")
+    block = "\n".join([*summary, "", f"The whole report: [{report_link}]({report_link})."])
+    return page[: begin + len(BENCH_BEGIN)] + "\n" + block + "\n" + page[end:]
+
+
 def _fmt_int(x: float) -> str:
     return f"{x:,.0f}"
 
@@ -569,8 +654,9 @@ def render_markdown(report: BenchmarkReport) -> str:
     definitions; DAG runs: :func:`include.tooling.benchmark_runs.render_runs_markdown`)."""
     p = report.params
     lines = [
-        "# Kafka -> Delta ingestion benchmark",
+        "# Kafka -> Delta benchmark",
         "",
+        f"- commit: {report.commit}; written {report.written_at} by `{report.command}`",
         f"- machine: {report.machine}; load average {report.load_before} at start, {report.load_after} at end",
         *([f"- speed reference: {report.speed_reference_s[0]:.2f}s at the start, {report.speed_reference_s[1]:.2f}s "
            "at the end, for a fixed single-core Python loop (lower is faster; set figures from another day or "
@@ -578,6 +664,9 @@ def render_markdown(report: BenchmarkReport) -> str:
         f"- broker: {report.broker}",
         f"- total benchmark wall time: {report.total_s:.0f}s",
     ]
+    summary = summary_lines(report)
+    if summary:
+        lines += ["", "## Summary", "", *summary]
     if report.measurements:
         lines += ["", *_throughput_lines(report)]
     if report.batch_runs:
@@ -585,6 +674,20 @@ def render_markdown(report: BenchmarkReport) -> str:
     text = "\n".join(lines) + "\n"
     if report.runs:
         text += "\n" + render_runs_markdown(report.runs, p.runs)
+    if report.silver:
+        text += "\n" + render_side_by_side_markdown(
+            report.silver, list(SILVER_MODES), "A DAG run through bronze and silver: defaults against a cluster",
+            f"The demo's pipeline shape (its transform) on the demo's order events, {p.runs.small_records:,} new "
+            "events a run: with no `cluster` section (the defaults decide where the run goes) and with "
+            f"`local_max_records: 0` (every run starts its standalone cluster). Median (min–max) of "
+            f"{p.runs.repetitions} run(s), the pipelines taking turns.")  # fmt: skip
+    if report.crossover:
+        text += "\n" + render_side_by_side_markdown(
+            report.crossover, list(CROSSOVER_MODES), "Where a cluster starts to pay off",
+            "The same pipeline shape and events at growing backlogs: local mode in the driver against the run's "
+            "own standalone cluster with as many cores (one worker of one core; two workers of one core each). "
+            f"Median (min–max) of {p.runs.repetitions} run(s) per backlog, the pipelines taking turns.")  # fmt: skip
+        text += "\n" + "\n".join(crossover_verdict(report.crossover, CROSSOVER_PAIRS)) + "\n"
     if report.maintenance is not None:
         text += "\n" + render_maintenance_markdown(report.maintenance)
     if report.formats is not None:
@@ -677,7 +780,7 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
     reference_start_s = speed_reference()
     work = Path(params.work_dir or tempfile.mkdtemp(prefix="kde-benchmark-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    log_dir = params.output.resolve().parent / f"{params.output.stem}-logs"
+    log_dir = settings.VAR_DIR / "benchmark" / f"{params.output.stem}-logs"
     if log_dir.exists():
         shutil.rmtree(log_dir)
     log_dir.mkdir(parents=True)
@@ -728,8 +831,14 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
                 airflow_local.migrate(bench.env)
             report.runs = bench.measure()
             home = bench.home
+        if "silver" in params.parts or "crossover" in params.parts:
+            home = home or _migrated_home(work / "airflow", bootstrap)
         if "silver" in params.parts:
-            report.runs += _measure_silver(params, bootstrap, f"{topic}-orders", work / "silver", home, created)
+            report.silver = _measure_side_by_side(params, bootstrap, f"{topic}-orders", work / "silver", home, created,
+                                                  SILVER_MODES, (params.runs.small_records,))  # fmt: skip
+        if "crossover" in params.parts:
+            report.crossover = _measure_side_by_side(params, bootstrap, f"{topic}-crossover", work / "crossover",
+                                                     home, created, CROSSOVER_MODES, params.crossover_sizes)  # fmt: skip
         if "maintenance" in params.parts:
             report.maintenance = _measure_maintenance(params, bootstrap, f"{topic}-maintenance", work / "maintenance",
                                                       created)  # fmt: skip
@@ -738,6 +847,8 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
         report.load_after = load_average()
         report.speed_reference_s = (reference_start_s, speed_reference())
         report.total_s = time.monotonic() - started
+        report.commit = checkout_commit()
+        report.written_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         return report
     finally:
         if broker is not None:
@@ -753,29 +864,47 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _measure_silver(params: BenchmarkParams, bootstrap: str, topic: str, work: Path, home: Path | None,
-                    created: list[str]) -> list[DagRunTiming]:  # fmt: skip
-    """DAG runs of a pipeline of the demo's shape through bronze and silver (``--parts silver``)."""
+#: The silver part: the demo's pipeline shape with no ``cluster`` section (the defaults decide) and with
+#: local mode turned off, so every run starts its cluster.
+SILVER_MODES: dict[str, dict | None] = {
+    "pipeline defaults": DEFAULTS,
+    "cluster forced (local_max_records: 0)": {"local_max_records": 0},
+}
+
+
+def _migrated_home(home: Path, bootstrap: str) -> Path:
+    """An embedded Airflow home with its database migrated, for the side-by-side parts."""
+    _log(f"preparing an embedded Airflow in {home}")
+    airflow_local.migrate(airflow_local.environment(home, kafka_bootstrap=bootstrap))
+    return home
+
+
+def _measure_side_by_side(params: BenchmarkParams, bootstrap: str, topic: str, work: Path, home: Path,
+                          created: list[str], modes: dict[str, dict | None],
+                          sizes: Sequence[int]) -> list[DagRunTiming]:  # fmt: skip
+    """Pipelines of the demo's shape (its transform, one cluster section each from ``modes``) on one topic
+    of the demo's order events, side by side at each backlog of ``sizes``."""
     import yaml
 
     from include.tooling import demo
 
     create_topic(bootstrap, topic, demo.PARTITIONS)
     created.append(topic)
-    shape = yaml.safe_load(demo.PIPELINE_FILE.read_text())
+    transform = yaml.safe_load(demo.PIPELINE_FILE.read_text())["transform"]
     produced = [0]
 
     def produce(n: int) -> None:
         demo.produce_orders(bootstrap, n, produced[0], topic=topic)
         produced[0] += n
 
-    bench = DagRunBench(work, bootstrap, topic, params.runs, airflow_home=home, log=_log, produce=produce,
-                        cluster=shape["cluster"], transform=shape["transform"])  # fmt: skip
-    if home is None:
-        _log(f"preparing an embedded Airflow in {bench.home}")
-        airflow_local.migrate(bench.env)
-    _log(f"DAG runs through bronze and silver on topic {topic} (the demo's pipeline shape)")
-    return bench.measure_silver()
+    benches = {
+        label: DagRunBench(work / f"pipeline{i}", bootstrap, topic, params.runs, airflow_home=home, log=_log,
+                           produce=produce, transform=transform,
+                           cluster=None if cluster is None else {"profile": "local_standalone", **cluster})
+        for i, (label, cluster) in enumerate(modes.items())
+    }  # fmt: skip
+    _log(f"DAG runs through bronze and silver on topic {topic}: {', '.join(modes)} at {list(sizes)} records")
+    return measure_side_by_side(benches, produce, sizes, params.runs.repetitions, params.runs.small_records)
 
 
 def _measure_maintenance(params: BenchmarkParams, bootstrap: str, topic: str, work: Path,
@@ -905,7 +1034,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
             values = ()
         if not values or any(v <= 0 for v in values) or list(values) != sorted(set(values)):
             raise argparse.ArgumentTypeError(
-                f"expected increasing positive commit counts like 10,200, got {text!r}"
+                f"expected increasing positive counts like 10,200, got {text!r}"
             )
         return values
 
@@ -930,6 +1059,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                     help="runs of each of the two pipelines (default %(default)s)")  # fmt: skip
     mg.add_argument("--maintenance-every", type=positive(int), default=d.maintenance.every_runs,
                     help="maintenance.every_runs of the maintained one (default %(default)s)")  # fmt: skip
+    cg = p.add_argument_group("where a cluster pays off (--parts crossover)")
+    cg.add_argument("--crossover-sizes", type=levels, default=d.crossover_sizes,
+                    help=f"backlogs, records a run (default {','.join(map(str, d.crossover_sizes))})")  # fmt: skip
     fg = p.add_argument_group("value formats (--parts formats)")
     fg.add_argument("--format-records", type=positive(int), default=d.formats.records,
                     help="orders produced once per format (default %(default)s)")  # fmt: skip
@@ -969,6 +1101,7 @@ def main(argv: list[str] | None = None) -> int:
             timeout_s=args.job_timeout_s,
         ),
         airflow_home=args.airflow_home,
+        crossover_sizes=args.crossover_sizes,
         maintenance=MaintenanceParams(runs=args.maintenance_runs, every_runs=args.maintenance_every),
         formats=FormatsParams(records=args.format_records, repetitions=args.repetitions),
     )
@@ -977,11 +1110,16 @@ def main(argv: list[str] | None = None) -> int:
     except (BenchmarkError, RunBenchmarkError, MaintenanceBenchError, local_kafka.BrokerError) as exc:
         print(f"benchmark FAILED: {exc}", file=sys.stderr)
         return 1
+    report.command = "python -m include.tooling.benchmark" + "".join(f" {a}" for a in (argv or sys.argv[1:]))
     text = render_markdown(report)
     params.output.parent.mkdir(parents=True, exist_ok=True)
     params.output.write_text(text)
     print(text, end="")
     _log(f"written to {params.output}")
+    if params.output.resolve() == BenchmarkParams().output.resolve() and (summary := summary_lines(report)):
+        link = os.path.relpath(params.output.resolve(), PERFORMANCE_PAGE.parent.resolve())
+        PERFORMANCE_PAGE.write_text(with_summary(PERFORMANCE_PAGE.read_text(), summary, link))
+        _log(f"its summary copied into {PERFORMANCE_PAGE}")
     return 0
 
 

@@ -22,11 +22,12 @@ Every figure comes from real ``airflow dags test`` runs of one pipeline's DAG
    last level's cost against the first level's (against the small run's with
    one level) and the bronze data files before each run, which is what
    opening the table with delta-rs reads the metadata of.
-3. **through bronze and silver** (``--parts silver``): a pipeline of the demo's
-   shape (its transform spec and cluster section, so the cluster sizing
-   chooses) on the demo's order events: a first run creates the tables, then
-   each repetition reads ``--small-records`` new events into bronze and
-   silver; the cluster choice each run made is shown with its times.
+3. **side by side through bronze and silver** (:func:`measure_side_by_side`):
+   pipelines of the demo's shape on one topic of the demo's order events,
+   each with its own cluster section, read the same new events in turn. The
+   benchmark's ``silver`` part compares the pipeline's defaults with a cluster
+   forced; its ``crossover`` part compares local mode with the run's own
+   cluster at growing backlogs (:data:`CROSSOVER_MODES`, :data:`CROSSOVER_SIZES`).
 
 Task durations are read from Airflow's own ``task_instance`` rows. Each task's
 own work is also read from the run's log: the execution API's "Task started"
@@ -67,14 +68,22 @@ CHECK_TASKS = (
     "mirror_offsets",
     "record_run",
 )
-#: Tasks of a pipeline with a transform, in DAG order.
-SILVER_DAG_TASKS = (
-    "check_request", "wait_for_lag", "preflight", "start_cluster", "ingest", "transform", "stop_cluster",
-    "check_continuity", "mirror_offsets", "record_run",
-)  # fmt: skip
-#: The demo pipeline's cluster (include/pipelines/demo_orders.yaml) without its sizing: every run with
+#: The demo pipeline's cluster (include/pipelines/demo_orders.yaml) with local mode off: every run with
 #: records starts the transient cluster, so the fixed cost and history parts measure the same thing.
-CLUSTER = {"profile": "local_standalone", "workers": 1, "worker_cores": 1, "worker_memory": "1g"}
+CLUSTER = {"profile": "local_standalone", "workers": 1, "worker_cores": 1, "worker_memory": "1g",
+           "local_max_records": 0}  # fmt: skip
+#: A pipeline file without a ``cluster`` section: the pipeline's defaults decide where a run goes.
+DEFAULTS = None
+#: Where the crossover part runs the same backlog: local mode and the run's own cluster with the same
+#: cores, one and two (local mode never takes more cores than the machine has).
+CROSSOVER_MODES: dict[str, dict] = {
+    "local[1]": {"workers": 1, "local_max_records": 1_000_000_000},
+    "cluster, 1 worker": {"workers": 1, "local_max_records": 0},
+    "local[2]": {"workers": 2, "local_max_records": 1_000_000_000},
+    "cluster, 2 workers": {"workers": 2, "local_max_records": 0},
+}
+#: Backlogs of the crossover part, records a run.
+CROSSOVER_SIZES = (1_000, 200_000, 1_000_000)
 _CHOICE = re.compile(r"^SUMMARY start_cluster: (?P<choice>.+)$", re.MULTILINE)
 
 
@@ -222,9 +231,10 @@ class DagRunBench:
 
     def __init__(self, work: Path, bootstrap: str, topic: str, params: RunParams, *,
                  airflow_home: Path | None = None, produce: Callable[[int], None], log: Callable[[str], None],
-                 cluster: dict | None = None, transform: dict | None = None) -> None:  # fmt: skip
+                 cluster: dict | None = CLUSTER, transform: dict | None = None) -> None:  # fmt: skip
+        """``cluster``: the pipeline file's ``cluster`` section; ``None`` (:data:`DEFAULTS`) leaves it out."""
         self.work, self.bootstrap, self.topic, self.params = work, bootstrap, topic, params
-        self.cluster, self.transform = cluster or CLUSTER, transform
+        self.cluster, self.transform = cluster, transform
         self.name = f"benchmark_{'silver' if transform else 'runs'}_{uuid.uuid4().hex[:8]}"
         self.pipelines = work / "pipelines"
         self.lake = work / "lake"
@@ -257,10 +267,11 @@ class DagRunBench:
             "schedule": None,
             "lag": {"min_records": 1, "max_wait_minutes": 1},
             "data_loss_policy": "fail",
-            "cluster": self.cluster,
             "retries": 0,
             "tags": ["benchmark"],
         }
+        if self.cluster is not None:
+            data["cluster"] = self.cluster
         if self.transform is not None:
             data["transform"] = self.transform
         (self.pipelines / f"{self.name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
@@ -335,20 +346,12 @@ class DagRunBench:
                 self.runs.append(self.run(f"history {level}", rep, expect_rows=p.small_records))
         return self.runs
 
-    def measure_silver(self) -> list[DagRunTiming]:
-        """A first run that creates bronze, silver and quarantine, then ``repetitions`` runs of
-        ``small_records`` new events each through bronze and silver."""
-        p = self.params
-        self.write_pipeline(None)
-        self._produce(p.small_records)
-        self.runs.append(self.run("silver first", 1, expect_rows=p.small_records))
-        for rep in range(1, p.repetitions + 1):
-            self._produce(p.small_records)
-            run = self.run("silver", rep, expect_rows=p.small_records)
-            if run.tasks.get("transform") is None or run.tasks["transform"].state != "success":
-                raise RunBenchmarkError(f"DAG run {self._count} (silver): the transform did not run: {run.tasks}")
-            self.runs.append(run)
-        return self.runs
+
+    def check_transform(self, run: DagRunTiming) -> DagRunTiming:
+        """``run``, once its transform task is known to have succeeded."""
+        if run.tasks.get("transform") is None or run.tasks["transform"].state != "success":
+            raise RunBenchmarkError(f"DAG run {self._count} ({run.kind}): the transform did not run: {run.tasks}")
+        return run
 
     def build_history(self, level: int) -> None:
         """Bring bronze to about ``level`` commits with one DAG run of many small micro-batches."""
@@ -364,7 +367,79 @@ class DagRunBench:
         self._log(f"  bronze now holds {self.commits()} commits")
 
 
+def measure_side_by_side(benches: dict[str, DagRunBench], produce: Callable[[int], None],
+                         sizes: Sequence[int], repetitions: int, first_records: int) -> list[DagRunTiming]:  # fmt: skip
+    """Pipelines of one topic (each with its own tables and cluster section) through bronze and silver:
+    a first run each that creates the tables (not reported), then per size and repetition ``size`` new
+    events, read by each pipeline in turn (the order rotating, so no pipeline always runs first). Each
+    run's kind is ``"<label> <size>"``."""
+    produce(first_records)
+    for bench in benches.values():
+        bench.write_pipeline(None)
+        bench.run("first", 1, expect_rows=first_records)
+    runs: list[DagRunTiming] = []
+    labels = list(benches)
+    turn = 0
+    for size in sizes:
+        for rep in range(1, repetitions + 1):
+            produce(size)
+            for label in labels[turn:] + labels[:turn]:
+                runs.append(benches[label].check_transform(benches[label].run(f"{label} {size}", rep,
+                                                                              expect_rows=size)))  # fmt: skip
+            turn = (turn + 1) % len(labels)
+    return runs
+
+
 # --------------------------------------------------------------------------- report
+
+
+def _by_label_and_size(runs: Sequence[DagRunTiming]) -> dict[tuple[str, int], list[DagRunTiming]]:
+    found: dict[tuple[str, int], list[DagRunTiming]] = {}
+    for r in runs:
+        label, _, size = r.kind.rpartition(" ")
+        if label and size.isdigit():
+            found.setdefault((label, int(size)), []).append(r)
+    return found
+
+
+def render_side_by_side_markdown(runs: Sequence[DagRunTiming], labels: Sequence[str], title: str,
+                                 intro: str) -> str:  # fmt: skip
+    """One row per backlog size, one column per pipeline: end to end s (first task start → last task
+    end), median (min–max), and below the table where each pipeline's runs went (start_cluster)."""
+    cells = _by_label_and_size(runs)
+    sizes = sorted({size for _, size in cells})
+    lines = [f"## {title}", "", intro, "",
+             "| new records a run | " + " | ".join(f"{label}: end to end s" for label in labels) + " |",
+             "|---|" + "---|" * len(labels)]  # fmt: skip
+    for size in sizes:
+        lines.append(f"| {size:,} | " + " | ".join(
+            median_range([r.end_to_end_s for r in cells.get((label, size), [])]) for label in labels) + " |")
+    lines.append("")
+    for label in labels:
+        ran = [r for size in sizes for r in cells.get((label, size), [])]
+        if ran:
+            lines.append(f"- {label}: {'local mode' if ran[0].choice and 'local[' in ran[0].choice else 'cluster'}: "
+                         f"{ran[-1].choice or '—'}")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def crossover_verdict(runs: Sequence[DagRunTiming], pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """Per (local mode, cluster) pair with the same cores: the smallest backlog at which the cluster's
+    median end to end beat local mode's, or that it never did up to the largest backlog measured."""
+    cells = _by_label_and_size(runs)
+    lines = []
+    for local, cluster in pairs:
+        sizes = sorted(size for (label, size) in cells if label == local and (cluster, size) in cells)
+        if not sizes:
+            continue
+        ratios = {size: statistics.median(r.end_to_end_s for r in cells[(cluster, size)])
+                  / statistics.median(r.end_to_end_s for r in cells[(local, size)]) for size in sizes}  # fmt: skip
+        won = [size for size in sizes if ratios[size] < 1]
+        shown = ", ".join(f"{size:,}: {ratios[size]:.2f}x" for size in sizes)
+        lines.append(f"- {cluster} / {local}, end to end ({shown}): "
+                     + (f"the cluster pays off from {won[0]:,} records a run" if won
+                        else f"local mode is faster at every backlog measured, up to {sizes[-1]:,} records"))
+    return lines
 
 
 def median_range(values: Sequence[float], fmt: Callable[[float], str] = "{:.1f}".format) -> str:
@@ -421,33 +496,6 @@ def render_runs_markdown(runs: Sequence[DagRunTiming], params: RunParams) -> str
             median_range([sum(r.task_s(t) for t in DAG_TASKS if t not in cluster_tasks) for r in rs]),
             median_range([r.own_total_s for r in rs]),
         ]) + " |")  # fmt: skip
-    silver = [(k, by_kind[k]) for k in ("silver first", "silver") if k in by_kind]
-    if silver:
-        lines += [
-            "",
-            "## A DAG run through bronze and silver",
-            "",
-            f"The demo's pipeline shape (its transform spec and cluster section, `local_max_records` included, so "
-            f"the cluster sizing chooses) on the demo's order events; {params.small_records:,} new events a run. "
-            "Seconds, median (min–max); ingest and transform are one Spark application (the transform task "
-            "reports its step).",
-            "",
-            "| run | where it ran (start_cluster) | dags test process s | end to end s | start_cluster s | ingest s "
-            "| transform s | all other tasks s | every task's own work s |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        spark_tasks = ("start_cluster", "ingest", "transform")
-        for kind, rs in silver:
-            choices = sorted({r.choice or "—" for r in rs})
-            lines.append("| " + " | ".join([
-                "first run (creates the tables)" if kind == "silver first" else f"{params.small_records:,} new events",
-                "; ".join(choices),
-                median_range([r.wall_s for r in rs]),
-                median_range([r.end_to_end_s for r in rs]),
-                *(median_range([r.task_s(t) for r in rs]) for t in spark_tasks),
-                median_range([sum(r.task_s(t) for t in SILVER_DAG_TASKS if t not in spark_tasks) for r in rs]),
-                median_range([r.own_total_s for r in rs]),
-            ]) + " |")  # fmt: skip
     levels = [(k, rs) for k, rs in by_kind.items() if k.startswith("history ")]
     small = by_kind.get("small")
     if levels:

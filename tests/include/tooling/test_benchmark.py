@@ -28,3 +28,57 @@ def test_the_reference_is_the_median_of_the_timed_loops_after_an_untimed_one(mon
     ticks = itertools.chain.from_iterable((0.0, s) for s in (0.004, 0.001, 0.002))
     monkeypatch.setattr(benchmark.time, "perf_counter", lambda: next(ticks))
     assert benchmark.speed_reference(loops=10, repeats=3) == 0.002
+
+
+def test_the_header_names_the_commit_when_and_how_the_report_was_written():
+    text = benchmark.render_markdown(_report(commit="abc1234-dirty", written_at="2026-01-02 03:04 UTC",
+                                             command="make bench"))  # fmt: skip
+    assert "- commit: abc1234-dirty; written 2026-01-02 03:04 UTC by `make bench`" in text.splitlines()
+
+
+def test_the_commit_is_the_checkouts_and_says_when_tracked_files_differ(tmp_path: Path):
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True,
+                              check=True).stdout.strip()  # fmt: skip
+
+    git("init", "-q")
+    (tmp_path / "f").write_text("1")
+    git("add", "f")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "one")
+    head = git("rev-parse", "--short", "HEAD")
+    assert benchmark.checkout_commit(tmp_path) == head
+    (tmp_path / "f").write_text("2")
+    assert benchmark.checkout_commit(tmp_path) == f"{head}-dirty"
+    assert benchmark.checkout_commit(tmp_path / "not-a-repo") == "unknown"
+
+
+def test_the_summary_is_copied_between_the_markers_and_nothing_else_of_the_page_changes():
+    page = "# Performance\n\ntext before\n<!-- bench:begin -->\nold table\n<!-- bench:end -->\ntext after\n"
+    updated = benchmark.with_summary(page, ["| figure | value |", "|---|---|", "| x | 1 |"], "benchmarks/report.md")
+    assert updated == ("# Performance\n\ntext before\n<!-- bench:begin -->\n| figure | value |\n|---|---|\n| x | 1 |\n"
+                       "\nThe whole report: [benchmarks/report.md](benchmarks/report.md).\n<!-- bench:end -->\n"
+                       "text after\n")  # fmt: skip
+    assert benchmark.with_summary(updated, ["| y | 2 |"], "r.md").count("<!-- bench:begin -->") == 1
+    import pytest
+
+    with pytest.raises(benchmark.BenchmarkError, match="expected the lines"):
+        benchmark.with_summary("no markers", ["x"], "r.md")
+
+
+def test_the_summary_gives_the_side_by_side_figures_and_the_crossover_without_a_date():
+    from tests.include.tooling.test_benchmark_runs import _timing
+
+    silver = [_timing("pipeline defaults 1000", 1, {"ingest": 20.0}, None),
+              _timing("cluster forced (local_max_records: 0) 1000", 1, {"ingest": 31.0}, None)]
+    crossover = [_timing("local[1] 1000", 1, {"ingest": 20.0}, None),
+                 _timing("cluster, 1 worker 1000", 1, {"ingest": 30.0}, None)]
+    lines = benchmark.summary_lines(_report(silver=silver, crossover=crossover, commit="abc1234",
+                                            speed_reference_s=(0.12, 0.13)))  # fmt: skip
+    assert lines[0] == "Commit abc1234; host: nproc 2; speed reference 0.12–0.13 s."
+    text = "\n".join(lines)
+    assert "| a bronze + silver DAG run of 1,000 events, pipeline defaults, first task to last | 20.0 s |" in text
+    assert "cluster forced (local_max_records: 0), first task to last | 31.0 s |" in text
+    assert "local mode is faster at every backlog measured, up to 1,000 records" in text
+    assert benchmark.summary_lines(_report()) == []

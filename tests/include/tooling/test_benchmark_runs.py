@@ -64,24 +64,34 @@ def _timing(kind: str, rep: int, seconds: dict[str, float], choice: str | None):
     return DagRunTiming(kind, rep, 2, 1000, sum(seconds.values()) + 5, tasks, dict(seconds), choice)
 
 
-def test_the_silver_section_shows_where_each_run_ran_and_its_spark_tasks_apart():
-    from include.tooling.benchmark_runs import RunParams, render_runs_markdown
+def test_side_by_side_runs_show_each_pipelines_end_to_end_per_backlog_and_where_it_ran():
+    from include.tooling.benchmark_runs import render_side_by_side_markdown
 
-    local = "no cluster: local[1] in the driver: backlog 1000 records <= cluster.local_max_records 10000"
-    base = {"check_request": 3.0, "wait_for_lag": 0.2, "preflight": 0.3, "start_cluster": 0.1, "ingest": 20.0,
-            "transform": 0.1, "stop_cluster": 0.1, "check_continuity": 0.4, "mirror_offsets": 0.5, "record_run": 0.4}
-    runs = [_timing("silver first", 1, base, local), _timing("silver", 1, {**base, "ingest": 18.0}, local),
-            _timing("silver", 2, {**base, "ingest": 16.0}, local)]
-    markdown = render_runs_markdown(runs, RunParams(small_records=1000))
-    assert "## Fixed cost of a DAG run" not in markdown  # that part did not run
-    section = markdown.split("## A DAG run through bronze and silver", 1)[1]
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("| ")]
-    assert rows[1][:2] == ["first run (creates the tables)", local]
-    assert rows[2][:2] == ["1,000 new events", local]
-    # end to end, start_cluster, ingest, transform, the other tasks (the seven Airflow-side ones).
-    assert rows[2][3] == "22.1 (21.1–23.1)"
-    assert rows[2][4:7] == ["0.1 (0.1–0.1)", "17.0 (16.0–18.0)", "0.1 (0.1–0.1)"]
-    assert rows[2][7] == "4.9 (4.9–4.9)"
+    local = "no cluster: local[1] in the driver: backlog 1000 records <= cluster.local_max_records 100000"
+    cluster = "standalone cluster: backlog 1000 records > cluster.local_max_records 0; cluster.workers 1"
+    base = {"check_request": 3.0, "wait_for_lag": 0.2, "ingest": 20.0, "record_run": 0.4}
+    runs = [_timing("defaults 1000", 1, base, local), _timing("defaults 1000", 2, {**base, "ingest": 16.0}, local),
+            _timing("forced 1000", 1, {**base, "start_cluster": 9.0}, cluster)]
+    markdown = render_side_by_side_markdown(runs, ["defaults", "forced"], "Title", "Intro.")
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in markdown.splitlines() if line.startswith("| ")]
+    assert rows[0] == ["new records a run", "defaults: end to end s", "forced: end to end s"]
+    assert rows[1] == ["1,000", "21.6 (19.6–23.6)", "32.6"]
+    assert f"- defaults: local mode: {local}" in markdown and f"- forced: cluster: {cluster}" in markdown
+
+
+def test_the_crossover_is_the_smallest_backlog_where_the_cluster_beat_local_mode_with_as_many_cores():
+    from include.tooling.benchmark_runs import crossover_verdict
+
+    def run(label: str, size: int, seconds: float):
+        return _timing(f"{label} {size}", 1, {"ingest": seconds}, None)
+
+    runs = [run("local[1]", 1000, 20), run("cluster 1", 1000, 30), run("local[1]", 200000, 90),
+            run("cluster 1", 200000, 80), run("local[2]", 1000, 20), run("cluster 2", 1000, 31)]
+    one, two = crossover_verdict(runs, [("local[1]", "cluster 1"), ("local[2]", "cluster 2")])
+    assert one == ("- cluster 1 / local[1], end to end (1,000: 1.50x, 200,000: 0.89x): "
+                   "the cluster pays off from 200,000 records a run")
+    assert two == ("- cluster 2 / local[2], end to end (1,000: 1.55x): local mode is faster at every backlog "
+                   "measured, up to 1,000 records")
 
 
 def test_the_checks_ratio_is_taken_against_the_first_history_level_when_there_are_two():
