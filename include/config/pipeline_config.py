@@ -1031,6 +1031,11 @@ class KubernetesConfig(_Section):
     )
 
 
+#: The backlog up to which a local_standalone run stays in local mode unless its file says otherwise: the
+#: largest ``make bench`` measured local mode faster at, below where a cluster of as many cores paid off.
+LOCAL_MAX_RECORDS_DEFAULT = 200_000
+
+
 @pydantic_dataclass(frozen=True, config=_SECTION_CONFIG)
 class ClusterConfig(_Section):
     """The Spark cluster a run uses (section ``cluster``)."""
@@ -1075,12 +1080,14 @@ class ClusterConfig(_Section):
         "(image, namespace); refused with local_standalone. Null when absent.",
     )
     local_max_records: _integer(0) = Field(
-        0,
-        description="Integer >= 0, default 0 (off); local_standalone only. A run whose backlog (the "
-        "preflight's lag, or a backfill's offsets) is at most this many records runs its Spark application "
-        "in local mode inside the driver (local[k], k = workers x worker_cores, at most this machine's "
-        "cores): no cluster starts, no executor warms up. The choice and its reason are in start_cluster's "
-        "log and the ledger's cluster_choice.",
+        LOCAL_MAX_RECORDS_DEFAULT,
+        description="Integer >= 0, default 200000; local_standalone only. A run whose backlog (the preflight's "
+        "lag, or a backfill's offsets) is at most this many records runs its Spark application in local mode "
+        "inside the driver (local[k], k = workers x worker_cores, at most this machine's cores): no cluster "
+        "starts, no executor warms up. On one machine a cluster with as many cores takes longer up to a few "
+        "hundred thousand records a run, its start and its executors' warm-up being the difference (make "
+        "bench, docs/performance.md). 0 always starts the cluster. The choice and its reason are in "
+        "start_cluster's log and the ledger's cluster_choice.",
     )
     records_per_worker: _integer(0) = Field(
         0,
@@ -1099,6 +1106,8 @@ class ClusterConfig(_Section):
         profile = data.get("profile", "local_standalone")
         if profile not in CLUSTER_PROFILES:  # the profile's own check says what is wrong
             return data
+        if profile != "local_standalone" and data.get("local_max_records") is None:
+            data = {**data, "local_max_records": 0}  # sizing to the backlog is local_standalone's alone
         master = data.get("master_connection_id")
         if profile == "local_standalone" and master is not None:
             expected = (

@@ -26,14 +26,12 @@ ORDERS_TRANSFORM = {
 }
 
 
-#: The transient standalone cluster: one worker, no local mode. Tests of the cluster itself (a run from
-#: start to teardown, teardown after a killed driver, credentials reaching executors, the transform on
-#: an executor) use it; the scale-out test sets its own two workers.
-STANDALONE = {"profile": "local_standalone", "workers": 1, "worker_cores": 1, "worker_memory": "512m"}
-#: The default of a test pipeline: the same profile, but any backlog a test produces runs in local mode
-#: inside the driver (the cluster-sizing choice), which every offset guarantee goes through unchanged and
-#: which spares each DAG run the cluster's start and a cold executor.
-LOCAL_MODE = {**STANDALONE, "local_max_records": 1_000_000}
+#: The transient standalone cluster with local mode off: every run starts it. Tests of the cluster itself
+#: (a run from start to teardown, teardown after a killed driver, credentials reaching executors, the
+#: transform on an executor) use it; the scale-out test sets its own two workers. Every other test
+#: pipeline has no cluster section: the defaults run its small backlogs in local mode inside the driver.
+STANDALONE = {"profile": "local_standalone", "workers": 1, "worker_cores": 1, "worker_memory": "512m",
+              "local_max_records": 0}  # fmt: skip
 
 
 def order(order_id: str, minute: int, amount: float, **extra) -> bytes:
@@ -65,7 +63,6 @@ class Pipeline:
             "schedule": None,
             "lag": {"min_records": 1, "max_wait_minutes": 1},
             "data_loss_policy": "fail",
-            "cluster": LOCAL_MODE,
             "retries": 0,
             "tags": ["test"],
         }

@@ -41,7 +41,7 @@ from include.readers import kafka_state, run_ledger
 from include.readers.kafka_admin import create_topic, watermarks
 from include.tooling import airflow_local, local_kafka
 from include.tooling.warm_airflow import WarmAirflow, WarmCommand
-from tests.integration.dag_helpers import LOCAL_MODE, ORDERS_TRANSFORM, STANDALONE, Pipeline
+from tests.integration.dag_helpers import ORDERS_TRANSFORM, STANDALONE, Pipeline
 from tests.kafka_helpers import read_committed
 
 #: Every fault the soak injects, and what it does.
@@ -225,7 +225,7 @@ def is_bad(value: bytes) -> bool:
 
 
 def newest_per_key(records: list[tuple[int, int, bytes | None, bytes | None]]) -> dict[str, tuple]:
-    """Silver as the README defines it, computed record by record from the log.
+    """Silver as docs/silver.md defines it, computed record by record from the log.
 
     Per key, in log order: an event replaces the state when its event time is
     not older; a tombstone deletes the key at the newest event time seen
@@ -301,15 +301,17 @@ class Soak:
         self._started: float | None = None
         self.last_duplicates = self.last_losses = 0
         self.producer = Producer(self.bootstrap, self.topic, random.Random(seed + 1))
-        self.write_pipeline(LOCAL_MODE)
+        self.write_pipeline(None)
 
     # -- set-up --
 
-    def write_pipeline(self, cluster: dict) -> None:
+    def write_pipeline(self, cluster: dict | None) -> None:
+        """The soak pipeline's file, with ``cluster`` as its cluster section (``None``: the defaults, which run
+        its backlogs in local mode)."""
         # Maintenance (OPTIMIZE, VACUUM, checkpoints) every few runs, so faults also land in and around it.
         # 250 records a micro-batch: a faulted run's backlog (a few hundred) makes several commits, so a
         # commit_gap fault drawn for the run's second commit finds one.
-        self.pipeline.write(cluster=cluster, transform=ORDERS_TRANSFORM, kafka={
+        self.pipeline.write(**({"cluster": cluster} if cluster else {}), transform=ORDERS_TRANSFORM, kafka={
             "connection_id": "kafka_default", "topics": [self.topic], "max_offsets_per_trigger": 250},
             maintenance={"every_runs": MAINTENANCE_EVERY})  # fmt: skip
 
@@ -360,7 +362,7 @@ class Soak:
         """
         self._started = self._started or time.monotonic()
         rng = random.Random(self.seed * 1000 + step)
-        self.write_pipeline(STANDALONE if set(kinds) & CLUSTER_FAULTS or rng.random() < 0.1 else LOCAL_MODE)
+        self.write_pipeline(STANDALONE if set(kinds) & CLUSTER_FAULTS or rng.random() < 0.1 else None)
         results = [FaultResult(kind, step, injected=False, detail="") for kind in kinds]
         self.producer.resume()
         time.sleep(rng.uniform(0.5, 1.5))  # so the run finds a backlog and does not skip
@@ -387,7 +389,7 @@ class Soak:
         cleanly and be followed by one that recovers.
         """
         rng = rng or random.Random(self.seed * 1000 + step)
-        self.write_pipeline(LOCAL_MODE)
+        self.write_pipeline(None)
         in_recovery = ([FaultResult("broker", step, injected=False, detail="", during="recovery run")]
                        if rng.random() < self.recovery_bounce else [])  # fmt: skip
         results, self._unsettled = self._unsettled + in_recovery, []

@@ -14,8 +14,17 @@ from include.orchestration.pipeline_run import run_backlog
 from include.orchestration.spark_operator import job_spark_conf
 
 
-def test_off_by_default_every_run_gets_the_configured_cluster():
+def test_by_default_a_backlog_up_to_200000_records_runs_in_the_driver():
     c = ClusterConfig(workers=3)
+    assert c.local_max_records == 200_000
+    for records in (0, 1, 200_000):
+        assert choose(c, records, cpu_count=2).mode == "local"
+    for records in (200_001, None):
+        assert (choose(c, records, cpu_count=2).mode, choose(c, records, cpu_count=2).workers) == ("cluster", 3)
+
+
+def test_with_local_mode_off_every_run_gets_the_configured_cluster():
+    c = ClusterConfig(workers=3, local_max_records=0)
     for records in (0, 1, 10**9, None):
         choice = choose(c, records, cpu_count=2)
         assert (choice.mode, choice.workers) == ("cluster", 3)
@@ -36,7 +45,7 @@ def test_a_backlog_up_to_the_bound_runs_in_the_driver_on_at_most_the_machines_co
 
 @pytest.mark.parametrize(("records", "workers"), [(1, 1), (5000, 1), (5001, 2), (14_000, 3), (10**9, 4)])
 def test_workers_follow_the_backlog_up_to_the_maximum(records, workers):
-    choice = choose(ClusterConfig(workers=4, records_per_worker=5000), records, cpu_count=2)
+    choice = choose(ClusterConfig(workers=4, records_per_worker=5000, local_max_records=0), records, cpu_count=2)
     assert (choice.mode, choice.workers, choice.cores) == ("cluster", workers, workers)
     assert f"{workers} of at most 4 worker(s) at cluster.records_per_worker 5000" in choice.reason
 
