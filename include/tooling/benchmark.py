@@ -145,8 +145,10 @@ class BenchmarkParams:
     batch_count: int = 12
     runs: RunParams = field(default_factory=RunParams)
     airflow_home: Path | None = None
-    #: Backlogs of the crossover part, records a run.
+    #: Backlogs of the crossover part, records a run, and runs of each pipeline at each (its largest
+    #: backlog takes minutes a run, and the gap it measures is wide except near the crossover).
     crossover_sizes: tuple[int, ...] = CROSSOVER_SIZES
+    crossover_repetitions: int = 1
 
     @property
     def value_bytes(self) -> int:
@@ -686,7 +688,7 @@ def render_markdown(report: BenchmarkReport) -> str:
             report.crossover, list(CROSSOVER_MODES), "Where a cluster starts to pay off",
             "The same pipeline shape and events at growing backlogs: local mode in the driver against the run's "
             "own standalone cluster with as many cores (one worker of one core; two workers of one core each). "
-            f"Median (min–max) of {p.runs.repetitions} run(s) per backlog, the pipelines taking turns.")  # fmt: skip
+            f"Median (min–max) of {p.crossover_repetitions} run(s) per backlog, the pipelines taking turns.")  # fmt: skip
         text += "\n" + "\n".join(crossover_verdict(report.crossover, CROSSOVER_PAIRS)) + "\n"
     if report.maintenance is not None:
         text += "\n" + render_maintenance_markdown(report.maintenance)
@@ -838,7 +840,8 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
                                                   SILVER_MODES, (params.runs.small_records,))  # fmt: skip
         if "crossover" in params.parts:
             report.crossover = _measure_side_by_side(params, bootstrap, f"{topic}-crossover", work / "crossover",
-                                                     home, created, CROSSOVER_MODES, params.crossover_sizes)  # fmt: skip
+                                                     home, created, CROSSOVER_MODES, params.crossover_sizes,
+                                                     params.crossover_repetitions)  # fmt: skip
         if "maintenance" in params.parts:
             report.maintenance = _measure_maintenance(params, bootstrap, f"{topic}-maintenance", work / "maintenance",
                                                       created)  # fmt: skip
@@ -880,8 +883,8 @@ def _migrated_home(home: Path, bootstrap: str) -> Path:
 
 
 def _measure_side_by_side(params: BenchmarkParams, bootstrap: str, topic: str, work: Path, home: Path,
-                          created: list[str], modes: dict[str, dict | None],
-                          sizes: Sequence[int]) -> list[DagRunTiming]:  # fmt: skip
+                          created: list[str], modes: dict[str, dict | None], sizes: Sequence[int],
+                          repetitions: int | None = None) -> list[DagRunTiming]:  # fmt: skip
     """Pipelines of the demo's shape (its transform, one cluster section each from ``modes``) on one topic
     of the demo's order events, side by side at each backlog of ``sizes``."""
     import yaml
@@ -904,7 +907,8 @@ def _measure_side_by_side(params: BenchmarkParams, bootstrap: str, topic: str, w
         for i, (label, cluster) in enumerate(modes.items())
     }  # fmt: skip
     _log(f"DAG runs through bronze and silver on topic {topic}: {', '.join(modes)} at {list(sizes)} records")
-    return measure_side_by_side(benches, produce, sizes, params.runs.repetitions, params.runs.small_records)
+    return measure_side_by_side(benches, produce, sizes, repetitions or params.runs.repetitions,
+                                params.runs.small_records)
 
 
 def _measure_maintenance(params: BenchmarkParams, bootstrap: str, topic: str, work: Path,
@@ -1062,6 +1066,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     cg = p.add_argument_group("where a cluster pays off (--parts crossover)")
     cg.add_argument("--crossover-sizes", type=levels, default=d.crossover_sizes,
                     help=f"backlogs, records a run (default {','.join(map(str, d.crossover_sizes))})")  # fmt: skip
+    cg.add_argument("--crossover-repetitions", type=positive(int), default=d.crossover_repetitions,
+                    help="runs of each pipeline at each backlog (default %(default)s)")  # fmt: skip
     fg = p.add_argument_group("value formats (--parts formats)")
     fg.add_argument("--format-records", type=positive(int), default=d.formats.records,
                     help="orders produced once per format (default %(default)s)")  # fmt: skip
@@ -1102,6 +1108,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         airflow_home=args.airflow_home,
         crossover_sizes=args.crossover_sizes,
+        crossover_repetitions=args.crossover_repetitions,
         maintenance=MaintenanceParams(runs=args.maintenance_runs, every_runs=args.maintenance_every),
         formats=FormatsParams(records=args.format_records, repetitions=args.repetitions),
     )
