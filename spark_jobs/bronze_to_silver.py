@@ -35,6 +35,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from include.contract.history import read_until
 from include.contract.transform_spec import (
     COUNT_KEYS,
     SCHEMA_KIND,
@@ -58,6 +59,7 @@ from spark_jobs.job_common import (
     confirm_newest_commit,
     delta_snapshot,
     failpoint,
+    history_rows,
     job_main,
     parse_table_properties,
     positive,
@@ -562,13 +564,7 @@ def read_silver_stand(spark, path: str, pipeline: str) -> SilverStand | None:
         return None
     state = silver_epochs(txn_versions(spark, delta_snapshot(spark, path)), pipeline)
     table = DeltaTable.forPath(spark, path)
-    limit = 20
-    while True:
-        history = [r.asDict() for r in table.history(limit)
-                   .select("version", "operation", "operationParameters", "userMetadata").collect()]  # fmt: skip
-        if len(history) < limit or silver_history_covered(history):
-            break
-        limit *= 10
+    history = read_until(lambda limit: history_rows(table, limit), silver_history_covered)
     try:
         return resolve_silver_stand(state, newest_silver_commit(history), history)
     except ValueError as exc:

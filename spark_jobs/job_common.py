@@ -86,6 +86,12 @@ def txn_versions(spark, snapshot) -> dict[str, int]:
     return {str(k): int(v) for k, v in jvm.scala.jdk.javaapi.CollectionConverters.asJava(snapshot.transactions()).items()}
 
 
+def history_rows(table, limit: int) -> list[dict]:
+    """The newest ``limit`` entries of a ``DeltaTable``'s history as dicts, with the columns the readers use."""
+    rows = table.history(limit).select("version", "operation", "operationParameters", "userMetadata").collect()
+    return [r.asDict() for r in rows]
+
+
 def _num_files(snapshot) -> int:
     """Files in the snapshot, from its checksum file when there is one (no state replay)."""
     crc = snapshot.checksumOpt()
@@ -103,6 +109,7 @@ def read_table_stand(spark, path: str, pipeline: str, partitions: dict[str, list
     from delta.tables import DeltaTable
 
     from include.contract import table_stand
+    from include.contract.history import FIRST_READ, read_until
     from include.contract.offsets import txn_app_id
 
     if not DeltaTable.isDeltaTable(spark, path):
@@ -114,16 +121,13 @@ def read_table_stand(spark, path: str, pipeline: str, partitions: dict[str, list
         topics.setdefault(topic, set()).add(partition)
     state = table_stand.read_state(txns.get, pipeline, topics)
     version = int(snapshot.version())
-    limit = 20 if state is None else max(20, version - state.commit_version + 2)
     table = DeltaTable.forPath(spark, path)
-    while True:
-        rows = table.history(limit).select("version", "operation", "operationParameters", "userMetadata").collect()
-        entries = table_stand.history_entries([r.asDict() for r in rows])
-        if state is not None or len(rows) < limit or any(
-            table_stand.progress_commit(e, pipeline) for e in entries
-        ):
-            break
-        limit *= 10
+    entries = read_until(
+        lambda limit: table_stand.history_entries(history_rows(table, limit)),
+        # With a state, the commits back to its version are all that resolve() needs.
+        lambda found: state is not None or any(table_stand.progress_commit(e, pipeline) for e in found),
+        first=FIRST_READ if state is None else max(FIRST_READ, version - state.commit_version + 2),
+    )
     return table_stand.resolve(
         pipeline=pipeline, state=state, history=entries, has_rows=_num_files(snapshot) > 0,
         txn_seen=lambda c: txn_app_id(c.pipeline, c.epoch) in txns, path=path,

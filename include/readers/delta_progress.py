@@ -12,14 +12,15 @@ but :func:`positions_from_rows`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from include.contract import table_stand
+from include.contract.history import FIRST_READ, Verdict, read_until
 from include.contract.offsets import BackfillCommit, BronzeCommit, PositionMap, txn_app_id
-from include.contract.table_stand import Restore, Stand, history_entries
+from include.contract.table_stand import HistoryEntry, Restore, Stand, history_entries
 from include.contract.transform_spec import (
     SilverCommit,
     SilverStand,
@@ -134,23 +135,22 @@ def read_progress(path: TableRef, pipeline: str, topics: Mapping[str, Iterable[i
     version = table.version()
     probe = table.transaction_version
     wanted: dict[str, set[int]] = {t: set(p) for t, p in (topics or {}).items()}
-    limit = 20
-    while True:
-        raw = table.history(limit)
-        entries = history_entries(raw)
-        complete = len(raw) < limit
+    found: dict[str, Any] = {}
+
+    def covered(entries: Sequence[HistoryEntry]) -> Verdict:
         for entry in entries:  # the newest of our commits names the topics it knew
             commit = BronzeCommit.from_user_metadata(entry.user_metadata, version=entry.version)
             if commit is not None and commit.pipeline == pipeline:
                 for t, parts in commit.next_offsets.items():
                     wanted.setdefault(t, set()).update(parts)
                 break
-        state = table_stand.read_state(probe, pipeline, wanted)
-        reach = version - state.commit_version + 2 if state is not None else None
-        found = any(BronzeCommit.from_user_metadata(e.user_metadata, version=e.version) for e in entries)
-        if complete or (reach is not None and limit >= reach) or (reach is None and found):
-            break
-        limit = min(limit * 10, reach) if reach is not None else limit * 10
+        found["state"] = state = table_stand.read_state(probe, pipeline, wanted)
+        if state is not None:  # the commits back to the state's version are all resolve() needs
+            return version - state.commit_version + 2
+        return any(BronzeCommit.from_user_metadata(e.user_metadata, version=e.version) for e in entries)
+
+    entries = list(read_until(lambda limit: history_entries(table.history(limit)), covered))
+    state = found["state"]
     stand = table_stand.resolve(
         pipeline=pipeline, state=state, history=entries,
         # Only a table whose state holds no stand may be one that has rows but no position: only then the files.
@@ -237,9 +237,7 @@ def silver_commits_since(path: TableRef, version: int | None, *,
         return None, []
     current = table.version()
     start = -1 if version is None else version
-    limit = max(current - start, 0) + 20
-    while True:
-        entries = table.history(limit)
+    def split(entries: Sequence[dict]) -> tuple[SilverCommit | None, list[SilverCommit]]:
         after, previous = [], None
         for entry in entries:  # newest first
             commit = SilverCommit.from_user_metadata(entry.get("userMetadata"), version=int(entry["version"]))
@@ -249,9 +247,11 @@ def silver_commits_since(path: TableRef, version: int | None, *,
                 after.append(commit)
             elif previous is None:
                 previous = commit
-        if previous is not None or start < 0 or len(entries) < limit:
-            return previous, sorted(after, key=lambda c: c.version)
-        limit *= 10
+        return previous, sorted(after, key=lambda c: c.version)
+
+    entries = read_until(table.history, lambda found: start < 0 or split(found)[0] is not None,
+                         first=max(current - start, 0) + FIRST_READ)  # fmt: skip
+    return split(entries)
 
 
 #: Epochs probed past the last one found: a transform epoch that crashed before its first
@@ -270,12 +270,7 @@ def silver_stand(path: TableRef, pipeline: str, *,
     table = _log(path, storage_options)
     if table is None:
         return None
-    limit = 20
-    while True:
-        entries = table.history(limit)
-        if len(entries) < limit or silver_history_covered(entries):
-            break
-        limit *= 10
+    entries = read_until(table.history, silver_history_covered)
     newest = newest_silver_commit(entries)
     state: dict[int, int] = {}
     epoch, missing = (newest.epoch if newest else 0), 0
@@ -351,10 +346,6 @@ def bronze_data_version(path: TableRef, *, storage_options: dict[str, str] | Non
     table = _log(path, storage_options)
     if table is None:
         return None
-    current, limit = table.version(), 20
-    while True:
-        entries = table.history(limit)
-        found = _newest_data_version(entries, -1)
-        if found >= 0 or len(entries) < limit:
-            return found if found >= 0 else current
-        limit *= 10
+    current = table.version()
+    found = _newest_data_version(read_until(table.history, lambda e: _newest_data_version(e, -1) >= 0), -1)
+    return found if found >= 0 else current
