@@ -8,6 +8,7 @@ returns plain data that fits in an XCom.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Callable
@@ -40,10 +41,20 @@ from include.readers.delta_progress import TableProgress
 KAFKA_TIMEOUT_S = 20.0
 
 
+def run_folder_name(run_id: str) -> str:
+    """The folder name of a run: its id made safe for a path, and a short hash of the id as Airflow wrote it.
+
+    The readable part alone is not one to one: ``a:b`` and ``a_b`` would share
+    a folder (and one run's cleanup would take the other's files), and the run
+    id ``.``, which Airflow accepts, would name the pipeline's whole runs folder.
+    """
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:10]
+    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', run_id)[:120]}-{digest}"
+
+
 def run_dir(cfg: PipelineConfig, run_id: str) -> Path:
     """A folder for one run's files (job summary, cluster state, logs) on the Airflow worker."""
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id)
-    return settings.VAR_DIR / "runs" / cfg.name / safe
+    return settings.VAR_DIR / "runs" / cfg.name / run_folder_name(run_id)
 
 
 def take_lock(cfg: PipelineConfig, *, dag_id: str, run_id: str,

@@ -24,7 +24,7 @@ import yaml
 
 from include import settings
 from include.config.pipeline_config import PipelineConfigError, load_pipeline
-from include.orchestration import dag_factory
+from include.orchestration import dag_factory, pipeline_run
 from include.orchestration.spark_operator import (
     K8S_PIPELINE_LABEL,
     K8S_RUN_LABEL,
@@ -183,7 +183,7 @@ def test_local_standalone_submits_to_the_runs_master_with_one_executor_per_worke
     assert conf["spark.driver.host"] == "127.0.0.1" and conf["spark.pyspark.python"] == sys.executable
     assert "spark.executor.instances" not in conf
     assert _flag(cmd, "--jars") == ",".join(FAKE_JARS) and _flag(cmd, "--py-files") == FAKE_PY_FILES
-    folder = settings.VAR_DIR / "runs" / "orders" / re.sub(r"[^A-Za-z0-9_.-]+", "_", RUN_ID)
+    folder = settings.VAR_DIR / "runs" / "orders" / pipeline_run.run_folder_name(RUN_ID)
     args = _app_args(cmd, application)
     assert args[:3] == ["--pipeline=orders", "--bootstrap-servers=b1:9092", "--topics=orders.v1,refunds"]
     assert f"--run-id={RUN_ID}" in args and "--max-offsets-per-trigger=50" in args
@@ -202,7 +202,7 @@ def test_the_drivers_scratch_is_removed_after_a_failed_submit_and_a_workers_own_
     tmp_path, monkeypatch, fail
 ):
     cfg = _pipeline(tmp_path, {"workers": 1})
-    folder = settings.VAR_DIR / "runs" / "orders" / re.sub(r"[^A-Za-z0-9_.-]+", "_", RUN_ID)
+    folder = settings.VAR_DIR / "runs" / "orders" / pipeline_run.run_folder_name(RUN_ID)
     left = folder / "scratch" / "ingest" / "spark-0" / "kde_jobs.zip"  # from a try killed with its task process
     left.parent.mkdir(parents=True)
     left.write_bytes(b"x")
@@ -311,7 +311,7 @@ def test_kubernetes_cluster_mode_command(tmp_path, monkeypatch, kube_client):
     assert "spark.pyspark.python" not in conf and "spark.pyspark.driver.python" not in conf
     assert not [k for k in conf if k.startswith("spark.kubernetes.driverEnv.")]
     assert str(settings.PROJECT_ROOT) not in " ".join(cmd[1:]) and sys.executable not in " ".join(cmd[1:])
-    folder = f"{shared}/runs/orders/{re.sub(r'[^A-Za-z0-9_.-]+', '_', RUN_ID)}"
+    folder = f"{shared}/runs/orders/{pipeline_run.run_folder_name(RUN_ID)}"
     args = _app_args(cmd, application)
     assert args[:3] == ["--pipeline=orders", "--bootstrap-servers=b1:9092", "--topics=orders.v1,refunds"]
     assert f"--bronze-path={shared}/lake/orders/bronze" in args
