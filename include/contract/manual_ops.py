@@ -29,6 +29,7 @@ and passes what it found, so every rule has a unit test without a broker.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -62,6 +63,8 @@ BACKFILL_ACTIONS = (BACKFILL_OFFSETS, BACKFILL_TIME, AIRFLOW_BACKFILL)
 #: Actions that set where the table stands (a new checkpoint epoch starting there), chosen at preflight.
 POSITION_ACTIONS = (REESTABLISH_POSITION, REREAD_AFTER_RESTORE, KEEP_POSITION_AFTER_RESTORE)
 REASON_MAX = 500
+#: The trigger form's params (:func:`form_params`): a run's conf may name these and nothing else.
+FORM_KEYS = ("action", "reason", "offset_ranges", "from_time", "to_time")
 
 
 def action_hint(dag_id: str, action: str, reason: str = "<why>", **params: Any) -> str:
@@ -261,6 +264,16 @@ def parse_request(params: Mapping[str, Any], *, run_type: str,
     ``run_type`` is the DAG run's type (``scheduled``, ``manual``, ``backfill``);
     a run of type backfill re-reads its ``data_interval`` by time.
     """
+    unknown = sorted(set(params) - set(FORM_KEYS))
+    if unknown:
+        # A misspelt key would otherwise be dropped and the run go ahead as a normal run.
+        near = difflib.get_close_matches(unknown[0], FORM_KEYS, n=1)
+        raise RequestError(
+            f"{unknown[0]!r}: not a param of this DAG's trigger form"
+            + (f" (did you mean {near[0]!r}?)" if near else "")
+            + f"; the form takes {', '.join(FORM_KEYS)}"
+            + (f" (also unknown: {', '.join(map(repr, unknown[1:]))})" if len(unknown) > 1 else "")
+        )
     action = params.get("action") or NORMAL
     reason = str(params.get("reason") or "").strip()
     if len(reason) > REASON_MAX:

@@ -13,6 +13,7 @@ from include.contract.manual_ops import (
     AIRFLOW_BACKFILL,
     BACKFILL_OFFSETS,
     BACKFILL_TIME,
+    FORM_KEYS,
     NORMAL,
     OffsetRequest,
     RequestError,
@@ -235,12 +236,27 @@ def test_airflow_backfill_needs_a_data_interval(interval):
         parse_request({}, run_type="backfill", data_interval=interval)
 
 
+@pytest.mark.parametrize(
+    ("conf", "message"),
+    [
+        ({"actoin": "backfill_offsets"}, r"^'actoin': not a param of this DAG's trigger form \(did you mean 'action'\?\); "
+                                         r"the form takes action, reason, offset_ranges, from_time, to_time$"),
+        ({"action": "normal", "zzz": 1}, r"^'zzz': not a param of this DAG's trigger form; the form takes"),
+        ({"from": 1, "reasn": "x"}, r"^'from': .*\(also unknown: 'reasn'\)$"),
+    ],
+    ids=["misspelt-action", "unrelated", "two-unknown"],
+)  # fmt: skip
+def test_a_conf_key_the_form_does_not_have_is_refused_not_ignored(conf, message):
+    with pytest.raises(RequestError, match=message):
+        parse_request(conf, run_type="manual")
+
+
 # --------------------------------------------------------------------------- form_params
 
 
 def test_form_params_accept_their_defaults():
     params = form_params()
-    assert set(params) == {"action", "reason", "offset_ranges", "from_time", "to_time"}
+    assert set(params) == {"action", "reason", "offset_ranges", "from_time", "to_time"} == set(FORM_KEYS)
     assert all(isinstance(p, Param) for p in params.values())
     assert {name: p.resolve() for name, p in params.items()} == {
         "action": NORMAL, "reason": "", "offset_ranges": [], "from_time": None, "to_time": None,
