@@ -23,6 +23,7 @@ them as they are.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,6 +40,17 @@ DEFAULT_TIMEOUT_S = 5.0
 RUNS_SHOWN = 50
 #: Recorded gaps and manual actions listed (newest first).
 EVENTS_SHOWN = 100
+#: Runs searched for the gaps, manual actions and maintenance the page lists: what the page reads
+#: of the ledger stops growing with it.
+HISTORY_RUNS = 1_000
+#: The ledger columns the page shows; a run's row also names every commit it made, which it does not.
+LEDGER_COLUMNS = (
+    "run_id", "run_type", "action", "outcome", "reason", "started_at", "finished_at", "duration_s", "rows",
+    "commits", "lag_before", "lag_after", "lost", "continuity", "quarantined", "bronze_version_after",
+    "requested_by", "request_reason", "partitions_json", "gaps_json", "maintenance_json",
+)  # fmt: skip
+#: Ledgers whose rows are kept between page views, at most: one per pipeline a worker shows.
+_CACHED_LEDGERS = 256
 #: Offsets searched below a partition's next offset for its last ingested record; widened when
 #: the window holds none (transaction markers and compaction leave holes).
 _LAST_RECORD_WINDOW = 1_000
@@ -48,6 +60,41 @@ _SECRET_KEY = re.compile(r"password|secret|jaas|token|ssl\.key|credential", re.I
 _MIN_CALL_S = 0.5
 #: How a note says that an extra (not the offsets) was left out because the Kafka deadline had passed.
 OUT_OF_TIME = "skipped: out of time"
+
+
+class _LedgerCache:
+    """The rows the page last read of each ledger, with the ledger version they were read at.
+
+    Pages refresh every 30 s and any signed-in user may ask: a view of an
+    unchanged ledger costs one version lookup instead of a read. The version
+    keys the entry, so the page is never behind a run the ledger records.
+    """
+
+    def __init__(self, size: int = _CACHED_LEDGERS) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._rows: dict[str, tuple[int, list[dict[str, Any]]]] = {}
+
+    def recent_runs(self, path: str) -> list[dict[str, Any]]:
+        """The newest :data:`HISTORY_RUNS` runs of the ledger at ``path`` (only :data:`LEDGER_COLUMNS`), newest
+        first; the caller must not change them (they are shared with later views)."""
+        version = run_ledger.ledger_version(path)
+        if version is None:
+            return []
+        with self._lock:
+            hit = self._rows.get(path)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        rows = run_ledger.newest_runs(path, files=HISTORY_RUNS, columns=LEDGER_COLUMNS, limit=HISTORY_RUNS)
+        with self._lock:
+            if path not in self._rows and len(self._rows) >= self._size:
+                self._rows.pop(next(iter(self._rows)))
+            self._rows[path] = (version, rows)
+        return rows
+
+
+#: One per process: the monitoring plugin's web server keeps it across requests.
+LEDGER_CACHE = _LedgerCache()
 
 
 class _NoConnection(RuntimeError):
@@ -276,7 +323,7 @@ def pipeline_snapshot(
                          "epoch": None, "position_from": None, "restored": None}  # fmt: skip
 
     try:
-        rows = run_ledger.read_runs(cfg.tables.ledger_path)
+        rows = LEDGER_CACHE.recent_runs(str(cfg.tables.ledger_path))
         snap["ledger"] = {"ok": True, "error": None}
     except Exception as exc:  # noqa: BLE001
         rows = []

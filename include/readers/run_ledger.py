@@ -88,6 +88,19 @@ def _cell(name: str, value: Any) -> Any:
     return value
 
 
+def arrow_rows(records: Sequence[dict[str, Any]]):
+    """Runs' rows as a pyarrow table in the ledger's schema and encoding (missing columns are null).
+
+    Unknown keys are an error, so a typo in a caller never silently drops a field.
+    """
+    import pyarrow as pa
+
+    for record in records:
+        _check_known(record)
+    columns = {name: [_cell(name, r.get(name)) for r in records] for name in COLUMNS}
+    return pa.Table.from_pydict(columns, schema=_schema())
+
+
 def append_run(path: str | Path, record: dict[str, Any], *, storage_options: dict[str, str] | None = None,
                properties: dict[str, str] | None = None) -> int:  # fmt: skip
     """Append one run's row (missing columns are null); returns the ledger's new Delta version.
@@ -96,12 +109,9 @@ def append_run(path: str | Path, record: dict[str, Any], *, storage_options: dic
     ``properties`` (Delta table properties, e.g. the pipeline's retention) are
     set in their own commit first when the ledger does not carry them yet.
     """
-    import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
-    _check_known(record)
-    row = {name: [_cell(name, record.get(name))] for name in COLUMNS}
-    table = pa.Table.from_pydict(row, schema=_schema())
+    table = arrow_rows([record])
     if properties and DeltaTable.is_deltatable(str(path), storage_options=storage_options):
         ledger = DeltaTable(str(path), storage_options=storage_options)
         if any(ledger.metadata().configuration.get(k) != v for k, v in properties.items()):
@@ -113,13 +123,15 @@ def append_run(path: str | Path, record: dict[str, Any], *, storage_options: dic
 
 
 def newest_runs(path: str | Path, *, files: int = 20, columns: Sequence[str] | None = None,
-                storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+                limit: int | None = None, storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """The rows of the ledger's ``files`` newest data files, newest first: the latest runs, at a cost
     that does not grow with the ledger (each run appends one file).
 
     ``columns`` (``None``: all) are the only ones read and decoded, with
     ``finished_at`` always among them: a run's row can name thousands of
     commits, which a caller that wants one field should not pay for.
+    ``limit`` keeps that many of the newest rows, and only those are decoded:
+    a compacted ledger holds all its runs in a few files.
     """
     import pyarrow as pa
     from deltalake import DeltaTable
@@ -130,12 +142,30 @@ def newest_runs(path: str | Path, *, files: int = 20, columns: Sequence[str] | N
     wanted = _wanted(columns)
     adds = pa.table(table.get_add_actions(flatten=True))
     if "min.finished_at" not in adds.column_names or None in adds.column("min.finished_at").to_pylist():
-        return _decoded(_read(table, wanted), wanted)  # no statistics to skip files with
+        return _decoded(_read(table, wanted, None, limit), wanted)  # no statistics to skip files with
     # The files holding the newest runs by their finished_at statistics, read whole: Delta skips the rest.
     spans = sorted(zip(adds.column("max.finished_at").to_pylist(), adds.column("min.finished_at").to_pylist(),
-                       strict=True), reverse=True)[:files]  # fmt: skip
-    since = min(low for _, low in spans)
-    return _decoded(_read(table, wanted, [("finished_at", ">=", since)]), wanted)
+                       adds.column("num_records").to_pylist(), strict=True), reverse=True)[:files]  # fmt: skip
+    if limit is not None:  # no more files than hold the newest ``limit`` rows
+        held, kept = 0, 0
+        while kept < len(spans) and held < limit:
+            held, kept = held + int(spans[kept][2] or 0), kept + 1
+        spans = spans[:kept]
+    since = min(low for _, low, _ in spans)
+    return _decoded(_read(table, wanted, [("finished_at", ">=", since)], limit), wanted)
+
+
+def ledger_version(path: str | Path, *, storage_options: dict[str, str] | None = None) -> int | None:
+    """The ledger's current Delta version, read without its list of files; ``None`` when there is no ledger yet.
+
+    Cheap enough to ask on every page view: a reader that keeps what it read
+    at a version knows from this alone whether it must read again.
+    """
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path), storage_options=storage_options):
+        return None
+    return DeltaTable(str(path), storage_options=storage_options, without_files=True).version()
 
 
 def _check_known(names: Iterable[str]) -> None:
@@ -151,10 +181,13 @@ def _wanted(columns: Sequence[str] | None) -> list[str]:
     return ["finished_at", *(c for c in columns if c != "finished_at")]
 
 
-def _read(table: Any, wanted: list[str], filters: list | None = None) -> list[dict[str, Any]]:
+def _read(table: Any, wanted: list[str], filters: list | None = None, limit: int | None = None) -> list[dict[str, Any]]:
     # A ledger written before a column was added lacks it until its next append: read those it has.
     present = {f.name for f in table.schema().fields}
-    return table.to_pyarrow_table(columns=[c for c in wanted if c in present], filters=filters).to_pylist()
+    rows = table.to_pyarrow_table(columns=[c for c in wanted if c in present], filters=filters)
+    if limit is not None:  # the newest rows only, cut in Arrow before any becomes a Python dict
+        rows = rows.sort_by([("finished_at", "descending")]).slice(0, limit)
+    return rows.to_pylist()
 
 
 def _decoded(rows: list[dict[str, Any]], wanted: Sequence[str] = tuple(COLUMNS)) -> list[dict[str, Any]]:

@@ -47,6 +47,10 @@ delta-rs read costs side by side (:mod:`include.tooling.benchmark_maintenance`).
 Value formats (``--parts formats``, not in the default parts): the same orders
 as JSON and as registry-framed Avro through the transform, records/s side by
 side (:mod:`include.tooling.benchmark_formats`; starts the local schema registry).
+
+The monitoring page (``--parts monitor``, seconds, no broker or JVM): what a view
+reads of run ledgers of a few and of thousands of runs
+(:mod:`include.tooling.benchmark_monitor`).
 """
 
 from __future__ import annotations
@@ -86,6 +90,12 @@ from include.tooling.benchmark_maintenance import (
     render_maintenance_markdown,
     run_maintenance_bench,
 )
+from include.tooling.benchmark_monitor import (
+    MonitorParams,
+    MonitorReport,
+    render_monitor_markdown,
+    run_monitor_bench,
+)
 from include.tooling.benchmark_runs import (
     CROSSOVER_MODES,
     CROSSOVER_SIZES,
@@ -103,9 +113,9 @@ from include.tooling.benchmark_runs import (
 from spark_jobs.job_common import positive
 
 #: The parts of the benchmark, as ``--parts`` names them, in the order they run.
-PARTS = ("throughput", "batches", "runs", "silver", "crossover", "maintenance", "formats")
+PARTS = ("throughput", "batches", "runs", "silver", "crossover", "maintenance", "formats", "monitor")
 #: What ``make bench`` measures unless ``--parts`` says otherwise (maintenance takes about 12 minutes).
-DEFAULT_PARTS = ("throughput", "batches", "runs", "silver", "crossover")
+DEFAULT_PARTS = ("throughput", "batches", "runs", "silver", "crossover", "monitor")
 
 JOBS: dict[str, str] = {
     "ceiling": "Kafka consumer-perf-test (ceiling)",
@@ -140,6 +150,7 @@ class BenchmarkParams:
     parts: tuple[str, ...] = DEFAULT_PARTS
     maintenance: MaintenanceParams = field(default_factory=MaintenanceParams)
     formats: FormatsParams = field(default_factory=FormatsParams)
+    monitor: MonitorParams = field(default_factory=MonitorParams)
     #: The micro-batch part: this many batches of ``batch_records`` records each, both Spark jobs.
     batch_records: int = 2000
     batch_count: int = 12
@@ -198,6 +209,7 @@ class BenchmarkReport:
     batch_runs: list[BatchRun] = field(default_factory=list)
     maintenance: MaintenanceReport | None = None
     formats: FormatsReport | None = None
+    monitor: MonitorReport | None = None
 
 
 @dataclass(frozen=True)
@@ -694,6 +706,8 @@ def render_markdown(report: BenchmarkReport) -> str:
         text += "\n" + render_maintenance_markdown(report.maintenance)
     if report.formats is not None:
         text += "\n" + render_formats_markdown(report.formats)
+    if report.monitor is not None:
+        text += "\n" + render_monitor_markdown(report.monitor)
     return text
 
 
@@ -847,6 +861,9 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
                                                       created)  # fmt: skip
         if "formats" in params.parts:
             report.formats = _measure_formats(params, bootstrap, topic, work / "formats", created)
+        if "monitor" in params.parts:
+            _log(f"monitoring page: ledgers of {', '.join(map(str, params.monitor.sizes))} runs")
+            report.monitor = run_monitor_bench(work / "monitor", params.monitor)
         report.load_after = load_average()
         report.speed_reference_s = (reference_start_s, speed_reference())
         report.total_s = time.monotonic() - started

@@ -215,3 +215,46 @@ def test_the_kafka_deadline_counts_from_the_first_kafka_call_not_from_the_tables
     snap = monitor.pipeline_snapshot(cfg, {"bootstrap.servers": "127.0.0.1:1"}, timeout_s=2.0)
     assert snap["kafka"]["ok"] is False
     assert len(given) == 1 and given[0] > 1.5, given
+
+
+def _ledger_of(tmp_path, runs: int) -> str:
+    path = str(tmp_path / "ledger")
+    for i in range(runs):
+        run_ledger.append_run(path, {
+            "pipeline": "p", "run_id": f"r{i}", "run_type": "manual", "outcome": "success", "rows": i,
+            "started_at": T0 + timedelta(minutes=i), "finished_at": T0 + timedelta(minutes=i, seconds=30),
+            "action": "backfill_offsets" if i == 0 else "normal", "tasks_json": {"ingest": "success"},
+        })  # fmt: skip
+    return path
+
+
+def test_the_page_reads_only_the_newest_runs_and_the_columns_it_shows(tmp_path, monkeypatch):
+    monkeypatch.setattr(monitor, "HISTORY_RUNS", 3)
+    path = _ledger_of(tmp_path, 5)
+    rows = monitor._LedgerCache().recent_runs(path)
+    assert [r["run_id"] for r in rows] == ["r4", "r3", "r2"]
+    assert "tasks_json" not in rows[0] and rows[0]["rows"] == 4
+    # r0's backfill lies beyond the runs searched, so the page no longer lists it.
+    assert monitor._history(rows)[1] == []
+
+
+def test_an_unchanged_ledger_is_not_read_again_and_a_new_run_shows_at_once(tmp_path, monkeypatch):
+    path = _ledger_of(tmp_path, 2)
+    reads = []
+    real = run_ledger.newest_runs
+    monkeypatch.setattr(run_ledger, "newest_runs", lambda *a, **k: reads.append(a) or real(*a, **k))
+    cache = monitor._LedgerCache()
+    first = cache.recent_runs(path)
+    assert cache.recent_runs(path) is first and len(reads) == 1
+    run_ledger.append_run(path, {"pipeline": "p", "run_id": "r9", "outcome": "failed",
+                                 "finished_at": T0 + timedelta(hours=1)})  # fmt: skip
+    assert [r["run_id"] for r in cache.recent_runs(path)] == ["r9", "r1", "r0"] and len(reads) == 2
+    assert monitor._LedgerCache().recent_runs(str(tmp_path / "none")) == []
+
+
+def test_the_cache_holds_a_bounded_number_of_ledgers(tmp_path):
+    cache = monitor._LedgerCache(size=2)
+    paths = [_ledger_of(tmp_path / str(i), 1) for i in range(3)]
+    for path in paths:
+        cache.recent_runs(path)
+    assert list(cache._rows) == paths[1:]
