@@ -27,7 +27,7 @@ $(STAMP): requirements.txt constraints.txt
 # (about 20 s), each built once and never failing setup
 setup: $(STAMP)
 	$(PY) -m include.spark.jvm_deps
-	$(PY) -m include.spark.jvm_cds
+	$(PY) -m include.tooling.jvm_cds_build
 	$(PY) -m include.tooling.local_kafka archive
 
 # Debian packages the tests use (never a downloaded browser): docker-compose for the Compose

@@ -37,6 +37,7 @@ ENV PYTHONPATH=/opt/kde \
 # The jars are fetched here, at build time, so containers start offline and
 # every container of the stack uses the same set. The Maven repository copy is
 # dropped: the resolved bundles under /opt/kde-cache/jars are all that is read.
+# include/tooling is left out by the .dockerignore: dev code no scheduler or worker imports.
 COPY --chown=airflow:0 include /opt/kde/include
 RUN cd /opt/kde \
     && python -m include.spark.jvm_deps \

@@ -340,9 +340,24 @@ def decode(bronze, spec: TransformSpec, fields: Sequence[FieldSpec], value_plan:
         raise ValueError(f"transform.format {spec.format} needs a ValuePlan (spark_jobs/value_formats.py)")
     df = bronze.select(*(F.col(src).alias(dst) for src, dst in KAFKA_COLUMNS.items()))
     out = [*df.columns, "_tombstone", "_text"]
+    df, text, format_problem = _with_text(df, spec, value_plan)
+    key_fields = set(spec.key)
+    keyed_tombstones = [f.name in key_fields and spec.tombstones == "delete" for f in fields]
+    df = _with_read_parts(df, spec, fields, keyed_tombstones)
+    df = _with_record_problem(df, spec, fields, text, format_problem)
+    df = _with_field_results(df, spec, fields, keyed_tombstones, out)
+    return _with_problem_list(df, fields, out)
+
+
+def _with_text(df, spec: TransformSpec, value_plan: ValuePlan | None):
+    """Decode step 1: which values are readable text. Adds ``_tombstone``, ``_text`` (null unless the value
+    is non-empty, within ``max_value_bytes``, decoded by its format and valid UTF-8) and ``_v`` (the text
+    parsed as a variant). Returns the frame, the value's text before those checks, and its format problem
+    (always null for plain JSON), which the record's problem names."""
+    from pyspark.sql import functions as F
+
     size = F.octet_length(F.col("_kafka_value"))
     readable = F.col("_kafka_value").isNotNull() & (size > 0) & (size <= spec.max_value_bytes)
-    noun = _NOUN[spec.format]
     if value_plan is None:
         text, format_problem = F.col("_kafka_value").cast("string"), F.lit(None).cast("string")
     else:
@@ -354,20 +369,36 @@ def decode(bronze, spec: TransformSpec, fields: Sequence[FieldSpec], value_plan:
         (F.col("_kafka_value").isNull()).alias("_tombstone"),
         F.when(readable & F.is_valid_utf8(text), text).alias("_text"),
     )
-    df = df.select("*", F.try_parse_json(F.col("_text")).alias("_v"))
+    return df.select("*", F.try_parse_json(F.col("_text")).alias("_v")), text, format_problem
+
+
+def _with_read_parts(df, spec: TransformSpec, fields: Sequence[FieldSpec], keyed_tombstones: Sequence[bool]):
+    """Decode step 2 (layer 1): what is read from the parsed record, once each: ``_object`` (the text is a
+    JSON object), each field's variant, value and kind parts (:func:`field_parts`), and for a key field of a
+    pipeline whose tombstones delete, the field's value from the Kafka key (``_tk<i>``)."""
+    from pyspark.sql import functions as F
+
     v = F.col("_v")
-    key_fields = set(spec.key)
-    keyed_tombstones = [f.name in key_fields and spec.tombstones == "delete" for f in fields]
-    # Layer 1: what is read from the parsed record. Valid JSON text is an object exactly when it opens with
-    # "{": cheaper than the record's whole schema, which only the message of a non-object needs.
+    # Valid JSON text is an object exactly when it opens with "{": cheaper than the record's whole schema,
+    # which only the message of a non-object needs.
     is_object = v.isNotNull() & F.ltrim(F.col("_text"), F.lit(" \t\n\r")).startswith("{")
     parts = [is_object.alias("_object")]
     for i, f in enumerate(fields):
         parts += field_parts(f, v, i)
         if keyed_tombstones[i]:
             parts.append(_tombstone_key(spec, f).alias(f"_tk{i}"))
-    df = df.select("*", *parts)
-    # Layer 2: the kinds of the values, and the record's own problem.
+    return df.select("*", *parts)
+
+
+def _with_record_problem(df, spec: TransformSpec, fields: Sequence[FieldSpec], text, format_problem):
+    """Decode step 3 (layer 2): the record's own problem ``_rp`` (a tombstone the pipeline quarantines, an
+    empty or too large value, a format problem, bytes that are not UTF-8, text that is not JSON, JSON that is
+    not an object; null for a readable object or a tombstone that deletes), and each field's kind ``_kind<i>``."""
+    from pyspark.sql import functions as F
+
+    v = F.col("_v")
+    size = F.octet_length(F.col("_kafka_value"))
+    noun = _NOUN[spec.format]
     start = F.substring(F.col("_kafka_value").cast("string"), 1, 60)
     record_problem = (
         F.when(
@@ -398,42 +429,63 @@ def decode(bronze, spec: TransformSpec, fields: Sequence[FieldSpec], value_plan:
             F.concat(F.lit("value: expected a JSON object, got "), _kind_text(F.schema_of_variant(v))),
         )
     )
-    df = df.select(
+    return df.select(
         "*",
         record_problem.alias("_rp"),
         *(F.schema_of_variant(F.col(f"_fv{i}")).alias(f"_kind{i}") for i in range(len(fields))),
     )
-    # Layer 3: each field's problem and typed value.
+
+
+def _with_field_results(
+    df, spec: TransformSpec, fields: Sequence[FieldSpec], keyed_tombstones: Sequence[bool], out: Sequence[str]
+):
+    """Decode step 4 (layer 3): each field's problem ``_p<i>`` and typed value ``_t<i>``. A record with a
+    problem of its own gets no field problems; a deleting tombstone is judged on its key fields only, whose
+    values come from the Kafka key. Keeps ``out``, ``_rp`` and ``_object``."""
+    from pyspark.sql import functions as F
+
     rp = F.col("_rp")
+    key_fields = set(spec.key)
     layer3 = []
     for i, f in enumerate(fields):
         problem, value = field_problem(f, i), F.col(f"_val{i}")
         if keyed_tombstones[i]:
-            key_value = F.col(f"_tk{i}")
-            value = F.when(F.col("_tombstone"), key_value).otherwise(value)
-            key_text = F.coalesce(F.substring(F.col("_kafka_key").cast("string"), 1, 80), F.lit("null"))
-            wanted = (
-                f"its text as {describe_type(f.type)}"
-                if len(spec.key) == 1
-                else f"a JSON object with {', '.join(spec.key)}"
-            )
-            problem = F.when(
-                F.col("_tombstone"),
-                F.when(
-                    key_value.isNull(),
-                    F.concat(
-                        F.lit(
-                            f"key: a tombstone deletes the row named by its Kafka key, expected {wanted} "
-                            f"for field {f.name}, got "
-                        ),
-                        key_text,
-                    ),
-                ),
-            ).otherwise(problem)
+            value = F.when(F.col("_tombstone"), F.col(f"_tk{i}")).otherwise(value)
+            problem = F.when(F.col("_tombstone"), _tombstone_key_problem(spec, f, i)).otherwise(problem)
         # A record that cannot be read at all has one problem, the value's; its fields are not judged.
         problem = F.when(rp.isNull() & (~F.col("_tombstone") | F.lit(f.name in key_fields)), problem)
         layer3 += [problem.alias(f"_p{i}"), value.alias(f"_t{i}")]
-    df = df.select(*out, "_rp", "_object", *layer3)
+    return df.select(*out, "_rp", "_object", *layer3)
+
+
+def _tombstone_key_problem(spec: TransformSpec, f: FieldSpec, i: int):
+    """A deleting tombstone's problem for key field ``f``: its Kafka key does not give the field a value."""
+    from pyspark.sql import functions as F
+
+    key_text = F.coalesce(F.substring(F.col("_kafka_key").cast("string"), 1, 80), F.lit("null"))
+    wanted = (
+        f"its text as {describe_type(f.type)}"
+        if len(spec.key) == 1
+        else f"a JSON object with {', '.join(spec.key)}"
+    )
+    return F.when(
+        F.col(f"_tk{i}").isNull(),
+        F.concat(
+            F.lit(
+                f"key: a tombstone deletes the row named by its Kafka key, expected {wanted} "
+                f"for field {f.name}, got "
+            ),
+            key_text,
+        ),
+    )
+
+
+def _with_problem_list(df, fields: Sequence[FieldSpec], out: Sequence[str]):
+    """Decode step 5: the output columns: ``out``, ``_object``, ``_problems`` (the record's problem, then each
+    field's, as ``{field, message}``; empty for a good record) and one typed column per field, by name."""
+    from pyspark.sql import functions as F
+
+    rp = F.col("_rp")
     problems = [F.when(rp.isNotNull(), F.struct(F.lit("value").alias("field"), rp.alias("message")))]
     problems += [
         F.when(

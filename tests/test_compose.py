@@ -314,6 +314,52 @@ def test_airflow_image_installs_the_locked_requirements_and_the_jars() -> None:
     assert not {"!.venv", "!.venv/", "!.cache", "!.cache/", "!var", "!var/"} & set(rules), rules
 
 
+def dockerignore_excludes(rules: list[str], path: str) -> bool:
+    """Whether a ``.dockerignore`` keeps ``path`` (relative, ``/``-separated) out of the build context.
+
+    Docker's rules, as far as this project's file uses them: the last matching rule wins, ``!`` re-includes,
+    ``*`` stays within one path segment, ``**`` spans any, and a rule matching a folder covers what is in it.
+    """
+    excluded = False
+    for rule in rules:
+        negate = rule.startswith("!")
+        pattern = rule.removeprefix("!").strip("/")
+        regex = "".join(
+            ".*" if part == "**" else "[^/]*" if part == "*" else "[^/]" if part == "?" else re.escape(part)
+            for part in re.split(r"(\*\*|\*|\?)", pattern)
+        )
+        if re.fullmatch(f"{regex}(?:/.*)?", path):
+            excluded = not negate
+    return excluded
+
+
+def test_the_airflow_image_ships_no_local_tooling() -> None:
+    # include/tooling is dev code (the benchmark, the demo, the CDS archive build that drives the jobs):
+    # a scheduler or worker never imports it (tests/test_layers.py), so the image leaves it out.
+    ignore_file = ROOT / "docker" / "airflow.Dockerfile.dockerignore"
+    rules = [r.strip() for r in ignore_file.read_text().splitlines() if r.strip() and not r.startswith("#")]
+    sources = [
+        src
+        for line in AIRFLOW_DOCKERFILE.read_text().splitlines()
+        if re.match(r"(?:COPY|ADD)\s", line)
+        for src in [a for a in shlex.split(line)[1:] if not a.startswith("--")][:-1]
+    ]
+    shipped = {
+        str(f.relative_to(ROOT))
+        for src in sources
+        for f in ([ROOT / src] if (ROOT / src).is_file() else (ROOT / src).rglob("*"))
+        if f.is_file() and not dockerignore_excludes(rules, str(f.relative_to(ROOT)))
+    }
+    assert not sorted(f for f in shipped if f.startswith("include/tooling/")), "the Airflow image copies include/tooling"
+    # What the image runs at build time and what the DAGs import still go in.
+    assert {"include/spark/jvm_deps.py", "include/orchestration/dag_factory.py", "dags/kafka_pipelines.py"} <= shipped
+    # The matcher itself: a folder rule covers its files, the last rule wins, * stays in one segment.
+    assert dockerignore_excludes(["*", "!include/", "include/tooling"], "include/tooling/demo.py")
+    assert not dockerignore_excludes(["*", "!include/", "include/tooling"], "include/spark/jvm_cds.py")
+    assert dockerignore_excludes(["**/__pycache__"], "include/spark/__pycache__/x.pyc")
+    assert not dockerignore_excludes(["include/*.py"], "include/spark/jvm_cds.py")
+
+
 def test_spark_image_matches_pyspark_settings_and_the_airflow_java(services: dict[str, Any]) -> None:
     images = {services[name]["image"] for name in SPARK_SERVICES}
     assert len(images) == 1, f"master and worker run different images: {images}"

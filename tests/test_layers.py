@@ -2,12 +2,17 @@
 
 docs/architecture.md describes the layers; this test keeps the code to it, so a
 shortcut upward (a task-layer module reaching into local tooling, the offset
-contract reading Kafka) fails here instead of growing quietly.
+contract reading Kafka) fails here instead of growing quietly. Two more rules:
+``spark_jobs`` sits above all of ``include/`` (the jobs import the contract), so
+only ``include/tooling`` (dev code that drives the jobs: the benchmark, the CDS
+archive's training run) may import it; and no two modules of ``include/`` import
+each other, even through others or lazily inside a function.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -20,6 +25,9 @@ ROOT = settings.PROJECT_ROOT
 LAYERS = ("contract", "config", "readers", "spark", "orchestration", "monitoring", "tooling")
 #: Modules directly under include/ that every layer may use.
 BASE = {"include", "include.settings", "include.ports"}
+#: The only part of include/ that may import spark_jobs: dev code that drives the jobs, never shipped in
+#: the Airflow image and never imported by a DAG, the plugin or a task.
+MAY_IMPORT_JOBS = "include.tooling"
 
 
 def _imports(path: Path) -> set[str]:
@@ -34,6 +42,84 @@ def _imports(path: Path) -> set[str]:
             else:
                 found.add(node.module)
     return found
+
+
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    return ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _import_edges(path: Path, known: set[str], top: str) -> set[str]:
+    """The modules of ``known`` under package ``top`` that the file imports, lazy imports too.
+
+    ``from a.b import c`` is an edge to ``a.b.c`` when that is a module, else to ``a.b`` (``c`` is a name in it).
+    """
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == top)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == top:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in known else node.module)
+    return found & known
+
+
+def _import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Module -> the modules of the same package tree it imports (itself left out)."""
+    files = {_module_name(p, root): p for p in sorted((root / package).rglob("*.py")) if "__pycache__" not in p.parts}
+    return {m: _import_edges(p, set(files), package) - {m} for m, p in files.items()}
+
+
+def _cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """One cycle (``[a, b, ..., a]``) per strongly connected component of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [_a_cycle_through(graph, sorted(c)[0], c) for c in components]
+
+
+def _a_cycle_through(graph: Mapping[str, Iterable[str]], start: str, component: set[str]) -> list[str]:
+    """The shortest path from ``start`` back to itself inside ``component`` (one exists: it is strongly connected)."""
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for nxt in sorted(graph.get(node, ())):
+                if nxt == start:
+                    return [*paths[node], start]
+                if nxt in component and nxt not in paths:
+                    paths[nxt] = [*paths[node], nxt]
+                    following.append(nxt)
+        frontier = following
+    raise AssertionError(f"{start}: no cycle in {sorted(component)}")
 
 
 def _layer(module: str) -> int:
@@ -51,12 +137,45 @@ def _modules(folder: str) -> list[Path]:
 
 @pytest.mark.parametrize("path", _modules("include"), ids=lambda p: str(p.relative_to(ROOT)))
 def test_a_layer_imports_only_from_layers_below(path: Path):
-    module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+    module = _module_name(path)
     own = _layer(module)
     upward = sorted(m for m in _imports(path) if _layer(m) > own)
     assert not upward, (
         f"{path.relative_to(ROOT)} (layer {LAYERS[own] if own >= 0 else 'base'}) imports {upward} from a layer above it; "
         f"move the shared piece down or the importer up (order, bottom to top: {', '.join(LAYERS)})"
+    )
+
+
+def test_no_import_cycle_between_modules_of_include():
+    cycles = _cycles(_import_graph(ROOT, "include"))
+    assert not cycles, "import cycles in include/ (move the shared piece into a module both can import):\n" + "\n".join(
+        " -> ".join(cycle) for cycle in cycles
+    )
+
+
+def test_the_cycle_check_finds_a_cycle_through_a_lazy_import(tmp_path: Path):
+    # The shape the CDS archive's training once had: each side imported the other inside a function.
+    pkg = tmp_path / "include" / "spark"
+    pkg.mkdir(parents=True)
+    for init in (tmp_path / "include" / "__init__.py", pkg / "__init__.py"):
+        init.write_text("")
+    (pkg / "cds.py").write_text("def train():\n    from include.spark.submit import session\n")
+    (pkg / "submit.py").write_text("def options():\n    from include.spark import cds\n")
+    (pkg / "deps.py").write_text("from include.spark import submit\n")
+    assert _cycles(_import_graph(tmp_path, "include")) == [["include.spark.cds", "include.spark.submit", "include.spark.cds"]]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_only_tooling_imports_the_spark_jobs():
+    jobs = {_module_name(p) for p in _modules("spark_jobs")}
+    offenders = {
+        str(p.relative_to(ROOT)): sorted(_import_edges(p, jobs, "spark_jobs"))
+        for p in _modules("include")
+        if not _module_name(p).startswith(MAY_IMPORT_JOBS)
+    }
+    assert not {k: v for k, v in offenders.items() if v}, (
+        f"include/ modules import spark_jobs, which sits above include/ (the jobs import the contract); only "
+        f"{MAY_IMPORT_JOBS} (dev code that drives the jobs) may: {offenders}"
     )
 
 

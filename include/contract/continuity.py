@@ -27,7 +27,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from include.contract import manual_ops
-from include.contract.offsets import BackfillCommit, BackfillRange, BronzeCommit, Gap, PositionMap, flatten
+from include.contract.offsets import (
+    BackfillCommit,
+    BackfillRange,
+    BronzeCommit,
+    Gap,
+    OffsetRange,
+    PositionMap,
+    flatten,
+)
 from include.contract.transform_spec import COUNT_KEYS, BronzePosition, SilverCommit, SilverStand
 
 #: ``(topic, partition, from, until) -> committed records Kafka holds there``; may raise.
@@ -120,86 +128,137 @@ def check_run(
     object storage, which is reported as a note); ``expected_rows`` the rows
     the job reported; ``count_records`` verifies ranges with holes.
     """
-    violations: list[str] = []
-    notes: list[str] = []
-    position = flatten(start or {})
-    results: dict[tuple[str, int], PartitionResult] = {}
-    last: BronzeCommit | None = None
-    rows = 0
-
-    def result(tp: tuple[str, int]) -> PartitionResult:
-        return results.setdefault(tp, PartitionResult(tp[0], tp[1]))
-
+    walk = _Walk(position=flatten(start or {}))
     for version, commit in commits:
-        where = f"Delta version {version}"
-        if commit.run_id != run_id:
-            violations.append(
-                f"{where} was written by run {commit.run_id!r}, not by this run {run_id!r}: another "
-                "writer committed to the table during the run"
-            )
-        reset = commit.extra.get("position_set")
-        if reset is not None and not commit.ranges:
-            # A recorded reset (starting_offsets latest, or an operator's position action): the
-            # chain continues from where it says, and the report says so.
-            moved = [f"{t}-{p} {position.get((t, p))} -> {o}" for (t, p), o in sorted(flatten(commit.next_offsets).items())
-                     if position.get((t, p)) != o]  # fmt: skip
-            notes.append(f"{where} sets the position ({reset.get('reason', '')}): " + ("; ".join(moved[:10]) or "unchanged"))
-            position.update(flatten(commit.next_offsets))
-            last = commit
-            continue
-        for g in (Gap.from_json(g) for g in commit.extra.get("gaps", ())):
-            tp = (g.topic, g.partition)
-            if position.get(tp, g.from_offset) != g.from_offset:
-                violations.append(
-                    f"{g.topic}-{g.partition}: {where} records a gap [{g.from_offset}, {g.until_offset}) "
-                    f"but the table stood at {position.get(tp)}"
-                )
-            result(tp).gaps.append(g.to_json())
-            position[tp] = g.until_offset
-        for r in sorted(commit.ranges):
-            tp = r.topic_partition
-            pr = result(tp)
-            expected = position.get(tp)
-            if expected is not None and r.from_offset != expected:
-                kind = "gap" if r.from_offset > expected else "overlap"
-                missing = abs(r.from_offset - expected)
-                todo = ""
-                if kind == "gap":  # the skipped offsets can be read again on request
-                    todo = "; if bronze lacks those records, trigger " + manual_ops.action_hint(
-                        dag_id, manual_ops.BACKFILL_OFFSETS, offset_ranges=[
-                            {"topic": r.topic, "partition": r.partition, "from": expected, "until": r.from_offset}],
-                    )  # fmt: skip
-                violations.append(
-                    f"{r.topic}-{r.partition}: {where} range [{r.from_offset}, {r.until_offset}) does not "
-                    f"continue at {expected}: {kind} of {missing} offsets{todo}"
-                )
-            if pr.from_offset is None:
-                pr.from_offset = r.from_offset
-            pr.until_offset = r.until_offset
-            pr.rows += r.rows
-            pr.ranges += 1
-            pr.holes += r.holes
-            rows += r.rows
-            position[tp] = r.until_offset
-            if r.holes:
-                _verify_holes(r.topic, r.partition, r.from_offset, r.until_offset, r.rows, where,
-                              count_records, violations, notes)  # fmt: skip
-        recorded = flatten(commit.next_offsets)
-        for tp, offset in sorted(position.items()):
-            if recorded.get(tp) != offset:
-                violations.append(
-                    f"{tp[0]}-{tp[1]}: {where} records next offset {recorded.get(tp)} but its ranges "
-                    f"end at {offset}"
-                )
-        for tp in sorted(set(recorded) - set(position)):
-            position[tp] = recorded[tp]  # a partition first seen with no records yet
-        last = commit
+        _check_commit(walk, f"Delta version {version}", commit, run_id=run_id, dag_id=dag_id,
+                      count_records=count_records)  # fmt: skip
+    _check_the_end(walk, start, checkpoint_position, expected_rows)
+    return ContinuityReport(
+        run_id=run_id,
+        commits=len(commits),
+        rows=walk.rows,
+        partitions=[walk.results[tp] for tp in sorted(walk.results)],
+        violations=walk.violations,
+        notes=walk.notes,
+    )
 
-    if expected_rows is not None and expected_rows != rows:
-        violations.append(f"the job reported {expected_rows} rows but the run's commits hold {rows}")
-    final = flatten(last.next_offsets) if last else flatten(start or {})
+
+@dataclass
+class _Walk:
+    """What :func:`check_run` has found so far, walking the run's commits in version order."""
+
+    #: Each partition's next offset: where the next commit's range must start.
+    position: dict[tuple[str, int], int]
+    results: dict[tuple[str, int], PartitionResult] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    last: BronzeCommit | None = None
+    rows: int = 0
+
+    def result(self, tp: tuple[str, int]) -> PartitionResult:
+        return self.results.setdefault(tp, PartitionResult(tp[0], tp[1]))
+
+
+def _check_commit(walk: _Walk, where: str, commit: BronzeCommit, *, run_id: str, dag_id: str,
+                  count_records: RecordCounter | None) -> None:  # fmt: skip
+    """One commit: written by this run; a recorded reset moves the position and is only noted; otherwise its
+    gaps and ranges must continue where the table stood, and its next offsets be where its ranges end."""
+    if commit.run_id != run_id:
+        walk.violations.append(
+            f"{where} was written by run {commit.run_id!r}, not by this run {run_id!r}: another "
+            "writer committed to the table during the run"
+        )
+    reset = commit.extra.get("position_set")
+    if reset is not None and not commit.ranges:
+        _follow_reset(walk, where, commit, reset)
+    else:
+        _follow_gaps(walk, where, commit)
+        for r in sorted(commit.ranges):
+            _follow_range(walk, where, r, dag_id=dag_id, count_records=count_records)
+        _check_next_offsets(walk, where, commit)
+    walk.last = commit
+
+
+def _follow_reset(walk: _Walk, where: str, commit: BronzeCommit, reset: dict) -> None:
+    """A recorded reset (starting_offsets latest, or an operator's position action): the chain continues from
+    where it says, and the report says so."""
+    position = walk.position
+    moved = [f"{t}-{p} {position.get((t, p))} -> {o}" for (t, p), o in sorted(flatten(commit.next_offsets).items())
+             if position.get((t, p)) != o]  # fmt: skip
+    walk.notes.append(f"{where} sets the position ({reset.get('reason', '')}): " + ("; ".join(moved[:10]) or "unchanged"))
+    position.update(flatten(commit.next_offsets))
+
+
+def _follow_gaps(walk: _Walk, where: str, commit: BronzeCommit) -> None:
+    """The commit's recorded gaps (offsets Kafka no longer had): each must start where the table stood, and the
+    position moves past it."""
+    for g in (Gap.from_json(g) for g in commit.extra.get("gaps", ())):
+        tp = (g.topic, g.partition)
+        if walk.position.get(tp, g.from_offset) != g.from_offset:
+            walk.violations.append(
+                f"{g.topic}-{g.partition}: {where} records a gap [{g.from_offset}, {g.until_offset}) "
+                f"but the table stood at {walk.position.get(tp)}"
+            )
+        walk.result(tp).gaps.append(g.to_json())
+        walk.position[tp] = g.until_offset
+
+
+def _follow_range(walk: _Walk, where: str, r: OffsetRange, *, dag_id: str,
+                  count_records: RecordCounter | None) -> None:  # fmt: skip
+    """One range of the commit: it must continue at the partition's position (a gap or an overlap otherwise,
+    a gap naming the backfill that reads it again); its rows and holes count, and holes are verified."""
+    tp = r.topic_partition
+    pr = walk.result(tp)
+    expected = walk.position.get(tp)
+    if expected is not None and r.from_offset != expected:
+        kind = "gap" if r.from_offset > expected else "overlap"
+        missing = abs(r.from_offset - expected)
+        todo = ""
+        if kind == "gap":  # the skipped offsets can be read again on request
+            todo = "; if bronze lacks those records, trigger " + manual_ops.action_hint(
+                dag_id, manual_ops.BACKFILL_OFFSETS, offset_ranges=[
+                    {"topic": r.topic, "partition": r.partition, "from": expected, "until": r.from_offset}],
+            )  # fmt: skip
+        walk.violations.append(
+            f"{r.topic}-{r.partition}: {where} range [{r.from_offset}, {r.until_offset}) does not "
+            f"continue at {expected}: {kind} of {missing} offsets{todo}"
+        )
+    if pr.from_offset is None:
+        pr.from_offset = r.from_offset
+    pr.until_offset = r.until_offset
+    pr.rows += r.rows
+    pr.ranges += 1
+    pr.holes += r.holes
+    walk.rows += r.rows
+    walk.position[tp] = r.until_offset
+    if r.holes:
+        _verify_holes(r.topic, r.partition, r.from_offset, r.until_offset, r.rows, where,
+                      count_records, walk.violations, walk.notes)  # fmt: skip
+
+
+def _check_next_offsets(walk: _Walk, where: str, commit: BronzeCommit) -> None:
+    """The commit's recorded next offsets must be where its ranges and gaps left each partition; a partition it
+    names for the first time, with no records yet, joins the position there."""
+    recorded = flatten(commit.next_offsets)
+    for tp, offset in sorted(walk.position.items()):
+        if recorded.get(tp) != offset:
+            walk.violations.append(
+                f"{tp[0]}-{tp[1]}: {where} records next offset {recorded.get(tp)} but its ranges "
+                f"end at {offset}"
+            )
+    for tp in sorted(set(recorded) - set(walk.position)):
+        walk.position[tp] = recorded[tp]  # a partition first seen with no records yet
+
+
+def _check_the_end(walk: _Walk, start: PositionMap | None, checkpoint_position: PositionMap | None,
+                   expected_rows: int | None) -> None:  # fmt: skip
+    """After the last commit: the job's reported rows must be the commits' rows, and the Spark checkpoint the
+    next run resumes must stand where the table now does (a note when it cannot be read from here)."""
+    if expected_rows is not None and expected_rows != walk.rows:
+        walk.violations.append(f"the job reported {expected_rows} rows but the run's commits hold {walk.rows}")
+    final = flatten(walk.last.next_offsets) if walk.last else flatten(start or {})
     if checkpoint_position is None:
-        notes.append("Spark checkpoint not compared (not readable from here)")
+        walk.notes.append("Spark checkpoint not compared (not readable from here)")
     elif final and flatten(checkpoint_position) != final:
         mine = flatten(checkpoint_position)
         diffs = [
@@ -207,15 +266,7 @@ def check_run(
             for (t, p), o in sorted(final.items())
             if mine.get((t, p)) != o
         ]
-        violations.append("the Spark checkpoint does not stand where the table does: " + "; ".join(diffs[:10]))
-    return ContinuityReport(
-        run_id=run_id,
-        commits=len(commits),
-        rows=rows,
-        partitions=[results[tp] for tp in sorted(results)],
-        violations=violations,
-        notes=notes,
-    )
+        walk.violations.append("the Spark checkpoint does not stand where the table does: " + "; ".join(diffs[:10]))
 
 
 def _verify_holes(topic: str, partition: int, frm: int, until: int, rows: int, where: str,

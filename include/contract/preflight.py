@@ -264,83 +264,126 @@ def preflight(
     records blocking, ``record_and_continue`` turns them into accepted gaps.
     ``dag_id`` names the DAG in the actions a refusal offers.
     """
-    findings: list[Finding] = []
+    findings: list[Finding] = _missing_topics(configured_topics, kafka)
     gaps: list[Gap] = []
     positions = table_next or {}
-
-    for topic in configured_topics:
-        if topic not in kafka:
-            findings.append(Finding(
-                "topic_missing", BLOCKING, topic, None,
-                f"topic {topic!r} does not exist in Kafka; create it or remove it from the pipeline file",
-            ))  # fmt: skip
-
     for topic in sorted(positions):
-        parts = positions[topic]
         state = kafka.get(topic)
         if state is None:
-            if topic not in configured_topics:
-                findings.append(Finding(
-                    "topic_gone", BLOCKING, topic, None,
-                    f"topic {topic!r} is recorded in the bronze table ({len(parts)} partitions) but no "
-                    "longer exists in Kafka; its unread records, if any, cannot be accounted for",
-                ))  # fmt: skip
+            findings += _gone_topic(topic, positions[topic], configured_topics)
             continue
-        recorded = recorded_topic_ids.get(topic)
-        if recorded and state.topic_id and recorded != state.topic_id:
-            findings.append(Finding(
-                "topic_recreated", BLOCKING, topic, None,
-                f"topic {topic!r} was deleted and recreated: the table read topic id {recorded}, Kafka "
-                f"now has {state.topic_id}. Nothing was written. Its offsets restart and cannot continue "
-                "the table's chain, and no trigger-form action can join them: if the recreation was "
-                "intended, give the pipeline a new name in its file (new tables, read from the new "
-                "topic's start), or move this pipeline's bronze table and checkpoints aside",
-                {"recorded_topic_id": recorded, "topic_id": state.topic_id},
-            ))  # fmt: skip
+        recreated = _recreated_topic(topic, state, recorded_topic_ids.get(topic))
+        if recreated is not None:
+            findings.append(recreated)
             continue
-        for p in sorted(parts):
-            nxt = parts[p]
-            where = f"{topic}-{p}"
-            kp = state.partitions.get(p)
-            if kp is None:
-                findings.append(Finding(
-                    "partition_gone", BLOCKING, topic, p,
-                    f"partition {where} is recorded in the bronze table (next offset {nxt}) but Kafka no "
-                    f"longer has it ({len(state.partitions)} partitions now); was the topic recreated?",
-                    {"next_offset": nxt},
-                ))  # fmt: skip
-            elif nxt > kp.latest:
-                findings.append(Finding(
-                    "offsets_backwards", BLOCKING, topic, p,
-                    f"partition {where}: Kafka's latest offset {kp.latest} is below the table's next "
-                    f"offset {nxt}; offsets went backwards (topic recreated or truncated). Nothing was "
-                    "written; check the topic before going on",
-                    {"next_offset": nxt, "latest": kp.latest},
-                ))  # fmt: skip
-            elif nxt < kp.earliest:
-                gaps.append(Gap(topic, p, nxt, kp.earliest, "deleted by Kafka before it was read"))
-                findings.append(_loss_finding(topic, p, nxt, kp.earliest, policy, dag_id))
-        for p in sorted(set(state.partitions) - set(parts)):
-            kp = state.partitions[p]
-            findings.append(Finding(
-                "partition_added", INFO, topic, p,
-                f"partition {topic}-{p} is new to the table; it is read from its earliest offset "
-                f"{kp.earliest}",
-                {"earliest": kp.earliest, "latest": kp.latest},
-            ))  # fmt: skip
-            if kp.earliest > 0:
-                # A new partition starts at offset 0: anything below earliest is gone.
-                gaps.append(Gap(topic, p, 0, kp.earliest, "deleted by Kafka before it was read"))
-                findings.append(_loss_finding(topic, p, 0, kp.earliest, policy, dag_id))
-
+        _check_recorded_partitions(topic, positions[topic], state, policy, dag_id, findings, gaps)
+        _check_new_partitions(topic, positions[topic], state, policy, dag_id, findings, gaps)
     if table_next is not None:
-        for topic in sorted(set(kafka) - set(positions)):
-            findings.append(Finding(
-                "topic_added", INFO, topic, None,
-                f"topic {topic!r} is new to the table ({len(kafka[topic].partitions)} partitions); it is "
-                "read from its earliest offsets",
-            ))  # fmt: skip
+        findings += _new_topics(kafka, positions)
+    return _report(findings, gaps, kafka, policy)
 
+
+def _missing_topics(configured_topics: tuple[str, ...], kafka: Mapping[str, TopicState]) -> list[Finding]:
+    """A topic the pipeline file names that Kafka does not have blocks the run."""
+    return [
+        Finding(
+            "topic_missing", BLOCKING, topic, None,
+            f"topic {topic!r} does not exist in Kafka; create it or remove it from the pipeline file",
+        )
+        for topic in configured_topics
+        if topic not in kafka
+    ]  # fmt: skip
+
+
+def _gone_topic(topic: str, parts: Mapping[int, int], configured_topics: tuple[str, ...]) -> list[Finding]:
+    """A topic the table read that Kafka no longer has blocks the run, unless the pipeline file still names it
+    (then :func:`_missing_topics` already reported it)."""
+    if topic in configured_topics:
+        return []
+    return [Finding(
+        "topic_gone", BLOCKING, topic, None,
+        f"topic {topic!r} is recorded in the bronze table ({len(parts)} partitions) but no "
+        "longer exists in Kafka; its unread records, if any, cannot be accounted for",
+    )]  # fmt: skip
+
+
+def _recreated_topic(topic: str, state: TopicState, recorded: str | None) -> Finding | None:
+    """A topic whose id differs from the one the table read was deleted and recreated: its offsets cannot
+    continue the table's chain, so the run is blocked (and its partitions are not compared)."""
+    if not (recorded and state.topic_id and recorded != state.topic_id):
+        return None
+    return Finding(
+        "topic_recreated", BLOCKING, topic, None,
+        f"topic {topic!r} was deleted and recreated: the table read topic id {recorded}, Kafka "
+        f"now has {state.topic_id}. Nothing was written. Its offsets restart and cannot continue "
+        "the table's chain, and no trigger-form action can join them: if the recreation was "
+        "intended, give the pipeline a new name in its file (new tables, read from the new "
+        "topic's start), or move this pipeline's bronze table and checkpoints aside",
+        {"recorded_topic_id": recorded, "topic_id": state.topic_id},
+    )  # fmt: skip
+
+
+def _check_recorded_partitions(topic: str, parts: Mapping[int, int], state: TopicState, policy: str,
+                               dag_id: str, findings: list[Finding], gaps: list[Gap]) -> None:  # fmt: skip
+    """Each partition the table read: gone from Kafka or offsets gone backwards block the run; records Kafka
+    deleted before they were read are a gap (data loss, blocking or accepted by ``policy``)."""
+    for p in sorted(parts):
+        nxt = parts[p]
+        where = f"{topic}-{p}"
+        kp = state.partitions.get(p)
+        if kp is None:
+            findings.append(Finding(
+                "partition_gone", BLOCKING, topic, p,
+                f"partition {where} is recorded in the bronze table (next offset {nxt}) but Kafka no "
+                f"longer has it ({len(state.partitions)} partitions now); was the topic recreated?",
+                {"next_offset": nxt},
+            ))  # fmt: skip
+        elif nxt > kp.latest:
+            findings.append(Finding(
+                "offsets_backwards", BLOCKING, topic, p,
+                f"partition {where}: Kafka's latest offset {kp.latest} is below the table's next "
+                f"offset {nxt}; offsets went backwards (topic recreated or truncated). Nothing was "
+                "written; check the topic before going on",
+                {"next_offset": nxt, "latest": kp.latest},
+            ))  # fmt: skip
+        elif nxt < kp.earliest:
+            gaps.append(Gap(topic, p, nxt, kp.earliest, "deleted by Kafka before it was read"))
+            findings.append(_loss_finding(topic, p, nxt, kp.earliest, policy, dag_id))
+
+
+def _check_new_partitions(topic: str, parts: Mapping[int, int], state: TopicState, policy: str,
+                          dag_id: str, findings: list[Finding], gaps: list[Gap]) -> None:  # fmt: skip
+    """Each partition Kafka has that the table never read: noted, read from its earliest offset; offsets
+    below that are already deleted, a gap like any other."""
+    for p in sorted(set(state.partitions) - set(parts)):
+        kp = state.partitions[p]
+        findings.append(Finding(
+            "partition_added", INFO, topic, p,
+            f"partition {topic}-{p} is new to the table; it is read from its earliest offset "
+            f"{kp.earliest}",
+            {"earliest": kp.earliest, "latest": kp.latest},
+        ))  # fmt: skip
+        if kp.earliest > 0:
+            # A new partition starts at offset 0: anything below earliest is gone.
+            gaps.append(Gap(topic, p, 0, kp.earliest, "deleted by Kafka before it was read"))
+            findings.append(_loss_finding(topic, p, 0, kp.earliest, policy, dag_id))
+
+
+def _new_topics(kafka: Mapping[str, TopicState], positions: PositionMap) -> list[Finding]:
+    """Topics Kafka has that the (non-empty) table never read: noted, read from their earliest offsets."""
+    return [
+        Finding(
+            "topic_added", INFO, topic, None,
+            f"topic {topic!r} is new to the table ({len(kafka[topic].partitions)} partitions); it is "
+            "read from its earliest offsets",
+        )
+        for topic in sorted(set(kafka) - set(positions))
+    ]  # fmt: skip
+
+
+def _report(findings: list[Finding], gaps: list[Gap], kafka: Mapping[str, TopicState], policy: str) -> PreflightReport:
+    """The verdict: blocking findings, plus data loss when ``policy`` is ``fail``; otherwise the gaps are
+    accepted and recorded by the run."""
     blocking = [f for f in findings if f.severity == BLOCKING]
     if policy == "fail":
         blocking += [f for f in findings if f.severity == DATA_LOSS]

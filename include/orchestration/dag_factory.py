@@ -145,11 +145,21 @@ def dag_doc(cfg: PipelineConfig) -> str:
 
 def build_dag(cfg: PipelineConfig) -> DAG:
     """The DAG of one pipeline."""
-    transient = cfg.cluster.transient
-    max_wait_s = cfg.lag.max_wait_minutes * 60
     asset = bronze_asset(cfg)
     outlets = [asset, silver_asset(cfg)] if cfg.transform else [asset]
-    with DAG(
+    with DAG(**_dag_arguments(cfg)) as dag:
+        # Tasks are created in the order the steps run: the DAG keeps that order.
+        checks = _check_tasks(cfg)
+        cluster = _cluster_tasks(cfg) if cfg.cluster.transient else None
+        after_jobs, maintain = _job_tasks(cfg, checks[-1], cluster)
+        _closing_tasks(cfg, outlets, checks, after_jobs, maintain)
+    return dag
+
+
+def _dag_arguments(cfg: PipelineConfig) -> dict[str, Any]:
+    """The DAG's own settings: id, schedule (none without one), one active run, tags, doc, retries and the
+    trigger form's params."""
+    return dict(
         dag_id=cfg.name,
         description=(cfg.description or f"Kafka → Delta bronze: {cfg.name}")[:200],
         # Each scheduled or backfill run owns the interval [previous tick, this tick).
@@ -166,110 +176,131 @@ def build_dag(cfg: PipelineConfig) -> DAG:
             "max_retry_delay": timedelta(minutes=10),
         },
         params=form_params(),
-    ) as dag:
+    )
 
-        # The task functions carry no docstring: TaskFlow would show it as the task's doc_md. Their
-        # ``-> dict`` annotations stay: they make TaskFlow push each key as an XCom of its own too.
 
-        @task.sensor(
-            task_id="check_request",
-            mode="reschedule",
-            poke_interval=15,
-            timeout=LOCK_TIMEOUT.total_seconds(),
-            retries=cfg.retries,  # a retry holding the lock takes it again (same run id)
-        )
-        def check_request(**context: Any) -> PokeReturnValue:
-            ti = context["ti"]
-            return tasks.run_task(
-                ti, tasks.check_request, cfg, dag_id=ti.dag_id, run_id=context["run_id"],
-                params=context.get("params") or {}, run_type=job_run_type(context),
-                requested_by=getattr(context["dag_run"], "triggering_user_name", None),
-                data_interval=(context.get("data_interval_start"), context.get("data_interval_end")),
-                run_state=tasks.airflow_run_state(),
-            )  # fmt: skip
+# The task functions below carry no docstring: TaskFlow would show it as the task's doc_md. Their
+# ``-> dict`` annotations stay: they make TaskFlow push each key as an XCom of its own too.
 
-        @task.sensor(
-            task_id="wait_for_lag",
-            mode="reschedule",
-            poke_interval=max(5.0, min(60.0, max_wait_s / 4)),
-            timeout=max_wait_s + 600,
-            retries=cfg.retries,
-        )
-        def wait_for_lag(**context: Any) -> PokeReturnValue:
-            ti = context["ti"]
-            return tasks.run_task(ti, tasks.wait_for_lag, cfg, plan=ti.xcom_pull(task_ids="check_request"))
 
-        @task(task_id="preflight", retries=cfg.retries)
-        def run_preflight(**context: Any) -> dict:
-            ti = context["ti"]
-            return tasks.run_task(ti, tasks.preflight, cfg, plan=ti.xcom_pull(task_ids="check_request"))
+def _check_tasks(cfg: PipelineConfig) -> tuple[Any, Any, Any]:
+    """The checks before any Spark: ``check_request`` (lock and the run's plan), ``wait_for_lag`` (enough new
+    data, or skip) and ``preflight``, in that order; returns the three tasks."""
+    max_wait_s = cfg.lag.max_wait_minutes * 60
 
-        requested = check_request()
-        lag = wait_for_lag()
-        checked = run_preflight()
-        requested >> lag >> checked
+    @task.sensor(
+        task_id="check_request",
+        mode="reschedule",
+        poke_interval=15,
+        timeout=LOCK_TIMEOUT.total_seconds(),
+        retries=cfg.retries,  # a retry holding the lock takes it again (same run id)
+    )
+    def check_request(**context: Any) -> PokeReturnValue:
+        ti = context["ti"]
+        return tasks.run_task(
+            ti, tasks.check_request, cfg, dag_id=ti.dag_id, run_id=context["run_id"],
+            params=context.get("params") or {}, run_type=job_run_type(context),
+            requested_by=getattr(context["dag_run"], "triggering_user_name", None),
+            data_interval=(context.get("data_interval_start"), context.get("data_interval_end")),
+            run_state=tasks.airflow_run_state(),
+        )  # fmt: skip
 
-        if transient:
+    @task.sensor(
+        task_id="wait_for_lag",
+        mode="reschedule",
+        poke_interval=max(5.0, min(60.0, max_wait_s / 4)),
+        timeout=max_wait_s + 600,
+        retries=cfg.retries,
+    )
+    def wait_for_lag(**context: Any) -> PokeReturnValue:
+        ti = context["ti"]
+        return tasks.run_task(ti, tasks.wait_for_lag, cfg, plan=ti.xcom_pull(task_ids="check_request"))
 
-            @task(task_id="start_cluster", retries=1)
-            def start_cluster(**context: Any) -> dict:
-                ti = context["ti"]
-                return tasks.start_cluster(cfg, run_id=context["run_id"], plan=ti.xcom_pull(task_ids="check_request"),
-                                           preflight_result=ti.xcom_pull(task_ids="preflight"))  # fmt: skip
+    @task(task_id="preflight", retries=cfg.retries)
+    def run_preflight(**context: Any) -> dict:
+        ti = context["ti"]
+        return tasks.run_task(ti, tasks.preflight, cfg, plan=ti.xcom_pull(task_ids="check_request"))
 
-            @task(task_id="stop_cluster", trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS, retries=2)
-            def stop_cluster(**context: Any) -> dict:
-                return tasks.stop_cluster(cfg, run_id=context["run_id"])
+    requested = check_request()
+    lag = wait_for_lag()
+    checked = run_preflight()
+    requested >> lag >> checked
+    return requested, lag, checked
 
-            up = start_cluster()
-            down = stop_cluster()
-        master = "{{ ti.xcom_pull(task_ids='start_cluster')['master_url'] }}" if transient else None
-        job = dict(pipeline=cfg, master=master, retries=cfg.retries, execution_timeout=INGEST_TIMEOUT)
-        ingest = IngestOperator(task_id="ingest", **job)
-        jobs = [ingest, TransformOperator(task_id="transform", **job)] if cfg.transform else [ingest]
-        chain(*jobs)
-        # Skipped when not due; nothing waits on its success (the teardown and record_run run anyway).
-        maintain = MaintainOperator(task_id="maintain", **job) if cfg.maintenance.enabled else None
-        if maintain is not None:
-            jobs[-1] >> maintain
-        if transient:
-            checked >> up >> jobs[0]
-            jobs[-1] >> down
-            if maintain is not None:
-                maintain >> down
-            down.as_teardown(setups=up)
-            after_ingest = [jobs[-1], down]
-        else:
-            checked >> jobs[0]
-            after_ingest = [jobs[-1]]
 
-        @task(task_id="check_continuity", retries=cfg.retries)
-        def check_continuity(**context: Any) -> dict:
-            ti = context["ti"]
-            return tasks.run_task(
-                ti, tasks.check_continuity, cfg, run_id=context["run_id"],
-                preflight_result=ti.xcom_pull(task_ids="preflight"), ingest_summary=ti.xcom_pull(task_ids="ingest"),
-                transform_summary=ti.xcom_pull(task_ids="transform") if cfg.transform else None,
-            )  # fmt: skip
+def _cluster_tasks(cfg: PipelineConfig) -> tuple[Any, Any]:
+    """A transient cluster's setup and teardown: ``start_cluster`` and ``stop_cluster``, which runs whatever
+    the jobs did as long as the cluster started."""
 
-        @task(task_id="mirror_offsets", retries=cfg.retries)
-        def mirror_offsets() -> dict:
-            return tasks.mirror_offsets(cfg)
+    @task(task_id="start_cluster", retries=1)
+    def start_cluster(**context: Any) -> dict:
+        ti = context["ti"]
+        return tasks.start_cluster(cfg, run_id=context["run_id"], plan=ti.xcom_pull(task_ids="check_request"),
+                                   preflight_result=ti.xcom_pull(task_ids="preflight"))  # fmt: skip
 
-        @task(task_id="record_run", trigger_rule=TriggerRule.ALL_DONE, outlets=outlets, retries=cfg.retries)
-        def record_run(**context: Any) -> dict:
-            from include.orchestration import record
+    @task(task_id="stop_cluster", trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS, retries=2)
+    def stop_cluster(**context: Any) -> dict:
+        return tasks.stop_cluster(cfg, run_id=context["run_id"])
 
-            return record.record_run(cfg, outlets, context)
+    return start_cluster(), stop_cluster()
 
-        continuity = check_continuity()
-        mirrored = mirror_offsets()
-        recorded = record_run()
-        after_ingest >> continuity >> mirrored >> recorded
-        if maintain is not None:
-            maintain >> recorded
-        [requested, lag, checked] >> recorded
-    return dag
+
+def _job_tasks(cfg: PipelineConfig, checked: Any, cluster: tuple[Any, Any] | None) -> tuple[list[Any], Any]:
+    """The Spark jobs after ``checked``: ingest, then the transform and maintenance when the pipeline has them,
+    on the transient cluster between its setup and teardown when there is one (the master URL is
+    ``start_cluster``'s XCom). Returns what the closing checks wait on, and the maintain task (or ``None``)."""
+    master = "{{ ti.xcom_pull(task_ids='start_cluster')['master_url'] }}" if cluster else None
+    job = dict(pipeline=cfg, master=master, retries=cfg.retries, execution_timeout=INGEST_TIMEOUT)
+    ingest = IngestOperator(task_id="ingest", **job)
+    jobs = [ingest, TransformOperator(task_id="transform", **job)] if cfg.transform else [ingest]
+    chain(*jobs)
+    # Skipped when not due; nothing waits on its success (the teardown and record_run run anyway).
+    maintain = MaintainOperator(task_id="maintain", **job) if cfg.maintenance.enabled else None
+    if maintain is not None:
+        jobs[-1] >> maintain
+    if cluster is None:
+        checked >> jobs[0]
+        return [jobs[-1]], maintain
+    up, down = cluster
+    checked >> up >> jobs[0]
+    jobs[-1] >> down
+    if maintain is not None:
+        maintain >> down
+    down.as_teardown(setups=up)
+    return [jobs[-1], down], maintain
+
+
+def _closing_tasks(cfg: PipelineConfig, outlets: list[Asset], checks: tuple[Any, Any, Any],
+                   after_jobs: list[Any], maintain: Any) -> None:  # fmt: skip
+    """After the jobs: ``check_continuity``, ``mirror_offsets``, then ``record_run``, which runs whatever
+    happened before it (every earlier task is upstream of it) and updates the assets."""
+
+    @task(task_id="check_continuity", retries=cfg.retries)
+    def check_continuity(**context: Any) -> dict:
+        ti = context["ti"]
+        return tasks.run_task(
+            ti, tasks.check_continuity, cfg, run_id=context["run_id"],
+            preflight_result=ti.xcom_pull(task_ids="preflight"), ingest_summary=ti.xcom_pull(task_ids="ingest"),
+            transform_summary=ti.xcom_pull(task_ids="transform") if cfg.transform else None,
+        )  # fmt: skip
+
+    @task(task_id="mirror_offsets", retries=cfg.retries)
+    def mirror_offsets() -> dict:
+        return tasks.mirror_offsets(cfg)
+
+    @task(task_id="record_run", trigger_rule=TriggerRule.ALL_DONE, outlets=outlets, retries=cfg.retries)
+    def record_run(**context: Any) -> dict:
+        from include.orchestration import record
+
+        return record.record_run(cfg, outlets, context)
+
+    continuity = check_continuity()
+    mirrored = mirror_offsets()
+    recorded = record_run()
+    after_jobs >> continuity >> mirrored >> recorded
+    if maintain is not None:
+        maintain >> recorded
+    list(checks) >> recorded
 
 
 def build_dags(folder: Path | None = None) -> tuple[dict[str, DAG], dict[str, str]]:

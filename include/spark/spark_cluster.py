@@ -415,6 +415,35 @@ def start_standalone(
     cluster is still running.
     """
     run_dir = Path(run_dir).resolve()
+    _refuse_to_start(run_dir, workers, worker_cores)
+    for sub in ("conf", "logs", "local", "tmp"):
+        (run_dir / sub).mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout_s
+    home = spark_home()
+    cluster_id = uuid.uuid4().hex
+    master_port, master_ui_port, *worker_port_pairs = _distinct_free_ports(2 + 2 * workers)
+    state = _initial_state(run_dir, home, cluster_id, master_port, master_ui_port,
+                           workers=workers, worker_cores=worker_cores, worker_memory=worker_memory)  # fmt: skip
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        _start_master(run_dir, state, procs, home, master_port, master_ui_port)
+        # Workers start once the master answers: a worker that cannot reach
+        # the master retries only after a back-off of 5 to 15 seconds.
+        _wait_ready(run_dir, procs, state["web_ui_url"], {}, deadline, timeout_s)
+        _start_workers(run_dir, state, procs, home, worker_port_pairs)
+        _wait_ready(run_dir, procs, state["web_ui_url"], state["worker_ports"], deadline, timeout_s)
+    except BaseException as exc:
+        try:
+            stop_standalone(run_dir)
+        except ClusterError as stop_error:
+            raise ClusterError(f"{exc}\nStopping what had started failed too: {stop_error}") from exc
+        raise
+    return StandaloneCluster.from_json(state)
+
+
+def _refuse_to_start(run_dir: Path, workers: int, worker_cores: int) -> None:
+    """A cluster needs a worker and a core, and ``run_dir`` must not hold a cluster that still runs: its state
+    file is what stops it later, so starting over it would lose those processes."""
     if workers < 1 or worker_cores < 1:
         raise ValueError(
             f"a Spark cluster in {run_dir} needs workers >= 1 and worker_cores >= 1, "
@@ -426,17 +455,15 @@ def start_standalone(
             f"a Spark cluster from {run_dir} is still running (pids {alive}); stop it first. "
             f"Its master log: {_log_path(run_dir, 'master')}"
         )
-    for sub in ("conf", "logs", "local", "tmp"):
-        (run_dir / sub).mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + timeout_s
-    home = spark_home()
-    cluster_id = uuid.uuid4().hex
-    master_port, master_ui_port, *worker_port_pairs = _distinct_free_ports(2 + 2 * workers)
-    master_url = f"spark://{HOST}:{master_port}"
-    web_ui_url = f"http://{HOST}:{master_ui_port}"
-    state: dict[str, Any] = {
-        "master_url": master_url,
-        "web_ui_url": web_ui_url,
+
+
+def _initial_state(run_dir: Path, home: Path, cluster_id: str, master_port: int, master_ui_port: int, *,
+                   workers: int, worker_cores: int, worker_memory: str) -> dict[str, Any]:  # fmt: skip
+    """The cluster's state file before any process starts: its URLs, its id (which every daemon carries, so a
+    stop finds them) and its size; the processes, ports and logs are filled in as they start."""
+    return {
+        "master_url": f"spark://{HOST}:{master_port}",
+        "web_ui_url": f"http://{HOST}:{master_ui_port}",
         "run_dir": str(run_dir),
         "pids": {},
         "cluster_id": cluster_id,
@@ -451,53 +478,51 @@ def start_standalone(
         "logs": {},
         "spark_home": str(home),
     }
-    procs: dict[str, subprocess.Popen] = {}
-    try:
-        procs["master"] = _launch(
+
+
+def _start_master(run_dir: Path, state: dict[str, Any], procs: dict[str, subprocess.Popen], home: Path,
+                  master_port: int, master_ui_port: int) -> None:  # fmt: skip
+    """Launch the master and record it in ``state`` and the state file (without waiting for it)."""
+    procs["master"] = _launch(
+        run_dir,
+        "master",
+        _master_command(home, master_port, master_ui_port),
+        _daemon_env(run_dir, "master", state["cluster_id"], home),
+    )
+    _record(state, "master", procs["master"])
+    state["logs"]["master"] = str(_log_path(run_dir, "master"))
+    # Saved before any waiting: a stop after a failed or interrupted
+    # start, from whatever process, finds what was started.
+    _save_state(run_dir, state)
+
+
+def _start_workers(run_dir: Path, state: dict[str, Any], procs: dict[str, subprocess.Popen], home: Path,
+                   worker_port_pairs: list[int]) -> None:  # fmt: skip
+    """Launch each worker on its own port pair and work folder, registering with the master; the state file is
+    saved after each, so a stop finds every worker started so far."""
+    for i in range(1, state["workers"] + 1):
+        name = f"worker-{i}"
+        port, ui_port = worker_port_pairs[2 * (i - 1)], worker_port_pairs[2 * i - 1]
+        work_dir = run_dir / name
+        work_dir.mkdir(exist_ok=True)
+        procs[name] = _launch(
             run_dir,
-            "master",
-            _master_command(home, master_port, master_ui_port),
-            _daemon_env(run_dir, "master", cluster_id, home),
+            name,
+            _worker_command(
+                home,
+                port,
+                ui_port,
+                cores=state["worker_cores"],
+                memory=state["worker_memory"],
+                work_dir=work_dir,
+                master_url=state["master_url"],
+            ),
+            _daemon_env(run_dir, name, state["cluster_id"], home),
         )
-        _record(state, "master", procs["master"])
-        state["logs"]["master"] = str(_log_path(run_dir, "master"))
-        # Saved before any waiting: a stop after a failed or interrupted
-        # start, from whatever process, finds what was started.
+        _record(state, name, procs[name])
+        state["worker_ports"][name] = port
+        state["logs"][name] = str(_log_path(run_dir, name))
         _save_state(run_dir, state)
-        # Workers start once the master answers: a worker that cannot reach
-        # the master retries only after a back-off of 5 to 15 seconds.
-        _wait_ready(run_dir, procs, web_ui_url, {}, deadline, timeout_s)
-        for i in range(1, workers + 1):
-            name = f"worker-{i}"
-            port, ui_port = worker_port_pairs[2 * (i - 1)], worker_port_pairs[2 * i - 1]
-            work_dir = run_dir / name
-            work_dir.mkdir(exist_ok=True)
-            procs[name] = _launch(
-                run_dir,
-                name,
-                _worker_command(
-                    home,
-                    port,
-                    ui_port,
-                    cores=worker_cores,
-                    memory=worker_memory,
-                    work_dir=work_dir,
-                    master_url=master_url,
-                ),
-                _daemon_env(run_dir, name, cluster_id, home),
-            )
-            _record(state, name, procs[name])
-            state["worker_ports"][name] = port
-            state["logs"][name] = str(_log_path(run_dir, name))
-            _save_state(run_dir, state)
-        _wait_ready(run_dir, procs, web_ui_url, state["worker_ports"], deadline, timeout_s)
-    except BaseException as exc:
-        try:
-            stop_standalone(run_dir)
-        except ClusterError as stop_error:
-            raise ClusterError(f"{exc}\nStopping what had started failed too: {stop_error}") from exc
-        raise
-    return StandaloneCluster.from_json(state)
 
 
 # --- processes and stop --------------------------------------------------------------------------

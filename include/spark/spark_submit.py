@@ -1,8 +1,10 @@
-"""How the Spark jobs are launched: the spark-submit command, the ``--py-files``
-archive, and a local session for tests and notebooks.
+"""How the Spark jobs are launched: the settings and driver options of every job, the
+``--py-files`` archive, spark-submit's binary and environment, and a local session for
+tests and notebooks.
 
-The same command runs against ``local[N]``, a transient standalone cluster or
-any existing master; only ``--master`` changes.
+The orchestrator builds its spark-submit command through Airflow's Spark
+provider (``include/orchestration/spark_operator.py``); the stand-alone command
+the benchmark and the tests use is dev tooling: ``include/tooling/job_submit.py``.
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ import hashlib
 import os
 import sys
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from include import settings
-from include.spark import jvm_deps
+from include.spark import jvm_cds, jvm_deps
 
 #: Modules the jobs import, shipped to the cluster in one zip.
 _SHIPPED = (
@@ -70,8 +72,6 @@ def driver_java_options(project_root: str | Path | None = None, *, short_job: bo
     quiet = level if _LOG_LEVELS.index(level) < _LOG_LEVELS.index("WARN") else "ERROR"
     options = f"-Dlog4j.configurationFile={config} -Dkde.spark.log.level={level} -Dkde.spark.log.quiet={quiet}"
     if project_root is None:
-        from include.spark import jvm_cds
-
         cds = jvm_cds.driver_options(short_job=short_job)
         if cds:
             options += " " + cds
@@ -162,34 +162,6 @@ def dies_with_parent() -> Callable[[], None] | None:
 
 #: ``prctl`` option: the signal a process gets when its parent dies.
 PR_SET_PDEATHSIG = 1
-
-
-def submit_command(
-    application: str,
-    application_args: Sequence[str],
-    *,
-    master: str,
-    conf: Mapping[str, str] | None = None,
-    driver_memory: str = "1g",
-) -> list[str]:
-    """The full spark-submit command for one job of this project."""
-    merged = {
-        **BASE_CONF,
-        "spark.pyspark.python": sys.executable,
-        "spark.pyspark.driver.python": sys.executable,
-        "spark.driver.extraJavaOptions": driver_java_options(),
-        **(conf or {}),
-    }
-    cmd = [
-        spark_submit_binary(),
-        "--master", master,
-        "--driver-memory", driver_memory,
-        "--jars", ",".join(str(j) for j in jvm_deps.spark_jars()),
-        "--py-files", str(package_py_files()),
-    ]  # fmt: skip
-    for key, value in merged.items():
-        cmd += ["--conf", f"{key}={value}"]
-    return [*cmd, str(settings.PROJECT_ROOT / application), *application_args]
 
 
 #: Generated classes a long-lived in-process session keeps (Spark's default: 100). One round of ingest

@@ -74,7 +74,7 @@ from pathlib import Path
 
 from include import settings
 from include.readers.kafka_admin import create_topic, delete_topic, watermarks
-from include.spark.spark_submit import submit_command, submit_environment
+from include.spark.spark_submit import submit_environment
 from include.tooling import airflow_local, local_kafka
 from include.tooling.benchmark_formats import (
     FormatsParams,
@@ -110,6 +110,7 @@ from include.tooling.benchmark_runs import (
     render_runs_markdown,
     render_side_by_side_markdown,
 )
+from include.tooling.job_submit import submit_command
 from spark_jobs.job_common import positive
 
 #: The parts of the benchmark, as ``--parts`` names them, in the order they run.
@@ -720,7 +721,7 @@ def _throughput_lines(report: BenchmarkReport) -> list[str]:
         "",
         f"- parameters: {p.records:,} records x {p.record_bytes} B values ({mb:,.1f} MB of values, no keys) "
         f"in {p.partitions} partitions of topic `{report.topic}`; {p.repetitions} repetition(s); "
-        f"Spark `{p.master}`, spark-submit via include.spark.spark_submit (driver memory 1g, UI off)"
+        f"Spark `{p.master}`, spark-submit via include.tooling.job_submit (driver memory 1g, UI off)"
         + (f"; project --max-offsets-per-trigger {p.project_max_offsets_per_trigger}"
            if p.project_max_offsets_per_trigger else "; no maxOffsetsPerTrigger for either Spark job"),
         f"- backlog produced once with confluent-kafka in {report.produce_s:.1f}s "

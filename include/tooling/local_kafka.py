@@ -40,6 +40,7 @@ from include import settings
 from include.ports import free_port, port_free
 from include.readers.connections import jaas_config, jaas_quote
 from include.spark import jvm_cds, jvm_deps
+from include.tooling import jvm_cds_build
 
 #: Environment variable the command line reads the SASL user's password from (never an argument).
 SASL_PASSWORD_ENV = "KDE_KAFKA_SASL_PASSWORD"
@@ -414,7 +415,7 @@ def build_archive(*, force: bool = False) -> Path | None:
     group, and stops; Java writes the classes it loaded at its exit. A broker mapping it is ready sooner and
     spends about a third less CPU getting there.
     """
-    return jvm_cds.build_archive(archive_path(), _train, what="local_kafka (broker and tools)", force=force)
+    return jvm_cds_build.build_archive(archive_path(), _train, what="local_kafka (broker and tools)", force=force)
 
 
 def _train(partial: Path, tmp: Path) -> str | None:

@@ -79,7 +79,7 @@ def test_sizing_needs_the_runs_own_cluster(tmp_path, key):
 
 def test_every_run_driver_gets_the_short_job_flags_the_benchmarks_plain_submit_does_not(tmp_path, monkeypatch):
     from include.spark import jvm_cds
-    from include.spark.spark_submit import submit_command
+    from include.tooling.job_submit import submit_command
 
     monkeypatch.delenv(jvm_cds.CDS_ENV, raising=False)
     path = tmp_path / "p.yaml"

@@ -1,4 +1,7 @@
-"""The driver's class-data-sharing flags: named only for an archive that matches, never required."""
+"""The driver's class-data-sharing flags: named only for an archive that matches, never required.
+
+Building the archive is dev tooling: tests/include/tooling/test_jvm_cds_build.py.
+"""
 
 from __future__ import annotations
 
@@ -52,29 +55,3 @@ def test_the_switch_turns_every_flag_off(cache, monkeypatch):
     path.write_bytes(b"x")
     monkeypatch.setenv(jvm_cds.CDS_ENV, "off")
     assert jvm_cds.driver_options(short_job=True) == ""
-
-
-def test_a_failed_build_says_why_and_fails_nothing(cache, monkeypatch, capsys):
-    import subprocess
-
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "no JVM today"))
-    assert jvm_cds.build() is None
-    err = capsys.readouterr().err
-    assert "the training run failed (exit 1; its output ends:" in err and "no JVM today" in err
-    assert jvm_cds.main([]) == 0
-    assert not list((cache / "cds").glob("*.jsa"))
-
-
-@pytest.mark.parametrize("module", [jvm_cds, jvm_deps])
-def test_the_setup_commands_answer_help_and_refuse_unknown_options_before_any_work(module, monkeypatch, capsys):
-    def work(*_args, **_kwargs):
-        raise AssertionError("--help started the work")
-
-    monkeypatch.setattr(jvm_cds, "build", work)
-    monkeypatch.setattr(jvm_deps, "resolve", work)
-    with pytest.raises(SystemExit) as done:
-        module.main(["--help"])
-    assert done.value.code == 0 and f"usage: python -m {module.__name__}" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as done:
-        module.main(["--force"])
-    assert done.value.code == 2 and "unrecognized arguments: --force" in capsys.readouterr().err
