@@ -76,6 +76,14 @@ def _may_read(user: Any, dag_id: str) -> bool:
     return get_auth_manager().is_authorized_dag(method="GET", user=user, details=DagDetails(id=dag_id))
 
 
+def _is_admin(user: Any) -> bool:
+    """Whether ``user`` may see why a pipeline file is invalid: one who may change Airflow's configuration
+    (Admin with the FAB auth manager; Op and Admin with the simple one)."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    return get_auth_manager().is_authorized_configuration(method="PUT", user=user)
+
+
 def _scheduler_views(dag_ids: list[str]) -> dict[str, monitor.SchedulerView]:
     """Paused flag and next run time of each DAG from Airflow's metadata database."""
     if not dag_ids:
@@ -104,12 +112,13 @@ def _snapshots(user: Any, only: str | None = None) -> tuple[list[dict], dict[str
 
     configs, errors = load_pipelines(pipelines_dir())
     if only is not None:
-        if only not in configs:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no pipeline named {only!r}")
+        # One answer for a pipeline that does not exist and one the user may not read, so that
+        # the answer does not tell which pipelines exist.
+        if only not in configs or not _may_read(user, only):
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no pipeline named {only!r} that you may read")
         configs = {only: configs[only]}
-    configs = {name: cfg for name, cfg in configs.items() if _may_read(user, name)}
-    if only is not None and not configs:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, f"not allowed to read DAG {only!r}")
+    else:
+        configs = {name: cfg for name, cfg in configs.items() if _may_read(user, name)}
     try:
         scheduler = _scheduler_views(sorted(configs))
     except Exception:  # noqa: BLE001 - the page still shows Kafka and the tables without it
@@ -126,8 +135,10 @@ def _snapshots(user: Any, only: str | None = None) -> tuple[list[dict], dict[str
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=_WORKERS) as pool:
         snaps = list(pool.map(one, configs.values()))
-    # Errors name the file and the field; nothing in a pipeline file is secret.
-    return snaps, {str(path): str(err) for path, err in sorted(errors.items())} if only is None else {}
+    # An error can echo a value of the file (a connection id holding a password, say): admins only.
+    if only is not None or not errors or not _is_admin(user):
+        return snaps, {}
+    return snaps, {str(path): str(err) for path, err in sorted(errors.items())}
 
 
 def _roots(request: Request) -> tuple[str, str]:

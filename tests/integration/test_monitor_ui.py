@@ -57,8 +57,8 @@ class Http:
         except urllib.error.HTTPError as exc:
             return exc.code, dict(exc.headers), exc.read().decode()
 
-    def token(self) -> str:
-        status, _, text = self.request("/auth/token", body={"username": USER, "password": PASSWORD})
+    def token(self, user: str = USER, password: str = PASSWORD) -> str:
+        status, _, text = self.request("/auth/token", body={"username": user, "password": password})
         assert status in (200, 201), text
         return json.loads(text)["access_token"]
 
@@ -137,11 +137,11 @@ def test_monitor_page_shows_kafka_and_table_positions_and_refuses_anonymous_requ
 
         port = ports.free_port()
         passwords = tmp_path / "passwords.json"
-        passwords.write_text(json.dumps({USER: PASSWORD}))
+        passwords.write_text(json.dumps({USER: PASSWORD, "viewer": "viewer-password"}))
         env = airflow_local.environment(
             airflow_home, kafka_bootstrap=bootstrap, pipelines_dir=p.dir,
             extra={"KDE_LAKEHOUSE_ROOT": str(p.lake), "KDE_VAR_DIR": str(p.var),
-                   "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+                   "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin,viewer:viewer",
                    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
                    "KDE_MONITOR_TIMEOUT_S": "4"},
         )  # fmt: skip
@@ -189,6 +189,22 @@ def test_monitor_page_shows_kafka_and_table_positions_and_refuses_anonymous_requ
             (part, low, high, table[part], table[part]) for part, (low, high) in marks.items()
         }  # fmt: skip
         assert PASSWORD not in text
+
+        # An invalid pipeline file's error can echo a value: an admin sees it, a viewer does not, and a
+        # viewer asking for a pipeline that does not exist gets the answer a hidden one would get.
+        broken = p.dir / "broken.yaml"
+        broken.write_text("kafka: {connection_id: 'user:hunter2@host', topics: [t]}\nschedule: 7\n")
+        try:
+            status, _, text = http.request(f"{PREFIX}/api/pipelines", token=token)
+            assert status == 200 and "broken.yaml" in "".join(json.loads(text)["invalid_files"]), text
+            viewer = http.token("viewer", "viewer-password")
+            status, _, text = http.request(f"{PREFIX}/api/pipelines", token=viewer)
+            assert status == 200 and json.loads(text)["invalid_files"] == {} and "hunter2" not in text, text
+            assert [s["pipeline"] for s in json.loads(text)["pipelines"]] == [name]
+            status, _, text = http.request(f"{PREFIX}/api/pipelines/nope", token=viewer)
+            assert status == 404 and "no pipeline named 'nope' that you may read" in text, (status, text)
+        finally:
+            broken.unlink()
 
         # The browser: the login form, then the overview, the page inside the Airflow UI, the pipeline page.
         driver = _browser(tmp_path / "chromium")

@@ -72,3 +72,43 @@ def test_unknown_pipeline_gets_the_error_page_with_its_status(client):
     assert "<h1>Pipeline not shown</h1>" in response.text
     assert "no pipeline named &#39;nope&#39;" in response.text
     assert 'http-equiv="refresh"' not in response.text
+
+
+@pytest.fixture
+def pipelines(plugin, monkeypatch, tmp_path):
+    """Two valid pipeline files and an invalid one whose error echoes a value; snapshots stand in for the
+    Kafka and table reads, which ``tests/integration/test_monitor_ui.py`` does for real."""
+    from include.monitoring import monitor
+    from include.orchestration import dag_factory
+
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    for name in ("alpha", "beta"):
+        (folder / f"{name}.yaml").write_text("kafka: {connection_id: k, topics: [t]}\nschedule: null\n")
+    (folder / "gamma.yaml").write_text("kafka: {connection_id: 'user:hunter2@host', topics: [t]}\nschedule: 7\n")
+    monkeypatch.setenv(dag_factory.PIPELINES_ENV, str(folder))
+    monkeypatch.setattr(plugin, "_scheduler_views", lambda names: {})
+    monkeypatch.setattr(plugin, "_is_admin", lambda user: False)
+    monkeypatch.setattr(monitor, "pipeline_snapshot", lambda cfg, *a, **k: {"name": cfg.name})
+    return plugin
+
+
+@pytest.mark.parametrize("name", ["beta", "nope"])
+def test_a_pipeline_the_user_may_not_read_gets_the_answer_of_one_that_does_not_exist(pipelines, monkeypatch, name):
+    monkeypatch.setattr(pipelines, "_may_read", lambda user, dag_id: dag_id == "alpha")
+    with pytest.raises(HTTPException) as refused:
+        pipelines._snapshots("viewer", only=name)
+    assert (refused.value.status_code, refused.value.detail) == (404, f"no pipeline named {name!r} that you may read")
+    assert pipelines._snapshots("viewer", only="alpha") == ([{"name": "alpha"}], {})
+    assert pipelines._snapshots("viewer")[0] == [{"name": "alpha"}]
+
+
+@pytest.mark.parametrize(("admin", "shown"), [(False, False), (True, True)])
+def test_only_an_admin_sees_why_a_pipeline_file_is_invalid(pipelines, monkeypatch, admin, shown):
+    monkeypatch.setattr(pipelines, "_may_read", lambda user, dag_id: True)
+    monkeypatch.setattr(pipelines, "_is_admin", lambda user: admin)
+    snaps, errors = pipelines._snapshots("someone")
+    assert [s["name"] for s in snaps] == ["alpha", "beta"]
+    assert bool(errors) is shown
+    if shown:
+        assert [path.rsplit("/", 1)[-1] for path in errors] == ["gamma.yaml"]
