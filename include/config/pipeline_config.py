@@ -97,8 +97,6 @@ CONSUMER_GROUP_PREFIX = "kafka-delta-elt."
 #: (VACUUM's safety check refuses less).
 DEFAULT_LOG_RETENTION_DAYS = 30
 DEFAULT_DELETED_FILE_RETENTION_DAYS = 7
-#: Environment variable overriding the default ``tables.lakehouse_root``.
-LAKEHOUSE_ROOT_ENV = "KDE_LAKEHOUSE_ROOT"
 
 STARTING_OFFSETS = ("earliest", "latest")
 DATA_LOSS_POLICIES = ("fail", "record_and_continue")
@@ -2064,8 +2062,8 @@ def default_lakehouse_root() -> str:
 
     Read at call time, not import time, so one process can load with different settings.
     """
-    env = os.environ.get(LAKEHOUSE_ROOT_ENV, "").strip()
-    if not env:
+    env = settings.lakehouse_root_override()
+    if env is None:
         return str(settings.VAR_DIR / "lakehouse")
     if _URI.match(env):
         return env.rstrip("/")

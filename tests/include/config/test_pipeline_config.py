@@ -59,7 +59,7 @@ DELETE = _Delete()
 
 @pytest.fixture(autouse=True)
 def _no_lakehouse_env(monkeypatch):
-    monkeypatch.delenv(pipeline_config.LAKEHOUSE_ROOT_ENV, raising=False)
+    monkeypatch.delenv(settings.LAKEHOUSE_ROOT_ENV, raising=False)
 
 
 def _config(**changes: Any) -> dict[str, Any]:
