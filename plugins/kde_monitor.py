@@ -89,7 +89,7 @@ def _scheduler_views(dag_ids: list[str]) -> dict[str, monitor.SchedulerView]:
 
 def _snapshots(user: Any, only: str | None = None) -> tuple[list[dict], dict[str, str]]:
     """Snapshots of the pipelines ``user`` may read (or just ``only``), and invalid pipeline files."""
-    from include.config.pipeline_config import load_pipelines
+    from include.config import load_pipelines
     from include.readers.connections import kafka_client_config, server_connection
 
     configs, errors = load_pipelines(settings.pipelines_dir())

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from include import settings
-from include.config.pipeline_config import load_pipelines
+from include.config import load_pipelines
 from include.readers import connections
 from include.settings import LAKEHOUSE_ROOT_ENV
 

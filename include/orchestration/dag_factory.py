@@ -18,7 +18,7 @@ from typing import Any
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, PokeReturnValue, TriggerRule, chain, task
 
 from include import settings
-from include.config.pipeline_config import PipelineConfig, load_pipelines
+from include.config import PipelineConfig, load_pipelines
 from include.contract.manual_ops import form_params
 from include.orchestration import tasks
 from include.orchestration.spark_operator import (

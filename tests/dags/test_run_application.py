@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from include import settings
-from include.config.pipeline_config import load_pipeline
+from include.config import load_pipeline
 from include.orchestration.spark_operator import IngestOperator, MaintainOperator, TransformOperator
 from include.spark import jvm_deps, spark_submit
 from spark_jobs import run_steps

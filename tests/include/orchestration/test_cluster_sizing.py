@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from include.config.pipeline_config import ClusterConfig, PipelineConfigError, load_pipeline
+from include.config import ClusterConfig, PipelineConfigError, load_pipeline
 from include.orchestration.cluster_sizing import choose
 from include.orchestration.pipeline_run import run_backlog
 from include.orchestration.spark_operator import job_spark_conf

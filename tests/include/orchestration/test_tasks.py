@@ -28,7 +28,7 @@ from airflow.sdk import TriggerRule
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from include import settings
-from include.config.pipeline_config import load_pipeline
+from include.config import load_pipeline
 from include.contract.manual_ops import RequestError
 from include.contract.offsets import PartitionState, TopicState
 from include.contract.preflight import LagReport, measure_lag
