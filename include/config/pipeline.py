@@ -8,7 +8,7 @@ are then worked out by :mod:`include.config.loader` into a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, ConfigDict, Field, TypeAdapter
@@ -140,30 +140,28 @@ class TablesConfig:
         }
 
 
-@dataclass(frozen=True)
-class PipelineConfig:
+@pydantic_dataclass(frozen=True, kw_only=True, config=_SECTION_CONFIG)
+class PipelineConfig(PipelineFile):
     """One loaded pipeline: a :class:`PipelineFile` with its name, tables and transform worked out.
 
-    Each field is the key of the same name (see :class:`PipelineFile`), with
-    its default filled in; ``transform`` is a
+    The keys whose value the file states as written (``description``,
+    ``kafka``, ``schedule``, ``data_loss_policy``, ``retries``, ``tags``) are
+    :class:`PipelineFile`'s own fields, with their checks and defaults. The
+    keys below are declared again because their loaded value has another type:
+    ``name`` is always known, ``tables`` has every location worked out, the
+    sections a file may leave out are filled in, and ``transform`` is a
     :class:`~include.contract.transform_spec.TransformSpec` or ``None``.
     ``source_path`` is not a key: the file this configuration was loaded
     from, as shown in error messages.
     """
 
     name: str
-    kafka: KafkaConfig
     tables: TablesConfig
-    schedule: str | None
-    source_path: str
-    description: str = ""
-    lag: LagConfig = field(default_factory=LagConfig)
-    data_loss_policy: str = "fail"
-    cluster: ClusterConfig = field(default_factory=ClusterConfig)
-    retries: int = 2
-    tags: tuple[str, ...] = ()
+    lag: LagConfig = Field(default_factory=LagConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     transform: TransformSpec | None = None
-    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
+    source_path: str
 
     @property
     def consumer_group(self) -> str:
