@@ -75,6 +75,7 @@ def _invalid(expected: str, value: Any, hint: str = "", at: str = "") -> Pydanti
 
 
 def _describe(value: Any) -> str:
+    """``value`` as a message shows what was found: its repr (cut at 80 characters) and its type."""
     if value is _MISSING:
         return "nothing (the key is missing)"
     if value is None:
@@ -88,15 +89,18 @@ def _describe(value: Any) -> str:
 
 
 def _choices(values: Sequence[str]) -> str:
+    """``values`` quoted and joined, for an ``expected one of ...`` message."""
     return ", ".join(repr(v) for v in values)
 
 
 def _did_you_mean(word: Any, candidates: Sequence[str]) -> str:
+    """``; did you mean 'x'?`` for the candidate closest to ``word``, or nothing."""
     close = difflib.get_close_matches(word, candidates, n=1) if isinstance(word, str) else []
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _unquote_hint(value: Any) -> str:
+    """A hint for a number written in quotes, which YAML reads as a string; else nothing."""
     if isinstance(value, str) and re.fullmatch(r"\s*-?\d+(\.\d+)?\s*", value):
         return "; write the number without quotes"
     return ""

@@ -384,6 +384,8 @@ class ValueSchemaSection(_Section):
 
 
 class _ValueSchemaProblem(Exception):
+    """A value schema that cannot be resolved: the key of ``transform.value_schema`` to blame, and why."""
+
     def __init__(self, key: str, message: str) -> None:
         super().__init__(message)
         self.key, self.message = key, message

@@ -186,12 +186,14 @@ def _folder(if_null: str | None = None) -> Any:
 
 
 def _check_name(value: Any) -> str:
+    """A pipeline name: what a DAG id, a table folder and a consumer group all accept."""
     if not isinstance(value, str) or not _NAME.fullmatch(value) or len(value) > NAME_MAX_LEN:
         raise _invalid(_NAME_EXPECTED, value)
     return value
 
 
 def _check_string(value: Any) -> str:
+    """Any string, the empty one included."""
     if not isinstance(value, str):
         raise _invalid("a string", value)
     return value
@@ -205,6 +207,7 @@ class _NotOneSource:
 
 
 def _check_topics(value: Any) -> tuple[str, ...]:
+    """``kafka.topics``: distinct legal topic names; empty when ``kafka.topic_pattern`` is used instead."""
     if isinstance(value, _NotOneSource):
         raise _problem(
             "expected exactly one of kafka.topics (a list of names) and "
@@ -225,6 +228,7 @@ def _check_topics(value: Any) -> tuple[str, ...]:
 
 
 def _check_topic_pattern(value: Any) -> str:
+    """``kafka.topic_pattern``: a regular expression Python compiles, stripped."""
     if not isinstance(value, str) or not value.strip():
         raise _invalid("a regular expression of topic names", value)
     try:
@@ -235,6 +239,7 @@ def _check_topic_pattern(value: Any) -> str:
 
 
 def _check_options(value: Any) -> dict[str, str]:
+    """``kafka.options``: consumer settings with string values, none a connection or managed setting."""
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -262,6 +267,7 @@ def _check_options(value: Any) -> dict[str, str]:
 
 
 def _check_minutes(value: Any) -> float:
+    """A positive number of minutes, as a float."""
     positive = isinstance(value, (int, float)) and math.isfinite(value) and value > 0
     if isinstance(value, bool) or not positive:
         raise _invalid("a positive number of minutes", value, _unquote_hint(value))
@@ -269,6 +275,7 @@ def _check_minutes(value: Any) -> float:
 
 
 def _check_memory(value: Any) -> str:
+    """A Spark memory size with a unit, at least what Spark accepts for an executor, in Spark's spelling."""
     expected = "a Spark size with a unit, like '512m' or '2g', of at least 450m"
     match = _MEMORY.fullmatch(value.strip()) if isinstance(value, str) else None
     if match is None:
@@ -280,6 +287,7 @@ def _check_memory(value: Any) -> str:
 
 
 def _check_tags(value: Any) -> tuple[str, ...]:
+    """``tags``: distinct non-empty strings, each short enough for an Airflow DAG tag."""
     if not isinstance(value, (list, tuple)):
         raise _invalid("a list of strings", value)
     for i, tag in enumerate(value):

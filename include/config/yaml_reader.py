@@ -42,6 +42,7 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _constru
 
 
 def _read_yaml(path: Path, shown: str) -> Any:
+    """The YAML document in ``path``, named ``shown`` in errors; raises :class:`PipelineConfigError`."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -52,6 +53,7 @@ def _read_yaml(path: Path, shown: str) -> Any:
 
 
 def _parse_yaml(text: str, shown: str) -> Any:
+    """The YAML document ``text`` of the file ``shown``; raises :class:`PipelineConfigError` naming the line."""
     try:
         return yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader: no arbitrary objects
     except yaml.MarkedYAMLError as exc:
