@@ -16,8 +16,8 @@ _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from include.config.pipeline_config import load_pipelines  # noqa: E402
-from include.orchestration.dag_factory import pipelines_dir  # noqa: E402
+from include.config import load_pipelines  # noqa: E402
+from include.settings import pipelines_dir  # noqa: E402
 
 
 class InvalidPipelineFiles(ValueError):

@@ -1,12 +1,22 @@
-"""Process-wide settings, read once from the environment with typed defaults.
+"""Process-wide settings: every ``KDE_*`` environment variable the project reads, typed, with its default.
 
 Every path the project writes to on its own (jar cache, local broker data,
-the demo lakehouse) hangs off two folders, both ignored by git:
+the demo lakehouse) hangs off two folders, both ignored by git, read once at
+import:
 
 - ``KDE_CACHE_DIR`` (default ``<project>/.cache``): downloaded jars and the
   Maven repository; kept between runs so later runs are offline.
 - ``KDE_VAR_DIR`` (default ``<project>/var``): runtime state of the local
   broker, demo tables and the embedded Airflow home.
+
+The other variables are read by a function, each time it is called: tests,
+the demo and the benchmarks set them in a running process (before loading
+pipeline files, around one submit), and a value read at import would miss
+that. A ``*_ENV`` constant names each variable, for code that sets it in a
+child's environment or names it in a message.
+
+The Spark jobs import this module too (``--py-files`` ships it), so it
+imports only the standard library.
 """
 
 from __future__ import annotations
@@ -30,3 +40,76 @@ KAFKA_BROKER_VERSION = "4.3.1"
 #: the ones spark-sql-kafka-0-10 4.2.0 calls (checked by the integration tests,
 #: which run every Kafka read through them).
 SPARK_TOKEN_PROVIDER_VERSION = "4.0.0"
+
+#: Overrides the default ``tables.lakehouse_root`` of every pipeline file.
+LAKEHOUSE_ROOT_ENV = "KDE_LAKEHOUSE_ROOT"
+#: Folder of pipeline files, instead of ``include/pipelines`` (tests, deployments).
+PIPELINES_DIR_ENV = "KDE_PIPELINES_DIR"
+#: ``KDE_SPARK_LOG_LEVEL=INFO`` (or DEBUG, ...) brings Spark's own INFO lines back into the task log.
+SPARK_LOG_LEVEL_ENV = "KDE_SPARK_LOG_LEVEL"
+#: Spark's log levels, most verbose first.
+SPARK_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR")
+#: ``KDE_CDS=off`` leaves the class-data-sharing archives unused (for comparing, or a JVM that rejects the flags).
+CDS_ENV = "KDE_CDS"
+#: The deadline, in seconds, every Kafka call of a monitoring page shares.
+MONITOR_TIMEOUT_ENV = "KDE_MONITOR_TIMEOUT_S"
+#: The password of the local broker's SASL/PLAIN user (``local_kafka start --sasl-plain-user``).
+KAFKA_SASL_PASSWORD_ENV = "KDE_KAFKA_SASL_PASSWORD"
+#: For the crash-recovery tests: ``kill-after-<stage>-commit:<batch id>`` makes a Spark job SIGKILL
+#: spark-submit's whole process group right after that batch's commit, before Spark commits the batch
+#: to its checkpoint: the crash window exactly-once must survive.
+#: ``kill-driver-after-<stage>-commit:<batch id>`` kills only the Python driver (under Airflow, the
+#: process group is the task runner's too).
+FAILPOINT_ENV = "KDE_FAILPOINT"
+
+
+def lakehouse_root_override() -> str | None:
+    """``KDE_LAKEHOUSE_ROOT`` as set (stripped), or ``None`` when it is unset or blank.
+
+    The pipeline loader turns it into the default ``tables.lakehouse_root``.
+    """
+    return os.environ.get(LAKEHOUSE_ROOT_ENV, "").strip() or None
+
+
+def pipelines_dir() -> Path:
+    """Where the pipeline files are read from: ``KDE_PIPELINES_DIR``, else ``<project>/include/pipelines``."""
+    return Path(os.environ.get(PIPELINES_DIR_ENV) or PROJECT_ROOT / "include" / "pipelines")
+
+
+def spark_log_level() -> str:
+    """The driver's log level from ``KDE_SPARK_LOG_LEVEL`` (any case), ``WARN`` when unset or blank.
+
+    Raises ``ValueError`` naming the variable for a level Spark does not have.
+    """
+    raw = os.environ.get(SPARK_LOG_LEVEL_ENV, "WARN")
+    level = raw.strip().upper() or "WARN"
+    if level not in SPARK_LOG_LEVELS:
+        raise ValueError(
+            f"environment variable {SPARK_LOG_LEVEL_ENV}={raw!r}: expected one of "
+            f"{', '.join(SPARK_LOG_LEVELS)} (unset it for WARN)"
+        )
+    return level
+
+
+def cds_disabled() -> bool:
+    """Whether ``KDE_CDS=off`` (or 0, false, no) turns the archives and the short-job flags off."""
+    return os.environ.get(CDS_ENV, "").lower() in ("off", "0", "false", "no")
+
+
+def monitor_timeout_s(default: float) -> float:
+    """``KDE_MONITOR_TIMEOUT_S`` as seconds; ``default`` when it is unset, not a number or not positive."""
+    try:
+        value = float(os.environ.get(MONITOR_TIMEOUT_ENV) or default)
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+def kafka_sasl_password() -> str:
+    """``KDE_KAFKA_SASL_PASSWORD``, empty when unset."""
+    return os.environ.get(KAFKA_SASL_PASSWORD_ENV, "")
+
+
+def failpoint() -> str | None:
+    """``KDE_FAILPOINT``: where a Spark job should kill itself (e.g. ``kill-after-bronze-commit:1``), if anywhere."""
+    return os.environ.get(FAILPOINT_ENV)

@@ -24,7 +24,6 @@ so a dead broker shows as such on the page within seconds.
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,25 +38,17 @@ from airflow.plugins_manager import AirflowPlugin  # noqa: E402
 from fastapi import Depends, FastAPI, HTTPException, Request, status  # noqa: E402
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response  # noqa: E402
 
+from include import settings  # noqa: E402
 from include.monitoring import monitor, monitor_page  # noqa: E402
 
 PREFIX = "/kde-monitor"
 URL_ROUTE = "kafka-delta"
-TIMEOUT_ENV = "KDE_MONITOR_TIMEOUT_S"
 #: Pipelines are looked at in parallel; each one's Kafka calls share its own deadline.
 _WORKERS = 4
 _ICON = (
     '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" fill="none" stroke="#0f766e" '
     'stroke-width="2" stroke-linecap="round"><path d="M3 17l5-5 4 3 8-9"/><path d="M3 21h18"/></svg>'
 )
-
-
-def _timeout_s() -> float:
-    try:
-        value = float(os.environ.get(TIMEOUT_ENV) or monitor.DEFAULT_TIMEOUT_S)
-    except ValueError:
-        return monitor.DEFAULT_TIMEOUT_S
-    return value if value > 0 else monitor.DEFAULT_TIMEOUT_S
 
 
 async def _user(request: Request) -> Any:
@@ -106,11 +97,10 @@ def _scheduler_views(dag_ids: list[str]) -> dict[str, monitor.SchedulerView]:
 
 def _snapshots(user: Any, only: str | None = None) -> tuple[list[dict], dict[str, str]]:
     """Snapshots of the pipelines ``user`` may read (or just ``only``), and invalid pipeline files."""
-    from include.config.pipeline_config import load_pipelines
-    from include.orchestration.dag_factory import pipelines_dir
+    from include.config import load_pipelines
     from include.readers.connections import kafka_client_config, server_connection
 
-    configs, errors = load_pipelines(pipelines_dir())
+    configs, errors = load_pipelines(settings.pipelines_dir())
     if only is not None:
         # One answer for a pipeline that does not exist and one the user may not read, so that
         # the answer does not tell which pipelines exist.
@@ -123,7 +113,7 @@ def _snapshots(user: Any, only: str | None = None) -> tuple[list[dict], dict[str
         scheduler = _scheduler_views(sorted(configs))
     except Exception:  # noqa: BLE001 - the page still shows Kafka and the tables without it
         scheduler = {}
-    timeout_s = _timeout_s()
+    timeout_s = settings.monitor_timeout_s(monitor.DEFAULT_TIMEOUT_S)
 
     def one(cfg) -> dict:
         try:

@@ -22,14 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, Protocol, TypeVar
 
-log = logging.getLogger("kde_jobs")
+from include import settings
 
-#: ``kill-after-<stage>-commit:<batch id>`` SIGKILLs spark-submit's whole process
-#: group right after that batch's commit, before Spark commits the batch to its
-#: checkpoint: the crash window exactly-once must survive.
-#: ``kill-driver-after-<stage>-commit:<batch id>`` kills only the Python driver
-#: (under Airflow, the process group is the task runner's too).
-FAILPOINT_ENV = "KDE_FAILPOINT"
+log = logging.getLogger("kde_jobs")
 
 
 class BatchCommit(Protocol):
@@ -312,8 +307,9 @@ def with_user_metadata(spark, metadata: str, action: Callable[[], object], *,
 
 
 def failpoint(stage: str, batch_id: int) -> None:
-    """Kill the job if :data:`FAILPOINT_ENV` asks for it after ``stage``'s commit of ``batch_id``."""
-    point = os.environ.get(FAILPOINT_ENV)
+    """Kill the job if ``KDE_FAILPOINT`` (:func:`include.settings.failpoint`) asks for it after ``stage``'s
+    commit of ``batch_id``."""
+    point = settings.failpoint()
     if point in (f"kill-after-{stage}-commit:{batch_id}", f"kill-driver-after-{stage}-commit:{batch_id}"):
         log.warning("failpoint %s: killing the job after the %s commit of batch %s", point, stage, batch_id)
         sys.stdout.flush()

@@ -23,8 +23,9 @@ import pytest
 import yaml
 
 from include import settings
-from include.config.pipeline_config import LAKEHOUSE_ROOT_ENV, load_pipelines
+from include.config import load_pipelines
 from include.readers import connections
+from include.settings import LAKEHOUSE_ROOT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yaml"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from include import settings
-from include.config import pipeline_config
+from include.config import reference
 
 ROOT = settings.PROJECT_ROOT
 README = ROOT / "README.md"
@@ -140,10 +140,10 @@ def test_no_dated_prose():
 
 
 def test_pipeline_file_reference_is_generated_from_the_models():
-    expected = pipeline_config.pipeline_reference_markdown()
-    actual = pipeline_config.REFERENCE_PATH.read_text(encoding="utf-8")
+    expected = reference.pipeline_reference_markdown()
+    actual = reference.REFERENCE_PATH.read_text(encoding="utf-8")
     assert actual == expected, (
-        f"docs/pipeline-file.md is stale; regenerate it with: {pipeline_config.REFERENCE_COMMAND}"
+        f"docs/pipeline-file.md is stale; regenerate it with: {reference.REFERENCE_COMMAND}"
     )
 
 
@@ -161,17 +161,17 @@ def _model_keys(node: dict[str, Any], defs: dict[str, Any], prefix: str = "") ->
 
 
 def test_pipeline_file_reference_names_every_key_of_the_models():
-    schema = json.loads(pipeline_config.pipeline_schema_json())
+    schema = json.loads(reference.pipeline_schema_json())
     keys = _model_keys(schema, schema["$defs"])
     assert {"kafka.connection_id", "cluster.kubernetes.image", "transform.schema.<field>.type"} <= keys
-    text = pipeline_config.REFERENCE_PATH.read_text(encoding="utf-8")
+    text = reference.REFERENCE_PATH.read_text(encoding="utf-8")
     missing = sorted(key for key in keys if f"| `{key}` |" not in text)
-    assert missing == [], f"docs/pipeline-file.md has no row for {missing}; {pipeline_config.REFERENCE_COMMAND}"
+    assert missing == [], f"docs/pipeline-file.md has no row for {missing}; {reference.REFERENCE_COMMAND}"
 
 
 def test_reference_command_prints_the_reference(capsys):
-    assert pipeline_config.main(["--reference"]) == 0
-    assert capsys.readouterr().out == pipeline_config.pipeline_reference_markdown()
+    assert reference.main(["--reference"]) == 0
+    assert capsys.readouterr().out == reference.pipeline_reference_markdown()
 
 
 def test_performance_page_holds_the_benchmark_markers_in_order():

@@ -1,6 +1,6 @@
 """The bronze → silver transform of a pipeline: record schema, merge key, ordering and policies.
 
-Pure data, shared by both sides: ``include/config/pipeline_config.py`` builds a
+Pure data, shared by both sides: ``include/config/transform.py`` builds a
 :class:`TransformSpec` from the pipeline file (and validates it there, with
 file and field in every error); the Spark job ``spark_jobs/bronze_to_silver.py``
 receives it as JSON. Nothing here imports Spark or YAML.

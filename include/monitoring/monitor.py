@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from include.config.pipeline_config import PipelineConfig
+from include.config import PipelineConfig
 from include.contract.preflight import measure_lag
 from include.readers import delta_progress, kafka_state, run_ledger
 

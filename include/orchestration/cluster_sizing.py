@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from include.config.pipeline_config import ClusterConfig
+from include.config import ClusterConfig
 
 
 @dataclass(frozen=True)

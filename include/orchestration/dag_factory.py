@@ -11,7 +11,6 @@ runs (a test imports the DAG folder and checks ``sys.modules``).
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, PokeReturnValue, TriggerRule, chain, task
 
 from include import settings
-from include.config.pipeline_config import PipelineConfig, load_pipelines
+from include.config import PipelineConfig, load_pipelines
 from include.contract.manual_ops import form_params
 from include.orchestration import tasks
 from include.orchestration.spark_operator import (
@@ -33,8 +32,6 @@ from include.orchestration.spark_operator import (
 INGEST_TIMEOUT = timedelta(hours=4)
 #: How long a run waits for another run of its pipeline to finish before it gives up.
 LOCK_TIMEOUT = timedelta(hours=6)
-#: Folder of pipeline files; ``KDE_PIPELINES_DIR`` overrides it (tests, deployments).
-PIPELINES_ENV = "KDE_PIPELINES_DIR"
 
 DOC = """\
 ### Kafka → Delta pipeline `{name}`
@@ -57,11 +54,6 @@ Trigger the DAG with a config to run a manual operation: backfill by offsets or 
 rebuild the checkpoint, or acknowledge a data-loss gap (each needs a reason, recorded
 in the ledger). `airflow backfill create` runs re-read their data interval by Kafka timestamp.
 """
-
-
-def pipelines_dir() -> Path:
-    """Where the pipeline files are read from."""
-    return Path(os.environ.get(PIPELINES_ENV) or settings.PROJECT_ROOT / "include" / "pipelines")
 
 
 def bronze_asset(cfg: PipelineConfig) -> Asset:
@@ -305,5 +297,5 @@ def _closing_tasks(cfg: PipelineConfig, outlets: list[Asset], checks: tuple[Any,
 
 def build_dags(folder: Path | None = None) -> tuple[dict[str, DAG], dict[str, str]]:
     """Every valid pipeline's DAG by dag_id, and the errors of the invalid files by path."""
-    configs, errors = load_pipelines(folder or pipelines_dir())
+    configs, errors = load_pipelines(folder or settings.pipelines_dir())
     return {name: build_dag(cfg) for name, cfg in configs.items()}, errors

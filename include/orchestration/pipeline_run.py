@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from include import settings
-from include.config.pipeline_config import PipelineConfig
+from include.config import PipelineConfig
 from include.contract import continuity, manual_ops, table_stand
 from include.contract.continuity import ContinuityReport, TransformCheck, check_run
 from include.contract.manual_ops import RunRequest

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from include.config.pipeline_config import PipelineConfig
+from include.config import PipelineConfig
 
 #: Task states that make a run a failure (the record task itself excluded).
 _FAILED = ("failed", "upstream_failed")

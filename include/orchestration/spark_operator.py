@@ -40,7 +40,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from include.config.pipeline_config import KubernetesConfig, PipelineConfig
+from include.config import KubernetesConfig, PipelineConfig
 
 APPLICATION = "spark_jobs/kafka_to_bronze.py"
 BACKFILL_APPLICATION = "spark_jobs/kafka_backfill.py"

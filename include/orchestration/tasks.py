@@ -31,7 +31,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from airflow.sdk import PokeReturnValue
 
-from include.config.pipeline_config import PipelineConfig
+from include.config import PipelineConfig
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")

@@ -29,8 +29,6 @@ from pathlib import Path
 from include import settings
 from include.spark import jvm_deps
 
-#: ``KDE_CDS=off`` leaves the archive unused (for comparing, or a JVM that rejects the flags).
-CDS_ENV = "KDE_CDS"
 _QUIET = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
@@ -63,18 +61,13 @@ def fingerprint() -> str | None:
     return java_fingerprint(pyspark.__version__, *sorted(j.name for j in jars))
 
 
-def disabled() -> bool:
-    """Whether ``KDE_CDS=off`` (or 0, false, no) turns the archives and the short-job flags off."""
-    return os.environ.get(CDS_ENV, "").lower() in ("off", "0", "false", "no")
-
-
 def sharing_flags(path: Path | None) -> list[str]:
     """The flags that map the archive at ``path``: none when it is missing or empty, or the switch is off.
 
     Java checks the archive itself and, with ``-Xshare:auto``, quietly loads
     the classes as usual from an archive it refuses (another class path or JVM).
     """
-    if disabled() or path is None or not path.is_file() or path.stat().st_size == 0:
+    if settings.cds_disabled() or path is None or not path.is_file() or path.stat().st_size == 0:
         return []
     return [f"-XX:SharedArchiveFile={path}", *_QUIET.split()]
 
@@ -111,7 +104,7 @@ def driver_options(*, short_job: bool) -> str:
     :data:`SHORT_JOB_MAX_RECORDS` is no slower for it. A driver started
     without it (the benchmark's jobs) keeps Java's defaults.
     """
-    if disabled():
+    if settings.cds_disabled():
         return ""
     flags = sharing_flags(archive_path())
     if short_job:

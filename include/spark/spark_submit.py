@@ -23,6 +23,8 @@ from include.spark import jvm_cds, jvm_deps
 _SHIPPED = (
     "spark_jobs",
     "include/__init__.py",
+    # Standard library only: where the jobs read their KDE_* variables.
+    "include/settings.py",
     # The offset contract, whole: the jobs and the Airflow tasks check the same rules.
     "include/contract",
     "include/readers/__init__.py",
@@ -49,9 +51,6 @@ BASE_CONF: dict[str, str] = {
 
 #: The driver's log4j2 settings: Spark, Delta and Kafka at WARN, so the task log stays readable.
 LOG_CONFIG = "spark_jobs/log4j2.properties"
-#: ``KDE_SPARK_LOG_LEVEL=INFO`` (or DEBUG, ...) brings Spark's own INFO lines back into the task log.
-LOG_LEVEL_ENV = "KDE_SPARK_LOG_LEVEL"
-_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR")
 
 
 def driver_java_options(project_root: str | Path | None = None, *, short_job: bool = False) -> str:
@@ -62,14 +61,12 @@ def driver_java_options(project_root: str | Path | None = None, *, short_job: bo
     app folder for a driver pod); this machine's project by default.
     ``short_job``: a run's driver as the orchestrator submits it (see :func:`include.spark.jvm_cds.driver_options`).
     """
-    level = os.environ.get(LOG_LEVEL_ENV, "WARN").strip().upper() or "WARN"
-    if level not in _LOG_LEVELS:
-        raise ValueError(f"environment variable {LOG_LEVEL_ENV}={os.environ[LOG_LEVEL_ENV]!r}: expected one of "
-                         f"{', '.join(_LOG_LEVELS)} (unset it for WARN)")  # fmt: skip
+    level = settings.spark_log_level()
     root = settings.PROJECT_ROOT if project_root is None else project_root
     config = f"{str(root).rstrip('/')}/{LOG_CONFIG}"
     # Known harmless warnings stay hidden at WARN; a more verbose switch shows those loggers too.
-    quiet = level if _LOG_LEVELS.index(level) < _LOG_LEVELS.index("WARN") else "ERROR"
+    levels = settings.SPARK_LOG_LEVELS
+    quiet = level if levels.index(level) < levels.index("WARN") else "ERROR"
     options = f"-Dlog4j.configurationFile={config} -Dkde.spark.log.level={level} -Dkde.spark.log.quiet={quiet}"
     if project_root is None:
         cds = jvm_cds.driver_options(short_job=short_job)

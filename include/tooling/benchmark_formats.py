@@ -105,7 +105,7 @@ def run_formats_bench(work: Path, bootstrap: str, topics: dict[str, str], regist
     import fastavro
     import yaml
 
-    from include.config.pipeline_config import load_pipeline
+    from include.config import load_pipeline
     from include.orchestration.spark_operator import transform_job_args
     from include.readers.schema_registry import frame
     from include.spark.spark_submit import local_session

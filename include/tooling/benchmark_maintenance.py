@@ -96,7 +96,7 @@ def run_maintenance_bench(work: Path, bootstrap: str, topic: str, params: Mainte
     :class:`MaintenanceBenchError` when a run's checks fail."""
     import yaml
 
-    from include.config.pipeline_config import load_pipeline
+    from include.config import load_pipeline
     from include.orchestration import pipeline_run
     from include.orchestration.spark_operator import maintain_job_args, transform_job_args
     from include.readers import delta_progress, run_ledger

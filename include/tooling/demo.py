@@ -39,7 +39,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from include import settings
-from include.config.pipeline_config import load_pipeline
+from include.config import load_pipeline
 from include.readers import run_ledger
 from include.readers.kafka_admin import create_topic
 from include.tooling import airflow_local, local_kafka, local_registry

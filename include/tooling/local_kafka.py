@@ -43,7 +43,6 @@ from include.spark import jvm_cds, jvm_deps
 from include.tooling import jvm_cds_build
 
 #: Environment variable the command line reads the SASL user's password from (never an argument).
-SASL_PASSWORD_ENV = "KDE_KAFKA_SASL_PASSWORD"
 #: A JAAS option name is ``user_<name>``; other characters would end the name.
 _SASL_USERNAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -463,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["start", "stop", "status", "archive"])
     parser.add_argument("data_dir", type=Path, nargs="?", help="the broker's folder (not for archive)")
     parser.add_argument("--sasl-plain-user", metavar="NAME", default=None,
-                        help=f"start with a SASL_PLAINTEXT listener (PLAIN) for this user; password from ${SASL_PASSWORD_ENV}")  # fmt: skip
+                        help=f"start with a SASL_PLAINTEXT listener (PLAIN) for this user; password from ${settings.KAFKA_SASL_PASSWORD_ENV}")  # fmt: skip
     args = parser.parse_args(argv)
     if (args.action == "archive") != (args.data_dir is None):
         parser.error("archive takes no folder" if args.action == "archive" else f"{args.action} needs the broker's folder")
@@ -475,9 +474,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "start":
         user = None
         if args.sasl_plain_user:
-            password = os.environ.get(SASL_PASSWORD_ENV, "")
+            password = settings.kafka_sasl_password()
             if not password:
-                parser.error(f"--sasl-plain-user needs the password in ${SASL_PASSWORD_ENV}")
+                parser.error(f"--sasl-plain-user needs the password in ${settings.KAFKA_SASL_PASSWORD_ENV}")
             user = SaslPlainUser(args.sasl_plain_user, password)
         broker = start(args.data_dir, sasl_user=user)
         print(broker.bootstrap_servers)

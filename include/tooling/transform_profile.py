@@ -33,8 +33,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from include.config.pipeline_config import LAKEHOUSE_ROOT_ENV, load_pipeline
+from include.config import load_pipeline
 from include.readers.kafka_admin import create_topic
+from include.settings import LAKEHOUSE_ROOT_ENV
 from include.tooling import demo, local_kafka
 from spark_jobs.job_common import positive
 

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from include import settings
-from include.config.pipeline_config import PipelineConfigError, load_pipeline
+from include.config import PipelineConfigError, load_pipeline
 from include.orchestration import dag_factory, pipeline_run
 from include.orchestration.spark_operator import (
     K8S_PIPELINE_LABEL,

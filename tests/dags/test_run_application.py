@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from include import settings
-from include.config.pipeline_config import load_pipeline
+from include.config import load_pipeline
 from include.orchestration.spark_operator import IngestOperator, MaintainOperator, TransformOperator
 from include.spark import jvm_deps, spark_submit
 from spark_jobs import run_steps
@@ -30,7 +30,7 @@ TRANSFORM = {"run_id": RUN_ID, "read": 3, "upserted": 3, "deleted": 0, "quaranti
 @pytest.fixture(autouse=True)
 def _env(tmp_path, monkeypatch):
     monkeypatch.delenv("KDE_LAKEHOUSE_ROOT", raising=False)
-    monkeypatch.delenv(spark_submit.LOG_LEVEL_ENV, raising=False)
+    monkeypatch.delenv(settings.SPARK_LOG_LEVEL_ENV, raising=False)
     monkeypatch.setattr(settings, "VAR_DIR", tmp_path / "var")
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_TEST", json.dumps({"conn_type": "kafka",
                                                               "extra": {"bootstrap.servers": "b1:9092"}}))  # fmt: skip
@@ -199,10 +199,10 @@ def test_driver_log_options_name_the_project_file_and_a_switchable_level(monkeyp
     assert f"-Dlog4j.configurationFile={settings.PROJECT_ROOT}/spark_jobs/log4j2.properties" in opts
     assert "-Dkde.spark.log.level=WARN" in opts and "-Dkde.spark.log.quiet=ERROR" in opts
     assert (settings.PROJECT_ROOT / spark_submit.LOG_CONFIG).is_file()
-    monkeypatch.setenv(spark_submit.LOG_LEVEL_ENV, "info")
+    monkeypatch.setenv(settings.SPARK_LOG_LEVEL_ENV, "info")
     assert "-Dkde.spark.log.level=INFO -Dkde.spark.log.quiet=INFO" in spark_submit.driver_java_options("/opt/app/")
     assert "-Dlog4j.configurationFile=/opt/app/spark_jobs/log4j2.properties" in spark_submit.driver_java_options("/opt/app/")
-    monkeypatch.setenv(spark_submit.LOG_LEVEL_ENV, "chatty")
+    monkeypatch.setenv(settings.SPARK_LOG_LEVEL_ENV, "chatty")
     with pytest.raises(ValueError, match="KDE_SPARK_LOG_LEVEL='chatty': expected one of TRACE, DEBUG, INFO, WARN"):
         spark_submit.driver_java_options()
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from include.config.pipeline_config import load_pipeline
+from include.config import load_pipeline
 from include.orchestration import record
 from include.orchestration.spark_operator import _hook_class, job_run_type, job_spark_conf
 from include.readers import connections, run_ledger

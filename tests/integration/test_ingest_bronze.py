@@ -19,10 +19,10 @@ from include.contract.offsets import BronzeCommit, txn_app_id
 from include.ports import free_port
 from include.readers import spark_checkpoint
 from include.readers.delta_progress import read_progress
+from include.settings import FAILPOINT_ENV
 from include.spark.spark_submit import submit_environment
 from include.tooling.job_submit import submit_command
 from spark_jobs.ingest_plan import NO_DICTIONARY_COLUMNS, parse_config
-from spark_jobs.job_common import FAILPOINT_ENV
 from spark_jobs.kafka_to_bronze import KafkaSourceError, main, run
 from tests.kafka_helpers import (
     add_partitions,

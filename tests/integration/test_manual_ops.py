@@ -184,12 +184,13 @@ def test_data_loss_gap_acknowledged_through_the_form_is_recorded_with_its_reason
 
 def _refusal(p: Pipeline, conf: dict, monkeypatch) -> str:
     """What ``check_request`` makes of ``conf``: the same two calls as the task, against the real broker and table."""
-    from include.config import pipeline_config
+    from include import settings
+    from include.config import load_pipeline
     from include.contract import manual_ops
     from include.orchestration import pipeline_run
 
-    monkeypatch.setenv(pipeline_config.LAKEHOUSE_ROOT_ENV, str(p.lake))
-    cfg = pipeline_config.load_pipeline(p.dir / f"{p.name}.yaml")
+    monkeypatch.setenv(settings.LAKEHOUSE_ROOT_ENV, str(p.lake))
+    cfg = load_pipeline(p.dir / f"{p.name}.yaml")
     with pytest.raises(manual_ops.RequestError) as refused:
         request = manual_ops.parse_request(conf, run_type="manual", requested_by="test")
         pipeline_run.plan_request(cfg, {"bootstrap.servers": p.bootstrap}, request)

@@ -23,11 +23,11 @@ from confluent_kafka import Producer
 from include.contract.transform_spec import SCHEMA_KIND, FieldSpec, SilverCommit, TransformSpec
 from include.readers import delta_progress, spark_checkpoint
 from include.readers.delta_progress import read_progress
+from include.settings import FAILPOINT_ENV
 from include.spark.spark_submit import submit_environment
 from include.tooling.job_submit import submit_command
 from spark_jobs import bronze_to_silver, kafka_to_bronze
 from spark_jobs.ingest_plan import parse_config
-from spark_jobs.job_common import FAILPOINT_ENV
 from tests.kafka_helpers import produce
 
 pytestmark = pytest.mark.integration

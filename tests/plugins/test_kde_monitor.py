@@ -79,14 +79,13 @@ def pipelines(plugin, monkeypatch, tmp_path):
     """Two valid pipeline files and an invalid one whose error echoes a value; snapshots stand in for the
     Kafka and table reads, which ``tests/integration/test_monitor_ui.py`` does for real."""
     from include.monitoring import monitor
-    from include.orchestration import dag_factory
 
     folder = tmp_path / "pipelines"
     folder.mkdir()
     for name in ("alpha", "beta"):
         (folder / f"{name}.yaml").write_text("kafka: {connection_id: k, topics: [t]}\nschedule: null\n")
     (folder / "gamma.yaml").write_text("kafka: {connection_id: 'user:hunter2@host', topics: [t]}\nschedule: 7\n")
-    monkeypatch.setenv(dag_factory.PIPELINES_ENV, str(folder))
+    monkeypatch.setenv(settings.PIPELINES_DIR_ENV, str(folder))
     monkeypatch.setattr(plugin, "_scheduler_views", lambda names: {})
     monkeypatch.setattr(plugin, "_is_admin", lambda user: False)
     monkeypatch.setattr(monitor, "pipeline_snapshot", lambda cfg, *a, **k: {"name": cfg.name})

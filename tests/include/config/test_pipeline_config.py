@@ -1,4 +1,4 @@
-"""Unit tests of include/config/pipeline_config.py: loading, validation messages, derived paths, job args.
+"""Unit tests of include/config/: loading, validation messages, derived paths, job args.
 
 Bad files are written to ``tmp_path``; every rejection is checked for the
 file, the field path and the "expected ..., got ..." part of the message.
@@ -20,8 +20,7 @@ import yaml
 from croniter import croniter
 
 from include import settings
-from include.config import pipeline_config
-from include.config.pipeline_config import (
+from include.config import (
     ClusterConfig,
     KafkaConfig,
     KubernetesConfig,
@@ -36,6 +35,9 @@ from include.config.pipeline_config import (
     TransformSection,
     load_pipeline,
     load_pipelines,
+    loader,
+    pipeline,
+    reference,
 )
 from include.contract.transform_spec import DEFAULT_MAX_VALUE_BYTES, FieldSpec, TransformSpec
 from spark_jobs import ingest_plan
@@ -59,7 +61,7 @@ DELETE = _Delete()
 
 @pytest.fixture(autouse=True)
 def _no_lakehouse_env(monkeypatch):
-    monkeypatch.delenv(pipeline_config.LAKEHOUSE_ROOT_ENV, raising=False)
+    monkeypatch.delenv(settings.LAKEHOUSE_ROOT_ENV, raising=False)
 
 
 def _config(**changes: Any) -> dict[str, Any]:
@@ -190,7 +192,7 @@ def test_every_key_is_documented_in_its_field_description():
 
 def test_loading_imports_no_kafka_spark_or_airflow():
     code = (
-        "import sys; import include.config.pipeline_config as pc; "
+        "import sys; import include.config as pc; "
         f"pc.load_pipeline({str(EXAMPLE)!r}); "
         "heavy = ('airflow', 'pyspark', 'confluent_kafka', 'deltalake', 'delta', 'spark_jobs', 'py4j'); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))"
@@ -853,14 +855,14 @@ def test_shared_checkpoint_folder_is_an_error_of_the_second_file(tmp_path):
 def test_unexpected_loader_failure_is_contained_to_its_file(tmp_path, monkeypatch):
     _write(tmp_path, BASE, "a.yaml")
     boom = _write(tmp_path, BASE, "boom.yaml")
-    real = pipeline_config.load_pipeline
+    real = loader.load_pipeline
 
     def flaky(path):
         if Path(path).name == "boom.yaml":
             raise RuntimeError("bug")
         return real(path)
 
-    monkeypatch.setattr(pipeline_config, "load_pipeline", flaky)
+    monkeypatch.setattr(loader, "load_pipeline", flaky)
     configs, errors = load_pipelines(tmp_path)
     assert list(configs) == ["a"]
     assert errors == {str(boom): f"{boom}: (file): unexpected error while loading: RuntimeError: bug"}
@@ -877,7 +879,7 @@ def test_missing_folder_is_reported_not_raised(tmp_path):
 
 
 def test_run_types_match_the_job():
-    assert pipeline_config.RUN_TYPES == ingest_plan.RUN_TYPES
+    assert pipeline.RUN_TYPES == ingest_plan.RUN_TYPES
 
 
 @pytest.mark.parametrize(
@@ -896,7 +898,7 @@ def test_run_types_match_the_job():
         {"tables.log_retention_days": 90, "tables.deleted_file_retention_days": 14},
     ],
 )
-@pytest.mark.parametrize("run_type", pipeline_config.RUN_TYPES)
+@pytest.mark.parametrize("run_type", pipeline.RUN_TYPES)
 def test_ingest_job_args_parse_back_into_the_same_values(tmp_path, changes, run_type):
     cfg = load_pipeline(_write(tmp_path, _config(**changes)))
     argv = cfg.ingest_job_args(
@@ -963,20 +965,20 @@ def test_ingest_job_args_rejects_bad_runtime_values(kwargs, message):
 
 
 def test_checked_in_json_schema_is_current():
-    assert pipeline_config.SCHEMA_PATH.read_text() == pipeline_config.pipeline_schema_json(), (
-        f"docs/pipeline.schema.json is stale; regenerate it with: {pipeline_config.SCHEMA_COMMAND}"
+    assert reference.SCHEMA_PATH.read_text() == reference.pipeline_schema_json(), (
+        f"docs/pipeline.schema.json is stale; regenerate it with: {reference.SCHEMA_COMMAND}"
     )
 
 
 def test_schema_command_prints_the_schema(capsys):
-    assert pipeline_config.main(["--schema"]) == 0
-    assert capsys.readouterr().out == pipeline_config.pipeline_schema_json()
+    assert reference.main(["--schema"]) == 0
+    assert capsys.readouterr().out == reference.pipeline_schema_json()
 
 
 def test_json_schema_accepts_the_files_the_loader_accepts():
     # Editors check pipeline files against the schema: it must not flag a file that loads.
     jsonschema = pytest.importorskip("jsonschema")  # comes with Airflow
-    schema = json.loads(pipeline_config.pipeline_schema_json())
+    schema = json.loads(reference.pipeline_schema_json())
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
     files = {str(p): yaml.safe_load(p.read_text()) for p in sorted(EXAMPLE.parent.glob("*.yaml"))}

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from include.config.pipeline_config import load_pipeline
+from include.config import load_pipeline
 from include.monitoring import monitor
 from include.readers import run_ledger
 
@@ -169,7 +169,7 @@ def test_maintenance_view_counts_files_and_finds_each_tables_last_maintenance(tm
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from include.config.pipeline_config import load_pipeline
+    from include.config import load_pipeline
     from include.monitoring.monitor import maintenance_view
 
     path = tmp_path / "p.yaml"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from include.config.pipeline_config import ClusterConfig, PipelineConfigError, load_pipeline
+from include.config import ClusterConfig, PipelineConfigError, load_pipeline
 from include.orchestration.cluster_sizing import choose
 from include.orchestration.pipeline_run import run_backlog
 from include.orchestration.spark_operator import job_spark_conf
@@ -78,10 +78,11 @@ def test_sizing_needs_the_runs_own_cluster(tmp_path, key):
 
 
 def test_every_run_driver_gets_the_short_job_flags_the_benchmarks_plain_submit_does_not(tmp_path, monkeypatch):
+    from include import settings
     from include.spark import jvm_cds
     from include.tooling.job_submit import submit_command
 
-    monkeypatch.delenv(jvm_cds.CDS_ENV, raising=False)
+    monkeypatch.delenv(settings.CDS_ENV, raising=False)
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump({"name": "p", "schedule": None, "kafka": {"connection_id": "k", "topics": ["t"]}}))
     cfg = load_pipeline(path)

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from include import settings
-from include.config.pipeline_config import load_pipeline
+from include.config import load_pipeline
 from include.orchestration import pipeline_run, run_lock
 from include.spark import spark_cluster
 

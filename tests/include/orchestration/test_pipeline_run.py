@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from include import settings
-from include.config.pipeline_config import load_pipeline
+from include.config import load_pipeline
 from include.orchestration import pipeline_run
 
 

@@ -28,7 +28,7 @@ from airflow.sdk import TriggerRule
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from include import settings
-from include.config.pipeline_config import load_pipeline
+from include.config import load_pipeline
 from include.contract.manual_ops import RequestError
 from include.contract.offsets import PartitionState, TopicState
 from include.contract.preflight import LagReport, measure_lag
@@ -509,7 +509,7 @@ def test_parsing_the_dags_imports_no_kafka_spark_or_delta_module(tmp_path):
               "assert list(dags) == ['orders'] and not errors, errors; "
               "print(sorted({m.split('.')[0] for m in sys.modules} & "
               "{'confluent_kafka', 'pyspark', 'deltalake', 'pyarrow', 'py4j'}))")  # fmt: skip
-    env = {**os.environ, dag_factory.PIPELINES_ENV: str(tmp_path), "KDE_LAKEHOUSE_ROOT": str(tmp_path / "lake")}
+    env = {**os.environ, settings.PIPELINES_DIR_ENV: str(tmp_path), "KDE_LAKEHOUSE_ROOT": str(tmp_path / "lake")}
     proc = subprocess.run([sys.executable, "-c", script], cwd=Path(settings.PROJECT_ROOT), env=env,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -17,7 +17,7 @@ from include.spark import jvm_cds, jvm_deps
 def cache(tmp_path, monkeypatch) -> Path:
     monkeypatch.setattr(settings, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(jvm_deps, "spark_jars", lambda: [Path("/jars/delta-spark_2.13-4.4.0.jar")])
-    monkeypatch.delenv(jvm_cds.CDS_ENV, raising=False)
+    monkeypatch.delenv(settings.CDS_ENV, raising=False)
     return tmp_path
 
 
@@ -53,5 +53,5 @@ def test_the_switch_turns_every_flag_off(cache, monkeypatch):
     path = jvm_cds.archive_path()
     path.parent.mkdir()
     path.write_bytes(b"x")
-    monkeypatch.setenv(jvm_cds.CDS_ENV, "off")
+    monkeypatch.setenv(settings.CDS_ENV, "off")
     assert jvm_cds.driver_options(short_job=True) == ""

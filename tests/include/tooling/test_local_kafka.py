@@ -56,11 +56,11 @@ def _maps(pid: int, path) -> bool:
 
 @pytest.mark.full
 def test_the_class_sharing_archive_is_built_mapped_by_brokers_and_a_foreign_one_is_harmless(tmp_path, monkeypatch):
-    from include.spark import jvm_cds
+    from include import settings
 
     # The archive in a folder of the test's (the jars stay where setup put them: no Maven here).
     monkeypatch.setattr(local_kafka, "archive_path", lambda classpath=None: tmp_path / "cds" / "kafka-test.jsa")
-    monkeypatch.delenv(jvm_cds.CDS_ENV, raising=False)
+    monkeypatch.delenv(settings.CDS_ENV, raising=False)
     assert not any("SharedArchiveFile" in f for f in local_kafka._short_flags())  # not built yet
 
     path = local_kafka.build_archive()
@@ -85,7 +85,7 @@ def test_the_class_sharing_archive_is_built_mapped_by_brokers_and_a_foreign_one_
     finally:
         broker.stop()
 
-    monkeypatch.setenv(jvm_cds.CDS_ENV, "off")
+    monkeypatch.setenv(settings.CDS_ENV, "off")
     assert local_kafka._short_flags() == ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
 
 

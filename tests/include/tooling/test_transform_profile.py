@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from include.config.pipeline_config import LAKEHOUSE_ROOT_ENV
+from include.settings import LAKEHOUSE_ROOT_ENV
 from include.tooling import local_kafka, transform_profile
 
 

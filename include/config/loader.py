@@ -1,0 +1,317 @@
+"""Loading pipeline files: :func:`load_pipeline`, :func:`load_pipelines` and where the tables go.
+
+:func:`load_pipeline` reads one file into a frozen
+:class:`~include.config.pipeline.PipelineConfig` or raises
+:class:`~include.config.errors.PipelineConfigError`. The checks that need
+more than one key, the pipeline's name or the environment (table locations,
+what the pods of profile ``kubernetes`` can reach, the transform's value
+schema) run here, after the models have read the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import replace
+from pathlib import Path, PurePosixPath
+
+from pydantic import ValidationError
+
+from include import settings
+from include.config.errors import PipelineConfigError, _config_error, _describe, _did_you_mean, _display_path
+from include.config.pipeline import _PIPELINE_FILE, PipelineConfig, PipelineFile, TablesConfig
+from include.config.sections import (
+    ClusterConfig,
+    KafkaConfig,
+    KubernetesConfig,
+    LagConfig,
+    MaintenanceConfig,
+    TablesSection,
+)
+from include.config.transform import _ValueSchemaProblem
+from include.config.validators import _NAME, _NAME_EXPECTED, NAME_MAX_LEN
+from include.config.yaml_reader import _read_yaml
+from include.contract.transform_spec import SCHEMA_FORMATS, TransformSpec
+
+#: A location with a scheme (s3a://, abfss://, file://) is a URI, taken as written.
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+#: The tables and folders of ``tables`` that must lie apart: key, default
+#: path under ``<lakehouse_root>/<name>``, what it is, and whether it is a
+#: folder (checkpoints) or a table location. An overlap is reported on the
+#: later key of a pair, unless only the earlier one was set in the file.
+_TABLE_LOCATIONS = (
+    ("bronze_path", ("bronze",), "the bronze table", False),
+    ("checkpoint_root", ("_checkpoints", "bronze"), "the bronze checkpoint folder", True),
+    ("ledger_path", ("_runs",), "the run ledger", False),
+    ("silver_path", ("silver",), "the silver table", False),
+    ("quarantine_path", ("quarantine",), "the quarantine table", False),
+    ("transform_checkpoint_root", ("_checkpoints", "silver"), "the transform checkpoint folder", True),
+)
+#: Table locations the pods of profile ``kubernetes`` read or write: key, and
+#: whether a URI is allowed (checkpoints are read with local file I/O).
+_POD_LOCATIONS = (
+    ("bronze_path", True),
+    ("checkpoint_root", False),
+    ("silver_path", True),
+    ("quarantine_path", True),
+    ("transform_checkpoint_root", False),
+)
+
+
+def load_pipeline(path: str | os.PathLike[str]) -> PipelineConfig:
+    """Read and validate one pipeline file; raises :class:`PipelineConfigError`."""
+    path = Path(path)
+    shown = _display_path(path)
+    data = _read_yaml(path, shown)
+    try:
+        file = _PIPELINE_FILE.validate_python(data, context={"folder": path.parent})
+    except ValidationError as exc:
+        raise _config_error(exc, shown) from None
+    return _loaded(file, shown, path.stem)
+
+
+def load_pipelines(
+    folder: str | os.PathLike[str],
+) -> tuple[dict[str, PipelineConfig], dict[str, str]]:
+    """Load every ``*.yaml``/``*.yml`` file directly in ``folder``.
+
+    Returns the valid pipelines by name and the errors by file path. One bad
+    file never stops the others. Files are read in name order; a pipeline whose
+    name, bronze, silver or quarantine table or checkpoint folder an earlier
+    file already uses is an error of the later file (two pipelines writing one
+    table would corrupt it).
+    Hidden files (editor backups) are skipped.
+    """
+    folder = Path(folder)
+    configs: dict[str, PipelineConfig] = {}
+    errors: dict[str, str] = {}
+    if not folder.is_dir():
+        shown = _display_path(folder)
+        errors[shown] = str(
+            PipelineConfigError(
+                shown, "(folder)", "expected a folder of pipeline files, got nothing at that path"
+            )
+        )
+        return configs, errors
+    files = sorted(
+        p
+        for p in folder.iterdir()
+        if p.suffix in (".yaml", ".yml") and not p.name.startswith(".") and p.is_file()
+    )
+    owners: dict[tuple[str, str], str] = {}
+    for path in files:
+        shown = _display_path(path)
+        try:
+            config = load_pipeline(path)
+            claims = [
+                ("name", "name", config.name),
+                ("bronze table", "tables.bronze_path", config.tables.bronze_path),
+                ("checkpoint folder", "tables.checkpoint_root", config.tables.checkpoint_root),
+                ("silver table", "tables.silver_path", config.tables.silver_path),
+                ("quarantine table", "tables.quarantine_path", config.tables.quarantine_path),
+                (
+                    "transform checkpoint folder",
+                    "tables.transform_checkpoint_root",
+                    config.tables.transform_checkpoint_root,
+                ),
+            ]
+            for what, field_path, value in claims:
+                owner = owners.get((what, value))
+                if owner is not None:
+                    raise PipelineConfigError(
+                        shown,
+                        field_path,
+                        f"expected a {what} no other pipeline uses, got {value!r}, already used by {owner}",
+                    )
+            for what, _, value in claims:
+                owners[(what, value)] = shown
+            configs[config.name] = config
+        except PipelineConfigError as exc:
+            errors[shown] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - a loader bug on one file must not hide every other pipeline
+            errors[shown] = f"{shown}: (file): unexpected error while loading: {type(exc).__name__}: {exc}"
+    return configs, errors
+
+
+def _loaded(file: PipelineFile, shown: str, stem: str) -> PipelineConfig:
+    """The configuration ``file`` stands for: what depends on its name, the environment or other keys."""
+    name = file.name
+    if name is None:
+        if not (_NAME.fullmatch(stem) and len(stem) <= NAME_MAX_LEN):
+            raise PipelineConfigError(
+                shown,
+                "name",
+                f"expected {_NAME_EXPECTED}, got the file name {stem!r} (str); "
+                "rename the file or set name explicitly",
+            )
+        name = stem
+    tables = _tables(file.tables or TablesSection(), name, shown)
+    cluster = file.cluster or ClusterConfig()
+    if cluster.profile == "kubernetes" and cluster.kubernetes is not None:
+        _check_pods_reach(shown, tables, file.kafka, cluster.kubernetes)
+    return PipelineConfig(
+        name=name,
+        kafka=file.kafka,
+        tables=tables,
+        schedule=file.schedule,
+        source_path=shown,
+        description=file.description,
+        lag=file.lag or LagConfig(),
+        data_loss_policy=file.data_loss_policy,
+        cluster=cluster,
+        retries=file.retries,
+        tags=file.tags,
+        transform=_transform(file, shown),
+        maintenance=_maintenance(file, shown),
+    )
+
+
+def _transform(file: PipelineFile, shown: str) -> TransformSpec | None:
+    """The transform's spec, its value schema named (registry subject) or read (schema file) and checked."""
+    section = file.transform
+    if section is None:
+        return None
+    spec, vs = section.spec(), section.value_schema
+    if spec.format in SCHEMA_FORMATS and vs is None:
+        raise PipelineConfigError(shown, "transform.value_schema", (
+            f"expected a value_schema section for format {spec.format} (file: an Avro schema file, or "
+            "registry: a schema registry's Airflow connection), got none"))  # fmt: skip
+    if vs is None:
+        return spec
+    if spec.format not in SCHEMA_FORMATS:
+        raise PipelineConfigError(shown, "transform.value_schema", (
+            f"expected no value_schema for format {spec.format} (it is for {' and '.join(SCHEMA_FORMATS)}); "
+            "set transform.format or remove the section"))  # fmt: skip
+    if spec.format == "json_schema" and vs.file is not None:
+        raise PipelineConfigError(shown, "transform.value_schema.file", (
+            "expected registry for format json_schema (its values carry registry schema ids), got a schema file; "
+            "a schema file is for format avro"))  # fmt: skip
+    try:
+        value_schema = vs.resolve(file.kafka.topics or (), file.kafka.topic_pattern)
+    except _ValueSchemaProblem as exc:
+        raise PipelineConfigError(shown, f"transform.value_schema.{exc.key}", exc.message) from None
+    if value_schema.text is not None:
+        names = [f.get("name") for f in json.loads(value_schema.text)["fields"] if isinstance(f, dict)]
+        for f in spec.fields:
+            if f.name not in names:
+                raise PipelineConfigError(shown, f"transform.schema.{f.name}", (
+                    f"expected a field of the Avro record in {value_schema.file} ({', '.join(map(str, names))}), "
+                    f"got {f.name!r}" + _did_you_mean(f.name, [str(n) for n in names])))  # fmt: skip
+    return replace(spec, value_schema=value_schema)
+
+
+def _maintenance(file: PipelineFile, shown: str) -> MaintenanceConfig:
+    """The ``maintenance`` section, its silver Z-order checked against the transform's fields."""
+    section = file.maintenance or MaintenanceConfig()
+    columns = section.zorder_by.get("silver")
+    if columns:
+        if file.transform is None:
+            raise PipelineConfigError(shown, "maintenance.zorder_by.silver",
+                                      "expected no silver Z-order: the pipeline has no transform section, so no silver table")  # fmt: skip
+        declared = tuple(f.name for f in file.transform.spec().fields)
+        wrong = [c for c in columns if c not in declared]
+        if wrong:
+            raise PipelineConfigError(shown, "maintenance.zorder_by.silver", (
+                f"expected fields of transform.schema ({', '.join(declared)}), got {wrong[0]!r}"
+                + _did_you_mean(wrong[0], declared)
+            ))  # fmt: skip
+    return section
+
+
+def _tables(section: TablesSection, name: str, shown: str) -> TablesConfig:
+    """Every location of ``section``, defaults under ``<lakehouse_root>/<name>``; none inside another."""
+    root = default_lakehouse_root() if section.lakehouse_root is None else _location(section.lakehouse_root)
+    locations: dict[str, str] = {}
+    explicit: set[str] = set()
+    for key, default, _, _ in _TABLE_LOCATIONS:
+        given = getattr(section, key)
+        if given is None:
+            locations[key] = _join_location(root, name, *default)
+        else:
+            locations[key] = _location(given)
+            explicit.add(key)
+    for j, (key, _, _, key_is_folder) in enumerate(_TABLE_LOCATIONS):
+        for other, _, _, other_is_folder in _TABLE_LOCATIONS[:j]:
+            here, there = locations[key], locations[other]
+            if not (_is_within(here, there) or _is_within(there, here)):
+                continue
+            blamed, against, is_folder = key, other, key_is_folder
+            if key not in explicit and other in explicit:  # report the key the file set
+                blamed, against, is_folder = other, key, other_is_folder
+            what = next(w for k, _, w, _ in _TABLE_LOCATIONS if k == against)
+            raise PipelineConfigError(
+                shown,
+                f"tables.{blamed}",
+                f"expected {'a folder' if is_folder else 'a location'} apart from {what} "
+                f"(neither inside the other), got {locations[blamed]!r} with tables.{against} "
+                f"{locations[against]!r}",
+            )
+    return TablesConfig(
+        lakehouse_root=root,
+        **locations,
+        log_retention_days=section.log_retention_days,
+        deleted_file_retention_days=section.deleted_file_retention_days,
+    )
+
+
+def _check_pods_reach(shown: str, tables: TablesConfig, kafka: KafkaConfig, k8s: KubernetesConfig) -> None:
+    """Profile ``kubernetes``: what the driver pod reads is in the image, the shared volume or a secret."""
+    if k8s.shared_dir is None:  # ClusterConfig already refused it
+        return
+    for key, uri_ok in _POD_LOCATIONS:
+        location = getattr(tables, key)
+        if uri_ok and _URI.match(location):
+            continue
+        if not _is_within(location, k8s.shared_dir):
+            allowed = "a URI or a path" if uri_ok else "a path"
+            raise PipelineConfigError(
+                shown,
+                f"tables.{key}",
+                f"expected {allowed} inside cluster.kubernetes.shared_dir {k8s.shared_dir!r} with profile "
+                "kubernetes (the driver and executor pods see only that volume), got "
+                f"{_describe(location)}",
+            )
+    if kafka.options:
+        raise PipelineConfigError(
+            shown,
+            "kafka.options",
+            "expected no options with profile kubernetes, got "
+            f"{', '.join(sorted(kafka.options))}; the driver pod reads its Kafka settings only from "
+            "the secret cluster.kubernetes.kafka_options_secret, so put them in its JSON",
+        )
+
+
+def default_lakehouse_root() -> str:
+    """``KDE_LAKEHOUSE_ROOT`` if set (relative to the working directory, like the
+    other ``KDE_*`` folders in :mod:`include.settings`), else ``<KDE_VAR_DIR>/lakehouse``.
+
+    Read at call time, not import time, so one process can load with different settings.
+    """
+    env = settings.lakehouse_root_override()
+    if env is None:
+        return str(settings.VAR_DIR / "lakehouse")
+    if _URI.match(env):
+        return env.rstrip("/")
+    return os.path.abspath(os.path.expanduser(env))
+
+
+def _location(value: str) -> str:
+    """A location from the file: URIs as written, local paths absolute (relative to the project)."""
+    if _URI.match(value):
+        return value.rstrip("/")
+    path = Path(os.path.expanduser(value))
+    if not path.is_absolute():
+        path = settings.PROJECT_ROOT / path
+    return os.path.normpath(path)
+
+
+def _join_location(root: str, *parts: str) -> str:
+    if _URI.match(root):
+        return "/".join((root.rstrip("/"), *parts))
+    return str(Path(root, *parts))
+
+
+def _is_within(inner: str, outer: str) -> bool:
+    a, b = PurePosixPath(inner), PurePosixPath(outer)
+    return a == b or b in a.parents

@@ -1,0 +1,207 @@
+"""The top level of a pipeline file (:class:`PipelineFile`) and what one loads into (:class:`PipelineConfig`).
+
+A pipeline file is read by :class:`PipelineFile` and its sections; the keys
+whose value depends on the pipeline's name, the environment or another file
+are then worked out by :mod:`include.config.loader` into a
+:class:`PipelineConfig`, which holds the same keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, ConfigDict, Field, TypeAdapter
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
+from include.config.cron import _check_schedule
+from include.config.errors import _choices, _describe
+from include.config.sections import (
+    _SECTION_CONFIG,
+    DEFAULT_DELETED_FILE_RETENTION_DAYS,
+    DEFAULT_LOG_RETENTION_DAYS,
+    ClusterConfig,
+    KafkaConfig,
+    LagConfig,
+    MaintenanceConfig,
+    TablesSection,
+    _optional,
+    _Section,
+)
+from include.config.transform import TransformSection
+from include.config.validators import _check_name, _check_string, _check_tags, _choice, _integer
+from include.contract.transform_spec import TransformSpec
+
+#: Prefix of the consumer group that mirrors a pipeline's offsets (``kafka-delta-elt.<name>``).
+CONSUMER_GROUP_PREFIX = "kafka-delta-elt."
+DATA_LOSS_POLICIES = ("fail", "record_and_continue")
+#: ``--run-type`` choices of ``spark_jobs/kafka_to_bronze.py``; a unit test keeps
+#: this equal to ``spark_jobs.ingest_plan.RUN_TYPES`` (not imported here so that
+#: loading configs at DAG-parse time stays free of the job's modules).
+RUN_TYPES = ("scheduled", "manual", "backfill", "rebuild_checkpoint")
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(**_SECTION_CONFIG, title="Pipeline file"))
+class PipelineFile(_Section):
+    """One pipeline: the top level of a pipeline file (``include/pipelines/<name>.yaml``).
+
+    One file = one pipeline = one Airflow DAG. Unknown keys are errors, so a
+    typo never falls back to a default silently.
+    """
+
+    name: Annotated[str, BeforeValidator(_check_name)] = _optional(
+        "Pipeline name, default the file name without .yaml: letters, digits, _, . and -, starting with a "
+        "letter or digit, at most 200 characters. It names the DAG, the table folders, the Delta txnAppId "
+        "and the consumer group (kafka-delta-elt.<name>); renaming a pipeline starts it afresh."
+    )
+    description: Annotated[str, BeforeValidator(_check_string)] = Field(
+        "", description="Free text shown with the DAG. Default empty."
+    )
+    kafka: KafkaConfig = Field(description="Required section: the source.")
+    tables: TablesSection | None = Field(
+        None,
+        description="Section: the target locations. Left out or null: every location at its default under "
+        "lakehouse_root.",
+    )
+    schedule: Annotated[str, BeforeValidator(_check_schedule)] | None = Field(
+        description="Required key: a 5-field cron expression (minute hour day-of-month month day-of-week, "
+        "e.g. \"*/10 * * * *\"; a step is at most the field's highest value and a range runs forwards), one "
+        "of the presets @hourly, @daily, @weekly, @monthly, @quarterly, @yearly, or null for manual runs "
+        "only. Runs never overlap (max_active_runs=1)."
+    )
+    lag: LagConfig | None = Field(
+        None,
+        description="Section: lag sensor thresholds. Left out or null: its keys' defaults (a run proceeds at "
+        "the first new record).",
+    )
+    data_loss_policy: _choice(DATA_LOSS_POLICIES) = Field(
+        "fail",
+        description="fail (default): a run stops before starting the cluster when Kafka retention deleted "
+        "records the table has not read yet. record_and_continue: the run records the gap (partition, "
+        "offsets, record count) and continues after it.",
+    )
+    cluster: ClusterConfig | None = Field(
+        None,
+        description="Section: the Spark cluster. Left out or null: its keys' defaults (profile "
+        "local_standalone, one worker of 1 core and 1g).",
+    )
+    retries: _integer(0, 10) = Field(
+        2,
+        description="Integer from 0 to 10, default 2: Airflow retries per task (exponential back-off, at "
+        "most 10 minutes apart).",
+    )
+    tags: Annotated[tuple[str, ...], BeforeValidator(_check_tags)] = Field(
+        (),
+        description="List of strings, default empty: Airflow DAG tags (at most 100 characters each, no "
+        "duplicates); kafka-delta-elt is always added.",
+    )
+    transform: TransformSection | None = Field(
+        None,
+        description="Optional section: how bronze records become silver rows; without it (the default, or "
+        "null) the pipeline stops at bronze.",
+    )
+    maintenance: MaintenanceConfig | None = Field(
+        None,
+        description="Section: compaction, VACUUM and log checkpoints of the pipeline's tables. Left out or "
+        "null: its keys' defaults (every 50 runs, every operation on). To turn maintenance off, set "
+        "maintenance.every_runs and maintenance.daily_window both to null.",
+    )
+
+    @classmethod
+    def _expected(cls, value: Any) -> str:
+        return "a mapping of pipeline settings (kafka, schedule, ...)"
+
+
+_PIPELINE_FILE = TypeAdapter(PipelineFile)
+
+
+@dataclass(frozen=True)
+class TablesConfig:
+    """Where the records go: :class:`TablesSection` with every location worked out.
+
+    Local paths are absolute; URIs are as written, without a trailing ``/``.
+    """
+
+    lakehouse_root: str
+    bronze_path: str
+    checkpoint_root: str
+    ledger_path: str
+    silver_path: str
+    quarantine_path: str
+    transform_checkpoint_root: str
+    log_retention_days: int = DEFAULT_LOG_RETENTION_DAYS
+    deleted_file_retention_days: int = DEFAULT_DELETED_FILE_RETENTION_DAYS
+
+    def retention_properties(self) -> dict[str, str]:
+        """The Delta table properties the pipeline's tables carry for its retention settings."""
+        return {
+            "delta.logRetentionDuration": f"interval {self.log_retention_days} days",
+            "delta.deletedFileRetentionDuration": f"interval {self.deleted_file_retention_days} days",
+        }
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=_SECTION_CONFIG)
+class PipelineConfig(PipelineFile):
+    """One loaded pipeline: a :class:`PipelineFile` with its name, tables and transform worked out.
+
+    The keys whose value the file states as written (``description``,
+    ``kafka``, ``schedule``, ``data_loss_policy``, ``retries``, ``tags``) are
+    :class:`PipelineFile`'s own fields, with their checks and defaults. The
+    keys below are declared again because their loaded value has another type:
+    ``name`` is always known, ``tables`` has every location worked out, the
+    sections a file may leave out are filled in, and ``transform`` is a
+    :class:`~include.contract.transform_spec.TransformSpec` or ``None``.
+    ``source_path`` is not a key: the file this configuration was loaded
+    from, as shown in error messages.
+    """
+
+    name: str
+    tables: TablesConfig
+    lag: LagConfig = Field(default_factory=LagConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    transform: TransformSpec | None = None
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
+    source_path: str
+
+    @property
+    def consumer_group(self) -> str:
+        """Kafka consumer group mirroring the bronze table's next offsets, for lag tooling."""
+        return CONSUMER_GROUP_PREFIX + self.name
+
+    def ingest_job_args(
+        self, bootstrap_servers: str, run_id: str, run_type: str, summary_path: str
+    ) -> list[str]:
+        """Arguments of ``spark_jobs/kafka_to_bronze.py`` for one run of this pipeline.
+
+        ``bootstrap_servers`` comes from the Airflow connection. Every flag is
+        rendered as ``--flag=value`` so that a value starting with ``-`` (a
+        topic pattern, a run id) is never read as a flag. ``kafka.options`` and
+        the connection's security settings are not rendered: they go to the
+        job through ``--kafka-options-file`` so they never show in a command
+        line.
+        """
+        for arg, value in (
+            ("bootstrap_servers", bootstrap_servers),
+            ("run_id", run_id),
+            ("summary_path", summary_path),
+        ):
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{arg}: expected a non-empty string, got {_describe(value)}")
+        if run_type not in RUN_TYPES:
+            raise ValueError(f"run_type: expected one of {_choices(RUN_TYPES)}, got {_describe(run_type)}")
+        kafka = self.kafka
+        args = [f"--pipeline={self.name}", f"--bootstrap-servers={bootstrap_servers}"]
+        if kafka.topic_pattern is not None:
+            args.append(f"--topic-pattern={kafka.topic_pattern}")
+        else:
+            args.append(f"--topics={','.join(kafka.topics)}")
+        args += [
+            f"--bronze-path={self.tables.bronze_path}",
+            f"--checkpoint-root={self.tables.checkpoint_root}",
+            f"--starting-offsets={kafka.starting_offsets}",
+        ]
+        if kafka.max_offsets_per_trigger is not None:
+            args.append(f"--max-offsets-per-trigger={kafka.max_offsets_per_trigger}")
+        args += [f"--run-id={run_id}", f"--run-type={run_type}", f"--summary-path={summary_path}"]
+        args += [f"--table-property={k}={v}" for k, v in self.tables.retention_properties().items()]
+        return args
