@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from include import settings
-from include.spark import jvm_cds, jvm_deps
+from include.spark import jvm_deps
 from include.tooling import jvm_cds_build
 
 
@@ -15,7 +15,7 @@ from include.tooling import jvm_cds_build
 def cache(tmp_path, monkeypatch) -> Path:
     monkeypatch.setattr(settings, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(jvm_deps, "spark_jars", lambda: [Path("/jars/delta-spark_2.13-4.4.0.jar")])
-    monkeypatch.delenv(jvm_cds.CDS_ENV, raising=False)
+    monkeypatch.delenv(settings.CDS_ENV, raising=False)
     return tmp_path
 
 
