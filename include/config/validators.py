@@ -178,8 +178,10 @@ def _folder(if_null: str | None = None) -> Any:
     def check(value: Any) -> str:
         if value is None and if_null is not None:
             return if_null
-        if not isinstance(value, str) or not value.startswith("/") or "//" in value or ":" in value:
-            raise _invalid("an absolute path (e.g. /mnt/kde)", value)
+        # Whitespace is refused: these paths go into JVM options, where a space would start a second option.
+        if (not isinstance(value, str) or not value.startswith("/") or "//" in value or ":" in value
+                or any(c.isspace() for c in value)):  # fmt: skip
+            raise _invalid("an absolute path without spaces (e.g. /mnt/kde)", value)
         return os.path.normpath(value)
 
     return Annotated[str, BeforeValidator(check)]

@@ -1,7 +1,10 @@
 """Reading a YAML file of the pipeline configuration (a pipeline file or a schema file it names).
 
 PyYAML keeps the last of two equal keys silently; a pipeline file with a key
-written twice is refused instead, with the line of the second one.
+written twice is refused instead, with the line of the second one. Aliases
+(``*name``) are refused too: a few hundred bytes of nested aliases expand to
+millions of values in every process that loads the file (the DAG processor,
+every monitoring page) and in every error message that shows them.
 """
 
 from __future__ import annotations
@@ -55,6 +58,13 @@ def _read_yaml(path: Path, shown: str) -> Any:
 def _parse_yaml(text: str, shown: str) -> Any:
     """The YAML document ``text`` of the file ``shown``; raises :class:`PipelineConfigError` naming the line."""
     try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, yaml.AliasEvent):
+                mark = event.start_mark
+                raise PipelineConfigError(
+                    shown, f"line {mark.line + 1}, column {mark.column + 1}",
+                    f"expected no YAML aliases, got *{event.anchor}; write the value out where it is used",
+                )  # fmt: skip
         return yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader: no arbitrary objects
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

@@ -453,6 +453,10 @@ def test_kubernetes_profile_requires_each_key(tmp_path, key):
     ({"kafka_options_key": "a/b.json"}, "kafka_options_key", "a secret key", "'a/b.json' (str)"),
     ({"image": "my image"}, "image", "a container image reference", "'my image' (str)"),
     ({"app_dir": "opt/kde"}, "app_dir", "an absolute path", "'opt/kde' (str)"),
+    # A space would split spark.driver.extraJavaOptions into a second JVM option.
+    ({"app_dir": "/opt/app -Dlog4j2.configurationFile=/x.xml"}, "app_dir", "an absolute path without spaces",
+     "'/opt/app -Dlog4j2.configurationFile=/x.xml' (str)"),
+    ({"shared_dir": "/mnt/kde\tshared"}, "shared_dir", "an absolute path without spaces", "(str)"),
     ({"shared_dir": "s3a://bucket/x"}, "shared_dir", "an absolute path", "'s3a://bucket/x' (str)"),
     ({"delete_driver_pod": "sometimes"}, "delete_driver_pod", "one of 'on_success', 'always', 'never'",
      "'sometimes' (str)"),

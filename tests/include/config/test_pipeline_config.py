@@ -602,11 +602,22 @@ def test_yaml_syntax_error_names_file_and_line(tmp_path, text, line, problem):
 def test_yaml_merge_keys_are_not_mistaken_for_duplicates(tmp_path):
     # A key given both by a merge (<<) and explicitly is YAML's override idiom, not a duplicate.
     text = (
-        "kafka:\n  connection_id: k\n  topics: &t [o]\nschedule: null\ntags: *t\n"
+        "kafka:\n  connection_id: k\n  topics: [o]\nschedule: null\ntags: [o]\n"
         "cluster:\n  <<: {workers: 2, worker_cores: 3}\n  workers: 3\n"
     )
     cfg = load_pipeline(_write(tmp_path, text))
     assert (cfg.cluster.workers, cfg.cluster.worker_cores, cfg.tags) == (3, 3, ("o",))
+
+
+def test_yaml_aliases_are_refused_before_they_expand(tmp_path):
+    # Nine levels of ten aliases each: 10**9 strings if expanded, from a few hundred bytes.
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    text = "kafka: {connection_id: k, topics: [o]}\nschedule: null\n" + "\n".join(levels) + "\ntags: *a9\n"
+    path = _write(tmp_path, text)
+    message = str(_error(path))
+    assert message == (f"{path}: line 4, column 10: expected no YAML aliases, got *a0; "
+                       "write the value out where it is used")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- valid variants
