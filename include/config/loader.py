@@ -78,9 +78,10 @@ def load_pipelines(
 
     Returns the valid pipelines by name and the errors by file path. One bad
     file never stops the others. Files are read in name order; a pipeline whose
-    name, bronze, silver or quarantine table or checkpoint folder an earlier
-    file already uses is an error of the later file (two pipelines writing one
-    table would corrupt it).
+    name an earlier file already uses, or one of whose tables, checkpoint
+    folders or run ledger is equal to, inside or above any of an earlier
+    file's, is an error of the later file (two pipelines writing one table
+    would corrupt it; one's VACUUM would delete the other's files).
     Hidden files (editor backups) are skipped.
     """
     folder = Path(folder)
@@ -99,39 +100,54 @@ def load_pipelines(
         for p in folder.iterdir()
         if p.suffix in (".yaml", ".yml") and not p.name.startswith(".") and p.is_file()
     )
-    owners: dict[tuple[str, str], str] = {}
+    names: dict[str, str] = {}
+    claimed: list[tuple[str, str, str, str]] = []  # (location, key, pipeline, file) of the pipelines loaded
     for path in files:
         shown = _display_path(path)
         try:
             config = load_pipeline(path)
-            claims = [
-                ("name", "name", config.name),
-                ("bronze table", "tables.bronze_path", config.tables.bronze_path),
-                ("checkpoint folder", "tables.checkpoint_root", config.tables.checkpoint_root),
-                ("silver table", "tables.silver_path", config.tables.silver_path),
-                ("quarantine table", "tables.quarantine_path", config.tables.quarantine_path),
-                (
-                    "transform checkpoint folder",
-                    "tables.transform_checkpoint_root",
-                    config.tables.transform_checkpoint_root,
-                ),
-            ]
-            for what, field_path, value in claims:
-                owner = owners.get((what, value))
-                if owner is not None:
-                    raise PipelineConfigError(
-                        shown,
-                        field_path,
-                        f"expected a {what} no other pipeline uses, got {value!r}, already used by {owner}",
-                    )
-            for what, _, value in claims:
-                owners[(what, value)] = shown
+            if config.name in names:
+                raise PipelineConfigError(
+                    shown,
+                    "name",
+                    f"expected a name no other pipeline uses, got {config.name!r}, already used by {names[config.name]}",
+                )
+            mine = [(getattr(config.tables, key), key) for key, *_ in _TABLE_LOCATIONS]
+            _check_apart(shown, mine, claimed)
+            names[config.name] = shown
+            claimed.extend((location, key, config.name, shown) for location, key in mine)
             configs[config.name] = config
         except PipelineConfigError as exc:
             errors[shown] = str(exc)
         except Exception as exc:  # noqa: BLE001 - a loader bug on one file must not hide every other pipeline
             errors[shown] = f"{shown}: (file): unexpected error while loading: {type(exc).__name__}: {exc}"
     return configs, errors
+
+
+def _check_apart(shown: str, mine: list[tuple[str, str]], claimed: list[tuple[str, str, str, str]]) -> None:
+    """Every location of a pipeline apart from every location of the pipelines loaded before it.
+
+    Equal is not enough to check: a table inside another pipeline's table is
+    listed as that table's files, and the other pipeline's VACUUM deletes them.
+    """
+    for location, key in mine:
+        for other, other_key, pipeline, file in claimed:
+            if location == other:
+                relation = "the same location as"
+            elif _is_within(location, other):
+                relation = "inside"
+            elif _is_within(other, location):
+                relation = "a folder holding"
+            else:
+                continue
+            what = next(w for k, _, w, _ in _TABLE_LOCATIONS if k == key)
+            raise PipelineConfigError(
+                shown,
+                f"tables.{key}",
+                f"expected {what} apart from every location of the other pipelines (neither inside the other), "
+                f"got {location!r}, {relation} tables.{other_key} {other!r} of pipeline {pipeline!r} ({file}); "
+                "give each pipeline its own folders",
+            )
 
 
 def _loaded(file: PipelineFile, shown: str, stem: str) -> PipelineConfig:

@@ -176,8 +176,10 @@ class TablesSection(_Section):
     from the working directory, which differs between Airflow's processes);
     URIs such as ``s3a://bucket/lake`` are kept as written. The six tables and
     folders (bronze, silver, quarantine, ledger and both checkpoint folders)
-    must lie apart: none may be another or sit inside another. The silver ones
-    have their defaults even when the pipeline has no ``transform`` section.
+    must lie apart: none may be another or sit inside another, and none may be,
+    sit inside or hold one of another pipeline's (the later file in name order
+    is refused, naming both). The silver ones have their defaults even when the
+    pipeline has no ``transform`` section.
     """
 
     lakehouse_root: _text("a folder path or URI") = _optional(

@@ -853,14 +853,44 @@ def test_shared_bronze_table_is_an_error_of_the_second_file(tmp_path):
     second = _write(tmp_path, _set("tables.bronze_path", "/lake/shared"), "b.yaml")
     configs, errors = load_pipelines(tmp_path)
     assert list(configs) == ["a"]
-    assert errors[str(second)].startswith(f"{second}: tables.bronze_path: expected a bronze table no other")
+    assert errors[str(second)] == (
+        f"{second}: tables.bronze_path: expected the bronze table apart from every location of the other "
+        "pipelines (neither inside the other), got '/lake/shared', the same location as tables.bronze_path "
+        f"'/lake/shared' of pipeline 'a' ({tmp_path / 'a.yaml'}); give each pipeline its own folders"
+    )
 
 
 def test_shared_checkpoint_folder_is_an_error_of_the_second_file(tmp_path):
     _write(tmp_path, _set("tables.checkpoint_root", "/cp/shared"), "a.yaml")
     second = _write(tmp_path, _set("tables.checkpoint_root", "/cp/shared"), "b.yaml")
     _, errors = load_pipelines(tmp_path)
-    assert errors[str(second)].startswith(f"{second}: tables.checkpoint_root: expected a checkpoint folder")
+    assert errors[str(second)].startswith(f"{second}: tables.checkpoint_root: expected the bronze checkpoint folder "
+                                          "apart from every location of the other pipelines")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "field", "relation"),
+    [
+        # B's bronze inside A's: A's VACUUM would delete B's files.
+        ({"tables.bronze_path": "/tables/a"}, {"tables.bronze_path": "/tables/a/b"}, "bronze_path",
+         "inside tables.bronze_path '/tables/a' of pipeline 'a'"),
+        ({"tables.ledger_path": "/runs"}, {"tables.ledger_path": "/runs"}, "ledger_path",
+         "the same location as tables.ledger_path '/runs' of pipeline 'a'"),
+        ({"tables.bronze_path": "/tables/a"}, {"tables.ledger_path": "/tables/a"}, "ledger_path",
+         "the same location as tables.bronze_path '/tables/a' of pipeline 'a'"),
+        ({"tables.silver_path": "/gold/a/silver"}, {"tables.quarantine_path": "/gold"}, "quarantine_path",
+         "a folder holding tables.silver_path '/gold/a/silver' of pipeline 'a'"),
+    ],
+    ids=["nested-bronze", "shared-ledger", "ledger-on-bronze", "above-silver"],
+)  # fmt: skip
+def test_a_location_inside_equal_to_or_above_another_pipelines_is_refused(tmp_path, a, b, field, relation):
+    first = _write(tmp_path, _config(**{"tables.lakehouse_root": "/lake", **a}), "a.yaml")
+    second = _write(tmp_path, _config(**{"tables.lakehouse_root": "/lake", **b}), "b.yaml")
+    configs, errors = load_pipelines(tmp_path)
+    assert list(configs) == ["a"]
+    assert list(errors) == [str(second)]
+    assert errors[str(second)].startswith(f"{second}: tables.{field}: expected ")
+    assert f"{relation} ({first}); give each pipeline its own folders" in errors[str(second)]
 
 
 def test_unexpected_loader_failure_is_contained_to_its_file(tmp_path, monkeypatch):
@@ -1534,7 +1564,8 @@ def test_shared_silver_table_is_an_error_of_the_second_file(tmp_path):
     second = _write(tmp_path, _set("tables.silver_path", "/lake/shared"), "b.yaml")
     configs, errors = load_pipelines(tmp_path)
     assert list(configs) == ["a"]
-    assert errors[str(second)].startswith(f"{second}: tables.silver_path: expected a silver table no other")
+    assert errors[str(second)].startswith(f"{second}: tables.silver_path: expected the silver table apart from every "
+                                          "location of the other pipelines")  # fmt: skip
 
 
 @pytest.mark.parametrize(("section", "field", "message"), [
