@@ -148,7 +148,9 @@ class KafkaConfig(_Section):
         description="Mapping of extra, non-secret Kafka consumer settings, e.g. max.poll.records: \"500\". "
         "Keys are Kafka's own names without a kafka. prefix; values are strings (quote numbers and "
         "booleans). Settings Spark or the pipeline manage (group.id, auto.offset.reset, isolation.level, "
-        "deserializers, ...) are refused. Default empty. They override the ingestion job's read defaults "
+        "deserializers, ...) are refused, and so are settings that make the client load code or read the "
+        "worker's environment and files (config.providers*, *.class and *.classes keys, interceptors, "
+        "metric.reporters) and ${...} provider references in values. Default empty. They override the ingestion job's read defaults "
         "(max.poll.records 10000, max.partition.fetch.bytes 8388608, receive.buffer.bytes 1048576) and reach "
         "the job through an owner-only file, never its command line.",
     )

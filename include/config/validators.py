@@ -37,6 +37,10 @@ _MEMORY = re.compile(r"^(\d+)([kmgt])b?$", re.IGNORECASE)
 #: Spark refuses executors with less than 1.5 x its 300 MiB reserved memory.
 _MIN_MEMORY_BYTES = 450 * 1024**2
 #: Consumer settings a pipeline file may not set in ``kafka.options``, and why.
+#: Consumer settings that make the Kafka client load a class or read the worker's environment and files
+#: (config providers, interceptors, metric reporters, login and callback handlers): a pipeline file may
+#: be written by someone who must not reach those.
+_CODE_OPTION = re.compile(r"^config\.providers(\.|$)|\.class(es)?$|^metric\.reporters$|interceptor")
 _MANAGED_OPTIONS = {
     "group.id": "the pipeline's consumer group is managed by the pipeline, not by the Spark source",
     "auto.offset.reset": "use kafka.starting_offsets instead",
@@ -257,6 +261,11 @@ def _check_options(value: Any) -> dict[str, str]:
             raise _invalid(expected, key, at=at)
         if key in _MANAGED_OPTIONS:
             raise _invalid("a setting the pipeline does not manage", key, f": {_MANAGED_OPTIONS[key]}", at=at)
+        if _CODE_OPTION.search(key):
+            raise _invalid("a consumer setting that loads no code and reads nothing of the worker", key,
+                           ": config providers, *.class(es) keys, interceptors and metric reporters make the "
+                           "Kafka client load classes or read the environment and files of the machine it "
+                           "runs on; set authentication through the pipeline's Airflow connection", at=at)  # fmt: skip
         if not _OPTION_KEY.fullmatch(key):
             expected = (
                 "a Kafka consumer setting name (lower-case words joined by dots, e.g. 'max.poll.records')"
@@ -265,6 +274,9 @@ def _check_options(value: Any) -> dict[str, str]:
         if not isinstance(setting, str):
             hint = " (quote the value)" if isinstance(setting, (int, float, bool)) else ""
             raise _invalid("a string value", setting, hint, at=at)
+        if "${" in setting:
+            raise _invalid("a literal value, not a config provider reference", setting,
+                           ": ${...} asks a provider for a value of the worker's environment or files", at=at)  # fmt: skip
     return dict(value)
 
 

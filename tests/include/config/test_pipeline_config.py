@@ -240,6 +240,17 @@ BAD_VALUES = [
         "500 (int) (quote the value)",
     ),
     ("kafka.options", {"check.crcs": True}, "kafka.options['check.crcs']", "a string value", "true (bool)"),
+    # Keys that make the client load classes or read the worker's environment and files.
+    *[("kafka.options", {key: value}, f"kafka.options[{key!r}]", "loads no code and reads nothing", repr(key))
+      for key, value in [("config.providers", "env"),
+                         ("config.providers.env.class",
+                          "org.apache.kafka.common.config.provider.EnvVarConfigProvider"),
+                         ("metric.reporters", "com.example.Reporter"),
+                         ("consumer.interceptor", "com.example.Interceptor"),
+                         ("partition.assignment.strategy.class", "x"),
+                         ("key.serializer.classes", "x")]],
+    ("kafka.options", {"client.id": "${env:AIRFLOW__CORE__FERNET_KEY}"}, "kafka.options['client.id']",
+     "a literal value, not a config provider reference", "'${env:AIRFLOW__CORE__FERNET_KEY}' (str)"),
     ("kafka.options", {"group.id": "g"}, "kafka.options['group.id']", "does not manage", "'group.id' (str)"),
     (
         "kafka.options",
