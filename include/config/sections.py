@@ -342,6 +342,19 @@ class MaintenanceConfig(_Section):
         "log cleanup of commits older than tables.log_retention_days runs with it).",
     )
 
+    run_folders_keep_days: _integer(1) = Field(
+        14,
+        description="Positive integer, default 14: a run's folder on the Airflow worker (job summaries, "
+        "logs, executor output, <KDE_VAR_DIR>/runs/<name>/<run>) is removed by record_run once it is older "
+        "than this many days. Never the folder of a run that holds the pipeline's lock or has just written "
+        "to its folder.",
+    )
+    run_folders_keep: _integer(1) = Field(
+        200,
+        description="Positive integer, default 200: record_run also removes the folders of runs older than "
+        "the newest this many, whatever their age.",
+    )
+
     @property
     def enabled(self) -> bool:
         """Whether the pipeline's tables are ever maintained."""

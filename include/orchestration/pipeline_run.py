@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,6 +55,56 @@ def run_folder_name(run_id: str) -> str:
 def run_dir(cfg: PipelineConfig, run_id: str) -> Path:
     """A folder for one run's files (job summary, cluster state, logs) on the Airflow worker."""
     return settings.VAR_DIR / "runs" / cfg.name / run_folder_name(run_id)
+
+
+#: A run folder written to within this many seconds is kept whatever the retention says: its run may
+#: still be going (a run waiting for the lock, a task between retries).
+RECENT_WRITE_S = 3600
+
+
+def _last_write(folder: Path) -> float:
+    """The newest modification time of ``folder`` and its direct entries (a run writes its files there)."""
+    newest = folder.stat().st_mtime
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            try:
+                newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+            except FileNotFoundError:
+                continue
+    return newest
+
+
+def prune_run_folders(cfg: PipelineConfig, *, keep: Iterable[str] = (), now: float | None = None) -> list[str]:
+    """Remove the pipeline's run folders past its retention; returns the folder names removed, oldest first.
+
+    A folder goes once it is older than ``maintenance.run_folders_keep_days``
+    or not among the newest ``maintenance.run_folders_keep``. Never removed:
+    the folders of the runs in ``keep`` (the calling run), of the run holding
+    the pipeline's lock, and any written to in the last :data:`RECENT_WRITE_S`.
+    """
+    import shutil
+    import time
+
+    runs = settings.VAR_DIR / "runs" / cfg.name
+    if not runs.is_dir():
+        return []
+    protected = {run_folder_name(run_id) for run_id in keep}
+    holder = run_lock.holder(run_lock.lock_path(settings.VAR_DIR, cfg.name)) or {}
+    if holder.get("run_id"):
+        protected.add(run_folder_name(str(holder["run_id"])))
+    now = time.time() if now is None else now
+    cutoff = now - cfg.maintenance.run_folders_keep_days * 86400
+    folders = sorted(((_last_write(f), f) for f in runs.iterdir() if f.is_dir() and not f.is_symlink()),
+                     key=lambda item: item[0], reverse=True)  # fmt: skip
+    removed = []
+    for rank, (written, folder) in enumerate(folders):
+        if folder.name in protected or now - written < RECENT_WRITE_S:
+            continue
+        if rank < cfg.maintenance.run_folders_keep and written >= cutoff:
+            continue
+        shutil.rmtree(folder)
+        removed.append(folder.name)
+    return removed[::-1]
 
 
 def take_lock(cfg: PipelineConfig, *, dag_id: str, run_id: str,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import yaml
 
@@ -40,3 +42,58 @@ def test_a_run_keeps_its_folder_and_the_folder_still_reads_as_the_run(cfg):
 
 def test_a_very_long_run_id_still_makes_a_valid_folder_name(cfg):
     assert len(pipeline_run.run_folder_name("r" * 1000).encode()) < 255
+
+
+DAY = 86400.0
+NOW = 1_800_000_000.0
+
+
+def _folder(cfg, run_id: str, age_s: float):
+    """A run's folder with a summary file, both last written ``age_s`` before NOW."""
+    folder = pipeline_run.run_dir(cfg, run_id)
+    folder.mkdir(parents=True)
+    (folder / "ingest-summary.json").write_text("{}")
+    for path in (folder / "ingest-summary.json", folder):
+        os.utime(path, (NOW - age_s, NOW - age_s))
+    return folder
+
+
+def _with_retention(cfg, days: int, runs: int):
+    from dataclasses import replace
+
+    return replace(cfg, maintenance=replace(cfg.maintenance, run_folders_keep_days=days, run_folders_keep=runs))
+
+
+def test_folders_older_than_the_retention_go_and_younger_ones_stay(cfg):
+    cfg = _with_retention(cfg, days=14, runs=200)
+    old = _folder(cfg, "scheduled__old", 20 * DAY)
+    young = _folder(cfg, "scheduled__young", 3 * DAY)
+    assert pipeline_run.prune_run_folders(cfg, now=NOW) == [old.name]
+    assert not old.exists() and young.exists()
+
+
+def test_only_the_newest_runs_are_kept_whatever_their_age(cfg):
+    cfg = _with_retention(cfg, days=365, runs=2)
+    folders = [_folder(cfg, f"manual__{i}", (10 - i) * DAY) for i in range(5)]
+    assert pipeline_run.prune_run_folders(cfg, now=NOW) == [f.name for f in folders[:3]]
+    assert [f.exists() for f in folders] == [False, False, False, True, True]
+
+
+def test_the_calling_run_the_lock_holder_and_a_folder_just_written_are_never_removed(cfg):
+    from include.orchestration import run_lock
+
+    cfg = _with_retention(cfg, days=1, runs=1)
+    mine = _folder(cfg, "manual__mine", 30 * DAY)
+    holder = _folder(cfg, "manual__holder", 30 * DAY)
+    busy = _folder(cfg, "manual__busy", 40 * DAY)
+    (busy / "ingest.log").write_text("still writing")  # a minute ago: its run may still be going
+    os.utime(busy / "ingest.log", (NOW - 60, NOW - 60))
+    gone = _folder(cfg, "manual__gone", 30 * DAY)
+    lock = run_lock.lock_path(settings.VAR_DIR, cfg.name)
+    assert run_lock.acquire(lock, dag_id=cfg.name, run_id="manual__holder", run_state=lambda d, r: None) is None
+    assert pipeline_run.prune_run_folders(cfg, keep=["manual__mine"], now=NOW) == [gone.name]
+    assert mine.exists() and holder.exists() and busy.exists() and not gone.exists()
+
+
+def test_no_runs_folder_yet_removes_nothing(cfg):
+    assert pipeline_run.prune_run_folders(cfg, now=NOW) == []
