@@ -22,6 +22,14 @@ JVMs, pyspark daemons and their python workers) stays in that session, and
 also inherits an environment variable naming this cluster; that is how
 :func:`running_processes` and :func:`stop_standalone` find them, without
 ever touching a process that merely got a recorded pid number again.
+
+The cluster takes only applications that know its secret (``spark.authenticate``):
+a per-cluster secret in ``auth-secret`` (owner-only, removed when the cluster
+stops), which the daemons and executors get through their environment and a
+job's driver through its session's configuration, never a command line that
+``ps`` shows. Otherwise any local user could submit code that runs as the
+Airflow worker. The daemons start with a minimal environment, not the Airflow
+worker's (``AIRFLOW__*`` and cloud credentials stay out).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import argparse
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -57,6 +66,13 @@ DAEMON_JIT_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 #: Environment variable every process of a cluster inherits, set to its cluster id.
 MARKER_ENV = "KDE_SPARK_CLUSTER_ID"
 STATE_FILE = "cluster.json"
+#: The cluster's shared secret, in its run folder (owner-only); see :func:`auth_secret`.
+SECRET_FILE = "auth-secret"
+#: Where Spark's master, workers and executors look for the secret when their configuration has none.
+SECRET_ENV = "_SPARK_AUTH_SECRET"
+#: What a daemon keeps of the calling environment: enough to run Java and Python, nothing of Airflow's.
+_KEPT_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "JAVA_HOME", "VIRTUAL_ENV",
+                       "PYTHONPATH", "PYTHONHASHSEED", "LD_LIBRARY_PATH"})  # fmt: skip
 
 #: Processes started by this Python process, so their exit codes can be read
 #: while starting and they are reaped (not left as zombies) when stopped.
@@ -246,16 +262,20 @@ def _worker_command(
 
 
 def _daemon_env(
-    run_dir: Path, name: str, cluster_id: str, home: Path, base: Mapping[str, str] | None = None
+    run_dir: Path, name: str, cluster_id: str, home: Path, base: Mapping[str, str] | None = None, *,
+    secret: str,
 ) -> dict[str, str]:
-    """Environment of one daemon; its executors and python workers inherit it."""
+    """Environment of one daemon; its executors and python workers inherit it.
+
+    Of the calling environment only :data:`_KEPT_ENV` and ``LC_*`` are kept: an
+    Airflow worker's (``AIRFLOW__*``, cloud credentials, its Spark settings)
+    has no business in processes that run pipeline code, and Spark settings
+    from it would make the cluster depend on where the task happens to run.
+    """
     env = {
         key: value
         for key, value in (os.environ if base is None else base).items()
-        # Spark settings of the calling environment (an Airflow worker's
-        # SPARK_CONF_DIR, SPARK_DAEMON_JAVA_OPTS, SPARK_ENV_LOADED, ...) would
-        # make the cluster depend on where the task happens to run.
-        if not key.startswith(("SPARK_", "PYSPARK_"))
+        if key in _KEPT_ENV or key.startswith("LC_")
     }
     tmp = run_dir / "tmp"
     # java.io.tmpdir: Netty and Jetty unpack files there. No hsperfdata: the
@@ -275,7 +295,10 @@ def _daemon_env(
             "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
             # No port retries: a port taken between choosing and binding must
             # fail the start, not move the master to a port nobody knows.
-            "SPARK_DAEMON_JAVA_OPTS": f"{jvm_opts} -Dspark.port.maxRetries=0",
+            # spark.authenticate: the secret itself comes from SECRET_ENV. No kill links in the web UIs,
+            # which spark.authenticate does not guard.
+            "SPARK_DAEMON_JAVA_OPTS": f"{jvm_opts} -Dspark.port.maxRetries=0 -Dspark.authenticate=true "
+            "-Dspark.ui.killEnabled=false",
             # Spark 4 starts the master's REST submission server by default, on
             # the fixed port 6066: two clusters on one machine would collide.
             "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
@@ -285,6 +308,7 @@ def _daemon_env(
             # For python workers, and anything else that honours it.
             "TMPDIR": str(tmp),
             MARKER_ENV: cluster_id,
+            SECRET_ENV: secret,
         }
     )
     if name.startswith("worker-"):
@@ -421,16 +445,17 @@ def start_standalone(
     deadline = time.monotonic() + timeout_s
     home = spark_home()
     cluster_id = uuid.uuid4().hex
+    secret = _new_secret(run_dir)
     master_port, master_ui_port, *worker_port_pairs = _distinct_free_ports(2 + 2 * workers)
     state = _initial_state(run_dir, home, cluster_id, master_port, master_ui_port,
                            workers=workers, worker_cores=worker_cores, worker_memory=worker_memory)  # fmt: skip
     procs: dict[str, subprocess.Popen] = {}
     try:
-        _start_master(run_dir, state, procs, home, master_port, master_ui_port)
+        _start_master(run_dir, state, procs, home, master_port, master_ui_port, secret)
         # Workers start once the master answers: a worker that cannot reach
         # the master retries only after a back-off of 5 to 15 seconds.
         _wait_ready(run_dir, procs, state["web_ui_url"], {}, deadline, timeout_s)
-        _start_workers(run_dir, state, procs, home, worker_port_pairs)
+        _start_workers(run_dir, state, procs, home, worker_port_pairs, secret)
         _wait_ready(run_dir, procs, state["web_ui_url"], state["worker_ports"], deadline, timeout_s)
     except BaseException as exc:
         try:
@@ -439,6 +464,33 @@ def start_standalone(
             raise ClusterError(f"{exc}\nStopping what had started failed too: {stop_error}") from exc
         raise
     return StandaloneCluster.from_json(state)
+
+
+def _new_secret(run_dir: Path) -> str:
+    """A fresh secret for the cluster in ``run_dir``, written to its :data:`SECRET_FILE` readable by the owner only.
+
+    Created exclusively and without following a link: a file or link left in
+    its place (a failed earlier start) is removed first, never written through.
+    """
+    path = run_dir / SECRET_FILE
+    path.unlink(missing_ok=True)
+    secret = secrets.token_hex(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret)
+    return secret
+
+
+def auth_secret(run_dir: str | Path) -> str | None:
+    """The secret of the cluster whose state is in ``run_dir``; ``None`` when it has none (stopped, or local mode).
+
+    A job's driver sets it as ``spark.authenticate.secret`` in its session, so
+    that it never appears on a command line.
+    """
+    try:
+        return (Path(run_dir) / SECRET_FILE).read_text().strip() or None
+    except FileNotFoundError:
+        return None
 
 
 def _refuse_to_start(run_dir: Path, workers: int, worker_cores: int) -> None:
@@ -481,13 +533,13 @@ def _initial_state(run_dir: Path, home: Path, cluster_id: str, master_port: int,
 
 
 def _start_master(run_dir: Path, state: dict[str, Any], procs: dict[str, subprocess.Popen], home: Path,
-                  master_port: int, master_ui_port: int) -> None:  # fmt: skip
+                  master_port: int, master_ui_port: int, secret: str) -> None:  # fmt: skip
     """Launch the master and record it in ``state`` and the state file (without waiting for it)."""
     procs["master"] = _launch(
         run_dir,
         "master",
         _master_command(home, master_port, master_ui_port),
-        _daemon_env(run_dir, "master", state["cluster_id"], home),
+        _daemon_env(run_dir, "master", state["cluster_id"], home, secret=secret),
     )
     _record(state, "master", procs["master"])
     state["logs"]["master"] = str(_log_path(run_dir, "master"))
@@ -497,7 +549,7 @@ def _start_master(run_dir: Path, state: dict[str, Any], procs: dict[str, subproc
 
 
 def _start_workers(run_dir: Path, state: dict[str, Any], procs: dict[str, subprocess.Popen], home: Path,
-                   worker_port_pairs: list[int]) -> None:  # fmt: skip
+                   worker_port_pairs: list[int], secret: str) -> None:  # fmt: skip
     """Launch each worker on its own port pair and work folder, registering with the master; the state file is
     saved after each, so a stop finds every worker started so far."""
     for i in range(1, state["workers"] + 1):
@@ -517,7 +569,7 @@ def _start_workers(run_dir: Path, state: dict[str, Any], procs: dict[str, subpro
                 work_dir=work_dir,
                 master_url=state["master_url"],
             ),
-            _daemon_env(run_dir, name, state["cluster_id"], home),
+            _daemon_env(run_dir, name, state["cluster_id"], home, secret=secret),
         )
         _record(state, name, procs[name])
         state["worker_ports"][name] = port
@@ -678,7 +730,8 @@ def stop_standalone(run_dir: str | Path, *, timeout_s: float = 30) -> list[int]:
     """
     run_dir = Path(run_dir).resolve()
     state = _load_state(run_dir)
-    if state is None:
+    if state is None:  # a start that failed before saving its state may have left its secret
+        (run_dir / SECRET_FILE).unlink(missing_ok=True)
         return []
     stopped: dict[int, int] = {}
     left = _find(state)
@@ -710,11 +763,11 @@ def remove_scratch(run_dir: str | Path) -> int:
     That is each executor's copy of the application's jars and files
     (``worker-<i>/<app>/<executor>/`` but its ``stdout`` and ``stderr``), the
     scratch and shuffle folders (``local/``) and the JVMs' temporary files
-    (``tmp/``). Logs, ``conf/`` and ``cluster.json`` stay. Best effort: a file
+    (``tmp/``), and the cluster's secret. Logs, ``conf/`` and ``cluster.json`` stay. Best effort: a file
     that cannot be removed stays where it is and costs only its space.
     """
     run_dir = Path(run_dir)
-    doomed = [run_dir / "local", run_dir / "tmp"]
+    doomed = [run_dir / "local", run_dir / "tmp", run_dir / SECRET_FILE]
     for executor in run_dir.glob("worker-*/*/*"):
         if executor.is_dir():
             doomed.extend(entry for entry in executor.iterdir() if entry.name not in EXECUTOR_LOGS)

@@ -143,7 +143,7 @@ def test_commands(tmp_path):
 
 def test_daemon_env_keeps_everything_in_the_run_dir(tmp_path):
     base = {"PATH": "/usr/bin", "HOME": "/home/x", "SPARK_CONF_DIR": "/etc/spark", "SPARK_ENV_LOADED": "1"}
-    env = _daemon_env(tmp_path, "worker-2", "abc", Path("/opt/spark"), base)
+    env = _daemon_env(tmp_path, "worker-2", "abc", Path("/opt/spark"), base, secret="s3cret")
     assert env["PATH"] == "/usr/bin"
     assert "SPARK_ENV_LOADED" not in env
     assert env["SPARK_HOME"] == "/opt/spark"
@@ -156,7 +156,35 @@ def test_daemon_env_keeps_everything_in_the_run_dir(tmp_path):
     assert f"-Djava.io.tmpdir={tmp_path}" in env["SPARK_DAEMON_JAVA_OPTS"]
     assert "-Dspark.port.maxRetries=0" in env["SPARK_DAEMON_JAVA_OPTS"]
     assert "-XX:TieredStopAtLevel=1" in env["SPARK_DAEMON_JAVA_OPTS"]  # a daemon lives one run: C1
-    assert "SPARK_WORKER_DIR" not in _daemon_env(tmp_path, "master", "abc", Path("/opt/spark"), base)
+    assert "SPARK_WORKER_DIR" not in _daemon_env(tmp_path, "master", "abc", Path("/opt/spark"), base, secret="s")
+
+
+def test_daemons_get_the_secret_by_environment_and_nothing_of_the_airflow_worker(tmp_path):
+    base = {"PATH": "/usr/bin", "HOME": "/home/x", "LC_ALL": "C.UTF-8", "JAVA_HOME": "/jdk",
+            "AIRFLOW__CORE__FERNET_KEY": "fernet", "AWS_SECRET_ACCESS_KEY": "aws", "KDE_KAFKA_SASL_PASSWORD": "pw",
+            "PYSPARK_SUBMIT_ARGS": "--conf x=y"}  # fmt: skip
+    env = _daemon_env(tmp_path, "master", "abc", Path("/opt/spark"), base, secret="s3cret")
+    assert {k: env[k] for k in ("PATH", "HOME", "LC_ALL", "JAVA_HOME")} == {
+        "PATH": "/usr/bin", "HOME": "/home/x", "LC_ALL": "C.UTF-8", "JAVA_HOME": "/jdk"}  # fmt: skip
+    assert not {"AIRFLOW__CORE__FERNET_KEY", "AWS_SECRET_ACCESS_KEY", "KDE_KAFKA_SASL_PASSWORD",
+                "PYSPARK_SUBMIT_ARGS"} & set(env)  # fmt: skip
+    assert env[spark_cluster.SECRET_ENV] == "s3cret"
+    assert "-Dspark.authenticate=true" in env["SPARK_DAEMON_JAVA_OPTS"]
+    assert "s3cret" not in " ".join(v for k, v in env.items() if k != spark_cluster.SECRET_ENV)
+
+
+def test_a_new_secret_is_owner_only_and_replaces_a_link_instead_of_writing_through_it(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("keep")
+    (tmp_path / spark_cluster.SECRET_FILE).symlink_to(target)
+    secret = spark_cluster._new_secret(tmp_path)
+    path = tmp_path / spark_cluster.SECRET_FILE
+    assert not path.is_symlink() and path.stat().st_mode & 0o777 == 0o600
+    assert spark_cluster.auth_secret(tmp_path) == secret and len(secret) == 64
+    assert target.read_text() == "keep"
+    assert spark_cluster._new_secret(tmp_path) != secret
+    spark_cluster.remove_scratch(tmp_path)
+    assert spark_cluster.auth_secret(tmp_path) is None
 
 
 def test_cluster_json_round_trip_ignores_bookkeeping():
