@@ -35,6 +35,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from include.contract.errors import PipelineError, TransformError, batch_failure
 from include.contract.transform_spec import (
     COUNT_KEYS,
     SCHEMA_KIND,
@@ -61,7 +62,6 @@ from spark_jobs.job_common import (
     job_main,
     parse_table_properties,
     positive,
-    root_message,
     txn_versions,
     with_user_metadata,
     write_summary,
@@ -69,13 +69,6 @@ from spark_jobs.job_common import (
 from spark_jobs.value_formats import ValueSchemaError, ValueSchemas, read_registry_file
 
 log = logging.getLogger("bronze_to_silver")
-#: Our errors, as found in Spark's wrapping of a failed batch.
-_ERROR_MARKERS = ("TransformError: ", "ValueSchemaError: ")
-
-
-
-class TransformError(RuntimeError):
-    """The transform cannot go on; the message says where and why."""
 
 
 @dataclass(frozen=True)
@@ -360,12 +353,22 @@ class SilverBatchWriter:
         self.fields = fields
         self.summary = summary
         self.values = values
+        #: The error a batch raised, kept as it was: Spark re-raises it as a JVM trace.
+        self.error: PipelineError | None = None
 
     def _already_committed(self, batch_id: int) -> bool:
         last = self.last
         return last is not None and last.epoch == self.plan.epoch and batch_id <= last.batch_id
 
     def __call__(self, df, batch_id: int) -> None:
+        try:
+            self._write(df, batch_id)
+        except PipelineError as exc:
+            # Spark hands the job only a JVM trace of this; the job's top level reports the error itself.
+            self.error = exc
+            raise
+
+    def _write(self, df, batch_id: int) -> None:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
@@ -625,7 +628,7 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
         try:
             query.awaitTermination()
         except Exception as exc:  # StreamingQueryException carries the batch's cause
-            raise TransformError(f"transform of pipeline {cfg.pipeline!r} failed: {root_message(exc, _ERROR_MARKERS)}") from exc
+            raise batch_failure(TransformError, "transform", cfg.pipeline, writer.error, exc) from exc
     for path in (cfg.silver_path, cfg.quarantine_path):
         properties_set = apply_table_properties(spark, path, cfg.table_properties)
         if properties_set:

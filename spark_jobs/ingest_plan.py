@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from include.contract.errors import JobConfigError
 from include.contract.offsets import (
     BronzeCommit,
     Gap,
@@ -46,10 +47,6 @@ CONSUMER_DEFAULTS: dict[str, str] = {
 #: files show PLAIN only). Asking for plain encoding up front skips the attempt; the bytes on
 #: disk are the same (Parquet's ``parquet.enable.dictionary#<column>``).
 NO_DICTIONARY_COLUMNS: tuple[str, ...] = ("value", "offset", "timestamp")
-
-
-class JobConfigError(ValueError):
-    """A job argument is missing or of the wrong type; the message names the argument."""
 
 
 @dataclass(frozen=True)

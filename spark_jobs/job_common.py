@@ -318,13 +318,19 @@ def failpoint(stage: str, batch_id: int) -> None:
         os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
-def root_message(exc: BaseException, markers: tuple[str, ...]) -> str:
-    """Our own error message out of Spark's wrapping of a failed ``foreachBatch`` (a long JVM trace)."""
-    text = str(exc)
-    for marker in markers:
-        if marker in text:
-            return marker + text.split(marker, 1)[1].split("\n", 1)[0]
-    return text.split("\n", 1)[0][:2000]
+def write_failure(job: str, cfg: Any, exc: BaseException) -> None:
+    """Write the job's failure, as data, where its summary would have gone (nothing without a path).
+
+    The task reads it back and raises the same error class with the same
+    fields (:func:`include.contract.errors.summary_failure`): an error crosses
+    to Airflow as fields, not as a line of a log to search.
+    """
+    from include.contract.errors import as_pipeline_error, failure_summary
+
+    pipeline = getattr(cfg, "pipeline", None)
+    error = as_pipeline_error(exc, pipeline=pipeline)
+    write_summary(getattr(cfg, "summary_path", None),
+                  failure_summary(error, pipeline=str(pipeline), run_id=str(getattr(cfg, "run_id", "")), job=job))
 
 
 def write_summary(path: str | None, summary: dict) -> None:
@@ -370,6 +376,7 @@ def job_main(step: JobStep, argv: list[str] | None) -> int:
         result = step.run(spark, cfg)
     except step.failure as exc:
         print(f"{step.name}: {exc}", file=sys.stderr)
+        write_failure(step.name, cfg, exc)
         return 1
     finally:
         spark.stop()

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from include.contract.errors import BackfillError
 from include.contract.offsets import BackfillCommit, BackfillRange, OffsetError, PositionMap
 from spark_jobs.ingest_plan import JobConfigError, read_kafka_options_file
 from spark_jobs.job_common import (
@@ -73,10 +74,6 @@ def merge_conflicts() -> tuple[type[Exception], ...]:
         conflicts.ProtocolChangedException,
         conflicts.DeltaConcurrentModificationException,
     )
-
-
-class BackfillError(RuntimeError):
-    """The backfill cannot be carried out as asked; nothing was written."""
 
 
 @dataclass(frozen=True)

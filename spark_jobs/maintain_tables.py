@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from include.contract.errors import MaintenanceConfigError, MaintenanceError
 from spark_jobs.job_common import JobArgumentParser, JobStep, delta_snapshot, job_main, write_summary
 
 #: The tables a pipeline may maintain, in the order they are done.
@@ -43,14 +44,6 @@ PROGRESS_CONFS = (
     "spark.databricks.delta.write.txnAppId",
     "spark.databricks.delta.write.txnVersion",
 )
-
-
-class MaintenanceConfigError(ValueError):
-    """A job argument is missing or malformed; the message names the argument."""
-
-
-class MaintenanceError(RuntimeError):
-    """Maintenance could not be done, or wrote a commit that could pass for progress."""
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic_core import ArgsKwargs, PydanticCustomError, PydanticUseDefault
 
 from include import settings
+from include.contract.errors import PipelineError
 from include.contract.maintenance import Window
 from include.contract.transform_spec import (
     DEFAULT_MAX_VALUE_BYTES,
@@ -221,7 +222,7 @@ _SCHEDULE_EXPECTED = (
 )
 
 
-class PipelineConfigError(ValueError):
+class PipelineConfigError(PipelineError, ValueError):
     """A pipeline file is invalid. The message is ``<file>: <field>: <what was expected, what was found>``.
 
     One line per problem: ``file``, ``field`` and ``problem`` are the first

@@ -69,6 +69,7 @@ from datetime import datetime
 from pathlib import Path
 
 from include import settings
+from include.contract.errors import PipelineError
 from include.readers.kafka_admin import create_topic, delete_topic, watermarks
 from include.spark.spark_submit import submit_command, submit_environment
 from include.tooling import airflow_local, local_kafka
@@ -118,7 +119,7 @@ _PLAIN_TRIGGERS = re.compile(r"plain_kafka_to_delta: trigger_ms=([0-9,]*)")
 _PROGRESS_MARKER = "Streaming query made progress: "
 
 
-class BenchmarkError(RuntimeError):
+class BenchmarkError(PipelineError, RuntimeError):
     """A measurement failed or ingested the wrong number of records."""
 
 

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
+from include.contract.errors import PipelineError
+
 FORMATS = ("json", "avro")
 ORDER_SCHEMA = {
     "type": "record", "name": "Order", "namespace": "bench.shop",
@@ -43,7 +45,7 @@ ORDER_SCHEMA = {
 }  # fmt: skip
 
 
-class FormatsBenchError(RuntimeError):
+class FormatsBenchError(PipelineError, RuntimeError):
     """A transform failed, or the two formats did not give the same silver."""
 
 

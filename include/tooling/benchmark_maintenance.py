@@ -27,13 +27,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from include.contract.errors import PipelineError
+
 #: The two pipelines: maintained, and never.
 VARIANTS = ("maintained", "never")
 #: The tables whose files are counted.
 TABLES = ("bronze", "silver", "quarantine", "ledger")
 
 
-class MaintenanceBenchError(RuntimeError):
+class MaintenanceBenchError(PipelineError, RuntimeError):
     """A run of the benchmark failed its checks or its job."""
 
 
