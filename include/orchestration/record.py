@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from include.config.pipeline_config import PipelineConfig
+from include.contract.errors import ERROR_XCOM_KEY, PipelineError
 
 #: Task states that make a run a failure (the record task itself excluded).
 _FAILED = ("failed", "upstream_failed")
@@ -34,6 +35,7 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
     cluster = xcoms.get("start_cluster") or {}
     request = xcoms.get("check_request") or {}
     failed = sorted(t for t, s in states.items() if s in _FAILED and t != "record_run")
+    error = None
     if failed:
         outcome = "failed"
         first = [t for t in failed if states[t] == "failed"] or failed
@@ -44,6 +46,9 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
             reason += ": " + " | ".join(checked["blocking"])
         if "check_continuity" in first and continuity:
             reason += ": " + " | ".join(continuity["violations"])
+        error = _job_error(first, xcoms)
+        if error is not None:
+            reason += f": {type(error).__name__}: {error}"
     elif states.get("wait_for_lag") == "skipped":
         nothing = request.get("action", "normal") != "normal"
         outcome, reason = "skipped", "nothing to backfill in the window" if nothing else "no new records"
@@ -103,7 +108,21 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
         "tasks_json": states,
         "params_json": params,
         "request_json": request or None,
+        "error_json": error.to_dict() if error is not None else None,
     }
+
+
+#: The job tasks whose failure leaves the job's error in XCom (include/orchestration/spark_operator.py).
+JOB_TASKS = ("ingest", "transform", "maintain")
+
+
+def _job_error(failed: list[str], xcoms: dict[str, Any]) -> PipelineError | None:
+    """The error of the first failed job task, rebuilt from its fields (XCom ``<task>_error``), or ``None``."""
+    for task in failed:
+        data = xcoms.get(f"{task}_error") if task in JOB_TASKS else None
+        if isinstance(data, dict):
+            return PipelineError.from_dict(data)
+    return None
 
 
 def _maintenance(preflight: dict, tables: dict | None, ledger: dict | None, states: dict[str, str]) -> dict | None:
@@ -193,6 +212,7 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
         "check_continuity": _xcom(ti, "check_continuity"),
         "continuity_failed": _xcom(ti, "check_continuity", "failed_report"),
         "maintain": _xcom(ti, "maintain"),
+        **{f"{task}_error": _xcom(ti, task, ERROR_XCOM_KEY) for task in JOB_TASKS},
     }
     xcoms["maintain_ledger"] = maintain_ledger(cfg)
     lag_after = None

@@ -41,6 +41,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from include.config.pipeline_config import KubernetesConfig, PipelineConfig
+from include.contract.errors import ERROR_XCOM_KEY, PipelineError, summary_failure
 
 APPLICATION = "spark_jobs/kafka_to_bronze.py"
 BACKFILL_APPLICATION = "spark_jobs/kafka_backfill.py"
@@ -460,7 +461,11 @@ class SparkJobOperator(BaseOperator):
                 ok = True
             except Exception as exc:
                 if not self.done_despite(exc, summary_path):
-                    raise
+                    failure = self._job_failure(summary_path)
+                    if failure is None:
+                        raise
+                    self._report_failure(context, failure)
+                    raise failure from exc
             finally:
                 if in_pod and pod_base:
                     self._delete_driver_pod(f"{pod_base}-driver", succeeded=ok)
@@ -472,6 +477,24 @@ class SparkJobOperator(BaseOperator):
         summary = json.loads(summary_path.read_text())
         print(self.summary_line(summary))
         return summary
+
+    def _job_failure(self, summary_path: Path) -> PipelineError | None:
+        """The error the job wrote to its summary file when it failed (as data), or ``None``."""
+        try:
+            return summary_failure(json.loads(summary_path.read_text()))
+        except (OSError, ValueError):
+            return None
+
+    def _report_failure(self, context: Any, failure: PipelineError) -> None:
+        """The task log's lines for a job's error, from its fields, and the error in XCom ``error`` for
+        ``record_run`` (the run ledger and the monitor render it from there)."""
+        fields = {k: v for k, v in failure.fields().items() if v is not None and k != "cause"}
+        self.log.error("%s failed: %s: %s", self.task_id, type(failure).__name__, failure)
+        if fields:
+            self.log.error("error fields: %s", ", ".join(f"{k}={v}" for k, v in fields.items()))
+        ti = context.get("ti")
+        if ti is not None and hasattr(ti, "xcom_push"):
+            ti.xcom_push(key=ERROR_XCOM_KEY, value=failure.to_dict())
 
     def _delete_driver_pod(self, pod: str, *, succeeded: bool) -> None:
         """Profile ``kubernetes``: Spark deleted the executor pods; the finished driver pod goes too, by policy."""
@@ -588,7 +611,7 @@ class IngestOperator(SparkJobOperator):
     def done_despite(self, exc: BaseException, summary_path: Path) -> bool:
         """The application failed after this step wrote its summary (so after its last commit): the
         step is done; each later task finds no outcome of its own step and submits it alone."""
-        if not getattr(self, "_later", False) or not summary_path.exists():
+        if not getattr(self, "_later", False) or not summary_path.exists() or self._job_failure(summary_path):
             return False
         self.log.warning("the run's Spark application failed after the ingest step finished (%s); bronze "
                          "stands as the summary says, and each later task submits its step alone", exc)  # fmt: skip
@@ -656,13 +679,18 @@ class LaterStepOperator(SparkJobOperator):
                 error = json.loads(error_path.read_text())
                 if error.get("traceback"):
                     self.log.error("%s", error["traceback"])
+                data = error.get("failure")
+                failure = PipelineError.from_dict(data) if isinstance(data, dict) else PipelineError(
+                    str(error.get("error")), pipeline=self.pipeline.name)  # fmt: skip
+                self._report_failure(context, failure)
+                # An AirflowException (the task may retry: alone, the step may pass) caused by the step's own error.
                 raise AirflowException(
                     f"{self.task_id} of pipeline {self.pipeline.name!r} failed in the run's Spark application: "
                     f"{error.get('error')} ({self.after_failure}; a retry of this task submits it alone)"
-                )
+                ) from failure
             if summary_path.exists():
                 summary = json.loads(summary_path.read_text())
-                if summary.get("run_id") == context["run_id"]:
+                if summary.get("run_id") == context["run_id"] and summary_failure(summary) is None:
                     print(self.summary_line(summary) + " (ran in the ingest task's Spark application)")
                     return summary
             self.log.info("the run's Spark application did not reach the %s step; submitting it alone", self.task_id)

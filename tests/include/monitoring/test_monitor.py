@@ -215,3 +215,15 @@ def test_the_kafka_deadline_counts_from_the_first_kafka_call_not_from_the_tables
     snap = monitor.pipeline_snapshot(cfg, {"bootstrap.servers": "127.0.0.1:1"}, timeout_s=2.0)
     assert snap["kafka"]["ok"] is False
     assert len(given) == 1 and given[0] > 1.5, given
+
+
+def test_a_failed_runs_recorded_error_names_the_action_that_fixes_it():
+    from include.contract.offsets import OffsetError
+
+    error = OffsetError("refusing to write", topic="t", partition=1, action="rebuild_checkpoint")
+    row = {"run_id": "r1", "outcome": "failed", "reason": "failed at ingest", "error_json": error.to_dict()}
+    view = monitor._run_view(row, "orders")
+    assert view["error"]["class"] == "OffsetError" and view["error"]["fields"]["partition"] == 1
+    health = monitor._health(_snap(last_run={**view, "continuity": "not checked", "quarantined": None}))
+    assert "to fix it, trigger the pipeline with action 'rebuild_checkpoint'" in health["reasons"]
+    assert monitor._run_view({"run_id": "r2"}, "orders")["error"] is None
