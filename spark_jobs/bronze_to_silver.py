@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from include.contract.errors import PipelineError, TransformError, batch_failure
+from include.contract.jobs import TransformArgs, quarantine_app_id
 from include.contract.transform_spec import (
     COUNT_KEYS,
     SCHEMA_KIND,
@@ -53,7 +54,6 @@ from include.contract.transform_spec import (
 )
 from include.readers import spark_checkpoint
 from spark_jobs.job_common import (
-    JobArgumentParser,
     JobStep,
     apply_table_properties,
     confirm_newest_commit,
@@ -61,7 +61,6 @@ from spark_jobs.job_common import (
     failpoint,
     job_main,
     parse_table_properties,
-    positive,
     txn_versions,
     with_user_metadata,
     write_summary,
@@ -92,21 +91,13 @@ class TransformConfig:
 
 def parse_config(argv: list[str]) -> TransformConfig:
     """Arguments → :class:`TransformConfig`; the spec comes as a JSON file written by the operator."""
-    p = JobArgumentParser(prog="bronze_to_silver", error_type=TransformError)
-    for name in ("pipeline", "bronze-path", "silver-path", "quarantine-path", "checkpoint-root", "spec-file",
-                 "run-id"):  # fmt: skip
-        p.add_argument(f"--{name}", required=True)
-    p.add_argument("--summary-path")
-    p.add_argument("--max-files-per-trigger", type=positive(int))
-    p.add_argument("--table-property", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--registry-file", help="JSON {url, username, password} of the schema registry")
-    a = p.parse_args(argv)
+    a = TransformArgs.from_args(argv)
     try:
         spec = TransformSpec.from_json(json.loads(Path(a.spec_file).read_text()))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise TransformError(f"{a.spec_file}: cannot read the transform spec: {exc}") from None
     try:
-        properties = parse_table_properties(a.table_property)
+        properties = parse_table_properties(list(a.table_property))
     except ValueError as exc:
         raise TransformError(str(exc)) from None
     return TransformConfig(a.pipeline, a.bronze_path, a.silver_path, a.quarantine_path, a.checkpoint_root,
@@ -465,7 +456,7 @@ class SilverBatchWriter:
             if quarantined:
                 (
                     quarantine.write.format("delta").mode("append")
-                    .option("txnAppId", f"kde-quarantine.{cfg.pipeline}.e{self.plan.epoch}")
+                    .option("txnAppId", quarantine_app_id(cfg.pipeline, self.plan.epoch))
                     .option("txnVersion", batch_id)
                     .option("userMetadata", commit.to_user_metadata())
                     .save(cfg.quarantine_path)

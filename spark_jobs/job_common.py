@@ -8,10 +8,8 @@ Both can be killed right after that commit for crash tests.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import math
 import os
 import signal
 import sys
@@ -20,7 +18,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
+
+from include.contract.jobs import ContractArgumentParser
+from include.contract.jobs import positive as positive  # the jobs' argparse type, by its old name
 
 log = logging.getLogger("kde_jobs")
 
@@ -216,40 +217,8 @@ def confirm_newest_commit(spark, path: str, parse: Parser, epoch: int, batch_id:
     return int(row["version"]), row["operation"], dict(row["operationMetrics"] or {})
 
 
-class JobArgumentParser(argparse.ArgumentParser):
-    """A job's command line: ``argparse``, but a bad argument raises ``error_type`` instead of exiting.
-
-    A job's caller (:func:`job_main`, ``run_steps``) prints the message and
-    exits 2 before any session starts. Plain ``argparse`` prints its usage and
-    calls ``sys.exit(2)`` itself, and on Python 3.11 ``exit_on_error=False``
-    still does so for a missing or unknown argument, so the caller saw only
-    ``SystemExit(2)`` and printed "bad argument: 2". ``--help`` prints and
-    exits 0 as usual.
-    """
-
-    def __init__(self, *args: Any, error_type: type[Exception], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.error_type = error_type
-
-    def error(self, message: str) -> NoReturn:
-        """Raise ``error_type`` with argparse's message, which names the argument and what it expected."""
-        raise self.error_type(f"{message} (--help lists the arguments of {self.prog})")
-
-
-def positive(cast: type[int] | type[float]) -> Callable[[str], int | float]:
-    """An argparse ``type``: a positive, finite ``cast`` (argparse puts the argument's name before the error)."""
-    expected = "a positive integer" if cast is int else "a positive number"
-
-    def parse(text: str) -> int | float:
-        try:
-            value = cast(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-        if not math.isfinite(value) or value <= 0:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
-        return value
-
-    return parse
+#: A job's argparser (the contract's: a bad argument raises the job's error instead of exiting).
+JobArgumentParser = ContractArgumentParser
 
 
 def parse_table_properties(pairs: list[str], flag: str = "--table-property") -> dict[str, str]:

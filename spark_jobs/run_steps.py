@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from include.contract.errors import PipelineError, StepsFileError, as_pipeline_error
-from spark_jobs.job_common import JobArgumentParser, JobStep, build_session, configure_logging, write_failure
+from include.contract.jobs import StepsArgs
+from spark_jobs.job_common import JobStep, build_session, configure_logging, write_failure
 
 #: The jobs a run's application can run, by name (each module's ``STEP``).
 JOBS = {
@@ -85,11 +86,8 @@ def read_steps(path: str) -> tuple[str, list[tuple[str, list[str], str | None]]]
 def main(argv: list[str] | None = None) -> int:
     """Entry point: read every step's arguments, start one session, run the steps in order."""
     configure_logging()
-    p = JobArgumentParser(prog="run_steps", description="Run a run's job steps in one Spark application.",
-                          error_type=StepsFileError)  # fmt: skip
-    p.add_argument("--steps-file", required=True, help="JSON: the pipeline and each step's job and arguments")
     try:
-        a = p.parse_args(sys.argv[1:] if argv is None else argv)
+        a = StepsArgs.from_args(sys.argv[1:] if argv is None else argv)
         pipeline, raw = read_steps(a.steps_file)
     except StepsFileError as exc:
         print(f"run_steps: bad argument: {exc}", file=sys.stderr)

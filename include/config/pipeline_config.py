@@ -68,6 +68,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic_core import ArgsKwargs, PydanticCustomError, PydanticUseDefault
 
 from include import settings
+from include.contract import jobs
 from include.contract.errors import PipelineError
 from include.contract.maintenance import Window
 from include.contract.transform_spec import (
@@ -109,16 +110,14 @@ DRIVER_POD_DELETION = ("on_success", "always", "never")
 #: Airflow's cron presets (``airflow.utils.dates.cron_presets``). ``@once`` and
 #: ``@continuous`` are left out: a pipeline runs on a cron or by hand (null).
 SCHEDULE_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
-#: ``--run-type`` choices of ``spark_jobs/kafka_to_bronze.py``; a unit test keeps
-#: this equal to ``spark_jobs.ingest_plan.RUN_TYPES`` (not imported here so that
-#: loading configs at DAG-parse time stays free of the job's modules).
-RUN_TYPES = ("scheduled", "manual", "backfill", "rebuild_checkpoint")
+#: ``--run-type`` choices of ``spark_jobs/kafka_to_bronze.py``, defined once in the job's contract.
+RUN_TYPES = jobs.RUN_TYPES
 
 #: Same rule as the job's ``--pipeline`` (``spark_jobs.ingest_plan``), which is
 #: also a valid Airflow dag_id (``^[\w.-]+$``, at most 250 characters); the
 #: length cap leaves room for a prefix or suffix the DAG factory may add.
 NAME_MAX_LEN = 200
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_NAME = jobs.PIPELINE_NAME
 #: Kafka's legal topic names (``org.apache.kafka.common.internals.Topic``).
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 #: Airflow's ``RE_SANITIZE_CONN_ID`` and ``CONN_ID_MAX_LEN``.
@@ -1770,40 +1769,9 @@ class PipelineConfig:
     def ingest_job_args(
         self, bootstrap_servers: str, run_id: str, run_type: str, summary_path: str
     ) -> list[str]:
-        """Arguments of ``spark_jobs/kafka_to_bronze.py`` for one run of this pipeline.
-
-        ``bootstrap_servers`` comes from the Airflow connection. Every flag is
-        rendered as ``--flag=value`` so that a value starting with ``-`` (a
-        topic pattern, a run id) is never read as a flag. ``kafka.options`` and
-        the connection's security settings are not rendered: they go to the
-        job through ``--kafka-options-file`` so they never show in a command
-        line.
-        """
-        for arg, value in (
-            ("bootstrap_servers", bootstrap_servers),
-            ("run_id", run_id),
-            ("summary_path", summary_path),
-        ):
-            if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{arg}: expected a non-empty string, got {_describe(value)}")
-        if run_type not in RUN_TYPES:
-            raise ValueError(f"run_type: expected one of {_choices(RUN_TYPES)}, got {_describe(run_type)}")
-        kafka = self.kafka
-        args = [f"--pipeline={self.name}", f"--bootstrap-servers={bootstrap_servers}"]
-        if kafka.topic_pattern is not None:
-            args.append(f"--topic-pattern={kafka.topic_pattern}")
-        else:
-            args.append(f"--topics={','.join(kafka.topics)}")
-        args += [
-            f"--bronze-path={self.tables.bronze_path}",
-            f"--checkpoint-root={self.tables.checkpoint_root}",
-            f"--starting-offsets={kafka.starting_offsets}",
-        ]
-        if kafka.max_offsets_per_trigger is not None:
-            args.append(f"--max-offsets-per-trigger={kafka.max_offsets_per_trigger}")
-        args += [f"--run-id={run_id}", f"--run-type={run_type}", f"--summary-path={summary_path}"]
-        args += [f"--table-property={k}={v}" for k, v in self.tables.retention_properties().items()]
-        return args
+        """Arguments of ``spark_jobs/kafka_to_bronze.py`` for one run of this pipeline (its contract renders them)."""
+        return jobs.IngestArgs.for_pipeline(self, bootstrap_servers=bootstrap_servers, run_id=run_id,
+                                            run_type=run_type, summary_path=summary_path).to_args()
 
 
 # --------------------------------------------------------------------------- loading

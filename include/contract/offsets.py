@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from include.contract.errors import PipelineError
+from include.contract.jobs import bronze_app_id
 
 #: Marks our commit metadata, and its version, among other writers' commits.
 COMMIT_FORMAT = "kafka-delta-elt/bronze-commit"
@@ -293,7 +294,7 @@ def txn_app_id(pipeline: str, epoch: int) -> str:
     write whose ``txnVersion`` is not above the one recorded for its app id,
     so each checkpoint gets its own app id.
     """
-    return f"kafka-delta-elt:{pipeline}:bronze:epoch-{epoch}"
+    return bronze_app_id(pipeline, epoch)
 
 
 #: Marks the metadata of a backfill's commit; such a commit is not progress of the chain.

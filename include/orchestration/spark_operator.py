@@ -35,6 +35,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -42,6 +43,7 @@ from airflow.sdk import BaseOperator
 
 from include.config.pipeline_config import KubernetesConfig, PipelineConfig
 from include.contract.errors import ERROR_XCOM_KEY, PipelineError, summary_failure
+from include.contract.jobs import BackfillArgs, IngestArgs, MaintainArgs, StepsArgs, TransformArgs
 
 APPLICATION = "spark_jobs/kafka_to_bronze.py"
 BACKFILL_APPLICATION = "spark_jobs/kafka_backfill.py"
@@ -557,28 +559,23 @@ class IngestOperator(SparkJobOperator):
             request_file = folder / "backfill-request.json"
             request_file.write_text(json.dumps({k: plan.get(k) for k in
                                                 ("action", "reason", "requested_by", "ranges", "time_range")}))  # fmt: skip
-            args = [
-                f"--pipeline={cfg.name}", f"--bootstrap-servers={client['bootstrap.servers']}",
-                f"--bronze-path={cfg.tables.bronze_path}", f"--request-file={request_file}",
-                f"--run-id={context['run_id']}", f"--run-type={'backfill' if run_type == 'backfill' else 'manual'}",
-                f"--summary-path={summary_path}",
-            ]  # fmt: skip
-            if options_file:
-                args.append(f"--kafka-options-file={options_file}")
-            return args, private
+            return BackfillArgs(
+                pipeline=cfg.name, bootstrap_servers=client["bootstrap.servers"], bronze_path=cfg.tables.bronze_path,
+                request_file=str(request_file), run_id=context["run_id"],
+                run_type="backfill" if run_type == "backfill" else "manual", summary_path=str(summary_path),
+                kafka_options_file=options_file or None,
+            ).to_args(), private  # fmt: skip
         preflight = context["ti"].xcom_pull(task_ids=self.preflight_task_id) or {}
         preflight_file = folder / "preflight.json"
         preflight_file.write_text(json.dumps(preflight.get("job_file") or {}))
         rebuild = plan.get("action") == manual_ops.REBUILD_CHECKPOINT
-        args = cfg.ingest_job_args(client["bootstrap.servers"], context["run_id"],
-                                   "rebuild_checkpoint" if rebuild else run_type, str(summary_path))  # fmt: skip
-        if options_file:
-            args.append(f"--kafka-options-file={options_file}")
-        args.append(f"--preflight-file={preflight_file}")
-        if rebuild:
-            who = f" by {plan['requested_by']}" if plan.get("requested_by") else ""
-            args.append(f"--rebuild-checkpoint=asked{who}: {plan.get('reason', '')}")
-        return args, private
+        who = f" by {plan['requested_by']}" if plan.get("requested_by") else ""
+        args = IngestArgs.for_pipeline(cfg, bootstrap_servers=client["bootstrap.servers"], run_id=context["run_id"],
+                                       run_type="rebuild_checkpoint" if rebuild else run_type,
+                                       summary_path=str(summary_path))  # fmt: skip
+        return replace(args, kafka_options_file=options_file or None, preflight_file=str(preflight_file),
+                       rebuild_checkpoint=f"asked{who}: {plan.get('reason', '')}" if rebuild else None,
+                       ).to_args(), private  # fmt: skip
 
     def submission(self, context: Any, folder: Path, summary_path: Path) -> tuple[str, list[str], list[Path]]:
         """With a transform, or maintenance due: the run's application runs this step, then the transform,
@@ -606,7 +603,7 @@ class IngestOperator(SparkJobOperator):
         steps_file = folder / "steps.json"
         steps_file.write_text(json.dumps({"pipeline": cfg.name, "steps": steps}, indent=2))
         self.log.info("one Spark application for %s (%s)", " then ".join(s_["job"] for s_ in steps), steps_file)
-        return RUN_STEPS_APPLICATION, [f"--steps-file={steps_file}"], private
+        return RUN_STEPS_APPLICATION, StepsArgs(steps_file=str(steps_file)).to_args(), private
 
     def done_despite(self, exc: BaseException, summary_path: Path) -> bool:
         """The application failed after this step wrote its summary (so after its last commit): the
@@ -755,13 +752,8 @@ def maintain_job_args(cfg: PipelineConfig, run_id: str, summary_path: Path) -> l
     t, m = cfg.tables, cfg.maintenance
     tables = {"bronze": t.bronze_path, **({"silver": t.silver_path, "quarantine": t.quarantine_path}
                                          if cfg.transform is not None else {})}  # fmt: skip
-    return [
-        f"--pipeline={cfg.name}", *(f"--table={n}={p}" for n, p in tables.items()),
-        *(f"--zorder-by={n}={','.join(c)}" for n, c in m.zorder_by.items() if n in tables),
-        *(["--no-optimize"] if not m.optimize else []), *(["--no-vacuum"] if not m.vacuum else []),
-        *(["--no-checkpoint"] if not m.checkpoint else []),
-        f"--run-id={run_id}", f"--summary-path={summary_path}",
-    ]  # fmt: skip
+    return MaintainArgs.for_tables(cfg.name, tables, zorder_by=m.zorder_by, optimize=m.optimize, vacuum=m.vacuum,
+                                   checkpoint=m.checkpoint, run_id=run_id, summary_path=str(summary_path)).to_args()  # fmt: skip
 
 
 def maintain_summary_text(s: dict) -> str:
@@ -787,7 +779,7 @@ def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_p
         raise ValueError(f"pipeline {cfg.name!r} has no transform section")
     spec_file = folder / "transform-spec.json"
     spec_file.write_text(json.dumps(cfg.transform.to_json(), indent=2))
-    registry = []
+    registry = None
     vs = cfg.transform.value_schema
     if vs is not None and vs.registry:
         from include.readers import connections
@@ -797,16 +789,16 @@ def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_p
             connections.mask(settings["password"])
         registry_file = folder / "schema-registry.json"
         _write_private(registry_file, json.dumps(settings))
-        registry.append(f"--registry-file={registry_file}")
+        registry = str(registry_file)
         if private is not None:
             private.append(registry_file)
     t = cfg.tables
-    return [
-        f"--pipeline={cfg.name}", f"--bronze-path={t.bronze_path}", f"--silver-path={t.silver_path}",
-        f"--quarantine-path={t.quarantine_path}", f"--checkpoint-root={t.transform_checkpoint_root}",
-        f"--spec-file={spec_file}", f"--run-id={run_id}", f"--summary-path={summary_path}",
-        *(f"--table-property={k}={v}" for k, v in t.retention_properties().items()), *registry,
-    ]  # fmt: skip
+    return TransformArgs(
+        pipeline=cfg.name, bronze_path=t.bronze_path, silver_path=t.silver_path, quarantine_path=t.quarantine_path,
+        checkpoint_root=t.transform_checkpoint_root, spec_file=str(spec_file), run_id=run_id,
+        summary_path=str(summary_path), table_property=tuple(f"{k}={v}" for k, v in t.retention_properties().items()),
+        registry_file=registry,
+    ).to_args()  # fmt: skip
 
 
 def transform_summary_text(s: dict) -> str:

@@ -70,6 +70,7 @@ from pathlib import Path
 
 from include import settings
 from include.contract.errors import PipelineError
+from include.contract.jobs import IngestArgs
 from include.readers.kafka_admin import create_topic, delete_topic, watermarks
 from include.spark.spark_submit import submit_command, submit_environment
 from include.tooling import airflow_local, local_kafka
@@ -445,14 +446,11 @@ def measure_project(bootstrap: str, topic: str, rep_dir: Path, params: Benchmark
     bronze, checkpoints = rep_dir / "project" / "bronze", rep_dir / "project" / "checkpoints"
     summary_path = rep_dir / "project" / "summary.json"
     log = log_dir / f"rep{repetition}-project.log"
-    args = [
-        "--pipeline", "benchmark", "--bootstrap-servers", bootstrap, "--topics", topic,
-        "--bronze-path", str(bronze), "--checkpoint-root", str(checkpoints),
-        "--run-id", f"benchmark-{repetition}-{uuid.uuid4().hex[:6]}", "--run-type", "manual",
-        "--summary-path", str(summary_path),
-    ]  # fmt: skip
-    if params.project_max_offsets_per_trigger:
-        args += ["--max-offsets-per-trigger", str(params.project_max_offsets_per_trigger)]
+    args = IngestArgs(
+        pipeline="benchmark", bootstrap_servers=bootstrap, topics=(topic,), bronze_path=str(bronze),
+        checkpoint_root=str(checkpoints), run_id=f"benchmark-{repetition}-{uuid.uuid4().hex[:6]}", run_type="manual",
+        summary_path=str(summary_path), max_offsets_per_trigger=params.project_max_offsets_per_trigger or None,
+    ).to_args()  # fmt: skip
     wall = run_spark_job("spark_jobs/kafka_to_bronze.py", args, log, master=params.master,
                          timeout_s=params.job_timeout_s)  # fmt: skip
     summary = json.loads(summary_path.read_text())
@@ -493,10 +491,10 @@ def measure_batches(bootstrap: str, topic: str, rep_dir: Path, params: Benchmark
     summary_path = rep_dir / "project" / "summary.json"
     run_spark_job(
         "spark_jobs/kafka_to_bronze.py",
-        ["--pipeline", "benchmark-batches", "--bootstrap-servers", bootstrap, "--topics", topic,
-         "--bronze-path", str(rep_dir / "project" / "bronze"), "--checkpoint-root", str(rep_dir / "project" / "cp"),
-         "--run-id", f"batches-{repetition}", "--run-type", "manual", "--summary-path", str(summary_path),
-         "--max-offsets-per-trigger", n],
+        IngestArgs(pipeline="benchmark-batches", bootstrap_servers=bootstrap, topics=(topic,),
+                   bronze_path=str(rep_dir / "project" / "bronze"), checkpoint_root=str(rep_dir / "project" / "cp"),
+                   run_id=f"batches-{repetition}", run_type="manual", summary_path=str(summary_path),
+                   max_offsets_per_trigger=params.batch_records).to_args(),
         log_dir / f"batches-rep{repetition}-project.log", master=params.master, timeout_s=params.job_timeout_s,
     )  # fmt: skip
     verify_delta_rows(rep_dir / "project" / "bronze", records, "project job (micro-batches)")

@@ -876,10 +876,6 @@ def test_missing_folder_is_reported_not_raised(tmp_path):
 # --------------------------------------------------------------------------- ingest_job_args
 
 
-def test_run_types_match_the_job():
-    assert pipeline_config.RUN_TYPES == ingest_plan.RUN_TYPES
-
-
 @pytest.mark.parametrize(
     "changes",
     [
