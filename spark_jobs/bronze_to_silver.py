@@ -35,6 +35,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from include.contract import jobs as contract
 from include.contract.errors import PipelineError, TransformError, batch_failure
 from include.contract.jobs import TransformArgs, quarantine_app_id
 from include.contract.transform_spec import (
@@ -627,7 +628,7 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
     summary.duration_s = time.monotonic() - started
     phases["stream"] = summary.duration_s - sum(phases.values())
     log.info("transform phases: %s", ", ".join(f"{k} {v:.1f}s" for k, v in phases.items()))
-    write_summary(cfg.summary_path, summary.to_json())
+    write_summary(cfg.summary_path, contract.TransformSummary.from_json(summary.to_json()).to_json())
     return summary
 
 

@@ -303,7 +303,12 @@ def write_failure(job: str, cfg: Any, exc: BaseException) -> None:
 
 
 def write_summary(path: str | None, summary: dict) -> None:
-    """Write a job's summary JSON where the orchestrator reads it (nothing without a path)."""
+    """Write a job's summary JSON where the orchestrator reads it (nothing without a path).
+
+    The jobs pass their summary through its contract class first
+    (:mod:`include.contract.jobs`), so a summary the task side could not read
+    fails in the job, not in Airflow.
+    """
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(summary, indent=2))

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from include.contract import jobs as contract
 from include.contract.errors import BackfillError
 from include.contract.jobs import BackfillArgs, ContractArgumentParser
 from include.contract.offsets import BackfillCommit, BackfillRange, OffsetError, PositionMap
@@ -298,7 +299,7 @@ def run(spark, cfg: BackfillConfig) -> dict:
         "notes": notes,
         "duration_s": round(time.monotonic() - started, 3),
     }  # fmt: skip
-    write_summary(cfg.summary_path, summary)
+    write_summary(cfg.summary_path, contract.BackfillSummary.from_json(summary).to_json())
     return summary
 
 

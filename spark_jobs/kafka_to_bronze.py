@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
+from include.contract import jobs as contract
 from include.contract.errors import IngestionError, KafkaSourceError, PipelineError, batch_failure
 from include.contract.manual_ops import REBUILD_CHECKPOINT, action_hint
 from include.contract.offsets import (
@@ -523,7 +524,7 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
     summary.duration_s = time.monotonic() - started
     phases["stream"] = summary.duration_s - sum(phases.values())
     log.info("ingest phases: %s", ", ".join(f"{k} {v:.1f}s" for k, v in phases.items()))
-    write_summary(cfg.summary_path, summary.to_json())
+    write_summary(cfg.summary_path, contract.IngestSummary.from_json(summary.to_json()).to_json())
     return summary
 
 

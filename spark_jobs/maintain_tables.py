@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from include.contract import jobs as contract
 from include.contract.errors import MaintenanceConfigError, MaintenanceError
 from include.contract.jobs import MAINTAINED_TABLES, ContractArgumentParser, MaintainArgs
 from spark_jobs.job_common import JobStep, delta_snapshot, job_main, write_summary
@@ -203,7 +204,7 @@ def run(spark, cfg: MaintenanceConfig) -> dict:
                 spark.conf.set(key, value)
     summary = {"pipeline": cfg.pipeline, "run_id": cfg.run_id, "tables": tables,
                "duration_s": round(time.monotonic() - started, 3)}  # fmt: skip
-    write_summary(cfg.summary_path, summary)
+    write_summary(cfg.summary_path, contract.MaintainSummary.from_json(summary).to_json())
     return summary
 
 

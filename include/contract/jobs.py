@@ -37,11 +37,12 @@ BACKFILL_RUN_TYPES = ("manual", "backfill")
 #: A pipeline name: the job's ``--pipeline`` and, as is, a valid Airflow dag_id (``^[\w.-]+$``).
 PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
-#: The DAG's task ids that more than one module names (the operators, the record task, the monitor).
+#: The DAG's task ids, which the DAG factory, the operators and the record task name (and XComs are read by).
 CHECK_REQUEST_TASK = "check_request"
 WAIT_FOR_LAG_TASK = "wait_for_lag"
 PREFLIGHT_TASK = "preflight"
 START_CLUSTER_TASK = "start_cluster"
+STOP_CLUSTER_TASK = "stop_cluster"
 INGEST_TASK = "ingest"
 TRANSFORM_TASK = "transform"
 MAINTAIN_TASK = "maintain"
@@ -377,10 +378,14 @@ class StepsArgs(JobArgs):
 # --------------------------------------------------------------------------- summaries
 
 
-def _need(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], job: str) -> Any:
+def _need(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], job: str, strict: bool = True) -> Any:
+    """``data[key]`` if it is a ``kind``; else an error naming the field, or (not ``strict``) ``None``."""
     value = data.get(key)
     if not isinstance(value, kind) or isinstance(value, bool) and kind in (int, float, (int, float)):
-        raise PipelineError(f"{job} summary: field {key!r} is {value!r}; expected {getattr(kind, '__name__', kind)}")
+        if not strict:
+            return None
+        expected = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise PipelineError(f"{job} summary: field {key!r} is {value!r}; expected {expected}")
     return value
 
 
@@ -389,12 +394,12 @@ class IngestSummary:
     """What ``kafka_to_bronze`` wrote for a run (its summary file and the ingest task's XCom)."""
 
     run_id: str
-    epoch: int
+    epoch: int | None
     rows: int
     commits: int
     batches: tuple[dict, ...]
     bronze_version: int | None
-    duration_s: float
+    duration_s: float | None
     partitions: dict[str, dict[str, dict]]
     checkpoint_rebuilt: dict | None = None
     position_set: dict | None = None
@@ -402,16 +407,21 @@ class IngestSummary:
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> IngestSummary:
-        """Read a summary; raises :class:`PipelineError` naming a missing or mistyped field."""
+    def from_json(cls, data: Mapping[str, Any], *, strict: bool = True) -> IngestSummary:
+        """Read a summary; raises :class:`PipelineError` naming a missing or mistyped field.
+
+        Not ``strict`` (the run's record, which must be written whatever a task
+        left): such a field is ``None`` (``rows`` 0) instead.
+        """
         job = "kafka_to_bronze"
         version = data.get("bronze_version")
+        duration = _need(data, "duration_s", (int, float), job, strict)
         return cls(
-            run_id=str(data.get("run_id") or ""), epoch=_need(data, "epoch", int, job),
-            rows=_need(data, "rows", int, job), commits=int(data.get("commits") or 0),
-            batches=tuple(_need(data, "batches", list, job)),
+            run_id=str(data.get("run_id") or ""), epoch=_need(data, "epoch", int, job, strict),
+            rows=_need(data, "rows", int, job, strict) or 0, commits=int(data.get("commits") or 0),
+            batches=tuple(_need(data, "batches", list, job, strict) or ()),
             bronze_version=int(version) if version is not None else None,
-            duration_s=float(_need(data, "duration_s", (int, float), job)),
+            duration_s=float(duration) if duration is not None else None,
             partitions=dict(data.get("partitions") or {}), checkpoint_rebuilt=data.get("checkpoint_rebuilt"),
             position_set=data.get("position_set"), raw=dict(data),
         )  # fmt: skip
@@ -438,34 +448,48 @@ class BackfillSummary:
     present: int
     ranges: tuple[dict, ...]
     bronze_version: int | None
-    duration_s: float
+    duration_s: float | None
     notes: tuple[str, ...] = ()
+    #: Rows inserted, commits (0 or 1) and per-partition ranges, in the ingest summary's shape.
+    rows: int = 0
+    commits: int = 0
+    partitions: dict[str, dict[str, dict]] = field(default_factory=dict)
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
+    #: A backfill moves no position and starts no epoch; the run's record reads these of either summary.
+    epoch: ClassVar[None] = None
+    position_set: ClassVar[None] = None
+
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BackfillSummary:
-        """Read a summary; raises :class:`PipelineError` naming a missing or mistyped field."""
+    def from_json(cls, data: Mapping[str, Any], *, strict: bool = True) -> BackfillSummary:
+        """Read a summary; raises :class:`PipelineError` naming a missing or mistyped field (see
+        :meth:`IngestSummary.from_json` for ``strict``)."""
         job = "kafka_backfill"
         version = data.get("bronze_version")
+        duration = _need(data, "duration_s", (int, float), job, strict)
         return cls(
-            run_id=str(data.get("run_id") or ""), read=_need(data, "read", int, job),
-            inserted=_need(data, "inserted", int, job), present=_need(data, "present", int, job),
-            ranges=tuple(_need(data, "ranges", list, job)),
+            run_id=str(data.get("run_id") or ""), read=_need(data, "read", int, job, strict) or 0,
+            inserted=_need(data, "inserted", int, job, strict) or 0,
+            present=_need(data, "present", int, job, strict) or 0,
+            ranges=tuple(_need(data, "ranges", list, job, strict) or ()),
             bronze_version=int(version) if version is not None else None,
-            duration_s=float(_need(data, "duration_s", (int, float), job)),
-            notes=tuple(str(n) for n in data.get("notes") or ()), raw=dict(data),
+            duration_s=float(duration) if duration is not None else None,
+            notes=tuple(str(n) for n in data.get("notes") or ()), rows=int(data.get("rows") or 0),
+            commits=int(data.get("commits") or 0), partitions=dict(data.get("partitions") or {}), raw=dict(data),
         )  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         """The summary as JSON data, marked as a backfill's."""
         return {**self.raw, "kind": BACKFILL_KIND, "run_id": self.run_id, "read": self.read,
                 "inserted": self.inserted, "present": self.present, "ranges": list(self.ranges),
-                "bronze_version": self.bronze_version, "duration_s": self.duration_s, "notes": list(self.notes)}  # fmt: skip
+                "bronze_version": self.bronze_version, "duration_s": self.duration_s, "notes": list(self.notes),
+                "rows": self.rows, "commits": self.commits, "partitions": self.partitions}  # fmt: skip
 
 
-def ingest_step_summary(data: Mapping[str, Any]) -> IngestSummary | BackfillSummary:
+def ingest_step_summary(data: Mapping[str, Any], *, strict: bool = True) -> IngestSummary | BackfillSummary:
     """The ingest task's summary: a backfill's when it says so, else an ingestion's."""
-    return BackfillSummary.from_json(data) if data.get("kind") == BACKFILL_KIND else IngestSummary.from_json(data)
+    kind = BackfillSummary if data.get("kind") == BACKFILL_KIND else IngestSummary
+    return kind.from_json(data, strict=strict)
 
 
 @dataclass(frozen=True)
@@ -473,14 +497,14 @@ class TransformSummary:
     """Where the records a transform read went (``bronze_to_silver``)."""
 
     run_id: str
-    epoch: int
-    read: int
-    upserted: int
-    deleted: int
-    quarantined: int
-    superseded: int
+    epoch: int | None
+    read: int | None
+    upserted: int | None
+    deleted: int | None
+    quarantined: int | None
+    superseded: int | None
     silver_version: int | None
-    duration_s: float
+    duration_s: float | None
     replayed: int = 0
     quarantine_fields: dict[str, int] = field(default_factory=dict)
     fields_added: tuple[dict, ...] = ()
@@ -491,17 +515,19 @@ class TransformSummary:
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TransformSummary:
-        """Read a summary; raises :class:`PipelineError` naming a missing or mistyped field."""
+    def from_json(cls, data: Mapping[str, Any], *, strict: bool = True) -> TransformSummary:
+        """Read a summary; raises :class:`PipelineError` naming a missing or mistyped field (see
+        :meth:`IngestSummary.from_json` for ``strict``: such a count is ``None``)."""
         job = "bronze_to_silver"
         version = data.get("silver_version")
+        duration = _need(data, "duration_s", (int, float), job, strict)
         return cls(
-            run_id=str(data.get("run_id") or ""), epoch=_need(data, "epoch", int, job),
-            read=_need(data, "read", int, job), upserted=_need(data, "upserted", int, job),
-            deleted=_need(data, "deleted", int, job), quarantined=_need(data, "quarantined", int, job),
-            superseded=_need(data, "superseded", int, job),
+            run_id=str(data.get("run_id") or ""), epoch=_need(data, "epoch", int, job, strict),
+            read=_need(data, "read", int, job, strict), upserted=_need(data, "upserted", int, job, strict),
+            deleted=_need(data, "deleted", int, job, strict), quarantined=_need(data, "quarantined", int, job, strict),
+            superseded=_need(data, "superseded", int, job, strict),
             silver_version=int(version) if version is not None else None,
-            duration_s=float(_need(data, "duration_s", (int, float), job)),
+            duration_s=float(duration) if duration is not None else None,
             replayed=int(data.get("replayed") or 0), quarantine_fields=dict(data.get("quarantine_fields") or {}),
             fields_added=tuple(data.get("fields_added") or ()), fields_ignored=dict(data.get("fields_ignored") or {}),
             checkpoint_rebuilt=data.get("checkpoint_rebuilt"), value_schema=data.get("value_schema"), raw=dict(data),

@@ -43,7 +43,23 @@ from airflow.sdk import BaseOperator
 
 from include.config.pipeline_config import KubernetesConfig, PipelineConfig
 from include.contract.errors import ERROR_XCOM_KEY, PipelineError, summary_failure
-from include.contract.jobs import BackfillArgs, IngestArgs, MaintainArgs, StepsArgs, TransformArgs
+from include.contract.jobs import (
+    CHECK_REQUEST_TASK,
+    MAINTAIN_TASK,
+    PREFLIGHT_TASK,
+    START_CLUSTER_TASK,
+    TRANSFORM_TASK,
+    BackfillArgs,
+    BackfillSummary,
+    IngestArgs,
+    IngestSummary,
+    MaintainArgs,
+    MaintainSummary,
+    StepsArgs,
+    TransformArgs,
+    TransformSummary,
+    ingest_step_summary,
+)
 
 APPLICATION = "spark_jobs/kafka_to_bronze.py"
 BACKFILL_APPLICATION = "spark_jobs/kafka_backfill.py"
@@ -389,7 +405,7 @@ class SparkJobOperator(BaseOperator):
         """What this run's ``start_cluster`` reported (``workers``, ``backlog``, ...), if it ran."""
         if not self.pipeline.cluster.transient or context.get("ti") is None:
             return {}
-        started = context["ti"].xcom_pull(task_ids="start_cluster") or {}
+        started = context["ti"].xcom_pull(task_ids=START_CLUSTER_TASK) or {}
         return started if isinstance(started, dict) else {}
 
     def _cluster_watch(self, context: Any):
@@ -530,8 +546,8 @@ class IngestOperator(SparkJobOperator):
     application = APPLICATION
     job_name = "kafka_to_bronze"
 
-    def __init__(self, *, preflight_task_id: str = "preflight", request_task_id: str = "check_request",
-                 transform_task_id: str = "transform", maintain_task_id: str = "maintain", **kwargs: Any) -> None:  # fmt: skip
+    def __init__(self, *, preflight_task_id: str = PREFLIGHT_TASK, request_task_id: str = CHECK_REQUEST_TASK,
+                 transform_task_id: str = TRANSFORM_TASK, maintain_task_id: str = MAINTAIN_TASK, **kwargs: Any) -> None:  # fmt: skip
         super().__init__(**kwargs)
         self.preflight_task_id = preflight_task_id
         self.request_task_id = request_task_id
@@ -633,21 +649,25 @@ class IngestOperator(SparkJobOperator):
         _write_private(options_file, json.dumps(options))
         return str(options_file), [options_file]
 
+    def read_summary(self, data: dict) -> IngestSummary | BackfillSummary:
+        return ingest_step_summary(data)
+
     def summary_line(self, summary: dict) -> str:
-        if summary.get("kind") == "backfill":
+        s = ingest_step_summary(summary)
+        if isinstance(s, BackfillSummary):
             return (
-                f"SUMMARY ingest: backfill re-read {summary['read']} records in {len(summary['ranges'])} ranges, "
-                f"inserted {summary['inserted']} missing from bronze, {summary['present']} were there already; "
-                f"bronze version {summary['bronze_version']}, {summary['duration_s']:.1f}s in the job"
-                + "".join(f"; {n}" for n in summary.get("notes") or ())
+                f"SUMMARY ingest: backfill re-read {s.read} records in {len(s.ranges)} ranges, "
+                f"inserted {s.inserted} missing from bronze, {s.present} were there already; "
+                f"bronze version {s.bronze_version}, {s.duration_s:.1f}s in the job"
+                + "".join(f"; {n}" for n in s.notes)
             )
-        rebuilt = summary["checkpoint_rebuilt"]
+        rebuilt = s.checkpoint_rebuilt
         return (
-            f"SUMMARY ingest: {summary['rows']} rows in {len(summary['batches'])} batches, epoch {summary['epoch']}, "
-            f"bronze version {summary['bronze_version']}, {summary['duration_s']:.1f}s in the job"
+            f"SUMMARY ingest: {s.rows} rows in {len(s.batches)} batches, epoch {s.epoch}, "
+            f"bronze version {s.bronze_version}, {s.duration_s:.1f}s in the job"
             + (f", checkpoint rebuilt: {rebuilt['reason']}" if rebuilt else "")
-            + (f"; position set ({summary['position_set']['reason']}): {summary['position_set']['positions']}"
-               if summary.get("position_set") else "")
+            + (f"; position set ({s.position_set['reason']}): {s.position_set['positions']}"
+               if s.position_set else "")
         )
 
 
@@ -722,7 +742,7 @@ class MaintainOperator(LaterStepOperator):
     error_file = MAINTAIN_ERROR_FILE
     after_failure = "the run's data stands as committed; maintenance stays due for the next run"
 
-    def __init__(self, *, preflight_task_id: str = "preflight", **kwargs: Any) -> None:
+    def __init__(self, *, preflight_task_id: str = PREFLIGHT_TASK, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.preflight_task_id = preflight_task_id
 
@@ -759,7 +779,7 @@ def maintain_job_args(cfg: PipelineConfig, run_id: str, summary_path: Path) -> l
 def maintain_summary_text(s: dict) -> str:
     """One line per run: each table's files and bytes before and after."""
     parts = []
-    for name, t in s.get("tables", {}).items():
+    for name, t in MaintainSummary.from_json(s).tables.items():
         if "files_before" not in t:
             parts.append(f"{name} {t.get('skipped') or t.get('error')}")
             continue
@@ -801,24 +821,25 @@ def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_p
     ).to_args()  # fmt: skip
 
 
-def transform_summary_text(s: dict) -> str:
+def transform_summary_text(summary: dict) -> str:
     """One line saying where the records a transform read went."""
-    bad = ", ".join(f"{n} {f}" for f, n in sorted(s.get("quarantine_fields", {}).items(), key=lambda i: -i[1]))
+    s = TransformSummary.from_json(summary)
+    bad = ", ".join(f"{n} {f}" for f, n in sorted(s.quarantine_fields.items(), key=lambda i: -i[1]))
     text = (
-        f"read {s['read']} from bronze: {s['upserted']} upserted, {s['deleted']} deleted, "
-        f"{s['quarantined']} quarantined{f' ({bad})' if bad else ''}, {s['superseded']} superseded by newer"
+        f"read {s.read} from bronze: {s.upserted} upserted, {s.deleted} deleted, "
+        f"{s.quarantined} quarantined{f' ({bad})' if bad else ''}, {s.superseded} superseded by newer"
     )
-    if s.get("replayed"):
-        text += f", {s['replayed']} already applied"
-    text += f"; silver version {s['silver_version']}, epoch {s['epoch']}, {s['duration_s']:.1f}s in the job"
-    if s.get("fields_added"):
-        text += "; fields added: " + ", ".join(f"{f['name']} {f['type']}" for f in s["fields_added"])
-    if s.get("fields_ignored"):
-        text += "; fields ignored: " + ", ".join(sorted(s["fields_ignored"]))
-    if s.get("checkpoint_rebuilt"):
-        text += f"; checkpoint rebuilt: {s['checkpoint_rebuilt']['reason']}"
-    if s.get("value_schema"):
-        vs = s["value_schema"]
+    if s.replayed:
+        text += f", {s.replayed} already applied"
+    text += f"; silver version {s.silver_version}, epoch {s.epoch}, {s.duration_s:.1f}s in the job"
+    if s.fields_added:
+        text += "; fields added: " + ", ".join(f"{f['name']} {f['type']}" for f in s.fields_added)
+    if s.fields_ignored:
+        text += "; fields ignored: " + ", ".join(sorted(s.fields_ignored))
+    if s.checkpoint_rebuilt:
+        text += f"; checkpoint rebuilt: {s.checkpoint_rebuilt['reason']}"
+    if s.value_schema:
+        vs = s.value_schema
         text += f"; values read with subject {vs['subject']} version {vs['version']} (schema id {vs['id']})"
     return text
 

@@ -103,7 +103,8 @@ INGEST = {"pipeline": "orders", "run_id": "r1", "run_type": "manual", "epoch": 2
           "position_set": None, "phases_s": {"stream": 1.0}, "start_offsets": {"t": {"0": 10}}}  # fmt: skip
 BACKFILL = {"kind": "backfill", "run_id": "r1", "read": 5, "inserted": 2, "present": 3, "rows": 2,
             "ranges": [{"topic": "t", "partition": 0, "from": 0, "until": 5}], "bronze_version": None,
-            "duration_s": 0.5, "notes": ["t-0: cut"]}  # fmt: skip
+            "duration_s": 0.5, "notes": ["t-0: cut"], "commits": 1,
+            "partitions": {"t": {"0": {"from": 0, "until": 5, "rows": 2}}}}  # fmt: skip
 TRANSFORM = {"run_id": "r1", "epoch": 0, "read": 9, "upserted": 5, "deleted": 1, "quarantined": 2, "superseded": 1,
              "silver_version": 3, "duration_s": 2.0, "quarantine_fields": {"ts": 2},
              "fields_added": [{"name": "x", "type": "string"}], "fields_ignored": {"y": "not in spec"},
@@ -117,6 +118,13 @@ def test_every_jobs_summary_round_trips_unchanged_on_the_wire(cls, data):
     summary = cls.from_json(json.loads(json.dumps(data)))
     assert summary.to_json() == data
     assert cls.from_json(summary.to_json()) == summary
+
+
+def test_the_runs_record_reads_a_partial_summary_without_failing():
+    partial = IngestSummary.from_json({"rows": 5}, strict=False)
+    assert (partial.rows, partial.epoch, partial.duration_s, partial.partitions) == (5, None, None, {})
+    with pytest.raises(PipelineError, match="field 'duration_s' is None; expected int or float"):
+        IngestSummary.from_json({"rows": 5})
 
 
 def test_summary_fields_are_typed():
