@@ -52,7 +52,6 @@ from include.contract.jobs import (
     BackfillArgs,
     BackfillSummary,
     IngestArgs,
-    IngestSummary,
     MaintainArgs,
     MaintainSummary,
     StepsArgs,
@@ -648,9 +647,6 @@ class IngestOperator(SparkJobOperator):
         options = {**cfg.kafka.options, **connections.spark_kafka_options(client, cfg.kafka.connection_id)}
         _write_private(options_file, json.dumps(options))
         return str(options_file), [options_file]
-
-    def read_summary(self, data: dict) -> IngestSummary | BackfillSummary:
-        return ingest_step_summary(data)
 
     def summary_line(self, summary: dict) -> str:
         s = ingest_step_summary(summary)

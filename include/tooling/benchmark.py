@@ -70,7 +70,7 @@ from pathlib import Path
 
 from include import settings
 from include.contract.errors import PipelineError
-from include.contract.jobs import IngestArgs
+from include.contract.jobs import IngestArgs, IngestSummary
 from include.readers.kafka_admin import create_topic, delete_topic, watermarks
 from include.spark.spark_submit import submit_command, submit_environment
 from include.tooling import airflow_local, local_kafka
@@ -453,20 +453,20 @@ def measure_project(bootstrap: str, topic: str, rep_dir: Path, params: Benchmark
     ).to_args()  # fmt: skip
     wall = run_spark_job("spark_jobs/kafka_to_bronze.py", args, log, master=params.master,
                          timeout_s=params.job_timeout_s)  # fmt: skip
-    summary = json.loads(summary_path.read_text())
-    if summary["rows"] != params.records:
+    summary = IngestSummary.from_json(json.loads(summary_path.read_text()))
+    if summary.rows != params.records:
         raise BenchmarkError(
-            f"project job's summary says {summary['rows']} rows, the backlog is {params.records}"
+            f"project job's summary says {summary.rows} rows, the backlog is {params.records}"
         )
     rows = verify_delta_rows(bronze, params.records, "project job")
     shutil.copy(summary_path, log_dir / f"rep{repetition}-project-summary.json")
     detail = {
-        "batches": len(summary["batches"]),
-        "batch_s": sum(b["duration_s"] for b in summary["batches"]),
-        **{f"{phase}_s": sum(b.get("phases", {}).get(phase, 0.0) for b in summary["batches"])
+        "batches": len(summary.batches),
+        "batch_s": sum(b["duration_s"] for b in summary.batches),
+        **{f"{phase}_s": sum(b.get("phases", {}).get(phase, 0.0) for b in summary.batches)
            for phase in ("check", "write", "stats", "commit")},
     }  # fmt: skip
-    return Measurement("project", repetition, rows, float(summary["duration_s"]), wall, log,
+    return Measurement("project", repetition, rows, float(summary.duration_s or 0.0), wall, log,
                        query_progress(log), detail)  # fmt: skip
 
 
@@ -498,7 +498,7 @@ def measure_batches(bootstrap: str, topic: str, rep_dir: Path, params: Benchmark
         log_dir / f"batches-rep{repetition}-project.log", master=params.master, timeout_s=params.job_timeout_s,
     )  # fmt: skip
     verify_delta_rows(rep_dir / "project" / "bronze", records, "project job (micro-batches)")
-    batches = [b for b in json.loads(summary_path.read_text())["batches"] if b["rows"]]
+    batches = [b for b in IngestSummary.from_json(json.loads(summary_path.read_text())).batches if b["rows"]]
     if any("trigger" not in b["phases"] for b in batches):
         raise BenchmarkError(f"the project's summary lacks Spark's trigger time for some batch: {summary_path}")
     project = BatchRun(
