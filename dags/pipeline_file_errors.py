@@ -17,10 +17,11 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from include.config import load_pipelines  # noqa: E402
+from include.contract.errors import PipelineError  # noqa: E402
 from include.settings import pipelines_dir  # noqa: E402
 
 
-class InvalidPipelineFiles(ValueError):
+class InvalidPipelineFiles(PipelineError, ValueError):
     """One or more pipeline files failed validation; the message lists each error."""
 
 

@@ -35,7 +35,10 @@ import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from include.contract import jobs as contract
+from include.contract.errors import PipelineError, TransformError, batch_failure
 from include.contract.history import read_until
+from include.contract.jobs import TransformArgs, quarantine_app_id
 from include.contract.transform_spec import (
     COUNT_KEYS,
     SCHEMA_KIND,
@@ -53,7 +56,6 @@ from include.contract.transform_spec import (
 )
 from include.readers import spark_checkpoint
 from spark_jobs.job_common import (
-    JobArgumentParser,
     JobStep,
     apply_table_properties,
     confirm_newest_commit,
@@ -62,8 +64,6 @@ from spark_jobs.job_common import (
     history_rows,
     job_main,
     parse_table_properties,
-    positive,
-    root_message,
     txn_versions,
     with_user_metadata,
     write_summary,
@@ -71,13 +71,6 @@ from spark_jobs.job_common import (
 from spark_jobs.value_formats import ValueSchemaError, ValueSchemas, read_registry_file
 
 log = logging.getLogger("bronze_to_silver")
-#: Our errors, as found in Spark's wrapping of a failed batch.
-_ERROR_MARKERS = ("TransformError: ", "ValueSchemaError: ")
-
-
-
-class TransformError(RuntimeError):
-    """The transform cannot go on; the message says where and why."""
 
 
 @dataclass(frozen=True)
@@ -101,21 +94,13 @@ class TransformConfig:
 
 def parse_config(argv: list[str]) -> TransformConfig:
     """Arguments → :class:`TransformConfig`; the spec comes as a JSON file written by the operator."""
-    p = JobArgumentParser(prog="bronze_to_silver", error_type=TransformError)
-    for name in ("pipeline", "bronze-path", "silver-path", "quarantine-path", "checkpoint-root", "spec-file",
-                 "run-id"):  # fmt: skip
-        p.add_argument(f"--{name}", required=True)
-    p.add_argument("--summary-path")
-    p.add_argument("--max-files-per-trigger", type=positive(int))
-    p.add_argument("--table-property", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--registry-file", help="JSON {url, username, password} of the schema registry")
-    a = p.parse_args(argv)
+    a = TransformArgs.from_args(argv)
     try:
         spec = TransformSpec.from_json(json.loads(Path(a.spec_file).read_text()))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise TransformError(f"{a.spec_file}: cannot read the transform spec: {exc}") from None
     try:
-        properties = parse_table_properties(a.table_property)
+        properties = parse_table_properties(list(a.table_property))
     except ValueError as exc:
         raise TransformError(str(exc)) from None
     return TransformConfig(a.pipeline, a.bronze_path, a.silver_path, a.quarantine_path, a.checkpoint_root,
@@ -362,12 +347,22 @@ class SilverBatchWriter:
         self.fields = fields
         self.summary = summary
         self.values = values
+        #: The error a batch raised, kept as it was: Spark re-raises it as a JVM trace.
+        self.error: PipelineError | None = None
 
     def _already_committed(self, batch_id: int) -> bool:
         last = self.last
         return last is not None and last.epoch == self.plan.epoch and batch_id <= last.batch_id
 
     def __call__(self, df, batch_id: int) -> None:
+        try:
+            self._write(df, batch_id)
+        except PipelineError as exc:
+            # Spark hands the job only a JVM trace of this; the job's top level reports the error itself.
+            self.error = exc
+            raise
+
+    def _write(self, df, batch_id: int) -> None:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
@@ -464,7 +459,7 @@ class SilverBatchWriter:
             if quarantined:
                 (
                     quarantine.write.format("delta").mode("append")
-                    .option("txnAppId", f"kde-quarantine.{cfg.pipeline}.e{self.plan.epoch}")
+                    .option("txnAppId", quarantine_app_id(cfg.pipeline, self.plan.epoch))
                     .option("txnVersion", batch_id)
                     .option("userMetadata", commit.to_user_metadata())
                     .save(cfg.quarantine_path)
@@ -621,7 +616,7 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
         try:
             query.awaitTermination()
         except Exception as exc:  # StreamingQueryException carries the batch's cause
-            raise TransformError(f"transform of pipeline {cfg.pipeline!r} failed: {root_message(exc, _ERROR_MARKERS)}") from exc
+            raise batch_failure(TransformError, "transform", cfg.pipeline, writer.error, exc) from exc
     for path in (cfg.silver_path, cfg.quarantine_path):
         properties_set = apply_table_properties(spark, path, cfg.table_properties)
         if properties_set:
@@ -629,7 +624,7 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
     summary.duration_s = time.monotonic() - started
     phases["stream"] = summary.duration_s - sum(phases.values())
     log.info("transform phases: %s", ", ".join(f"{k} {v:.1f}s" for k, v in phases.items()))
-    write_summary(cfg.summary_path, summary.to_json())
+    write_summary(cfg.summary_path, contract.TransformSummary.from_json(summary.to_json()).to_json())
     return summary
 
 

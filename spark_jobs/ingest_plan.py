@@ -6,11 +6,13 @@ rule has a unit test.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from include.contract.errors import JobConfigError
+from include.contract.jobs import RUN_TYPES as RUN_TYPES  # the job's --run-type choices, by their old name
+from include.contract.jobs import ContractArgumentParser, IngestArgs
 from include.contract.offsets import (
     BronzeCommit,
     Gap,
@@ -23,11 +25,7 @@ from include.contract.offsets import (
     skip_gaps,
 )
 from include.readers.spark_checkpoint import CheckpointState
-from spark_jobs.job_common import JobArgumentParser, parse_table_properties, positive
-
-RUN_TYPES = ("scheduled", "manual", "backfill", "rebuild_checkpoint")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
+from spark_jobs.job_common import parse_table_properties
 
 #: Kafka consumer settings the bronze job reads with unless the pipeline's ``kafka.options`` set
 #: them. Spark's Kafka source asks its consumer for records one ``poll`` at a time, and Kafka's
@@ -46,10 +44,6 @@ CONSUMER_DEFAULTS: dict[str, str] = {
 #: files show PLAIN only). Asking for plain encoding up front skips the attempt; the bytes on
 #: disk are the same (Parquet's ``parquet.enable.dictionary#<column>``).
 NO_DICTIONARY_COLUMNS: tuple[str, ...] = ("value", "offset", "timestamp")
-
-
-class JobConfigError(ValueError):
-    """A job argument is missing or of the wrong type; the message names the argument."""
 
 
 @dataclass(frozen=True)
@@ -108,53 +102,18 @@ class IngestConfig:
         return opts
 
 
-def build_arg_parser() -> JobArgumentParser:
-    """The job's command line (also what the orchestrator renders)."""
-    p = JobArgumentParser(prog="kafka_to_bronze", description="Drain new Kafka records into a Delta bronze table.",
-                          error_type=JobConfigError)  # fmt: skip
-    p.add_argument("--pipeline", required=True, help="pipeline name; part of the Delta txnAppId")
-    p.add_argument("--bootstrap-servers", required=True)
-    p.add_argument("--topics", default="", help="comma-separated topic names")
-    p.add_argument("--topic-pattern", default=None, help="Java regex of topic names (instead of --topics)")
-    p.add_argument("--bronze-path", required=True)
-    p.add_argument("--checkpoint-root", required=True, help="folder holding one checkpoint per epoch")
-    p.add_argument("--starting-offsets", default="earliest", choices=["earliest", "latest"],
-                   help="where partitions start on the pipeline's first run")  # fmt: skip
-    p.add_argument("--max-offsets-per-trigger", type=positive(int))
-    p.add_argument("--run-id", default="manual")
-    p.add_argument("--run-type", default="manual", choices=RUN_TYPES)
-    p.add_argument("--summary-path", default=None, help="write the run summary JSON here")
-    p.add_argument("--admin-timeout-s", type=positive(float), default=30.0)
-    p.add_argument("--kafka-options-file", default=None,
-                   help="JSON object of extra Kafka client settings (e.g. security); not logged")  # fmt: skip
-    p.add_argument("--rebuild-checkpoint", default=None, metavar="REASON",
-                   help="start a new checkpoint epoch at the table's next offsets, for this reason")  # fmt: skip
-    p.add_argument("--table-property", action="append", default=[], metavar="KEY=VALUE",
-                   help="a Delta table property bronze carries (repeatable), e.g. its retention")  # fmt: skip
-    p.add_argument("--preflight-file", default=None,
-                   help='JSON from the preflight check: {"topic_ids": {topic: id}, "accepted_gaps": [gap, ...]}')  # fmt: skip
-    return p
+def build_arg_parser() -> ContractArgumentParser:
+    """The job's command line: :class:`include.contract.jobs.IngestArgs`, which the orchestrator renders."""
+    return IngestArgs.parser()
 
 
 def parse_config(argv: list[str]) -> IngestConfig:
     """Parse and validate the job's arguments; raises :class:`JobConfigError` naming the argument."""
-    args = build_arg_parser().parse_args(argv)
-    topics = tuple(t.strip() for t in args.topics.split(",") if t.strip())
-    if bool(topics) == bool(args.topic_pattern):
-        raise JobConfigError("give exactly one of --topics (a list) or --topic-pattern (a regex)")
-    if not _NAME.fullmatch(args.pipeline):
-        raise JobConfigError(
-            f"--pipeline: expected letters, digits, '.', '_' or '-', got {args.pipeline!r}"
-        )
-    if args.topic_pattern:
-        try:
-            re.compile(args.topic_pattern)
-        except re.error as exc:
-            raise JobConfigError(f"--topic-pattern: not a valid regex ({exc}): {args.topic_pattern!r}") from None
+    args = IngestArgs.from_args(argv).check()
     kafka_options = read_kafka_options_file(args.kafka_options_file)
     gaps, topic_ids, reset = _read_preflight_file(args.preflight_file)
     try:
-        properties = parse_table_properties(args.table_property)
+        properties = parse_table_properties(list(args.table_property))
     except ValueError as exc:
         raise JobConfigError(str(exc)) from None
     return IngestConfig(
@@ -162,14 +121,14 @@ def parse_config(argv: list[str]) -> IngestConfig:
         bootstrap_servers=args.bootstrap_servers,
         bronze_path=args.bronze_path,
         checkpoint_root=args.checkpoint_root,
-        topics=topics,
+        topics=args.topics,
         topic_pattern=args.topic_pattern,
         starting_offsets=args.starting_offsets,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         run_id=args.run_id,
         run_type=args.run_type,
         summary_path=args.summary_path,
-        admin_timeout_s=args.admin_timeout_s,
+        admin_timeout_s=args.admin_timeout_s or IngestConfig.admin_timeout_s,
         kafka_options=kafka_options,
         accepted_gaps=gaps,
         topic_ids=topic_ids,

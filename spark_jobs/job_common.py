@@ -8,10 +8,8 @@ Both can be killed right after that commit for crash tests.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import math
 import os
 import signal
 import sys
@@ -20,9 +18,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from include import settings
+from include.contract.jobs import ContractArgumentParser
+from include.contract.jobs import positive as positive  # the jobs' argparse type, by its old name
 
 log = logging.getLogger("kde_jobs")
 
@@ -215,40 +215,8 @@ def confirm_newest_commit(spark, path: str, parse: Parser, epoch: int, batch_id:
     return int(row["version"]), row["operation"], dict(row["operationMetrics"] or {})
 
 
-class JobArgumentParser(argparse.ArgumentParser):
-    """A job's command line: ``argparse``, but a bad argument raises ``error_type`` instead of exiting.
-
-    A job's caller (:func:`job_main`, ``run_steps``) prints the message and
-    exits 2 before any session starts. Plain ``argparse`` prints its usage and
-    calls ``sys.exit(2)`` itself, and on Python 3.11 ``exit_on_error=False``
-    still does so for a missing or unknown argument, so the caller saw only
-    ``SystemExit(2)`` and printed "bad argument: 2". ``--help`` prints and
-    exits 0 as usual.
-    """
-
-    def __init__(self, *args: Any, error_type: type[Exception], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.error_type = error_type
-
-    def error(self, message: str) -> NoReturn:
-        """Raise ``error_type`` with argparse's message, which names the argument and what it expected."""
-        raise self.error_type(f"{message} (--help lists the arguments of {self.prog})")
-
-
-def positive(cast: type[int] | type[float]) -> Callable[[str], int | float]:
-    """An argparse ``type``: a positive, finite ``cast`` (argparse puts the argument's name before the error)."""
-    expected = "a positive integer" if cast is int else "a positive number"
-
-    def parse(text: str) -> int | float:
-        try:
-            value = cast(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-        if not math.isfinite(value) or value <= 0:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
-        return value
-
-    return parse
+#: A job's argparser (the contract's: a bad argument raises the job's error instead of exiting).
+JobArgumentParser = ContractArgumentParser
 
 
 def parse_table_properties(pairs: list[str], flag: str = "--table-property") -> dict[str, str]:
@@ -318,17 +286,28 @@ def failpoint(stage: str, batch_id: int) -> None:
         os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
-def root_message(exc: BaseException, markers: tuple[str, ...]) -> str:
-    """Our own error message out of Spark's wrapping of a failed ``foreachBatch`` (a long JVM trace)."""
-    text = str(exc)
-    for marker in markers:
-        if marker in text:
-            return marker + text.split(marker, 1)[1].split("\n", 1)[0]
-    return text.split("\n", 1)[0][:2000]
+def write_failure(job: str, cfg: Any, exc: BaseException) -> None:
+    """Write the job's failure, as data, where its summary would have gone (nothing without a path).
+
+    The task reads it back and raises the same error class with the same
+    fields (:func:`include.contract.errors.summary_failure`): an error crosses
+    to Airflow as fields, not as a line of a log to search.
+    """
+    from include.contract.errors import as_pipeline_error, failure_summary
+
+    pipeline = getattr(cfg, "pipeline", None)
+    error = as_pipeline_error(exc, pipeline=pipeline)
+    write_summary(getattr(cfg, "summary_path", None),
+                  failure_summary(error, pipeline=str(pipeline), run_id=str(getattr(cfg, "run_id", "")), job=job))
 
 
 def write_summary(path: str | None, summary: dict) -> None:
-    """Write a job's summary JSON where the orchestrator reads it (nothing without a path)."""
+    """Write a job's summary JSON where the orchestrator reads it (nothing without a path).
+
+    The jobs pass their summary through its contract class first
+    (:mod:`include.contract.jobs`), so a summary the task side could not read
+    fails in the job, not in Airflow.
+    """
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(summary, indent=2))
@@ -370,6 +349,7 @@ def job_main(step: JobStep, argv: list[str] | None) -> int:
         result = step.run(spark, cfg)
     except step.failure as exc:
         print(f"{step.name}: {exc}", file=sys.stderr)
+        write_failure(step.name, cfg, exc)
         return 1
     finally:
         spark.stop()

@@ -32,13 +32,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from include.contract import jobs as contract
+from include.contract.errors import BackfillError
+from include.contract.jobs import BackfillArgs, ContractArgumentParser
 from include.contract.offsets import BackfillCommit, BackfillRange, OffsetError, PositionMap
 from spark_jobs.ingest_plan import JobConfigError, read_kafka_options_file
 from spark_jobs.job_common import (
-    JobArgumentParser,
     JobStep,
     job_main,
-    positive,
     read_table_stand,
     with_user_metadata,
     write_summary,
@@ -75,10 +76,6 @@ def merge_conflicts() -> tuple[type[Exception], ...]:
     )
 
 
-class BackfillError(RuntimeError):
-    """The backfill cannot be carried out as asked; nothing was written."""
-
-
 @dataclass(frozen=True)
 class BackfillConfig:
     """Everything one backfill run needs (see ``--help``)."""
@@ -108,27 +105,14 @@ class BackfillConfig:
         return (start - _EPOCH) // _MICROSECOND, (end - _EPOCH) // _MICROSECOND
 
 
-def build_arg_parser() -> JobArgumentParser:
-    """The job's command line (also what the orchestrator renders)."""
-    p = JobArgumentParser(prog="kafka_backfill", description="Insert the records of Kafka offset ranges bronze lacks.",
-                          error_type=JobConfigError)  # fmt: skip
-    p.add_argument("--pipeline", required=True)
-    p.add_argument("--bootstrap-servers", required=True)
-    p.add_argument("--bronze-path", required=True)
-    p.add_argument("--request-file", required=True,
-                   help='JSON: {"action", "reason", "requested_by", "ranges": [{topic, partition, from, until}], '
-                        '"time_range": {"from": iso, "to": iso} | null}')  # fmt: skip
-    p.add_argument("--run-id", default="manual")
-    p.add_argument("--run-type", default="manual", choices=["manual", "backfill"])
-    p.add_argument("--summary-path", default=None)
-    p.add_argument("--admin-timeout-s", type=positive(float), default=30.0)
-    p.add_argument("--kafka-options-file", default=None)
-    return p
+def build_arg_parser() -> ContractArgumentParser:
+    """The job's command line: :class:`include.contract.jobs.BackfillArgs`, which the orchestrator renders."""
+    return BackfillArgs.parser()
 
 
 def parse_config(argv: list[str]) -> BackfillConfig:
     """Parse and check the job's arguments; raises :class:`JobConfigError` naming the argument or field."""
-    args = build_arg_parser().parse_args(argv)
+    args = BackfillArgs.from_args(argv)
     path = Path(args.request_file)
     try:
         data = json.loads(path.read_text())
@@ -315,7 +299,7 @@ def run(spark, cfg: BackfillConfig) -> dict:
         "notes": notes,
         "duration_s": round(time.monotonic() - started, 3),
     }  # fmt: skip
-    write_summary(cfg.summary_path, summary)
+    write_summary(cfg.summary_path, contract.BackfillSummary.from_json(summary).to_json())
     return summary
 
 

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
+from include.contract import jobs as contract
+from include.contract.errors import IngestionError, KafkaSourceError, PipelineError, batch_failure
 from include.contract.manual_ops import REBUILD_CHECKPOINT, action_hint
 from include.contract.offsets import (
     BronzeCommit,
@@ -62,22 +64,10 @@ from spark_jobs.job_common import (
     failpoint,
     job_main,
     read_table_stand,
-    root_message,
     write_summary,
 )
 
 log = logging.getLogger("kafka_to_bronze")
-#: Our errors, as found in Spark's wrapping of a failed batch.
-_ERROR_MARKERS = ("OffsetError: ", "KafkaSourceError: ", "CommitMetadataError: ")
-
-
-
-class KafkaSourceError(RuntimeError):
-    """Kafka cannot serve the configured topics (unreachable broker, missing topic)."""
-
-
-class IngestionError(RuntimeError):
-    """The streaming query failed; the message carries Spark's cause."""
 
 
 @dataclass
@@ -245,12 +235,22 @@ class BronzeBatchWriter:
         self.positions: PositionMap = dict(table.next_offsets) if table else {}
         self.app_id = txn_app_id(cfg.pipeline, plan.epoch)
         self.summary = summary
+        #: The error a batch raised, kept as it was: Spark re-raises it as a JVM trace.
+        self.error: PipelineError | None = None
 
     def _already_committed(self, batch_id: int) -> bool:
         last = self.last_commit
         return last is not None and last.epoch == self.plan.epoch and batch_id <= last.batch_id
 
     def __call__(self, df, batch_id: int) -> None:
+        try:
+            self._write(df, batch_id)
+        except PipelineError as exc:
+            # Spark hands the job only a JVM trace of this; the job's top level reports the error itself.
+            self.error = exc
+            raise
+
+    def _write(self, df, batch_id: int) -> None:
         started = time.monotonic()
         if self._already_committed(batch_id):
             # The run before was killed after this batch's Delta commit and
@@ -263,7 +263,8 @@ class BronzeBatchWriter:
             return
         end = spark_checkpoint.batch_offsets(self.checkpoint, batch_id)
         if end is None:
-            raise OffsetError(f"{self.checkpoint}: no offsets/{batch_id} for the running batch")
+            raise OffsetError(f"{self.checkpoint}: no offsets/{batch_id} for the running batch",
+                              pipeline=self.cfg.pipeline, table=self.cfg.bronze_path)
         start = (
             spark_checkpoint.batch_offsets(self.checkpoint, batch_id - 1)
             if batch_id > 0
@@ -277,10 +278,12 @@ class BronzeBatchWriter:
         for tp, offset in flatten(start or {}).items():
             if tp in table_pos and table_pos[tp] != offset:
                 raise OffsetError(
-                    f"{tp[0]}-{tp[1]}: batch {batch_id} of epoch {self.plan.epoch} starts at "
+                    f"batch {batch_id} of epoch {self.plan.epoch} starts at "
                     f"{offset} but the bronze table stands at {table_pos[tp]}; refusing to write. To start a "
                     "new checkpoint where the table stands, trigger "
-                    + action_hint(self.cfg.pipeline, REBUILD_CHECKPOINT)
+                    + action_hint(self.cfg.pipeline, REBUILD_CHECKPOINT),
+                    pipeline=self.cfg.pipeline, topic=tp[0], partition=tp[1], offsets=(offset, table_pos[tp]),
+                    table=self.cfg.bronze_path, action=REBUILD_CHECKPOINT,
                 )
 
         run_id, epoch = self.cfg.run_id, self.plan.epoch
@@ -450,7 +453,8 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
     if stand is not None and stand.restore is not None and reset is None:
         raise OffsetError(
             f"bronze table {cfg.bronze_path} was restored ({stand.restore.restored_to}, Delta version "
-            f"{stand.restore.version}) after its last progress commit; run the preflight, which names the choices"
+            f"{stand.restore.version}) after its last progress commit; run the preflight, which names the choices",
+            pipeline=cfg.pipeline, table=cfg.bronze_path, version=stand.restore.version,
         )
     table = stand.commit if stand is not None else None
     root = Path(cfg.checkpoint_root)
@@ -506,8 +510,8 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
     )
     try:
         query.awaitTermination()
-    except Exception as exc:  # StreamingQueryException carries the batch's cause
-        raise IngestionError(f"ingestion of pipeline {cfg.pipeline!r} failed: {root_message(exc, _ERROR_MARKERS)}") from exc
+    except Exception as exc:  # StreamingQueryException: the batch's own error is on the writer
+        raise batch_failure(IngestionError, "ingestion", cfg.pipeline, writer.error, exc) from exc
     # Spark's own time per batch (offsets, planning, our writer, its checkpoint commit), for profiling.
     triggers = {int(p["batchId"]): int(p["durationMs"].get("triggerExecution", 0)) / 1000 for p in query.recentProgress}
     for b in summary.batches:
@@ -520,7 +524,7 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
     summary.duration_s = time.monotonic() - started
     phases["stream"] = summary.duration_s - sum(phases.values())
     log.info("ingest phases: %s", ", ".join(f"{k} {v:.1f}s" for k, v in phases.items()))
-    write_summary(cfg.summary_path, summary.to_json())
+    write_summary(cfg.summary_path, contract.IngestSummary.from_json(summary.to_json()).to_json())
     return summary
 
 

@@ -33,24 +33,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_jobs.job_common import JobArgumentParser, JobStep, delta_snapshot, job_main, write_summary
+from include.contract import jobs as contract
+from include.contract.errors import MaintenanceConfigError, MaintenanceError
+from include.contract.jobs import MAINTAINED_TABLES, ContractArgumentParser, MaintainArgs
+from spark_jobs.job_common import JobStep, delta_snapshot, job_main, write_summary
 
 #: The tables a pipeline may maintain, in the order they are done.
-TABLES = ("bronze", "silver", "quarantine")
+TABLES = MAINTAINED_TABLES
 #: Session settings a progress commit sets for its own command; never set while maintenance commits.
 PROGRESS_CONFS = (
     "spark.databricks.delta.commitInfo.userMetadata",
     "spark.databricks.delta.write.txnAppId",
     "spark.databricks.delta.write.txnVersion",
 )
-
-
-class MaintenanceConfigError(ValueError):
-    """A job argument is missing or malformed; the message names the argument."""
-
-
-class MaintenanceError(RuntimeError):
-    """Maintenance could not be done, or wrote a commit that could pass for progress."""
 
 
 @dataclass(frozen=True)
@@ -76,24 +71,14 @@ def _pair(option: str, text: str) -> tuple[str, str]:
     return name, value
 
 
-def build_arg_parser() -> JobArgumentParser:
-    """The job's command line (also what the orchestrator renders)."""
-    p = JobArgumentParser(prog="maintain_tables", description="Compact, VACUUM and checkpoint a pipeline's tables.",
-                          error_type=MaintenanceConfigError)  # fmt: skip
-    p.add_argument("--pipeline", required=True)
-    p.add_argument("--table", action="append", default=[], required=True, help="<bronze|silver|quarantine>=<location>")
-    p.add_argument("--zorder-by", action="append", default=[], help="<table>=<column>[,<column>...]")
-    p.add_argument("--no-optimize", action="store_true")
-    p.add_argument("--no-vacuum", action="store_true")
-    p.add_argument("--no-checkpoint", action="store_true")
-    p.add_argument("--run-id", default="manual")
-    p.add_argument("--summary-path", default=None)
-    return p
+def build_arg_parser() -> ContractArgumentParser:
+    """The job's command line: :class:`include.contract.jobs.MaintainArgs`, which the orchestrator renders."""
+    return MaintainArgs.parser()
 
 
 def parse_config(argv: list[str]) -> MaintenanceConfig:
     """Parse and check the job's arguments; raises :class:`MaintenanceConfigError` naming the argument."""
-    a = build_arg_parser().parse_args(argv)
+    a = MaintainArgs.from_args(argv)
     given = dict(_pair("--table", t) for t in a.table)
     zorder = {}
     for text in a.zorder_by:
@@ -103,7 +88,7 @@ def parse_config(argv: list[str]) -> MaintenanceConfig:
         zorder[name] = tuple(c for c in columns.split(",") if c)
     return MaintenanceConfig(
         pipeline=a.pipeline, tables={t: given[t] for t in TABLES if t in given}, zorder_by=zorder,
-        optimize=not a.no_optimize, vacuum=not a.no_vacuum, checkpoint=not a.no_checkpoint,
+        optimize=a.optimize, vacuum=a.vacuum, checkpoint=a.checkpoint,
         run_id=a.run_id, summary_path=a.summary_path,
     )  # fmt: skip
 
@@ -219,7 +204,7 @@ def run(spark, cfg: MaintenanceConfig) -> dict:
                 spark.conf.set(key, value)
     summary = {"pipeline": cfg.pipeline, "run_id": cfg.run_id, "tables": tables,
                "duration_s": round(time.monotonic() - started, 3)}  # fmt: skip
-    write_summary(cfg.summary_path, summary)
+    write_summary(cfg.summary_path, contract.MaintainSummary.from_json(summary).to_json())
     return summary
 
 

@@ -38,7 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.job_common import JobArgumentParser, JobStep, build_session, configure_logging
+from include.contract.errors import PipelineError, StepsFileError, as_pipeline_error
+from include.contract.jobs import StepsArgs
+from spark_jobs.job_common import JobStep, build_session, configure_logging, write_failure
 
 #: The jobs a run's application can run, by name (each module's ``STEP``).
 JOBS = {
@@ -47,10 +49,6 @@ JOBS = {
     "bronze_to_silver": "spark_jobs.bronze_to_silver",
     "maintain_tables": "spark_jobs.maintain_tables",
 }
-
-
-class StepsFileError(ValueError):
-    """The ``--steps-file`` argument or the file it names cannot be used; the message names the argument or field."""
 
 
 @dataclass(frozen=True)
@@ -88,11 +86,8 @@ def read_steps(path: str) -> tuple[str, list[tuple[str, list[str], str | None]]]
 def main(argv: list[str] | None = None) -> int:
     """Entry point: read every step's arguments, start one session, run the steps in order."""
     configure_logging()
-    p = JobArgumentParser(prog="run_steps", description="Run a run's job steps in one Spark application.",
-                          error_type=StepsFileError)  # fmt: skip
-    p.add_argument("--steps-file", required=True, help="JSON: the pipeline and each step's job and arguments")
     try:
-        a = p.parse_args(sys.argv[1:] if argv is None else argv)
+        a = StepsArgs.from_args(sys.argv[1:] if argv is None else argv)
         pipeline, raw = read_steps(a.steps_file)
     except StepsFileError as exc:
         print(f"run_steps: bad argument: {exc}", file=sys.stderr)
@@ -115,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             result = first.step.run(spark, first.cfg)
         except first.step.failure as exc:
             print(f"{first.step.name}: {exc}", file=sys.stderr)
+            write_failure(first.step.name, first.cfg, exc)
             return 1
         print(f"{first.step.name}: pipeline={first.cfg.pipeline} {first.step.describe(result)}", flush=True)
         for p_ in later:
@@ -124,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                 known = isinstance(exc, p_.step.failure)
                 message = str(exc) if known else f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 detail = None if known else traceback.format_exc()[-4000:]
-                _write_error(p_.error_path, p_.step.name, message, detail)
+                _write_error(p_.error_path, p_.step.name, message, detail, as_pipeline_error(exc, pipeline=pipeline))
                 print(f"{p_.step.name}: {message} (written to {p_.error_path}; the steps before it stand)",
                       file=sys.stderr)  # fmt: skip
                 return 0
@@ -134,10 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _write_error(path: str | None, job: str, message: str, detail: str | None) -> None:
+def _write_error(path: str | None, job: str, message: str, detail: str | None, error: PipelineError) -> None:
+    """A later step's failure: ``error`` is the message as before, ``failure`` the error as data
+    (:meth:`~include.contract.errors.PipelineError.to_dict`), which the step's task raises again."""
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps({"job": job, "error": message, "traceback": detail}, indent=2))
+        Path(path).write_text(json.dumps({"job": job, "error": message, "traceback": detail,
+                                          "failure": error.to_dict()}, indent=2))  # fmt: skip
 
 
 if __name__ == "__main__":

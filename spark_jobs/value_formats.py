@@ -21,6 +21,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from include.contract.errors import ValueSchemaError
 from include.contract.transform_spec import TransformSpec
 from include.readers.schema_registry import (
     SCHEMA_TYPES,
@@ -32,10 +33,6 @@ from include.readers.schema_registry import (
 from spark_jobs.silver_rules import HEADER_BYTES, ValuePlan, Writer
 
 log = logging.getLogger("value_formats")
-
-
-class ValueSchemaError(RuntimeError):
-    """The run cannot read values at all (no reader schema, a declared field it lacks); nothing was written."""
 
 
 def read_registry_file(path: str | None) -> dict[str, str]:

@@ -20,9 +20,10 @@ from pydantic import ValidationError
 from pydantic_core import PydanticCustomError
 
 from include import settings
+from include.contract.errors import PipelineError
 
 
-class PipelineConfigError(ValueError):
+class PipelineConfigError(PipelineError, ValueError):
     """A pipeline file is invalid. The message is ``<file>: <field>: <what was expected, what was found>``.
 
     One line per problem: ``file``, ``field`` and ``problem`` are the first

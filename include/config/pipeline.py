@@ -15,7 +15,6 @@ from pydantic import BeforeValidator, ConfigDict, Field, TypeAdapter
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from include.config.cron import _check_schedule
-from include.config.errors import _choices, _describe
 from include.config.sections import (
     _SECTION_CONFIG,
     DEFAULT_DELETED_FILE_RETENTION_DAYS,
@@ -30,15 +29,14 @@ from include.config.sections import (
 )
 from include.config.transform import TransformSection
 from include.config.validators import _check_name, _check_string, _check_tags, _choice, _integer
+from include.contract import jobs
 from include.contract.transform_spec import TransformSpec
 
 #: Prefix of the consumer group that mirrors a pipeline's offsets (``kafka-delta-elt.<name>``).
 CONSUMER_GROUP_PREFIX = "kafka-delta-elt."
 DATA_LOSS_POLICIES = ("fail", "record_and_continue")
-#: ``--run-type`` choices of ``spark_jobs/kafka_to_bronze.py``; a unit test keeps
-#: this equal to ``spark_jobs.ingest_plan.RUN_TYPES`` (not imported here so that
-#: loading configs at DAG-parse time stays free of the job's modules).
-RUN_TYPES = ("scheduled", "manual", "backfill", "rebuild_checkpoint")
+#: ``--run-type`` choices of ``spark_jobs/kafka_to_bronze.py``, defined once in the job's contract.
+RUN_TYPES = jobs.RUN_TYPES
 
 
 @pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(**_SECTION_CONFIG, title="Pipeline file"))
@@ -167,41 +165,3 @@ class PipelineConfig(PipelineFile):
     def consumer_group(self) -> str:
         """Kafka consumer group mirroring the bronze table's next offsets, for lag tooling."""
         return CONSUMER_GROUP_PREFIX + self.name
-
-    def ingest_job_args(
-        self, bootstrap_servers: str, run_id: str, run_type: str, summary_path: str
-    ) -> list[str]:
-        """Arguments of ``spark_jobs/kafka_to_bronze.py`` for one run of this pipeline.
-
-        ``bootstrap_servers`` comes from the Airflow connection. Every flag is
-        rendered as ``--flag=value`` so that a value starting with ``-`` (a
-        topic pattern, a run id) is never read as a flag. ``kafka.options`` and
-        the connection's security settings are not rendered: they go to the
-        job through ``--kafka-options-file`` so they never show in a command
-        line.
-        """
-        for arg, value in (
-            ("bootstrap_servers", bootstrap_servers),
-            ("run_id", run_id),
-            ("summary_path", summary_path),
-        ):
-            if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{arg}: expected a non-empty string, got {_describe(value)}")
-        if run_type not in RUN_TYPES:
-            raise ValueError(f"run_type: expected one of {_choices(RUN_TYPES)}, got {_describe(run_type)}")
-        kafka = self.kafka
-        args = [f"--pipeline={self.name}", f"--bootstrap-servers={bootstrap_servers}"]
-        if kafka.topic_pattern is not None:
-            args.append(f"--topic-pattern={kafka.topic_pattern}")
-        else:
-            args.append(f"--topics={','.join(kafka.topics)}")
-        args += [
-            f"--bronze-path={self.tables.bronze_path}",
-            f"--checkpoint-root={self.tables.checkpoint_root}",
-            f"--starting-offsets={kafka.starting_offsets}",
-        ]
-        if kafka.max_offsets_per_trigger is not None:
-            args.append(f"--max-offsets-per-trigger={kafka.max_offsets_per_trigger}")
-        args += [f"--run-id={run_id}", f"--run-type={run_type}", f"--summary-path={summary_path}"]
-        args += [f"--table-property={k}={v}" for k, v in self.tables.retention_properties().items()]
-        return args

@@ -19,12 +19,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field
 
 from include.config.errors import _choices, _did_you_mean, _invalid, _problem, _suffix, _unquote_hint
+from include.contract import jobs
 
 #: Same rule as the job's ``--pipeline`` (``spark_jobs.ingest_plan``), which is
 #: also a valid Airflow dag_id (``^[\w.-]+$``, at most 250 characters); the
 #: length cap leaves room for a prefix or suffix the DAG factory may add.
 NAME_MAX_LEN = 200
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_NAME = jobs.PIPELINE_NAME
 #: Kafka's legal topic names (``org.apache.kafka.common.internals.Topic``).
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 #: Airflow's ``RE_SANITIZE_CONN_ID`` and ``CONN_ID_MAX_LEN``.

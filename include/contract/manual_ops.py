@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from include.contract.errors import PipelineError
 from include.contract.offsets import BackfillRange, PositionMap, TopicState
 
 NORMAL = "normal"
@@ -75,7 +76,7 @@ def action_hint(dag_id: str, action: str, reason: str = "<why>", **params: Any) 
     return f"the trigger form's action {action!r} (airflow dags trigger {dag_id} -c '{conf}')"
 
 
-class RequestError(ValueError):
+class RequestError(PipelineError, ValueError):
     """The run's params cannot be carried out; the message says which param, what was wrong and what is allowed."""
 
 

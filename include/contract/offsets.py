@@ -25,6 +25,9 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from include.contract.errors import PipelineError
+from include.contract.jobs import bronze_app_id
+
 #: Marks our commit metadata, and its version, among other writers' commits.
 COMMIT_FORMAT = "kafka-delta-elt/bronze-commit"
 COMMIT_FORMAT_VERSION = 1
@@ -55,8 +58,8 @@ class TopicState:
     partitions: dict[int, PartitionState]
 
 
-class OffsetError(ValueError):
-    """An offset invariant does not hold; the message names topic, partition and numbers."""
+class OffsetError(PipelineError, ValueError):
+    """An offset invariant does not hold; ``topic``, ``partition`` and ``offsets`` say where (``str()`` starts with them)."""
 
 
 class CommitMetadataError(OffsetError):
@@ -74,17 +77,17 @@ class OffsetRange:
     rows: int
 
     def __post_init__(self) -> None:
-        where = f"{self.topic}-{self.partition}"
+        where = {"topic": self.topic, "partition": self.partition, "offsets": (self.from_offset, self.until_offset)}
         if self.from_offset < 0 or self.until_offset < self.from_offset:
             raise OffsetError(
-                f"{where}: range [{self.from_offset}, {self.until_offset}) is not a valid "
-                "offset range (expected 0 <= from <= until)"
+                f"range [{self.from_offset}, {self.until_offset}) is not a valid "
+                "offset range (expected 0 <= from <= until)", **where
             )
         if not 0 <= self.rows <= self.until_offset - self.from_offset:
             raise OffsetError(
-                f"{where}: {self.rows} rows cannot come from range "
+                f"{self.rows} rows cannot come from range "
                 f"[{self.from_offset}, {self.until_offset}) of "
-                f"{self.until_offset - self.from_offset} offsets"
+                f"{self.until_offset - self.from_offset} offsets", **where
             )
 
     @property
@@ -141,9 +144,10 @@ def advance(positions: Mapping[str, Mapping[int, int]], ranges: Iterable[OffsetR
         if current is not None and r.from_offset != current:
             kind = "gap" if r.from_offset > current else "overlap"
             raise OffsetError(
-                f"{r.topic}-{r.partition}: range [{r.from_offset}, {r.until_offset}) does not "
+                f"range [{r.from_offset}, {r.until_offset}) does not "
                 f"continue at the table's next offset {current} ({kind} of "
-                f"{abs(r.from_offset - current)} offsets)"
+                f"{abs(r.from_offset - current)} offsets)",
+                topic=r.topic, partition=r.partition, offsets=(r.from_offset, r.until_offset),
             )
         result.setdefault(r.topic, {})[r.partition] = r.until_offset
     return result
@@ -168,8 +172,9 @@ class Gap:
     def __post_init__(self) -> None:
         if not 0 <= self.from_offset < self.until_offset:
             raise OffsetError(
-                f"{self.topic}-{self.partition}: gap [{self.from_offset}, {self.until_offset}) is not a "
-                "valid offset range (expected 0 <= from < until)"
+                f"gap [{self.from_offset}, {self.until_offset}) is not a "
+                "valid offset range (expected 0 <= from < until)",
+                topic=self.topic, partition=self.partition, offsets=(self.from_offset, self.until_offset),
             )
 
     @property
@@ -193,8 +198,9 @@ def skip_gaps(positions: Mapping[str, Mapping[int, int]], gaps: Iterable[Gap]) -
         current = result.get(g.topic, {}).get(g.partition)
         if current is not None and current != g.from_offset:
             raise OffsetError(
-                f"{g.topic}-{g.partition}: gap [{g.from_offset}, {g.until_offset}) does not start at "
-                f"the table's next offset {current}"
+                f"gap [{g.from_offset}, {g.until_offset}) does not start at "
+                f"the table's next offset {current}",
+                topic=g.topic, partition=g.partition, offsets=(g.from_offset, g.until_offset),
             )
         result.setdefault(g.topic, {})[g.partition] = g.until_offset
     return result
@@ -288,7 +294,7 @@ def txn_app_id(pipeline: str, epoch: int) -> str:
     write whose ``txnVersion`` is not above the one recorded for its app id,
     so each checkpoint gets its own app id.
     """
-    return f"kafka-delta-elt:{pipeline}:bronze:epoch-{epoch}"
+    return bronze_app_id(pipeline, epoch)
 
 
 #: Marks the metadata of a backfill's commit; such a commit is not progress of the chain.
@@ -313,13 +319,13 @@ class BackfillRange:
     inserted: int = 0
 
     def __post_init__(self) -> None:
-        where = f"{self.topic}-{self.partition}"
+        where = {"topic": self.topic, "partition": self.partition, "offsets": (self.from_offset, self.until_offset)}
         if not 0 <= self.from_offset < self.until_offset:
-            raise OffsetError(f"{where}: backfill range [{self.from_offset}, {self.until_offset}) is not a valid "
-                              "offset range (expected 0 <= from < until)")  # fmt: skip
+            raise OffsetError(f"backfill range [{self.from_offset}, {self.until_offset}) is not a valid "
+                              "offset range (expected 0 <= from < until)", **where)  # fmt: skip
         if not 0 <= self.inserted <= self.read <= self.until_offset - self.from_offset:
-            raise OffsetError(f"{where}: backfill range [{self.from_offset}, {self.until_offset}) cannot have read "
-                              f"{self.read} records and inserted {self.inserted}")  # fmt: skip
+            raise OffsetError(f"backfill range [{self.from_offset}, {self.until_offset}) cannot have read "
+                              f"{self.read} records and inserted {self.inserted}", **where)  # fmt: skip
 
     @property
     def present(self) -> int:

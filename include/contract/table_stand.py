@@ -32,6 +32,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from include.contract.jobs import bronze_app_prefix
 from include.contract.offsets import BronzeCommit, OffsetError, PositionMap, flatten, txn_app_id
 
 #: ``app id -> version`` of the table's state, or ``None`` when it has none for that id.
@@ -43,7 +44,7 @@ class PositionUnknownError(OffsetError):
 
 
 def _prefix(pipeline: str) -> str:
-    return f"kafka-delta-elt:{pipeline}:bronze"
+    return bronze_app_prefix(pipeline)
 
 
 def next_app_id(pipeline: str, topic: str, partition: int) -> str:

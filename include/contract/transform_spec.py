@@ -14,6 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from include.contract import jobs
+from include.contract.jobs import SILVER_APP_PREFIX
+
 #: Simple field types and what a JSON value must be to take them.
 SIMPLE_TYPES = ("string", "int", "long", "double", "boolean", "date", "timestamp", "json")
 #: ``decimal(precision, scale)``: 1 <= precision <= 38, 0 <= scale <= precision.
@@ -346,7 +349,7 @@ class SilverCommit:
 #: Bits of a silver txn version that hold the batch id; the bronze version sits above them.
 BATCH_BITS = 24
 MAX_BATCH_ID = (1 << BATCH_BITS) - 1
-SILVER_TXN_PREFIX = "kde-silver"
+SILVER_TXN_PREFIX = SILVER_APP_PREFIX
 
 
 def silver_app_id(pipeline: str, epoch: int) -> str:
@@ -358,7 +361,7 @@ def silver_app_id(pipeline: str, epoch: int) -> str:
     may restart inside the version the last one ended in (its versions must
     only grow under one app id, or Delta skips the write).
     """
-    return f"{SILVER_TXN_PREFIX}.{pipeline}.e{epoch}"
+    return jobs.silver_app_id(pipeline, epoch)
 
 
 def silver_txn_version(bronze_version: int, batch_id: int) -> int:

@@ -22,6 +22,7 @@ them as they are.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -31,6 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from include.config import PipelineConfig
+from include.contract.errors import PipelineError
 from include.contract.preflight import measure_lag
 from include.readers import delta_progress, kafka_state, run_ledger
 
@@ -133,6 +135,7 @@ def _run_view(row: dict[str, Any], dag_id: str) -> dict[str, Any]:
         "action": row.get("action") or "normal",
         "outcome": row.get("outcome"),
         "reason": row.get("reason") or "",
+        "error": _error_view(row.get("error_json")),
         "started_at": _iso(row.get("started_at")),
         "finished_at": _iso(row.get("finished_at")),
         "duration_s": row.get("duration_s"),
@@ -149,6 +152,21 @@ def _run_view(row: dict[str, Any], dag_id: str) -> dict[str, Any]:
         "ranges": ranges,
         "link": run_link(dag_id, row["run_id"]),
     }
+
+
+def _error_view(data: Any) -> dict[str, Any] | None:
+    """A run's recorded job error (ledger ``error_json``) for the page: class, text and the fields that are set."""
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except ValueError:
+            return None
+    if not isinstance(data, dict):
+        return None
+    error = PipelineError.from_dict(data)
+    fields = {k: v for k, v in error.fields().items() if v is not None and k != "cause"}
+    return {"class": str(data.get("class") or type(error).__name__), "text": str(error), "fields": fields,
+            "action": error.action}
 
 
 def dag_link(dag_id: str) -> str:
@@ -258,6 +276,9 @@ def _health(snap: dict[str, Any]) -> dict[str, Any]:
     if last is not None:
         if last["outcome"] == "failed":
             failing.append(f"last run failed: {last['reason']}" if last["reason"] else "last run failed")
+            action = (last.get("error") or {}).get("action")
+            if action:
+                failing.append(f"to fix it, trigger the pipeline with action {action!r}")
         if last["continuity"] == "BROKEN":
             failing.append("last run's continuity check found a break")
         if last["quarantined"]:

@@ -19,6 +19,19 @@ from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, PokeReturnValue, 
 
 from include import settings
 from include.config import PipelineConfig, load_pipelines
+from include.contract.jobs import (
+    CHECK_CONTINUITY_TASK,
+    CHECK_REQUEST_TASK,
+    INGEST_TASK,
+    MAINTAIN_TASK,
+    MIRROR_OFFSETS_TASK,
+    PREFLIGHT_TASK,
+    RECORD_RUN_TASK,
+    START_CLUSTER_TASK,
+    STOP_CLUSTER_TASK,
+    TRANSFORM_TASK,
+    WAIT_FOR_LAG_TASK,
+)
 from include.contract.manual_ops import form_params
 from include.orchestration import tasks
 from include.orchestration.spark_operator import (
@@ -181,7 +194,7 @@ def _check_tasks(cfg: PipelineConfig) -> tuple[Any, Any, Any]:
     max_wait_s = cfg.lag.max_wait_minutes * 60
 
     @task.sensor(
-        task_id="check_request",
+        task_id=CHECK_REQUEST_TASK,
         mode="reschedule",
         poke_interval=15,
         timeout=LOCK_TIMEOUT.total_seconds(),
@@ -198,7 +211,7 @@ def _check_tasks(cfg: PipelineConfig) -> tuple[Any, Any, Any]:
         )  # fmt: skip
 
     @task.sensor(
-        task_id="wait_for_lag",
+        task_id=WAIT_FOR_LAG_TASK,
         mode="reschedule",
         poke_interval=max(5.0, min(60.0, max_wait_s / 4)),
         timeout=max_wait_s + 600,
@@ -206,12 +219,12 @@ def _check_tasks(cfg: PipelineConfig) -> tuple[Any, Any, Any]:
     )
     def wait_for_lag(**context: Any) -> PokeReturnValue:
         ti = context["ti"]
-        return tasks.run_task(ti, tasks.wait_for_lag, cfg, plan=ti.xcom_pull(task_ids="check_request"))
+        return tasks.run_task(ti, tasks.wait_for_lag, cfg, plan=ti.xcom_pull(task_ids=CHECK_REQUEST_TASK))
 
-    @task(task_id="preflight", retries=cfg.retries)
+    @task(task_id=PREFLIGHT_TASK, retries=cfg.retries)
     def run_preflight(**context: Any) -> dict:
         ti = context["ti"]
-        return tasks.run_task(ti, tasks.preflight, cfg, plan=ti.xcom_pull(task_ids="check_request"))
+        return tasks.run_task(ti, tasks.preflight, cfg, plan=ti.xcom_pull(task_ids=CHECK_REQUEST_TASK))
 
     requested = check_request()
     lag = wait_for_lag()
@@ -224,13 +237,13 @@ def _cluster_tasks(cfg: PipelineConfig) -> tuple[Any, Any]:
     """A transient cluster's setup and teardown: ``start_cluster`` and ``stop_cluster``, which runs whatever
     the jobs did as long as the cluster started."""
 
-    @task(task_id="start_cluster", retries=1)
+    @task(task_id=START_CLUSTER_TASK, retries=1)
     def start_cluster(**context: Any) -> dict:
         ti = context["ti"]
-        return tasks.start_cluster(cfg, run_id=context["run_id"], plan=ti.xcom_pull(task_ids="check_request"),
-                                   preflight_result=ti.xcom_pull(task_ids="preflight"))  # fmt: skip
+        return tasks.start_cluster(cfg, run_id=context["run_id"], plan=ti.xcom_pull(task_ids=CHECK_REQUEST_TASK),
+                                   preflight_result=ti.xcom_pull(task_ids=PREFLIGHT_TASK))  # fmt: skip
 
-    @task(task_id="stop_cluster", trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS, retries=2)
+    @task(task_id=STOP_CLUSTER_TASK, trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS, retries=2)
     def stop_cluster(**context: Any) -> dict:
         return tasks.stop_cluster(cfg, run_id=context["run_id"])
 
@@ -243,11 +256,11 @@ def _job_tasks(cfg: PipelineConfig, checked: Any, cluster: tuple[Any, Any] | Non
     ``start_cluster``'s XCom). Returns what the closing checks wait on, and the maintain task (or ``None``)."""
     master = "{{ ti.xcom_pull(task_ids='start_cluster')['master_url'] }}" if cluster else None
     job = dict(pipeline=cfg, master=master, retries=cfg.retries, execution_timeout=INGEST_TIMEOUT)
-    ingest = IngestOperator(task_id="ingest", **job)
-    jobs = [ingest, TransformOperator(task_id="transform", **job)] if cfg.transform else [ingest]
+    ingest = IngestOperator(task_id=INGEST_TASK, **job)
+    jobs = [ingest, TransformOperator(task_id=TRANSFORM_TASK, **job)] if cfg.transform else [ingest]
     chain(*jobs)
     # Skipped when not due; nothing waits on its success (the teardown and record_run run anyway).
-    maintain = MaintainOperator(task_id="maintain", **job) if cfg.maintenance.enabled else None
+    maintain = MaintainOperator(task_id=MAINTAIN_TASK, **job) if cfg.maintenance.enabled else None
     if maintain is not None:
         jobs[-1] >> maintain
     if cluster is None:
@@ -267,20 +280,20 @@ def _closing_tasks(cfg: PipelineConfig, outlets: list[Asset], checks: tuple[Any,
     """After the jobs: ``check_continuity``, ``mirror_offsets``, then ``record_run``, which runs whatever
     happened before it (every earlier task is upstream of it) and updates the assets."""
 
-    @task(task_id="check_continuity", retries=cfg.retries)
+    @task(task_id=CHECK_CONTINUITY_TASK, retries=cfg.retries)
     def check_continuity(**context: Any) -> dict:
         ti = context["ti"]
         return tasks.run_task(
             ti, tasks.check_continuity, cfg, run_id=context["run_id"],
-            preflight_result=ti.xcom_pull(task_ids="preflight"), ingest_summary=ti.xcom_pull(task_ids="ingest"),
-            transform_summary=ti.xcom_pull(task_ids="transform") if cfg.transform else None,
+            preflight_result=ti.xcom_pull(task_ids=PREFLIGHT_TASK), ingest_summary=ti.xcom_pull(task_ids=INGEST_TASK),
+            transform_summary=ti.xcom_pull(task_ids=TRANSFORM_TASK) if cfg.transform else None,
         )  # fmt: skip
 
-    @task(task_id="mirror_offsets", retries=cfg.retries)
+    @task(task_id=MIRROR_OFFSETS_TASK, retries=cfg.retries)
     def mirror_offsets() -> dict:
         return tasks.mirror_offsets(cfg)
 
-    @task(task_id="record_run", trigger_rule=TriggerRule.ALL_DONE, outlets=outlets, retries=cfg.retries)
+    @task(task_id=RECORD_RUN_TASK, trigger_rule=TriggerRule.ALL_DONE, outlets=outlets, retries=cfg.retries)
     def record_run(**context: Any) -> dict:
         from include.orchestration import record
 

@@ -12,6 +12,21 @@ import json
 from typing import Any
 
 from include.config import PipelineConfig
+from include.contract.errors import ERROR_XCOM_KEY, PipelineError
+from include.contract.jobs import (
+    CHECK_CONTINUITY_TASK,
+    CHECK_REQUEST_TASK,
+    INGEST_TASK,
+    MAINTAIN_TASK,
+    MIRROR_OFFSETS_TASK,
+    PREFLIGHT_TASK,
+    RECORD_RUN_TASK,
+    START_CLUSTER_TASK,
+    TRANSFORM_TASK,
+    WAIT_FOR_LAG_TASK,
+    TransformSummary,
+    ingest_step_summary,
+)
 
 #: Task states that make a run a failure (the record task itself excluded).
 _FAILED = ("failed", "upstream_failed")
@@ -28,23 +43,28 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
     passed = xcoms.get("preflight") or {}  # only a preflight that let the run go on returns a value
     checked = passed or xcoms.get("preflight_failed") or {}
     lag_report = checked.get("lag") or xcoms.get("wait_for_lag") or xcoms.get("wait_for_lag_skip") or {}
-    summary = xcoms.get("ingest") or {}
+    # The record is written whatever a task left, so a partial summary is read leniently.
+    summary = ingest_step_summary(xcoms.get("ingest") or {}, strict=False)
     transform = xcoms.get("transform")
     continuity = xcoms.get("check_continuity") or xcoms.get("continuity_failed")
     cluster = xcoms.get("start_cluster") or {}
     request = xcoms.get("check_request") or {}
-    failed = sorted(t for t, s in states.items() if s in _FAILED and t != "record_run")
+    failed = sorted(t for t, s in states.items() if s in _FAILED and t != RECORD_RUN_TASK)
+    error = None
     if failed:
         outcome = "failed"
         first = [t for t in failed if states[t] == "failed"] or failed
         reason = f"failed at {', '.join(first)}"
-        if "check_request" in first and xcoms.get("request_refused"):
+        if CHECK_REQUEST_TASK in first and xcoms.get("request_refused"):
             reason += ": " + xcoms["request_refused"]
-        if "preflight" in first and checked.get("blocking"):
+        if PREFLIGHT_TASK in first and checked.get("blocking"):
             reason += ": " + " | ".join(checked["blocking"])
-        if "check_continuity" in first and continuity:
+        if CHECK_CONTINUITY_TASK in first and continuity:
             reason += ": " + " | ".join(continuity["violations"])
-    elif states.get("wait_for_lag") == "skipped":
+        error = _job_error(first, xcoms)
+        if error is not None:
+            reason += f": {type(error).__name__}: {error}"
+    elif states.get(WAIT_FOR_LAG_TASK) == "skipped":
         nothing = request.get("action", "normal") != "normal"
         outcome, reason = "skipped", "nothing to backfill in the window" if nothing else "no new records"
     else:
@@ -52,7 +72,7 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
 
     lag_by_tp = {(p["topic"], p["partition"]): p for p in lag_report.get("partitions", [])}
     after_by_tp = {(p["topic"], p["partition"]): p for p in (lag_after or {}).get("partitions", [])}
-    written = {(t, int(p)): v for t, parts in (summary.get("partitions") or {}).items() for p, v in parts.items()}
+    written = {(t, int(p)): v for t, parts in summary.partitions.items() for p, v in parts.items()}
     partitions = []
     for tp in sorted(set(lag_by_tp) | set(after_by_tp) | set(written)):
         before, after, w = lag_by_tp.get(tp, {}), after_by_tp.get(tp, {}), written.get(tp, {})
@@ -82,12 +102,11 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
         "cluster_profile": cfg.cluster.profile,
         "master_url": cluster.get("master_url"),
         "cluster_choice": cluster.get("choice"),
-        "epoch": summary.get("epoch"),
+        "epoch": summary.epoch,
         "bronze_version_before": version_before,
-        "bronze_version_after": summary.get("bronze_version") if summary.get("bronze_version") is not None
-        else version_before,
-        "rows": summary.get("rows", 0),
-        "commits": summary.get("commits", 0),
+        "bronze_version_after": summary.bronze_version if summary.bronze_version is not None else version_before,
+        "rows": summary.rows,
+        "commits": summary.commits,
         "lag_before": lag_report.get("total_lag"),
         "lag_after": (lag_after or {}).get("total_lag"),
         "lost": sum(g["until"] - g["from"] for g in gaps) if gaps else lag_report.get("total_lost", 0),
@@ -98,12 +117,26 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
         "findings_json": checked.get("findings", []),
         "continuity_json": continuity,
         "topic_ids_json": passed.get("topic_ids"),
-        "position_set_json": summary.get("position_set"),
+        "position_set_json": summary.position_set,
         "maintenance_json": _maintenance(passed, xcoms.get("maintain"), xcoms.get("maintain_ledger"), states),
         "tasks_json": states,
         "params_json": params,
         "request_json": request or None,
+        "error_json": error.to_dict() if error is not None else None,
     }
+
+
+#: The job tasks whose failure leaves the job's error in XCom (include/orchestration/spark_operator.py).
+JOB_TASKS = (INGEST_TASK, TRANSFORM_TASK, MAINTAIN_TASK)
+
+
+def _job_error(failed: list[str], xcoms: dict[str, Any]) -> PipelineError | None:
+    """The error of the first failed job task, rebuilt from its fields (XCom ``<task>_error``), or ``None``."""
+    for task in failed:
+        data = xcoms.get(f"{task}_error") if task in JOB_TASKS else None
+        if isinstance(data, dict):
+            return PipelineError.from_dict(data)
+    return None
 
 
 def _maintenance(preflight: dict, tables: dict | None, ledger: dict | None, states: dict[str, str]) -> dict | None:
@@ -116,7 +149,7 @@ def _maintenance(preflight: dict, tables: dict | None, ledger: dict | None, stat
         out["due"] = due
         out["tables"].update((tables or {}).get("tables") or {})
         if not tables:
-            out["tables_state"] = states.get("maintain", "not run")
+            out["tables_state"] = states.get(MAINTAIN_TASK, "not run")
     if ledger:
         out["ledger_due"] = ledger["due"]
         out["tables"]["ledger"] = ledger["result"]
@@ -156,14 +189,17 @@ def _transform_columns(summary: dict | None, checked: dict | None) -> dict[str, 
     the silver commits when there is one, else the job's own summary)."""
     if summary is None and checked is None:
         return {}
-    source = checked or summary or {}
+    job = TransformSummary.from_json(summary, strict=False) if summary is not None else None
+    counts = ("read", "upserted", "deleted", "quarantined", "superseded")
+    # The continuity check's counts are the same keys, read back from silver's commits.
+    source = {k: checked.get(k) for k in counts} if checked else {k: getattr(job, k) for k in counts}
     return {
-        "silver_read": source.get("read"),
-        "silver_upserted": source.get("upserted"),
-        "silver_deleted": source.get("deleted"),
-        "quarantined": source.get("quarantined"),
-        "superseded": source.get("superseded"),
-        "silver_version_after": (summary or {}).get("silver_version"),
+        "silver_read": source["read"],
+        "silver_upserted": source["upserted"],
+        "silver_deleted": source["deleted"],
+        "quarantined": source["quarantined"],
+        "superseded": source["superseded"],
+        "silver_version_after": job.silver_version if job is not None else None,
         "transform_json": {"job": summary, "check": checked},
     }
 
@@ -181,23 +217,24 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
     run_id = context["run_id"]
     states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[run_id]).get(run_id, {})
     xcoms = {
-        "check_request": _xcom(ti, "check_request"),
-        "request_refused": _xcom(ti, "check_request", "refused"),
-        "wait_for_lag": _xcom(ti, "wait_for_lag"),
-        "wait_for_lag_skip": _xcom(ti, "wait_for_lag", "lag"),
-        "preflight": _xcom(ti, "preflight"),
-        "preflight_failed": _xcom(ti, "preflight", "failed_report"),
-        "start_cluster": _xcom(ti, "start_cluster"),
-        "ingest": _xcom(ti, "ingest"),
-        "transform": _xcom(ti, "transform") if cfg.transform else None,
-        "check_continuity": _xcom(ti, "check_continuity"),
-        "continuity_failed": _xcom(ti, "check_continuity", "failed_report"),
-        "maintain": _xcom(ti, "maintain"),
+        "check_request": _xcom(ti, CHECK_REQUEST_TASK),
+        "request_refused": _xcom(ti, CHECK_REQUEST_TASK, "refused"),
+        "wait_for_lag": _xcom(ti, WAIT_FOR_LAG_TASK),
+        "wait_for_lag_skip": _xcom(ti, WAIT_FOR_LAG_TASK, "lag"),
+        "preflight": _xcom(ti, PREFLIGHT_TASK),
+        "preflight_failed": _xcom(ti, PREFLIGHT_TASK, "failed_report"),
+        "start_cluster": _xcom(ti, START_CLUSTER_TASK),
+        "ingest": _xcom(ti, INGEST_TASK),
+        "transform": _xcom(ti, TRANSFORM_TASK) if cfg.transform else None,
+        "check_continuity": _xcom(ti, CHECK_CONTINUITY_TASK),
+        "continuity_failed": _xcom(ti, CHECK_CONTINUITY_TASK, "failed_report"),
+        "maintain": _xcom(ti, MAINTAIN_TASK),
+        **{f"{task}_error": _xcom(ti, task, ERROR_XCOM_KEY) for task in JOB_TASKS},
     }
     xcoms["maintain_ledger"] = maintain_ledger(cfg)
     lag_after = None
-    ran = states.get("wait_for_lag") == "success"
-    mirrored = _xcom(ti, "mirror_offsets") if states.get("mirror_offsets") == "success" else None
+    ran = states.get(WAIT_FOR_LAG_TASK) == "success"
+    mirrored = _xcom(ti, MIRROR_OFFSETS_TASK) if states.get(MIRROR_OFFSETS_TASK) == "success" else None
     if not ran:
         lag_after = xcoms["wait_for_lag_skip"]
     elif mirrored and mirrored.get("lag_after") is not None:

@@ -35,12 +35,30 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from airflow.sdk import BaseOperator
 
 from include.config import KubernetesConfig, PipelineConfig
+from include.contract.errors import ERROR_XCOM_KEY, PipelineError, summary_failure
+from include.contract.jobs import (
+    CHECK_REQUEST_TASK,
+    MAINTAIN_TASK,
+    PREFLIGHT_TASK,
+    START_CLUSTER_TASK,
+    TRANSFORM_TASK,
+    BackfillArgs,
+    BackfillSummary,
+    IngestArgs,
+    MaintainArgs,
+    MaintainSummary,
+    StepsArgs,
+    TransformArgs,
+    TransformSummary,
+    ingest_step_summary,
+)
 
 APPLICATION = "spark_jobs/kafka_to_bronze.py"
 BACKFILL_APPLICATION = "spark_jobs/kafka_backfill.py"
@@ -386,7 +404,7 @@ class SparkJobOperator(BaseOperator):
         """What this run's ``start_cluster`` reported (``workers``, ``backlog``, ...), if it ran."""
         if not self.pipeline.cluster.transient or context.get("ti") is None:
             return {}
-        started = context["ti"].xcom_pull(task_ids="start_cluster") or {}
+        started = context["ti"].xcom_pull(task_ids=START_CLUSTER_TASK) or {}
         return started if isinstance(started, dict) else {}
 
     def _cluster_watch(self, context: Any):
@@ -460,7 +478,11 @@ class SparkJobOperator(BaseOperator):
                 ok = True
             except Exception as exc:
                 if not self.done_despite(exc, summary_path):
-                    raise
+                    failure = self._job_failure(summary_path)
+                    if failure is None:
+                        raise
+                    self._report_failure(context, failure)
+                    raise failure from exc
             finally:
                 if in_pod and pod_base:
                     self._delete_driver_pod(f"{pod_base}-driver", succeeded=ok)
@@ -472,6 +494,24 @@ class SparkJobOperator(BaseOperator):
         summary = json.loads(summary_path.read_text())
         print(self.summary_line(summary))
         return summary
+
+    def _job_failure(self, summary_path: Path) -> PipelineError | None:
+        """The error the job wrote to its summary file when it failed (as data), or ``None``."""
+        try:
+            return summary_failure(json.loads(summary_path.read_text()))
+        except (OSError, ValueError):
+            return None
+
+    def _report_failure(self, context: Any, failure: PipelineError) -> None:
+        """The task log's lines for a job's error, from its fields, and the error in XCom ``error`` for
+        ``record_run`` (the run ledger and the monitor render it from there)."""
+        fields = {k: v for k, v in failure.fields().items() if v is not None and k != "cause"}
+        self.log.error("%s failed: %s: %s", self.task_id, type(failure).__name__, failure)
+        if fields:
+            self.log.error("error fields: %s", ", ".join(f"{k}={v}" for k, v in fields.items()))
+        ti = context.get("ti")
+        if ti is not None and hasattr(ti, "xcom_push"):
+            ti.xcom_push(key=ERROR_XCOM_KEY, value=failure.to_dict())
 
     def _delete_driver_pod(self, pod: str, *, succeeded: bool) -> None:
         """Profile ``kubernetes``: Spark deleted the executor pods; the finished driver pod goes too, by policy."""
@@ -505,8 +545,8 @@ class IngestOperator(SparkJobOperator):
     application = APPLICATION
     job_name = "kafka_to_bronze"
 
-    def __init__(self, *, preflight_task_id: str = "preflight", request_task_id: str = "check_request",
-                 transform_task_id: str = "transform", maintain_task_id: str = "maintain", **kwargs: Any) -> None:  # fmt: skip
+    def __init__(self, *, preflight_task_id: str = PREFLIGHT_TASK, request_task_id: str = CHECK_REQUEST_TASK,
+                 transform_task_id: str = TRANSFORM_TASK, maintain_task_id: str = MAINTAIN_TASK, **kwargs: Any) -> None:  # fmt: skip
         super().__init__(**kwargs)
         self.preflight_task_id = preflight_task_id
         self.request_task_id = request_task_id
@@ -534,28 +574,23 @@ class IngestOperator(SparkJobOperator):
             request_file = folder / "backfill-request.json"
             request_file.write_text(json.dumps({k: plan.get(k) for k in
                                                 ("action", "reason", "requested_by", "ranges", "time_range")}))  # fmt: skip
-            args = [
-                f"--pipeline={cfg.name}", f"--bootstrap-servers={client['bootstrap.servers']}",
-                f"--bronze-path={cfg.tables.bronze_path}", f"--request-file={request_file}",
-                f"--run-id={context['run_id']}", f"--run-type={'backfill' if run_type == 'backfill' else 'manual'}",
-                f"--summary-path={summary_path}",
-            ]  # fmt: skip
-            if options_file:
-                args.append(f"--kafka-options-file={options_file}")
-            return args, private
+            return BackfillArgs(
+                pipeline=cfg.name, bootstrap_servers=client["bootstrap.servers"], bronze_path=cfg.tables.bronze_path,
+                request_file=str(request_file), run_id=context["run_id"],
+                run_type="backfill" if run_type == "backfill" else "manual", summary_path=str(summary_path),
+                kafka_options_file=options_file or None,
+            ).to_args(), private  # fmt: skip
         preflight = context["ti"].xcom_pull(task_ids=self.preflight_task_id) or {}
         preflight_file = folder / "preflight.json"
         preflight_file.write_text(json.dumps(preflight.get("job_file") or {}))
         rebuild = plan.get("action") == manual_ops.REBUILD_CHECKPOINT
-        args = cfg.ingest_job_args(client["bootstrap.servers"], context["run_id"],
-                                   "rebuild_checkpoint" if rebuild else run_type, str(summary_path))  # fmt: skip
-        if options_file:
-            args.append(f"--kafka-options-file={options_file}")
-        args.append(f"--preflight-file={preflight_file}")
-        if rebuild:
-            who = f" by {plan['requested_by']}" if plan.get("requested_by") else ""
-            args.append(f"--rebuild-checkpoint=asked{who}: {plan.get('reason', '')}")
-        return args, private
+        who = f" by {plan['requested_by']}" if plan.get("requested_by") else ""
+        args = IngestArgs.for_pipeline(cfg, bootstrap_servers=client["bootstrap.servers"], run_id=context["run_id"],
+                                       run_type="rebuild_checkpoint" if rebuild else run_type,
+                                       summary_path=str(summary_path))  # fmt: skip
+        return replace(args, kafka_options_file=options_file or None, preflight_file=str(preflight_file),
+                       rebuild_checkpoint=f"asked{who}: {plan.get('reason', '')}" if rebuild else None,
+                       ).to_args(), private  # fmt: skip
 
     def submission(self, context: Any, folder: Path, summary_path: Path) -> tuple[str, list[str], list[Path]]:
         """With a transform, or maintenance due: the run's application runs this step, then the transform,
@@ -583,12 +618,12 @@ class IngestOperator(SparkJobOperator):
         steps_file = folder / "steps.json"
         steps_file.write_text(json.dumps({"pipeline": cfg.name, "steps": steps}, indent=2))
         self.log.info("one Spark application for %s (%s)", " then ".join(s_["job"] for s_ in steps), steps_file)
-        return RUN_STEPS_APPLICATION, [f"--steps-file={steps_file}"], private
+        return RUN_STEPS_APPLICATION, StepsArgs(steps_file=str(steps_file)).to_args(), private
 
     def done_despite(self, exc: BaseException, summary_path: Path) -> bool:
         """The application failed after this step wrote its summary (so after its last commit): the
         step is done; each later task finds no outcome of its own step and submits it alone."""
-        if not getattr(self, "_later", False) or not summary_path.exists():
+        if not getattr(self, "_later", False) or not summary_path.exists() or self._job_failure(summary_path):
             return False
         self.log.warning("the run's Spark application failed after the ingest step finished (%s); bronze "
                          "stands as the summary says, and each later task submits its step alone", exc)  # fmt: skip
@@ -614,20 +649,21 @@ class IngestOperator(SparkJobOperator):
         return str(options_file), [options_file]
 
     def summary_line(self, summary: dict) -> str:
-        if summary.get("kind") == "backfill":
+        s = ingest_step_summary(summary)
+        if isinstance(s, BackfillSummary):
             return (
-                f"SUMMARY ingest: backfill re-read {summary['read']} records in {len(summary['ranges'])} ranges, "
-                f"inserted {summary['inserted']} missing from bronze, {summary['present']} were there already; "
-                f"bronze version {summary['bronze_version']}, {summary['duration_s']:.1f}s in the job"
-                + "".join(f"; {n}" for n in summary.get("notes") or ())
+                f"SUMMARY ingest: backfill re-read {s.read} records in {len(s.ranges)} ranges, "
+                f"inserted {s.inserted} missing from bronze, {s.present} were there already; "
+                f"bronze version {s.bronze_version}, {s.duration_s:.1f}s in the job"
+                + "".join(f"; {n}" for n in s.notes)
             )
-        rebuilt = summary["checkpoint_rebuilt"]
+        rebuilt = s.checkpoint_rebuilt
         return (
-            f"SUMMARY ingest: {summary['rows']} rows in {len(summary['batches'])} batches, epoch {summary['epoch']}, "
-            f"bronze version {summary['bronze_version']}, {summary['duration_s']:.1f}s in the job"
+            f"SUMMARY ingest: {s.rows} rows in {len(s.batches)} batches, epoch {s.epoch}, "
+            f"bronze version {s.bronze_version}, {s.duration_s:.1f}s in the job"
             + (f", checkpoint rebuilt: {rebuilt['reason']}" if rebuilt else "")
-            + (f"; position set ({summary['position_set']['reason']}): {summary['position_set']['positions']}"
-               if summary.get("position_set") else "")
+            + (f"; position set ({s.position_set['reason']}): {s.position_set['positions']}"
+               if s.position_set else "")
         )
 
 
@@ -656,13 +692,18 @@ class LaterStepOperator(SparkJobOperator):
                 error = json.loads(error_path.read_text())
                 if error.get("traceback"):
                     self.log.error("%s", error["traceback"])
+                data = error.get("failure")
+                failure = PipelineError.from_dict(data) if isinstance(data, dict) else PipelineError(
+                    str(error.get("error")), pipeline=self.pipeline.name)  # fmt: skip
+                self._report_failure(context, failure)
+                # An AirflowException (the task may retry: alone, the step may pass) caused by the step's own error.
                 raise AirflowException(
                     f"{self.task_id} of pipeline {self.pipeline.name!r} failed in the run's Spark application: "
                     f"{error.get('error')} ({self.after_failure}; a retry of this task submits it alone)"
-                )
+                ) from failure
             if summary_path.exists():
                 summary = json.loads(summary_path.read_text())
-                if summary.get("run_id") == context["run_id"]:
+                if summary.get("run_id") == context["run_id"] and summary_failure(summary) is None:
                     print(self.summary_line(summary) + " (ran in the ingest task's Spark application)")
                     return summary
             self.log.info("the run's Spark application did not reach the %s step; submitting it alone", self.task_id)
@@ -697,7 +738,7 @@ class MaintainOperator(LaterStepOperator):
     error_file = MAINTAIN_ERROR_FILE
     after_failure = "the run's data stands as committed; maintenance stays due for the next run"
 
-    def __init__(self, *, preflight_task_id: str = "preflight", **kwargs: Any) -> None:
+    def __init__(self, *, preflight_task_id: str = PREFLIGHT_TASK, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.preflight_task_id = preflight_task_id
 
@@ -727,19 +768,14 @@ def maintain_job_args(cfg: PipelineConfig, run_id: str, summary_path: Path) -> l
     t, m = cfg.tables, cfg.maintenance
     tables = {"bronze": t.bronze_path, **({"silver": t.silver_path, "quarantine": t.quarantine_path}
                                          if cfg.transform is not None else {})}  # fmt: skip
-    return [
-        f"--pipeline={cfg.name}", *(f"--table={n}={p}" for n, p in tables.items()),
-        *(f"--zorder-by={n}={','.join(c)}" for n, c in m.zorder_by.items() if n in tables),
-        *(["--no-optimize"] if not m.optimize else []), *(["--no-vacuum"] if not m.vacuum else []),
-        *(["--no-checkpoint"] if not m.checkpoint else []),
-        f"--run-id={run_id}", f"--summary-path={summary_path}",
-    ]  # fmt: skip
+    return MaintainArgs.for_tables(cfg.name, tables, zorder_by=m.zorder_by, optimize=m.optimize, vacuum=m.vacuum,
+                                   checkpoint=m.checkpoint, run_id=run_id, summary_path=str(summary_path)).to_args()  # fmt: skip
 
 
 def maintain_summary_text(s: dict) -> str:
     """One line per run: each table's files and bytes before and after."""
     parts = []
-    for name, t in s.get("tables", {}).items():
+    for name, t in MaintainSummary.from_json(s).tables.items():
         if "files_before" not in t:
             parts.append(f"{name} {t.get('skipped') or t.get('error')}")
             continue
@@ -759,7 +795,7 @@ def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_p
         raise ValueError(f"pipeline {cfg.name!r} has no transform section")
     spec_file = folder / "transform-spec.json"
     spec_file.write_text(json.dumps(cfg.transform.to_json(), indent=2))
-    registry = []
+    registry = None
     vs = cfg.transform.value_schema
     if vs is not None and vs.registry:
         from include.readers import connections
@@ -769,36 +805,37 @@ def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_p
             connections.mask(settings["password"])
         registry_file = folder / "schema-registry.json"
         _write_private(registry_file, json.dumps(settings))
-        registry.append(f"--registry-file={registry_file}")
+        registry = str(registry_file)
         if private is not None:
             private.append(registry_file)
     t = cfg.tables
-    return [
-        f"--pipeline={cfg.name}", f"--bronze-path={t.bronze_path}", f"--silver-path={t.silver_path}",
-        f"--quarantine-path={t.quarantine_path}", f"--checkpoint-root={t.transform_checkpoint_root}",
-        f"--spec-file={spec_file}", f"--run-id={run_id}", f"--summary-path={summary_path}",
-        *(f"--table-property={k}={v}" for k, v in t.retention_properties().items()), *registry,
-    ]  # fmt: skip
+    return TransformArgs(
+        pipeline=cfg.name, bronze_path=t.bronze_path, silver_path=t.silver_path, quarantine_path=t.quarantine_path,
+        checkpoint_root=t.transform_checkpoint_root, spec_file=str(spec_file), run_id=run_id,
+        summary_path=str(summary_path), table_property=tuple(f"{k}={v}" for k, v in t.retention_properties().items()),
+        registry_file=registry,
+    ).to_args()  # fmt: skip
 
 
-def transform_summary_text(s: dict) -> str:
+def transform_summary_text(summary: dict) -> str:
     """One line saying where the records a transform read went."""
-    bad = ", ".join(f"{n} {f}" for f, n in sorted(s.get("quarantine_fields", {}).items(), key=lambda i: -i[1]))
+    s = TransformSummary.from_json(summary)
+    bad = ", ".join(f"{n} {f}" for f, n in sorted(s.quarantine_fields.items(), key=lambda i: -i[1]))
     text = (
-        f"read {s['read']} from bronze: {s['upserted']} upserted, {s['deleted']} deleted, "
-        f"{s['quarantined']} quarantined{f' ({bad})' if bad else ''}, {s['superseded']} superseded by newer"
+        f"read {s.read} from bronze: {s.upserted} upserted, {s.deleted} deleted, "
+        f"{s.quarantined} quarantined{f' ({bad})' if bad else ''}, {s.superseded} superseded by newer"
     )
-    if s.get("replayed"):
-        text += f", {s['replayed']} already applied"
-    text += f"; silver version {s['silver_version']}, epoch {s['epoch']}, {s['duration_s']:.1f}s in the job"
-    if s.get("fields_added"):
-        text += "; fields added: " + ", ".join(f"{f['name']} {f['type']}" for f in s["fields_added"])
-    if s.get("fields_ignored"):
-        text += "; fields ignored: " + ", ".join(sorted(s["fields_ignored"]))
-    if s.get("checkpoint_rebuilt"):
-        text += f"; checkpoint rebuilt: {s['checkpoint_rebuilt']['reason']}"
-    if s.get("value_schema"):
-        vs = s["value_schema"]
+    if s.replayed:
+        text += f", {s.replayed} already applied"
+    text += f"; silver version {s.silver_version}, epoch {s.epoch}, {s.duration_s:.1f}s in the job"
+    if s.fields_added:
+        text += "; fields added: " + ", ".join(f"{f['name']} {f['type']}" for f in s.fields_added)
+    if s.fields_ignored:
+        text += "; fields ignored: " + ", ".join(sorted(s.fields_ignored))
+    if s.checkpoint_rebuilt:
+        text += f"; checkpoint rebuilt: {s.checkpoint_rebuilt['reason']}"
+    if s.value_schema:
+        vs = s.value_schema
         text += f"; values read with subject {vs['subject']} version {vs['version']} (schema id {vs['id']})"
     return text
 

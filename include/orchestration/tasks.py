@@ -32,12 +32,13 @@ from typing import Any, ParamSpec, TypeVar
 from airflow.sdk import PokeReturnValue
 
 from include.config import PipelineConfig
+from include.contract.errors import PipelineError
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-class EndTask(Exception):
+class EndTask(PipelineError):
     """Ends a task on purpose; ``report``, when ``key`` is set, is left in that XCom for ``record_run``."""
 
     def __init__(self, message: str, *, key: str | None = None, report: Any = None) -> None:

@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from include.contract.errors import PipelineError
+
 #: librdkafka settings the Java client (the Spark job) takes under the same name and with the same values.
 _SHARED_WITH_JAVA = ("client.id", "client.dns.lookup")
 
@@ -61,7 +63,7 @@ SUPPORTED_SECURITY = (
 )
 
 
-class ConnectionConfigError(ValueError):
+class ConnectionConfigError(PipelineError, ValueError):
     """A connection is missing or lacks a setting; the message names the connection and the setting."""
 
 

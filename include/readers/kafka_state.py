@@ -44,6 +44,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from include.contract.errors import PipelineError
 from include.contract.offsets import PartitionState, TopicState
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ _MISSING_CODES = frozenset({
 _FUTURE_GRACE_S = 2.0
 
 
-class KafkaUnavailableError(RuntimeError):
+class KafkaUnavailableError(PipelineError, RuntimeError):
     """Kafka did not answer within the timeout (unreachable, down, or too slow)."""
 
 

@@ -67,6 +67,9 @@ COLUMNS: dict[str, str] = {
     "tasks_json": "string",
     "params_json": "string",
     "request_json": "string",
+    # the failed job's error as data (include/contract/errors.py): class, message, fields (pipeline, topic,
+    # partition, offsets, table, version, action); null when no job failed
+    "error_json": "string",
 }
 
 

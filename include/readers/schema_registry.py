@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from include.contract.errors import PipelineError
+
 #: The wire format's header: magic byte, then the 4-byte schema id.
 MAGIC = 0
 HEADER_BYTES = 5
@@ -30,7 +32,7 @@ HEADER_BYTES = 5
 SCHEMA_TYPES = {"avro": "AVRO", "json_schema": "JSON"}
 
 
-class SchemaRegistryError(RuntimeError):
+class SchemaRegistryError(PipelineError, RuntimeError):
     """The registry could not be reached, or refused; the message names the URL, what was asked and its answer."""
 
     def __init__(self, message: str, *, status: int | None = None, error_code: int | None = None) -> None:

@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from include.contract.errors import PipelineError
 from include.contract.offsets import PositionMap, positions_from_json
 
 _EPOCH_DIR = re.compile(r"^epoch=(\d+)$")
 T = TypeVar("T")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(PipelineError, RuntimeError):
     """A checkpoint file exists but cannot be read; the message names the file."""
 
 

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from include import settings
+from include.contract.errors import PipelineError
 
 
-class JvmDependencyError(RuntimeError):
+class JvmDependencyError(PipelineError, RuntimeError):
     """Maven could not resolve a bundle; the message carries Maven's own error."""
 
 

@@ -53,6 +53,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from include.contract.errors import PipelineError
 from include.ports import free_port
 from include.spark.spark_submit import spark_home
 
@@ -79,7 +80,7 @@ _KEPT_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "T
 _CHILDREN: dict[int, subprocess.Popen] = {}
 
 
-class ClusterError(RuntimeError):
+class ClusterError(PipelineError, RuntimeError):
     """The cluster could not be started or stopped; the message names the run folder and a log file."""
 
 

@@ -73,6 +73,8 @@ from datetime import datetime
 from pathlib import Path
 
 from include import settings
+from include.contract.errors import PipelineError
+from include.contract.jobs import IngestArgs, IngestSummary
 from include.readers.kafka_admin import create_topic, delete_topic, watermarks
 from include.spark.spark_submit import submit_environment
 from include.tooling import airflow_local, local_kafka
@@ -129,7 +131,7 @@ _PLAIN_TRIGGERS = re.compile(r"plain_kafka_to_delta: trigger_ms=([0-9,]*)")
 _PROGRESS_MARKER = "Streaming query made progress: "
 
 
-class BenchmarkError(RuntimeError):
+class BenchmarkError(PipelineError, RuntimeError):
     """A measurement failed or ingested the wrong number of records."""
 
 
@@ -457,30 +459,27 @@ def measure_project(bootstrap: str, topic: str, rep_dir: Path, params: Benchmark
     bronze, checkpoints = rep_dir / "project" / "bronze", rep_dir / "project" / "checkpoints"
     summary_path = rep_dir / "project" / "summary.json"
     log = log_dir / f"rep{repetition}-project.log"
-    args = [
-        "--pipeline", "benchmark", "--bootstrap-servers", bootstrap, "--topics", topic,
-        "--bronze-path", str(bronze), "--checkpoint-root", str(checkpoints),
-        "--run-id", f"benchmark-{repetition}-{uuid.uuid4().hex[:6]}", "--run-type", "manual",
-        "--summary-path", str(summary_path),
-    ]  # fmt: skip
-    if params.project_max_offsets_per_trigger:
-        args += ["--max-offsets-per-trigger", str(params.project_max_offsets_per_trigger)]
+    args = IngestArgs(
+        pipeline="benchmark", bootstrap_servers=bootstrap, topics=(topic,), bronze_path=str(bronze),
+        checkpoint_root=str(checkpoints), run_id=f"benchmark-{repetition}-{uuid.uuid4().hex[:6]}", run_type="manual",
+        summary_path=str(summary_path), max_offsets_per_trigger=params.project_max_offsets_per_trigger or None,
+    ).to_args()  # fmt: skip
     wall = run_spark_job("spark_jobs/kafka_to_bronze.py", args, log, master=params.master,
                          timeout_s=params.job_timeout_s)  # fmt: skip
-    summary = json.loads(summary_path.read_text())
-    if summary["rows"] != params.records:
+    summary = IngestSummary.from_json(json.loads(summary_path.read_text()))
+    if summary.rows != params.records:
         raise BenchmarkError(
-            f"project job's summary says {summary['rows']} rows, the backlog is {params.records}"
+            f"project job's summary says {summary.rows} rows, the backlog is {params.records}"
         )
     rows = verify_delta_rows(bronze, params.records, "project job")
     shutil.copy(summary_path, log_dir / f"rep{repetition}-project-summary.json")
     detail = {
-        "batches": len(summary["batches"]),
-        "batch_s": sum(b["duration_s"] for b in summary["batches"]),
-        **{f"{phase}_s": sum(b.get("phases", {}).get(phase, 0.0) for b in summary["batches"])
+        "batches": len(summary.batches),
+        "batch_s": sum(b["duration_s"] for b in summary.batches),
+        **{f"{phase}_s": sum(b.get("phases", {}).get(phase, 0.0) for b in summary.batches)
            for phase in ("check", "write", "stats", "commit")},
     }  # fmt: skip
-    return Measurement("project", repetition, rows, float(summary["duration_s"]), wall, log,
+    return Measurement("project", repetition, rows, float(summary.duration_s or 0.0), wall, log,
                        query_progress(log), detail)  # fmt: skip
 
 
@@ -505,14 +504,14 @@ def measure_batches(bootstrap: str, topic: str, rep_dir: Path, params: Benchmark
     summary_path = rep_dir / "project" / "summary.json"
     run_spark_job(
         "spark_jobs/kafka_to_bronze.py",
-        ["--pipeline", "benchmark-batches", "--bootstrap-servers", bootstrap, "--topics", topic,
-         "--bronze-path", str(rep_dir / "project" / "bronze"), "--checkpoint-root", str(rep_dir / "project" / "cp"),
-         "--run-id", f"batches-{repetition}", "--run-type", "manual", "--summary-path", str(summary_path),
-         "--max-offsets-per-trigger", n],
+        IngestArgs(pipeline="benchmark-batches", bootstrap_servers=bootstrap, topics=(topic,),
+                   bronze_path=str(rep_dir / "project" / "bronze"), checkpoint_root=str(rep_dir / "project" / "cp"),
+                   run_id=f"batches-{repetition}", run_type="manual", summary_path=str(summary_path),
+                   max_offsets_per_trigger=params.batch_records).to_args(),
         log_dir / f"batches-rep{repetition}-project.log", master=params.master, timeout_s=params.job_timeout_s,
     )  # fmt: skip
     verify_delta_rows(rep_dir / "project" / "bronze", records, "project job (micro-batches)")
-    batches = [b for b in json.loads(summary_path.read_text())["batches"] if b["rows"]]
+    batches = [b for b in IngestSummary.from_json(json.loads(summary_path.read_text())).batches if b["rows"]]
     if any("trigger" not in b["phases"] for b in batches):
         raise BenchmarkError(f"the project's summary lacks Spark's trigger time for some batch: {summary_path}")
     project = BatchRun(

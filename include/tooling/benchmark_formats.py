@@ -29,6 +29,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
+from include.contract.errors import PipelineError
+from include.contract.jobs import IngestArgs
+
 FORMATS = ("json", "avro")
 ORDER_SCHEMA = {
     "type": "record", "name": "Order", "namespace": "bench.shop",
@@ -43,7 +46,7 @@ ORDER_SCHEMA = {
 }  # fmt: skip
 
 
-class FormatsBenchError(RuntimeError):
+class FormatsBenchError(PipelineError, RuntimeError):
     """A transform failed, or the two formats did not give the same silver."""
 
 
@@ -157,7 +160,8 @@ def run_formats_bench(work: Path, bootstrap: str, topics: dict[str, str], regist
             folder = work / "runs" / fmt
             folder.mkdir(parents=True)
             kafka_to_bronze.run(spark, kafka_to_bronze.parse_config(
-                cfg.ingest_job_args(bootstrap, "ingest", "manual", str(folder / "ingest.json"))))  # fmt: skip
+                IngestArgs.for_pipeline(cfg, bootstrap_servers=bootstrap, run_id="ingest", run_type="manual",
+                                        summary_path=str(folder / "ingest.json")).to_args()))  # fmt: skip
         silver: dict[str, dict] = {}
         for rep in range(p.repetitions + 1):  # repetition 0 warms the session, not counted
             for fmt in FORMATS if rep % 2 == 0 else reversed(FORMATS):

@@ -27,13 +27,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from include.contract.errors import PipelineError
+from include.contract.jobs import IngestArgs
+
 #: The two pipelines: maintained, and never.
 VARIANTS = ("maintained", "never")
 #: The tables whose files are counted.
 TABLES = ("bronze", "silver", "quarantine", "ledger")
 
 
-class MaintenanceBenchError(RuntimeError):
+class MaintenanceBenchError(PipelineError, RuntimeError):
     """A run of the benchmark failed its checks or its job."""
 
 
@@ -139,7 +142,8 @@ def run_maintenance_bench(work: Path, bootstrap: str, topic: str, params: Mainte
                     before = pipeline_run.transform_versions(cfg)
                     due = pipeline_run.maintenance_due(cfg, "tables", now)
                     ingest = kafka_to_bronze.run(spark, kafka_to_bronze.parse_config(
-                        cfg.ingest_job_args(bootstrap, run_id, "scheduled", str(folder / "ingest.json"))))  # fmt: skip
+                        IngestArgs.for_pipeline(cfg, bootstrap_servers=bootstrap, run_id=run_id, run_type="scheduled",
+                                                summary_path=str(folder / "ingest.json")).to_args()))  # fmt: skip
                     done = bronze_to_silver.run(spark, bronze_to_silver.parse_config(
                         transform_job_args(cfg, folder, run_id, folder / "transform.json"))).to_json()  # fmt: skip
                     if due:

@@ -51,6 +51,7 @@ from pathlib import Path
 
 import yaml
 
+from include.contract.errors import PipelineError
 from include.readers import delta_progress, run_ledger
 from include.tooling import airflow_local
 
@@ -87,7 +88,7 @@ CROSSOVER_SIZES = (1_000, 200_000, 1_000_000)
 _CHOICE = re.compile(r"^SUMMARY start_cluster: (?P<choice>.+)$", re.MULTILINE)
 
 
-class RunBenchmarkError(RuntimeError):
+class RunBenchmarkError(PipelineError, RuntimeError):
     """A DAG run failed, or did something other than what the measurement needs."""
 
 

@@ -28,6 +28,7 @@ from include.spark import jvm_cds
 
 def training_run(work: Path) -> None:
     """What the archive learns from: a bronze commit through the project's commit path, then the transform."""
+    from include.contract.jobs import TransformArgs
     from include.contract.transform_spec import FieldSpec, TransformSpec
     from include.spark.spark_submit import local_session
     from spark_jobs import bronze_to_silver
@@ -48,11 +49,11 @@ def training_run(work: Path) -> None:
                              key=("id",), ordering="ts")  # fmt: skip
         spec_file = work / "spec.json"
         spec_file.write_text(json.dumps(spec.to_json()))
-        cfg = bronze_to_silver.parse_config([
-            "--pipeline", "cds-training", "--bronze-path", str(work / "bronze"),
-            "--silver-path", str(work / "silver"), "--quarantine-path", str(work / "quarantine"),
-            "--checkpoint-root", str(work / "checkpoints"), "--spec-file", str(spec_file), "--run-id", "cds",
-        ])  # fmt: skip
+        cfg = bronze_to_silver.parse_config(TransformArgs(
+            pipeline="cds-training", bronze_path=str(work / "bronze"), silver_path=str(work / "silver"),
+            quarantine_path=str(work / "quarantine"), checkpoint_root=str(work / "checkpoints"),
+            spec_file=str(spec_file), run_id="cds",
+        ).to_args())  # fmt: skip
         try:
             bronze_to_silver.run(spark, cfg)
         except bronze_to_silver.TransformError:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from include import settings
+from include.contract.errors import PipelineError
 from include.ports import free_port, port_free
 from include.readers.connections import jaas_config, jaas_quote
 from include.spark import jvm_cds, jvm_deps
@@ -56,7 +57,7 @@ KAFKA_TOOLS = {
 }
 
 
-class BrokerError(RuntimeError):
+class BrokerError(PipelineError, RuntimeError):
     """The local broker could not be started or stopped."""
 
 

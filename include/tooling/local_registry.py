@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from include import settings
+from include.contract.errors import PipelineError
 from include.ports import free_port
 
 APICURIO_VERSION = "2.4.2.Final"
@@ -46,7 +47,7 @@ CONFIG_INDEX_WANTED, CONFIG_INDEX_SERVED = "0.1.18.Final", "0.1.10.Final"
 CCOMPAT_PATH = "/apis/ccompat/v7"
 
 
-class RegistryError(RuntimeError):
+class RegistryError(PipelineError, RuntimeError):
     """The registry could not be built or started; the message has the build's or the server's own words."""
 
 

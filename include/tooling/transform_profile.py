@@ -34,6 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from include.config import load_pipeline
+from include.contract.jobs import IngestArgs
 from include.readers.kafka_admin import create_topic
 from include.settings import LAKEHOUSE_ROOT_ENV
 from include.tooling import demo, local_kafka
@@ -82,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             produced += count
             run_id, folder = f"profile-{n}", root / "runs" / f"profile-{n}"
             folder.mkdir(parents=True)
-            ingest = cfg.ingest_job_args(broker.bootstrap_servers, run_id, "manual", str(folder / "ingest.json"))
+            ingest = IngestArgs.for_pipeline(cfg, bootstrap_servers=broker.bootstrap_servers, run_id=run_id,
+                                             run_type="manual", summary_path=str(folder / "ingest.json")).to_args()
             kafka_to_bronze.run(spark, parse_config(ingest))
             started = time.monotonic()
             summary = bronze_to_silver.run(spark, bronze_to_silver.parse_config(

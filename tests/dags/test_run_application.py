@@ -344,3 +344,80 @@ def test_with_a_registry_the_transform_step_gets_a_private_file_of_its_connectio
     assert "s3cret" not in json.dumps(seen_file["spec"])
     op = TransformOperator(task_id="transform", pipeline=cfg)
     assert "values read with subject payments-value version 2 (schema id 7)" in op.summary_line(op.execute(_context()))
+
+
+class _PushingTI(_TI):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+def test_a_jobs_error_reaches_the_task_as_the_same_class_with_its_fields(tmp_path, monkeypatch):
+    from airflow.sdk.exceptions import AirflowException
+
+    from include.contract.errors import failure_summary
+    from include.contract.offsets import OffsetError
+
+    cfg = _pipeline(tmp_path, transform=False)
+    error = OffsetError("batch 1 starts at 5 but the bronze table stands at 4", pipeline="orders", topic="orders.v1",
+                        partition=2, offsets=(5, 4), action="rebuild_checkpoint")  # fmt: skip
+
+    def job(cmd):
+        Path(_arg(cmd, "summary-path")).write_text(json.dumps(
+            failure_summary(error, pipeline="orders", run_id=RUN_ID, job="kafka_to_bronze")))
+        raise AirflowException("Cannot execute: spark-submit ... Error code is: 1.")
+
+    _submits(monkeypatch, job)
+    context = _context()
+    context["ti"] = _PushingTI()
+    with pytest.raises(OffsetError) as caught:
+        IngestOperator(task_id="ingest", pipeline=cfg, master="spark://x:7077").execute(context)
+    assert (caught.value.partition, caught.value.offsets, caught.value.action) == (2, (5, 4), "rebuild_checkpoint")
+    assert str(caught.value) == str(error)
+    assert isinstance(caught.value.__cause__, AirflowException)
+    assert context["ti"].pushed["error"]["fields"]["partition"] == 2
+
+
+def test_a_failed_ingest_step_is_not_taken_for_done_when_later_steps_follow(tmp_path, monkeypatch):
+    from airflow.sdk.exceptions import AirflowException
+
+    from include.contract.errors import KafkaSourceError, failure_summary
+
+    cfg = _pipeline(tmp_path)
+
+    def app(cmd):
+        steps = _steps(cmd)["steps"]
+        Path(_arg(steps[0]["args"], "summary-path")).write_text(json.dumps(failure_summary(
+            KafkaSourceError("topic(s) orders.v1 do not exist"), pipeline="orders", run_id=RUN_ID, job="kafka_to_bronze")))
+        raise AirflowException("exit 1")
+
+    _submits(monkeypatch, app)
+    with pytest.raises(KafkaSourceError, match="do not exist"):
+        IngestOperator(task_id="ingest", pipeline=cfg, master="spark://x:7077").execute(_context())
+
+
+def test_a_later_steps_error_file_carries_the_error_as_data(tmp_path, monkeypatch):
+    from airflow.sdk.exceptions import AirflowException
+
+    from include.contract.errors import TransformError
+
+    cfg = _pipeline(tmp_path)
+    error = TransformError("transform of pipeline 'orders' failed: boom", pipeline="orders", table="/lake/silver")
+
+    def app(cmd):
+        steps = _steps(cmd)["steps"]
+        Path(_arg(steps[0]["args"], "summary-path")).write_text(json.dumps(INGEST))
+        Path(steps[1]["error_path"]).write_text(json.dumps({"job": "bronze_to_silver", "error": str(error),
+                                                            "failure": error.to_dict()}))  # fmt: skip
+
+    _submits(monkeypatch, app)
+    IngestOperator(task_id="ingest", pipeline=cfg, master="spark://x:7077").execute(_context())
+    context = _context()
+    context["ti"] = _PushingTI()
+    with pytest.raises(AirflowException, match="failed in the run's Spark application: transform of") as caught:
+        TransformOperator(task_id="transform", pipeline=cfg, master="spark://x:7077").execute(context)
+    assert type(caught.value.__cause__) is TransformError and caught.value.__cause__.table == "/lake/silver"
+    assert context["ti"].pushed["error"]["class"] == "TransformError"

@@ -249,3 +249,16 @@ def test_record_carries_what_maintenance_did_and_the_next_run_counts_from_it(tmp
     assert pipeline_run.maintenance_due(cfg, "ledger", now) is None
     assert pipeline_run.maintenance_due(replace(cfg, maintenance=replace(cfg.maintenance, every_runs=None)),
                                         "tables", now) is None  # fmt: skip
+
+
+def test_record_failed_at_a_job_renders_the_jobs_error_from_its_fields(cfg):
+    from include.contract.offsets import OffsetError
+
+    error = OffsetError("batch 1 starts at 5 but the bronze table stands at 4", topic="t", partition=0,
+                        offsets=(5, 4), action="rebuild_checkpoint")  # fmt: skip
+    row = _record(cfg, {"wait_for_lag": "success", "preflight": "success", "ingest": "failed",
+                        "record_run": "running"}, ingest_error=error.to_dict())  # fmt: skip
+    assert row["reason"] == "failed at ingest: OffsetError: t-0: batch 1 starts at 5 but the bronze table stands at 4"
+    assert row["error_json"]["fields"]["action"] == "rebuild_checkpoint"
+    ok = _record(cfg, {"wait_for_lag": "success", "ingest": "success", "record_run": "running"})
+    assert ok["error_json"] is None

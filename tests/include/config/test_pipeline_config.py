@@ -39,6 +39,7 @@ from include.config import (
     pipeline,
     reference,
 )
+from include.contract import jobs
 from include.contract.transform_spec import DEFAULT_MAX_VALUE_BYTES, FieldSpec, TransformSpec
 from spark_jobs import ingest_plan
 
@@ -927,11 +928,12 @@ def test_missing_folder_is_reported_not_raised(tmp_path):
     assert "(folder): expected a folder of pipeline files" in errors[str(tmp_path / "nope")]
 
 
-# --------------------------------------------------------------------------- ingest_job_args
+# --------------------------------------------------------------------------- the ingestion's arguments for a pipeline
 
 
-def test_run_types_match_the_job():
-    assert pipeline.RUN_TYPES == ingest_plan.RUN_TYPES
+def _ingest_args(cfg, bootstrap_servers, run_id, run_type, summary_path):
+    return jobs.IngestArgs.for_pipeline(cfg, bootstrap_servers=bootstrap_servers, run_id=run_id,
+                                        run_type=run_type, summary_path=summary_path).to_args()  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -953,7 +955,8 @@ def test_run_types_match_the_job():
 @pytest.mark.parametrize("run_type", pipeline.RUN_TYPES)
 def test_ingest_job_args_parse_back_into_the_same_values(tmp_path, changes, run_type):
     cfg = load_pipeline(_write(tmp_path, _config(**changes)))
-    argv = cfg.ingest_job_args(
+    argv = _ingest_args(
+        cfg,
         "b1:9092,b2:9092", "-scheduled__2024-05-01T00:00:00+00:00", run_type, "/tmp/s.json"
     )
     job = ingest_plan.parse_config(argv)
@@ -981,7 +984,7 @@ def test_ingest_job_args_parse_back_into_the_same_values(tmp_path, changes, run_
 def test_ingest_job_args_for_the_example():
     cfg = load_pipeline(EXAMPLE)
     lake = settings.VAR_DIR / "lakehouse" / "demo_orders"
-    assert cfg.ingest_job_args("127.0.0.1:9092", "r1", "scheduled", "/tmp/s.json") == [
+    assert _ingest_args(cfg, "127.0.0.1:9092", "r1", "scheduled", "/tmp/s.json") == [
         "--pipeline=demo_orders",
         "--bootstrap-servers=127.0.0.1:9092",
         "--topics=demo.orders",
@@ -1010,7 +1013,7 @@ def test_ingest_job_args_rejects_bad_runtime_values(kwargs, message):
     cfg = load_pipeline(EXAMPLE)
     args = {"bootstrap_servers": "b:9092", "run_id": "r", "run_type": "manual", "summary_path": "/s.json"}
     with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
-        cfg.ingest_job_args(**{**args, **kwargs})
+        _ingest_args(cfg, **{**args, **kwargs})
 
 
 # --------------------------------------------------------------------------- JSON Schema

@@ -258,3 +258,15 @@ def test_the_cache_holds_a_bounded_number_of_ledgers(tmp_path):
     for path in paths:
         cache.recent_runs(path)
     assert list(cache._rows) == paths[1:]
+
+
+def test_a_failed_runs_recorded_error_names_the_action_that_fixes_it():
+    from include.contract.offsets import OffsetError
+
+    error = OffsetError("refusing to write", topic="t", partition=1, action="rebuild_checkpoint")
+    row = {"run_id": "r1", "outcome": "failed", "reason": "failed at ingest", "error_json": error.to_dict()}
+    view = monitor._run_view(row, "orders")
+    assert view["error"]["class"] == "OffsetError" and view["error"]["fields"]["partition"] == 1
+    health = monitor._health(_snap(last_run={**view, "continuity": "not checked", "quarantined": None}))
+    assert "to fix it, trigger the pipeline with action 'rebuild_checkpoint'" in health["reasons"]
+    assert monitor._run_view({"run_id": "r2"}, "orders")["error"] is None

@@ -1,0 +1,565 @@
+"""One contract per job: its command line, its summary, and the names both sides must agree on.
+
+Pure Python, no I/O: the Airflow side builds a job's command line with
+``<Job>Args(...).to_args()`` and reads its summary with
+``<Job>Summary.from_json(...)``; the job parses its command line with
+``<Job>Args.from_args(argv)`` (the argparser is generated from the dataclass)
+and checks its summary against the same class before writing it. This module
+ships to the cluster with ``--py-files`` like the rest of the contract.
+
+Also defined here, once: the run types, the pipeline-name rule, the Delta app
+ids of bronze, silver and quarantine, and the DAG's task ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar, NoReturn, Self
+
+from include.contract.errors import (
+    JobConfigError,
+    MaintenanceConfigError,
+    PipelineError,
+    StepsFileError,
+    TransformError,
+)
+
+# --------------------------------------------------------------------------- names both sides share
+
+#: ``--run-type`` of the ingestion job: how the DAG run came about (the trigger form's rebuild action included).
+RUN_TYPES = ("scheduled", "manual", "backfill", "rebuild_checkpoint")
+#: ``--run-type`` of the backfill job.
+BACKFILL_RUN_TYPES = ("manual", "backfill")
+#: A pipeline name: the job's ``--pipeline`` and, as is, a valid Airflow dag_id (``^[\w.-]+$``).
+PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+#: The DAG's task ids, which the DAG factory, the operators and the record task name (and XComs are read by).
+CHECK_REQUEST_TASK = "check_request"
+WAIT_FOR_LAG_TASK = "wait_for_lag"
+PREFLIGHT_TASK = "preflight"
+START_CLUSTER_TASK = "start_cluster"
+STOP_CLUSTER_TASK = "stop_cluster"
+INGEST_TASK = "ingest"
+TRANSFORM_TASK = "transform"
+MAINTAIN_TASK = "maintain"
+CHECK_CONTINUITY_TASK = "check_continuity"
+MIRROR_OFFSETS_TASK = "mirror_offsets"
+RECORD_RUN_TASK = "record_run"
+
+
+def bronze_app_prefix(pipeline: str) -> str:
+    """The stem of every Delta app id the ingestion writes to bronze for ``pipeline``."""
+    return f"kafka-delta-elt:{pipeline}:bronze"
+
+
+def bronze_app_id(pipeline: str, epoch: int) -> str:
+    """Delta ``txnAppId`` of one checkpoint epoch of a pipeline's ingestion (see ``offsets.txn_app_id``)."""
+    return f"{bronze_app_prefix(pipeline)}:epoch-{epoch}"
+
+
+#: Stem of the silver app ids: ``kde-silver.<pipeline>.e<epoch>``.
+SILVER_APP_PREFIX = "kde-silver"
+#: Stem of the quarantine app ids: ``kde-quarantine.<pipeline>.e<epoch>``.
+QUARANTINE_APP_PREFIX = "kde-quarantine"
+
+
+def silver_app_id(pipeline: str, epoch: int) -> str:
+    """Delta ``txnAppId`` of every silver batch commit of one transform epoch."""
+    return f"{SILVER_APP_PREFIX}.{pipeline}.e{epoch}"
+
+
+def quarantine_app_id(pipeline: str, epoch: int) -> str:
+    """Delta ``txnAppId`` of the quarantine appends of one transform epoch (a replayed batch is skipped)."""
+    return f"{QUARANTINE_APP_PREFIX}.{pipeline}.e{epoch}"
+
+
+# --------------------------------------------------------------------------- command lines
+
+
+class ContractArgumentParser(argparse.ArgumentParser):
+    """``argparse``, but a bad argument raises ``error_type`` instead of exiting.
+
+    A job's caller prints the message and exits 2 before any session starts;
+    plain ``argparse`` would print its usage and ``sys.exit(2)`` itself (on
+    Python 3.11 even with ``exit_on_error=False`` for a missing or unknown
+    argument). ``--help`` prints and exits 0 as usual.
+    """
+
+    def __init__(self, *args: Any, error_type: type[Exception], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.error_type = error_type
+
+    def error(self, message: str) -> NoReturn:
+        """Raise ``error_type`` with argparse's message, which names the argument and what it expected."""
+        raise self.error_type(f"{message} (--help lists the arguments of {self.prog})")
+
+
+def positive(cast: type[int] | type[float]) -> Callable[[str], int | float]:
+    """An argparse ``type``: a positive, finite ``cast`` (argparse puts the argument's name before the error)."""
+    expected = "a positive integer" if cast is int else "a positive number"
+
+    def parse(text: str) -> int | float:
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
+        return value
+
+    return parse
+
+
+def _arg(*, help: str | None = None, choices: Sequence[str] | None = None, kind: str = "value",
+         parse: Callable[[str], Any] | None = None, metavar: str | None = None,
+         default: Any = MISSING) -> Any:  # fmt: skip
+    """A dataclass field of a job's command line.
+
+    ``kind``: ``value`` (``--flag=value``), ``list`` (repeatable flag, a tuple),
+    ``csv`` (one flag, comma-separated, a tuple), ``off`` (a bool that
+    defaults to ``True`` and is turned off by ``--no-<name>``). A field
+    without a default is a required flag.
+    """
+    meta = {"help": help, "choices": choices, "kind": kind, "parse": parse, "metavar": metavar}
+    if default is MISSING:
+        return field(metadata=meta)
+    if isinstance(default, (list, tuple, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _flag(name: str, kind: str) -> str:
+    return f"--no-{name.replace('_', '-')}" if kind == "off" else f"--{name.replace('_', '-')}"
+
+
+class JobArgs:
+    """Base of a job's arguments: a frozen dataclass whose fields are its flags (see :func:`_arg`)."""
+
+    #: The job's program name (its module under ``spark_jobs/``).
+    prog: ClassVar[str] = ""
+    #: What the job does, for ``--help``.
+    description: ClassVar[str] = ""
+    #: The error a bad argument raises (the job exits 2 with its message).
+    error_type: ClassVar[type[PipelineError]] = JobConfigError
+
+    @classmethod
+    def parser(cls) -> ContractArgumentParser:
+        """The job's argparser, generated from the dataclass's fields."""
+        p = ContractArgumentParser(prog=cls.prog, description=cls.description or None, error_type=cls.error_type)
+        for f in fields(cls):  # type: ignore[arg-type]
+            meta = f.metadata
+            kind = meta.get("kind", "value")
+            required = f.default is MISSING and f.default_factory is MISSING
+            if kind == "off":
+                p.add_argument(_flag(f.name, kind), dest=f.name, action="store_false", help=meta.get("help"))
+                continue
+            options: dict[str, Any] = {"dest": f.name, "help": meta.get("help"), "metavar": meta.get("metavar")}
+            if meta.get("choices"):
+                options["choices"] = list(meta["choices"])
+            if meta.get("parse"):
+                options["type"] = meta["parse"]
+            if kind == "list":
+                options.update(action="append", default=[], required=required)
+            elif required:
+                options["required"] = True
+            else:
+                options["default"] = None if kind == "csv" else f.default
+            p.add_argument(_flag(f.name, kind), **options)
+        return p
+
+    @classmethod
+    def from_args(cls, argv: Sequence[str]) -> Self:
+        """Parse a command line; raises :attr:`error_type` naming the argument on a bad one."""
+        parsed = vars(cls.parser().parse_args(list(argv)))
+        values = {}
+        for f in fields(cls):  # type: ignore[arg-type]
+            value = parsed[f.name]
+            kind = f.metadata.get("kind", "value")
+            if kind == "list":
+                value = tuple(value)
+            elif kind == "csv":
+                value = tuple(v.strip() for v in (value or "").split(",") if v.strip())
+            values[f.name] = value
+        return cls(**values)
+
+    def to_args(self) -> list[str]:
+        """The command line, every flag as ``--flag=value`` so a value starting with ``-`` is never a flag."""
+        out = []
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            kind = f.metadata.get("kind", "value")
+            if kind == "off":
+                if not value:
+                    out.append(_flag(f.name, kind))
+            elif kind == "list":
+                out += [f"{_flag(f.name, kind)}={v}" for v in value]
+            elif kind == "csv":
+                if value:
+                    out.append(f"{_flag(f.name, kind)}={','.join(value)}")
+            elif value is not None:
+                out.append(f"{_flag(f.name, kind)}={value}")
+        return out
+
+
+def _describe(value: Any) -> str:
+    """A value as the pipeline file's messages show it: ``null``, ``true (bool)``, ``'x' (str)``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (bool)"
+    text = repr(value)
+    return f"{text[:77] + '...' if len(text) > 80 else text} ({type(value).__name__})"
+
+
+def _check_pipeline(error: type[PipelineError], name: str) -> None:
+    if not PIPELINE_NAME.fullmatch(name):
+        raise error(f"--pipeline: expected letters, digits, '.', '_' or '-', got {name!r}", pipeline=name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestArgs(JobArgs):
+    """``spark_jobs/kafka_to_bronze.py``: drain new Kafka records into the bronze table."""
+
+    prog: ClassVar[str] = "kafka_to_bronze"
+    description: ClassVar[str] = "Drain new Kafka records into a Delta bronze table."
+    error_type: ClassVar[type[PipelineError]] = JobConfigError
+
+    # The order of the fields is the order of the command line.
+    pipeline: str = _arg(help="pipeline name; part of the Delta txnAppId")
+    bootstrap_servers: str = _arg()
+    topics: tuple[str, ...] = _arg(kind="csv", default=(), help="comma-separated topic names")
+    topic_pattern: str | None = _arg(default=None, help="Java regex of topic names (instead of --topics)")
+    bronze_path: str = _arg()
+    checkpoint_root: str = _arg(help="folder holding one checkpoint per epoch")
+    starting_offsets: str = _arg(default="earliest", choices=("earliest", "latest"),
+                                 help="where partitions start on the pipeline's first run")  # fmt: skip
+    max_offsets_per_trigger: int | None = _arg(default=None, parse=positive(int))
+    run_id: str = _arg(default="manual")
+    run_type: str = _arg(default="manual", choices=RUN_TYPES)
+    summary_path: str | None = _arg(default=None, help="write the run summary JSON here")
+    table_property: tuple[str, ...] = _arg(
+        kind="list", default=(), metavar="KEY=VALUE",
+        help="a Delta table property bronze carries (repeatable), e.g. its retention")
+    admin_timeout_s: float | None = _arg(default=None, parse=positive(float), help="default 30")
+    kafka_options_file: str | None = _arg(
+        default=None, help="JSON object of extra Kafka client settings (e.g. security); not logged")
+    preflight_file: str | None = _arg(
+        default=None, help='JSON from the preflight check: {"topic_ids": {topic: id}, "accepted_gaps": [gap, ...]}')
+    rebuild_checkpoint: str | None = _arg(
+        default=None, metavar="REASON", help="start a new checkpoint epoch at the table's next offsets, for this reason")
+
+    @classmethod
+    def for_pipeline(cls, cfg: Any, *, bootstrap_servers: str, run_id: str, run_type: str,
+                     summary_path: str) -> IngestArgs:  # fmt: skip
+        """The ingestion's arguments for one run of the pipeline ``cfg`` (a ``PipelineConfig``).
+
+        ``kafka.options`` and the connection's security settings are not
+        arguments: they reach the job through ``--kafka-options-file``, so they
+        never show in a command line. Raises ``ValueError`` naming a bad value.
+        """
+        for arg, value in (("bootstrap_servers", bootstrap_servers), ("run_id", run_id),
+                           ("summary_path", summary_path)):  # fmt: skip
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{arg}: expected a non-empty string, got {_describe(value)}")
+        if run_type not in RUN_TYPES:
+            raise ValueError(f"run_type: expected one of {', '.join(map(repr, RUN_TYPES))}, got {_describe(run_type)}")
+        kafka, tables = cfg.kafka, cfg.tables
+        return cls(
+            pipeline=cfg.name, bootstrap_servers=bootstrap_servers, bronze_path=tables.bronze_path,
+            checkpoint_root=tables.checkpoint_root,
+            topics=() if kafka.topic_pattern is not None else tuple(kafka.topics),
+            topic_pattern=kafka.topic_pattern, starting_offsets=kafka.starting_offsets,
+            max_offsets_per_trigger=kafka.max_offsets_per_trigger, run_id=run_id, run_type=run_type,
+            summary_path=summary_path,
+            table_property=tuple(f"{k}={v}" for k, v in tables.retention_properties().items()),
+        )  # fmt: skip
+
+    def check(self) -> IngestArgs:
+        """Rules across flags; raises :class:`JobConfigError` naming the argument."""
+        if bool(self.topics) == bool(self.topic_pattern):
+            raise JobConfigError("give exactly one of --topics (a list) or --topic-pattern (a regex)")
+        _check_pipeline(JobConfigError, self.pipeline)
+        if self.topic_pattern:
+            try:
+                re.compile(self.topic_pattern)
+            except re.error as exc:
+                raise JobConfigError(f"--topic-pattern: not a valid regex ({exc}): {self.topic_pattern!r}") from None
+        return self
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackfillArgs(JobArgs):
+    """``spark_jobs/kafka_backfill.py``: insert the records of offset ranges bronze lacks."""
+
+    prog: ClassVar[str] = "kafka_backfill"
+    description: ClassVar[str] = "Insert the records of Kafka offset ranges bronze lacks."
+    error_type: ClassVar[type[PipelineError]] = JobConfigError
+
+    pipeline: str = _arg()
+    bootstrap_servers: str = _arg()
+    bronze_path: str = _arg()
+    request_file: str = _arg(help='JSON: {"action", "reason", "requested_by", "ranges": [{topic, partition, from, '
+                                  'until}], "time_range": {"from": iso, "to": iso} | null}')  # fmt: skip
+    run_id: str = _arg(default="manual")
+    run_type: str = _arg(default="manual", choices=BACKFILL_RUN_TYPES)
+    summary_path: str | None = _arg(default=None)
+    admin_timeout_s: float | None = _arg(default=None, parse=positive(float), help="default 30")
+    kafka_options_file: str | None = _arg(default=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransformArgs(JobArgs):
+    """``spark_jobs/bronze_to_silver.py``: bronze's new records into silver and quarantine."""
+
+    prog: ClassVar[str] = "bronze_to_silver"
+    error_type: ClassVar[type[PipelineError]] = TransformError
+
+    pipeline: str = _arg()
+    bronze_path: str = _arg()
+    silver_path: str = _arg()
+    quarantine_path: str = _arg()
+    checkpoint_root: str = _arg()
+    spec_file: str = _arg()
+    run_id: str = _arg()
+    summary_path: str | None = _arg(default=None)
+    max_files_per_trigger: int | None = _arg(default=None, parse=positive(int))
+    table_property: tuple[str, ...] = _arg(kind="list", default=(), metavar="KEY=VALUE")
+    registry_file: str | None = _arg(default=None, help="JSON {url, username, password} of the schema registry")
+
+
+#: The tables maintenance may touch, in the order it does them.
+MAINTAINED_TABLES = ("bronze", "silver", "quarantine")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MaintainArgs(JobArgs):
+    """``spark_jobs/maintain_tables.py``: compact, VACUUM and checkpoint a pipeline's tables."""
+
+    prog: ClassVar[str] = "maintain_tables"
+    description: ClassVar[str] = "Compact, VACUUM and checkpoint a pipeline's tables."
+    error_type: ClassVar[type[PipelineError]] = MaintenanceConfigError
+
+    pipeline: str = _arg()
+    table: tuple[str, ...] = _arg(kind="list", help="<bronze|silver|quarantine>=<location>")
+    zorder_by: tuple[str, ...] = _arg(kind="list", default=(), help="<table>=<column>[,<column>...]")
+    optimize: bool = _arg(kind="off", default=True)
+    vacuum: bool = _arg(kind="off", default=True)
+    checkpoint: bool = _arg(kind="off", default=True)
+    run_id: str = _arg(default="manual")
+    summary_path: str | None = _arg(default=None)
+
+    @classmethod
+    def for_tables(cls, pipeline: str, tables: Mapping[str, str], *, zorder_by: Mapping[str, Sequence[str]],
+                   optimize: bool, vacuum: bool, checkpoint: bool, run_id: str,
+                   summary_path: str) -> MaintainArgs:  # fmt: skip
+        """The arguments for ``tables`` (name -> location); Z-order columns of other tables are left out."""
+        return cls(
+            pipeline=pipeline, table=tuple(f"{n}={p}" for n, p in tables.items()),
+            zorder_by=tuple(f"{n}={','.join(c)}" for n, c in zorder_by.items() if n in tables),
+            optimize=optimize, vacuum=vacuum, checkpoint=checkpoint, run_id=run_id, summary_path=summary_path,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepsArgs(JobArgs):
+    """``spark_jobs/run_steps.py``: a run's steps in one Spark application."""
+
+    prog: ClassVar[str] = "run_steps"
+    description: ClassVar[str] = "Run a run's job steps in one Spark application."
+    error_type: ClassVar[type[PipelineError]] = StepsFileError
+
+    steps_file: str = _arg(help="JSON: the pipeline and each step's job and arguments")
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+def _need(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], job: str, strict: bool = True) -> Any:
+    """``data[key]`` if it is a ``kind``; else an error naming the field, or (not ``strict``) ``None``."""
+    value = data.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind in (int, float, (int, float)):
+        if not strict:
+            return None
+        expected = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise PipelineError(f"{job} summary: field {key!r} is {value!r}; expected {expected}")
+    return value
+
+
+@dataclass(frozen=True)
+class IngestSummary:
+    """What ``kafka_to_bronze`` wrote for a run (its summary file and the ingest task's XCom)."""
+
+    run_id: str
+    epoch: int | None
+    rows: int
+    commits: int
+    batches: tuple[dict, ...]
+    bronze_version: int | None
+    duration_s: float | None
+    partitions: dict[str, dict[str, dict]]
+    checkpoint_rebuilt: dict | None = None
+    position_set: dict | None = None
+    #: The whole summary as the job wrote it (per-batch detail, phases, offsets), kept for the XCom.
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, strict: bool = True) -> IngestSummary:
+        """Read a summary; raises :class:`PipelineError` naming a missing or mistyped field.
+
+        Not ``strict`` (the run's record, which must be written whatever a task
+        left): such a field is ``None`` (``rows`` 0) instead.
+        """
+        job = "kafka_to_bronze"
+        version = data.get("bronze_version")
+        duration = _need(data, "duration_s", (int, float), job, strict)
+        return cls(
+            run_id=str(data.get("run_id") or ""), epoch=_need(data, "epoch", int, job, strict),
+            rows=_need(data, "rows", int, job, strict) or 0, commits=int(data.get("commits") or 0),
+            batches=tuple(_need(data, "batches", list, job, strict) or ()),
+            bronze_version=int(version) if version is not None else None,
+            duration_s=float(duration) if duration is not None else None,
+            partitions=dict(data.get("partitions") or {}), checkpoint_rebuilt=data.get("checkpoint_rebuilt"),
+            position_set=data.get("position_set"), raw=dict(data),
+        )  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        """The summary as JSON data: what the job wrote, with this record's fields over it."""
+        return {**self.raw, "run_id": self.run_id, "epoch": self.epoch, "rows": self.rows, "commits": self.commits,
+                "batches": list(self.batches), "bronze_version": self.bronze_version, "duration_s": self.duration_s,
+                "partitions": self.partitions, "checkpoint_rebuilt": self.checkpoint_rebuilt,
+                "position_set": self.position_set}  # fmt: skip
+
+
+#: ``kind`` of a backfill's summary, which the ingest task returns in the ingest summary's place.
+BACKFILL_KIND = "backfill"
+
+
+@dataclass(frozen=True)
+class BackfillSummary:
+    """What ``kafka_backfill`` re-read and inserted."""
+
+    run_id: str
+    read: int
+    inserted: int
+    present: int
+    ranges: tuple[dict, ...]
+    bronze_version: int | None
+    duration_s: float | None
+    notes: tuple[str, ...] = ()
+    #: Rows inserted, commits (0 or 1) and per-partition ranges, in the ingest summary's shape.
+    rows: int = 0
+    commits: int = 0
+    partitions: dict[str, dict[str, dict]] = field(default_factory=dict)
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    #: A backfill moves no position and starts no epoch; the run's record reads these of either summary.
+    epoch: ClassVar[None] = None
+    position_set: ClassVar[None] = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, strict: bool = True) -> BackfillSummary:
+        """Read a summary; raises :class:`PipelineError` naming a missing or mistyped field (see
+        :meth:`IngestSummary.from_json` for ``strict``)."""
+        job = "kafka_backfill"
+        version = data.get("bronze_version")
+        duration = _need(data, "duration_s", (int, float), job, strict)
+        return cls(
+            run_id=str(data.get("run_id") or ""), read=_need(data, "read", int, job, strict) or 0,
+            inserted=_need(data, "inserted", int, job, strict) or 0,
+            present=_need(data, "present", int, job, strict) or 0,
+            ranges=tuple(_need(data, "ranges", list, job, strict) or ()),
+            bronze_version=int(version) if version is not None else None,
+            duration_s=float(duration) if duration is not None else None,
+            notes=tuple(str(n) for n in data.get("notes") or ()), rows=int(data.get("rows") or 0),
+            commits=int(data.get("commits") or 0), partitions=dict(data.get("partitions") or {}), raw=dict(data),
+        )  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        """The summary as JSON data, marked as a backfill's."""
+        return {**self.raw, "kind": BACKFILL_KIND, "run_id": self.run_id, "read": self.read,
+                "inserted": self.inserted, "present": self.present, "ranges": list(self.ranges),
+                "bronze_version": self.bronze_version, "duration_s": self.duration_s, "notes": list(self.notes),
+                "rows": self.rows, "commits": self.commits, "partitions": self.partitions}  # fmt: skip
+
+
+def ingest_step_summary(data: Mapping[str, Any], *, strict: bool = True) -> IngestSummary | BackfillSummary:
+    """The ingest task's summary: a backfill's when it says so, else an ingestion's."""
+    kind = BackfillSummary if data.get("kind") == BACKFILL_KIND else IngestSummary
+    return kind.from_json(data, strict=strict)
+
+
+@dataclass(frozen=True)
+class TransformSummary:
+    """Where the records a transform read went (``bronze_to_silver``)."""
+
+    run_id: str
+    epoch: int | None
+    read: int | None
+    upserted: int | None
+    deleted: int | None
+    quarantined: int | None
+    superseded: int | None
+    silver_version: int | None
+    duration_s: float | None
+    replayed: int = 0
+    quarantine_fields: dict[str, int] = field(default_factory=dict)
+    fields_added: tuple[dict, ...] = ()
+    #: Field -> why it was ignored.
+    fields_ignored: dict[str, str] = field(default_factory=dict)
+    checkpoint_rebuilt: dict | None = None
+    value_schema: dict | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, strict: bool = True) -> TransformSummary:
+        """Read a summary; raises :class:`PipelineError` naming a missing or mistyped field (see
+        :meth:`IngestSummary.from_json` for ``strict``: such a count is ``None``)."""
+        job = "bronze_to_silver"
+        version = data.get("silver_version")
+        duration = _need(data, "duration_s", (int, float), job, strict)
+        return cls(
+            run_id=str(data.get("run_id") or ""), epoch=_need(data, "epoch", int, job, strict),
+            read=_need(data, "read", int, job, strict), upserted=_need(data, "upserted", int, job, strict),
+            deleted=_need(data, "deleted", int, job, strict), quarantined=_need(data, "quarantined", int, job, strict),
+            superseded=_need(data, "superseded", int, job, strict),
+            silver_version=int(version) if version is not None else None,
+            duration_s=float(duration) if duration is not None else None,
+            replayed=int(data.get("replayed") or 0), quarantine_fields=dict(data.get("quarantine_fields") or {}),
+            fields_added=tuple(data.get("fields_added") or ()), fields_ignored=dict(data.get("fields_ignored") or {}),
+            checkpoint_rebuilt=data.get("checkpoint_rebuilt"), value_schema=data.get("value_schema"), raw=dict(data),
+        )  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        """The summary as JSON data: what the job wrote, with this record's fields over it."""
+        out = {**self.raw}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            optional = f.default is not MISSING or f.default_factory is not MISSING
+            # An optional field the job left out stays out: readers tell "absent" from "zero" (replayed).
+            if f.name == "raw" or optional and f.name not in self.raw and not value:
+                continue
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+@dataclass(frozen=True)
+class MaintainSummary:
+    """What ``maintain_tables`` did to each table: files and bytes before and after, or why it was skipped."""
+
+    run_id: str
+    tables: dict[str, dict]
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MaintainSummary:
+        """Read a summary; raises :class:`PipelineError` naming a missing or mistyped field."""
+        return cls(run_id=str(data.get("run_id") or ""), tables=dict(_need(data, "tables", dict, "maintain_tables")),
+                   raw=dict(data))  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        """The summary as JSON data."""
+        return {**self.raw, "run_id": self.run_id, "tables": self.tables}
