@@ -57,6 +57,48 @@ def run_dir(cfg: PipelineConfig, run_id: str) -> Path:
     return settings.VAR_DIR / "runs" / cfg.name / run_folder_name(run_id)
 
 
+#: The folder of a run's folder that holds the credentials its jobs read (owner-only files).
+SECRETS_DIR = "secrets"
+
+
+def secrets_dir(folder: Path) -> Path:
+    """Where a job's credentials files go in the run folder ``folder``: created owner-only, removed by
+    :func:`remove_secrets` once the submit ends, and again by the run's teardown."""
+    path = folder / SECRETS_DIR
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)  # an existing folder keeps its mode otherwise
+    return path
+
+
+def write_secret(folder: Path, name: str, text: str) -> Path:
+    """Write ``text`` to the credentials file ``name`` of the run folder ``folder``, readable by its owner only.
+
+    Created exclusively and without following a link: a file or link left in
+    its place is removed first, never written through (it could be a link to
+    a file elsewhere, or keep a mode others can read).
+    """
+    path = secrets_dir(folder) / name
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path
+
+
+def remove_secrets(folder: Path) -> bool:
+    """Remove every credentials file of the run folder ``folder``; whether there were any."""
+    import shutil
+
+    path = folder / SECRETS_DIR
+    if not path.exists() and not path.is_symlink():
+        return False
+    if path.is_symlink():
+        path.unlink()
+    else:
+        shutil.rmtree(path)
+    return True
+
+
 #: A run folder written to within this many seconds is kept whatever the retention says: its run may
 #: still be going (a run waiting for the lock, a task between retries).
 RECENT_WRITE_S = 3600

@@ -255,9 +255,19 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
     try:
         version = run_ledger.append_run(cfg.tables.ledger_path, row, properties=cfg.tables.retention_properties())
     finally:
+        # A job task killed during its submit could not remove its credentials; no later step needs them.
+        if pipeline_run.remove_secrets(pipeline_run.run_dir(cfg, run_id)):
+            print("record_run: removed the credentials files a killed submit left")
         # Whatever happened, the next run of this pipeline may go (include/orchestration/run_lock.py).
         released = run_lock.release(run_lock.lock_path(settings.VAR_DIR, cfg.name), run_id=run_id)
         print(f"pipeline lock {'released' if released else 'was not held by this run'}")
+    try:
+        pruned = pipeline_run.prune_run_folders(cfg, keep=[run_id])
+        if pruned:
+            print(f"record_run: removed {len(pruned)} run folder(s) past maintenance.run_folders_keep_days "
+                  f"{cfg.maintenance.run_folders_keep_days} / run_folders_keep {cfg.maintenance.run_folders_keep}")
+    except OSError as exc:  # the row is written: a folder that cannot go now goes on a later run
+        print(f"record_run: pruning run folders failed: {exc}")
     line = (
         f"SUMMARY record_run: {row['outcome']}{': ' + row['reason'] if row['reason'] else ''}; "
         f"{row['rows']} rows in {row['commits']} commits, lag {row['lag_before']} -> {row['lag_after']}, "

@@ -380,7 +380,8 @@ class SparkJobOperator(BaseOperator):
         self._hook = None
 
     def job_args(self, context: Any, folder: Path, summary_path: Path) -> tuple[list[str], list[Path]]:
-        """The job's arguments, and private files to delete once it ran."""
+        """The job's arguments, and the credentials files it wrote (all in the run folder's ``secrets/``,
+        which the submit removes whatever ends it)."""
         raise NotImplementedError
 
     def summary_line(self, summary: dict) -> str:
@@ -392,7 +393,7 @@ class SparkJobOperator(BaseOperator):
         return self.application
 
     def submission(self, context: Any, folder: Path, summary_path: Path) -> tuple[str, list[str], list[Path]]:
-        """The application to submit, its arguments, and private files to delete once it ran."""
+        """The application to submit, its arguments, and the credentials files written for it (see :meth:`job_args`)."""
         args, private = self.job_args(context, folder, summary_path)
         return self.application_for(context), args, private
 
@@ -438,6 +439,7 @@ class SparkJobOperator(BaseOperator):
         return folder
 
     def execute(self, context: Any) -> dict:
+        from include.orchestration import pipeline_run
         from include.spark import jvm_deps
         from include.spark.spark_submit import dies_with_parent, package_py_files
 
@@ -447,7 +449,6 @@ class SparkJobOperator(BaseOperator):
         folder.mkdir(parents=True, exist_ok=True)
         summary_path = folder / f"{self.task_id}-summary.json"
         summary_path.unlink(missing_ok=True)
-        application, args, private = self.submission(context, folder, summary_path)
         scratch = None if cfg.cluster.profile != "local_standalone" else driver_scratch(folder, self.task_id)
         if scratch is not None:
             _remove_scratch(scratch)  # an earlier try's, killed with its task process
@@ -457,6 +458,9 @@ class SparkJobOperator(BaseOperator):
             pod_base = k8s_pod_base(cfg.name, self.task_id, context["run_id"], int(getattr(ti, "try_number", 1) or 1))
         started = self._started(context)
         try:
+            # Inside the block that removes them: a submission that fails half way (a missing registry
+            # connection after the Kafka options were written) leaves no credentials file behind.
+            application, args, _ = self.submission(context, folder, summary_path)
             self._hook, app_path = submit_hook(
                 cfg, application=application, application_args=args, name=f"{self.job_name}:{cfg.name}",
                 run_master=self.master, pod_base=pod_base, run_id=context["run_id"],
@@ -487,8 +491,7 @@ class SparkJobOperator(BaseOperator):
                 if in_pod and pod_base:
                     self._delete_driver_pod(f"{pod_base}-driver", succeeded=ok)
         finally:
-            for f in private:
-                f.unlink(missing_ok=True)
+            pipeline_run.remove_secrets(folder)
             if scratch is not None:  # spark-submit has ended: nothing uses the driver's scratch any more
                 _remove_scratch(scratch)
         summary = json.loads(summary_path.read_text())
@@ -643,9 +646,10 @@ class IngestOperator(SparkJobOperator):
         k8s = cfg.cluster.kubernetes
         if cfg.cluster.profile == "kubernetes" and k8s is not None:
             return kafka_options_path(k8s), []
-        options_file = folder / "kafka-options.json"
+        from include.orchestration import pipeline_run
+
         options = {**cfg.kafka.options, **connections.spark_kafka_options(client, cfg.kafka.connection_id)}
-        _write_private(options_file, json.dumps(options))
+        options_file = pipeline_run.write_secret(folder, "kafka-options.json", json.dumps(options))
         return str(options_file), [options_file]
 
     def summary_line(self, summary: dict) -> str:
@@ -798,13 +802,13 @@ def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_p
     registry = None
     vs = cfg.transform.value_schema
     if vs is not None and vs.registry:
+        from include.orchestration import pipeline_run
         from include.readers import connections
 
         settings = connections.registry_settings(vs.registry)
         if settings.get("password"):
             connections.mask(settings["password"])
-        registry_file = folder / "schema-registry.json"
-        _write_private(registry_file, json.dumps(settings))
+        registry_file = pipeline_run.write_secret(folder, "schema-registry.json", json.dumps(settings))
         registry = str(registry_file)
         if private is not None:
             private.append(registry_file)
@@ -845,9 +849,3 @@ def job_run_type(context: Any) -> str:
     run_type = str(getattr(context["dag_run"], "run_type", "manual") or "manual")
     run_type = run_type.rsplit(".", 1)[-1].lower()
     return {"scheduled": "scheduled", "backfill": "backfill"}.get(run_type, "manual")
-
-
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)

@@ -262,6 +262,9 @@ def stop_cluster(cfg: PipelineConfig, *, run_id: str) -> dict:
     folder = pipeline_run.run_dir(cfg, run_id) / "cluster"
     stopped = spark_cluster.stop_standalone(folder)
     left = spark_cluster.running_processes(folder)
+    # A task killed during its submit (SIGKILL, OOM) could not remove its job's credentials.
+    if pipeline_run.remove_secrets(pipeline_run.run_dir(cfg, run_id)):
+        print("stop_cluster: removed the credentials files a killed submit left")
     print(f"SUMMARY stop_cluster: stopped {len(stopped)} processes, {len(left)} left")
     return {"stopped": stopped, "left": left}
 

@@ -188,8 +188,8 @@ def test_local_standalone_submits_to_the_runs_master_with_one_executor_per_worke
     assert args[:3] == ["--pipeline=orders", "--bootstrap-servers=b1:9092", "--topics=orders.v1,refunds"]
     assert f"--run-id={RUN_ID}" in args and "--max-offsets-per-trigger=50" in args
     assert f"--summary-path={folder / 'ingest-summary.json'}" in args
-    assert f"--kafka-options-file={folder / 'kafka-options.json'}" in args
-    assert not (folder / "kafka-options.json").exists(), "the private options file outlives the submit"
+    assert f"--kafka-options-file={folder / 'secrets' / 'kafka-options.json'}" in args
+    assert not (folder / "secrets").exists(), "the private options file outlives the submit"
     assert kills == []
     _assert_no_secret(cmd, op._hook._env_vars)
     # The driver's scratch is in the run folder, and gone once spark-submit ended.
@@ -319,7 +319,7 @@ def test_kubernetes_cluster_mode_command(tmp_path, monkeypatch, kube_client):
     assert f"--summary-path={folder}/ingest-summary.json" in args
     assert f"--preflight-file={folder}/preflight.json" in args and Path(folder, "preflight.json").is_file()
     assert "--kafka-options-file=/etc/kafka-delta-elt/kafka/kafka-options.json" in args
-    assert not Path(folder, "kafka-options.json").exists(), "Airflow must not hold the pod's Kafka settings"
+    assert not Path(folder, "secrets").exists(), "Airflow must not hold the pod's Kafka settings"
     _assert_no_secret(cmd, op._hook._env_vars)
     # The finished driver pod is deleted by Spark's own --kill, in the file's namespace.
     assert kills == [[spark_submit.spark_submit_binary(), "--master", K8S_MASTER, "--conf",

@@ -346,6 +346,37 @@ def test_with_a_registry_the_transform_step_gets_a_private_file_of_its_connectio
     assert "values read with subject payments-value version 2 (schema id 7)" in op.summary_line(op.execute(_context()))
 
 
+def test_a_submission_that_fails_half_way_leaves_no_credentials_file(tmp_path, monkeypatch):
+    # The Kafka options are written before the transform's registry connection is looked up; that
+    # lookup fails (no such connection), and nothing with a credential may stay in the run folder.
+    data: dict[str, Any] = {
+        "name": "payments", "kafka": {"connection_id": "kafka_test", "topics": ["payments"]}, "schedule": None,
+        "cluster": {"workers": 1},
+        "transform": {"format": "avro", "value_schema": {"registry": "registry_missing", "version": 2},
+                      "schema": {"id": {"type": "string", "required": True}, "ts": "timestamp"},
+                      "key": "id", "ordering": "ts"},
+    }  # fmt: skip
+    (tmp_path / "payments.yaml").write_text(yaml.safe_dump(data))
+    cfg = load_pipeline(tmp_path / "payments.yaml")
+    submitted = _submits(monkeypatch, lambda cmd: None)
+    with pytest.raises(Exception, match="registry_missing"):
+        IngestOperator(task_id="ingest", pipeline=cfg, master="spark://127.0.0.1:7077").execute(_context())
+    assert submitted == []
+    left = [p for p in settings.VAR_DIR.rglob("*") if p.name in ("kafka-options.json", "schema-registry.json")]
+    assert left == [], left
+
+
+def test_the_teardown_removes_credentials_a_killed_submit_left(tmp_path):
+    from include.orchestration import pipeline_run, tasks
+
+    cfg = _pipeline(tmp_path)
+    folder = pipeline_run.run_dir(cfg, "manual__killed")
+    written = pipeline_run.write_secret(folder, "kafka-options.json", '{"sasl.jaas.config": "x"}')
+    assert written.stat().st_mode & 0o777 == 0o600 and (folder / "secrets").stat().st_mode & 0o777 == 0o700
+    tasks.stop_cluster(cfg, run_id="manual__killed")
+    assert not (folder / "secrets").exists()
+
+
 class _PushingTI(_TI):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
