@@ -374,15 +374,6 @@ def test_kubernetes_transform_job_reads_its_spec_from_the_shared_volume(tmp_path
     assert _confs(cmd)["spark.kubernetes.driver.pod.name"].startswith("kde-orders-transform-")
 
 
-def test_pod_names_fit_kubernetes_for_any_pipeline_name_and_differ_per_try():
-    long_name = "Orders_EU.v2-" + "x" * 180
-    base = k8s_pod_base(long_name, "ingest", RUN_ID, 1)
-    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", base) and len(base) <= 38
-    assert base.startswith("kde-orders-eu-v2-")
-    assert base != k8s_pod_base(long_name, "ingest", RUN_ID, 2), "a retry would collide with a kept pod"
-    assert base != k8s_pod_base(long_name, "transform", RUN_ID, 1)
-
-
 # --------------------------------------------------------------------------- the DAG
 
 
