@@ -194,51 +194,6 @@ def test_a_summary_left_by_a_former_try_is_never_taken_for_this_ones(tmp_path, m
         op.execute(_context())
 
 
-def test_driver_log_options_name_the_project_file_and_a_switchable_level(monkeypatch):
-    opts = spark_submit.driver_java_options()
-    assert f"-Dlog4j.configurationFile={settings.PROJECT_ROOT}/spark_jobs/log4j2.properties" in opts
-    assert "-Dkde.spark.log.level=WARN" in opts and "-Dkde.spark.log.quiet=ERROR" in opts
-    assert (settings.PROJECT_ROOT / spark_submit.LOG_CONFIG).is_file()
-    monkeypatch.setenv(settings.SPARK_LOG_LEVEL_ENV, "info")
-    assert "-Dkde.spark.log.level=INFO -Dkde.spark.log.quiet=INFO" in spark_submit.driver_java_options("/opt/app/")
-    assert "-Dlog4j.configurationFile=/opt/app/spark_jobs/log4j2.properties" in spark_submit.driver_java_options("/opt/app/")
-    monkeypatch.setenv(settings.SPARK_LOG_LEVEL_ENV, "chatty")
-    with pytest.raises(ValueError, match="KDE_SPARK_LOG_LEVEL='chatty': expected one of TRACE, DEBUG, INFO, WARN"):
-        spark_submit.driver_java_options()
-
-
-@pytest.mark.parametrize(("content", "message"), [
-    ("not json", "cannot read the steps file"),
-    (json.dumps({"steps": []}), "field 'steps' must be a non-empty list"),
-    (json.dumps({"steps": [{"job": "rm_rf", "args": []}]}), "steps\\[0\\].job is 'rm_rf'; expected one of"),
-    (json.dumps({"steps": [{"job": "kafka_to_bronze", "args": "--x"}]}), "steps\\[0\\].args must be a list"),
-    (json.dumps({"steps": [{"job": "kafka_to_bronze", "args": []}, {"job": "bronze_to_silver", "args": []}]}),
-     "steps\\[1\\].error_path is missing"),
-])  # fmt: skip
-def test_a_bad_steps_file_is_refused_naming_the_file_and_field(tmp_path, content, message):
-    path = tmp_path / "steps.json"
-    path.write_text(content)
-    with pytest.raises(run_steps.StepsFileError, match=message) as info:
-        run_steps.read_steps(str(path))
-    assert str(path) in str(info.value)
-
-
-def test_a_bad_step_argument_exits_2_before_any_session(tmp_path, capsys):
-    path = tmp_path / "steps.json"
-    path.write_text(json.dumps({"pipeline": "orders", "steps": [{"job": "kafka_to_bronze", "args": ["--pipeline=x"]}]}))
-    assert run_steps.main(["--steps-file", str(path)]) == 2
-    assert "kafka_to_bronze: bad argument" in capsys.readouterr().err
-
-
-def test_a_bad_steps_argument_exits_2_naming_it_and_help_exits_0(capsys):
-    assert run_steps.main([]) == 2
-    # The message is argparse's own, not its exit status ("bad argument: 2").
-    assert "run_steps: bad argument: the following arguments are required: --steps-file" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as done:
-        run_steps.main(["--help"])
-    assert done.value.code == 0 and "--steps-file STEPS_FILE" in capsys.readouterr().out
-
-
 MAINTAINED = {"run_id": RUN_ID, "duration_s": 2.0, "tables": {
     "bronze": {"files_before": 12, "files_after": 1, "bytes_before": 2_000_000, "bytes_after": 1_500_000, "seconds": 1.0},
     "silver": {"path": "/x", "skipped": "no table yet"}}}  # fmt: skip
