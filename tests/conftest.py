@@ -21,6 +21,7 @@ import pytest
 
 from include import settings
 from tests import cpu_report
+from tests.fakes import FakeTI
 
 #: Set by the xdist controller for its workers: the folder of the broker they share.
 SHARED_BROKER_ENV = "KDE_TEST_SHARED_BROKER"
@@ -162,36 +163,15 @@ def kafka_connection(monkeypatch) -> dict:
     return KAFKA_TEST_CONNECTION
 
 
-class FakeTI:
-    """What the project's task code uses of an Airflow TaskInstance: XComs by task id, pushes, the try.
-
-    ``xcom_pull(task_ids, key)`` returns ``xcoms[task_ids]`` for the default
-    key and ``xcoms[(task_ids, key)]`` for another; ``xcom_push`` records
-    into ``pushed``.
-    """
-
-    dag_id = "orders"
-
-    def __init__(self, try_number: int = 1, **xcoms: Any) -> None:
-        self.try_number = try_number
-        self.xcoms: dict[Any, Any] = xcoms
-        self.pushed: dict[str, Any] = {}
-
-    def xcom_pull(self, task_ids: str, key: str = "return_value") -> Any:
-        return self.xcoms.get(task_ids if key == "return_value" else (task_ids, key))
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushed[key] = value
-
-
 @pytest.fixture
 def fake_ti() -> type[FakeTI]:
-    """The :class:`FakeTI` class, to build a task instance with ``fake_ti(try_number=1, **xcoms)``.
+    """The :class:`tests.fakes.FakeTI` class, to build a task instance with ``fake_ti(try_number=1, **xcoms)``.
 
     Exists because operators and task functions are unit-tested with a
     context dict and no Airflow run, and each test file had written its own
     stand-in; a test that needs more of a TaskInstance (task states) keeps a
-    subclass of its own.
+    variant of its own. Module-level helpers that build a context import the
+    class from :mod:`tests.fakes`.
     """
     return FakeTI
 
