@@ -7,6 +7,7 @@ starts the broker and every worker uses it (:func:`pytest_configure`).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -14,11 +15,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from include import settings
 from tests import cpu_report
+from tests.fakes import FakeTI
 
 #: Set by the xdist controller for its workers: the folder of the broker they share.
 SHARED_BROKER_ENV = "KDE_TEST_SHARED_BROKER"
@@ -99,6 +102,78 @@ def make_topic(bootstrap) -> Callable[..., str]:
 def lake(tmp_path) -> Path:
     """Per-test lakehouse root: bronze table and checkpoints live under it."""
     return tmp_path / "lake"
+
+
+#: What a unit test's pipeline file holds unless it says otherwise: one topic, no schedule.
+PIPELINE_BASE = {"kafka": {"connection_id": "kafka_test", "topics": ["t"]}, "schedule": None}
+
+#: The ``kafka_test`` connection a unit test's pipeline names: a bootstrap address and nothing secret.
+KAFKA_TEST_CONNECTION = {"conn_type": "kafka", "extra": {"bootstrap.servers": "b1:9092"}}
+
+
+@pytest.fixture
+def pipeline_file(tmp_path) -> Callable[..., Path]:
+    """Writes ``<tmp_path>/<name>.yaml``: :data:`PIPELINE_BASE` with the top-level keys given replaced.
+
+    Exists because "write a pipeline YAML" was written out in most unit test
+    files; a test that checks how a file is refused uses this and loads it itself.
+    """
+    import yaml
+
+    def write(name: str = "orders", **changes: Any) -> Path:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({**PIPELINE_BASE, **changes}))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def make_pipeline(pipeline_file, tmp_path, monkeypatch) -> Callable[..., Any]:
+    """``make_pipeline(name="orders", **changes) -> PipelineConfig``: a pipeline file written and loaded.
+
+    Exists so unit tests share one way to get a :class:`include.config.PipelineConfig`
+    whose run folders (``settings.VAR_DIR``) are ``<tmp_path>/var`` and whose
+    tables (``KDE_LAKEHOUSE_ROOT``) are under ``<tmp_path>/lake`` (the :func:`lake`
+    fixture's folder), never the project's ``var/``. ``changes`` replace
+    top-level keys of :data:`PIPELINE_BASE` (``kafka=``, ``cluster=``, ...);
+    the name is the file's, as the loader takes it.
+    """
+    from include.config import load_pipeline
+
+    monkeypatch.setattr(settings, "VAR_DIR", tmp_path / "var")
+    monkeypatch.setenv(settings.LAKEHOUSE_ROOT_ENV, str(tmp_path / "lake"))
+
+    def make(name: str = "orders", **changes: Any):
+        return load_pipeline(pipeline_file(name, **changes))
+
+    return make
+
+
+@pytest.fixture
+def kafka_connection(monkeypatch) -> dict:
+    """The Airflow connection ``kafka_test`` (:data:`KAFKA_TEST_CONNECTION`) as an ``AIRFLOW_CONN_*`` variable.
+
+    Exists because a task reads its Kafka settings from the connection the
+    pipeline names; unit tests give it in the environment, as Airflow reads it,
+    with no metadata database. Returns the connection; a test that needs other
+    settings (a SASL password to hunt for) sets its own variant.
+    """
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_TEST", json.dumps(KAFKA_TEST_CONNECTION))
+    return KAFKA_TEST_CONNECTION
+
+
+@pytest.fixture
+def fake_ti() -> type[FakeTI]:
+    """The :class:`tests.fakes.FakeTI` class, to build a task instance with ``fake_ti(try_number=1, **xcoms)``.
+
+    Exists because operators and task functions are unit-tested with a
+    context dict and no Airflow run, and each test file had written its own
+    stand-in; a test that needs more of a TaskInstance (task states) keeps a
+    variant of its own. Module-level helpers that build a context import the
+    class from :mod:`tests.fakes`.
+    """
+    return FakeTI
 
 
 def pytest_configure(config) -> None:

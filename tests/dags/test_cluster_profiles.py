@@ -20,10 +20,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import yaml
 
 from include import settings
-from include.config import PipelineConfigError, load_pipeline
+from include.config import PipelineConfigError
 from include.orchestration import dag_factory, pipeline_run
 from include.orchestration.spark_operator import (
     K8S_PIPELINE_LABEL,
@@ -33,6 +32,7 @@ from include.orchestration.spark_operator import (
     k8s_pod_base,
 )
 from include.spark import jvm_deps, spark_submit
+from tests.fakes import FakeTI
 
 RUN_ID = "manual__2026-03-01T10:00:00+00:00"
 FAKE_SASL_PASSWORD = "FAKE-sasl-pw-7731"
@@ -76,38 +76,25 @@ def kube_client(monkeypatch):
     monkeypatch.setattr(hook_module, "kube_client", object(), raising=False)
 
 
-def _pipeline(tmp_path: Path, cluster: dict, **top: Any):
-    data = {"name": "orders", "kafka": {"connection_id": "kafka_test", "topics": ["orders.v1", "refunds"],
-                                         "max_offsets_per_trigger": 50},
-            "schedule": None, "cluster": cluster, **top}  # fmt: skip
-    path = tmp_path / "orders.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return load_pipeline(path)
+def _pipeline(make_pipeline, cluster: dict, **top: Any):
+    """Pipeline ``orders`` on two topics with ``cluster`` (the ``make_pipeline`` fixture)."""
+    kafka = {"connection_id": "kafka_test", "topics": ["orders.v1", "refunds"], "max_offsets_per_trigger": 50}
+    return make_pipeline("orders", **{"kafka": kafka, "cluster": cluster, **top})
 
 
-def _kubernetes(tmp_path: Path, **k8s: Any):
+def _kubernetes(make_pipeline, tmp_path: Path, **k8s: Any):
     shared = tmp_path / "shared"
     return _pipeline(
-        tmp_path,
+        make_pipeline,
         {"profile": "kubernetes", "master_connection_id": "spark_k8s", "workers": 3, "worker_cores": 2,
          "worker_memory": "2g", "kubernetes": {**K8S, "shared_dir": str(shared), **k8s}},
         tables={"lakehouse_root": str(shared / "lake")},
     )  # fmt: skip
 
 
-class _TI:
-    try_number = 1
-
-    def __init__(self, xcoms: dict[str, Any]) -> None:
-        self.xcoms = xcoms
-
-    def xcom_pull(self, task_ids: str, key: str = "return_value") -> Any:
-        return self.xcoms.get(task_ids)
-
-
 def _context(**xcoms: Any) -> dict[str, Any]:
     xcoms.setdefault("preflight", {"job_file": {"topic_ids": {}, "accepted_gaps": []}})
-    return {"run_id": RUN_ID, "ti": _TI(xcoms), "dag_run": SimpleNamespace(run_type="manual")}
+    return {"run_id": RUN_ID, "ti": FakeTI(**xcoms), "dag_run": SimpleNamespace(run_type="manual")}
 
 
 def _run(monkeypatch, op, *, fail: bool = False) -> tuple[list[str], list[list[str]]]:
@@ -170,8 +157,8 @@ def _assert_no_secret(cmd: list[str], hook_env: Any = None) -> None:
 # --------------------------------------------------------------------------- the commands
 
 
-def test_local_standalone_submits_to_the_runs_master_with_one_executor_per_worker(tmp_path, monkeypatch):
-    cfg = _pipeline(tmp_path, {"workers": 2, "worker_cores": 1, "worker_memory": "512m"})
+def test_local_standalone_submits_to_the_runs_master_with_one_executor_per_worker(tmp_path, make_pipeline, monkeypatch):
+    cfg = _pipeline(make_pipeline, {"workers": 2, "worker_cores": 1, "worker_memory": "512m"})
     op = IngestOperator(task_id="ingest", pipeline=cfg, master="spark://127.0.0.1:41234")
     cmd, kills = _run(monkeypatch, op)
     application = str(settings.PROJECT_ROOT / "spark_jobs" / "kafka_to_bronze.py")
@@ -199,9 +186,9 @@ def test_local_standalone_submits_to_the_runs_master_with_one_executor_per_worke
 
 @pytest.mark.parametrize("fail", [False, True])
 def test_the_drivers_scratch_is_removed_after_a_failed_submit_and_a_workers_own_choice_is_kept(
-    tmp_path, monkeypatch, fail
+    tmp_path, make_pipeline, monkeypatch, fail
 ):
-    cfg = _pipeline(tmp_path, {"workers": 1})
+    cfg = _pipeline(make_pipeline, {"workers": 1})
     folder = settings.VAR_DIR / "runs" / "orders" / pipeline_run.run_folder_name(RUN_ID)
     left = folder / "scratch" / "ingest" / "spark-0" / "kde_jobs.zip"  # from a try killed with its task process
     left.parent.mkdir(parents=True)
@@ -217,8 +204,8 @@ def test_the_drivers_scratch_is_removed_after_a_failed_submit_and_a_workers_own_
     assert "SPARK_LOCAL_DIRS" not in again._hook._env_vars and again._hook._env_vars["SPARK_LOCAL_IP"]
 
 
-def test_existing_standalone_master_is_client_mode_whatever_the_connection_says(tmp_path, monkeypatch):
-    cfg = _pipeline(tmp_path, {"profile": "existing_master", "master_connection_id": "spark_standalone",
+def test_existing_standalone_master_is_client_mode_whatever_the_connection_says(tmp_path, make_pipeline, monkeypatch):
+    cfg = _pipeline(make_pipeline, {"profile": "existing_master", "master_connection_id": "spark_standalone",
                                "workers": 2, "worker_cores": 2})  # fmt: skip
     cmd, _ = _run(monkeypatch, IngestOperator(task_id="ingest", pipeline=cfg))
     assert _flag(cmd, "--master") == "spark://10.0.0.5:7077"
@@ -231,8 +218,8 @@ def test_existing_standalone_master_is_client_mode_whatever_the_connection_says(
     _assert_no_secret(cmd)
 
 
-def test_existing_yarn_master_takes_the_queue_and_sends_no_local_environment(tmp_path, monkeypatch):
-    cfg = _pipeline(tmp_path, {"profile": "existing_master", "master_connection_id": "spark_yarn"})
+def test_existing_yarn_master_takes_the_queue_and_sends_no_local_environment(tmp_path, make_pipeline, monkeypatch):
+    cfg = _pipeline(make_pipeline, {"profile": "existing_master", "master_connection_id": "spark_yarn"})
     op = IngestOperator(task_id="ingest", pipeline=cfg)
     cmd, _ = _run(monkeypatch, op)
     assert _flag(cmd, "--master") == "yarn" and _flag(cmd, "--queue") == "etl"
@@ -243,9 +230,9 @@ def test_existing_yarn_master_takes_the_queue_and_sends_no_local_environment(tmp
 
 
 def test_existing_k8s_master_in_client_mode_needs_the_image_from_the_pipeline_file(
-    tmp_path, monkeypatch, kube_client
+    tmp_path, make_pipeline, monkeypatch, kube_client
 ):
-    cfg = _pipeline(tmp_path, {"profile": "existing_master", "master_connection_id": "spark_k8s",
+    cfg = _pipeline(make_pipeline, {"profile": "existing_master", "master_connection_id": "spark_k8s",
                                "kubernetes": {"image": K8S["image"]}})  # fmt: skip
     cmd, kills = _run(monkeypatch, IngestOperator(task_id="ingest", pipeline=cfg))
     assert _flag(cmd, "--master") == K8S_MASTER and _flag(cmd, "--deploy-mode") == "client"
@@ -259,23 +246,23 @@ def test_existing_k8s_master_in_client_mode_needs_the_image_from_the_pipeline_fi
     _assert_no_secret(cmd)
 
 
-def test_existing_k8s_master_without_an_image_is_refused_before_submitting(tmp_path, monkeypatch, kube_client):
-    cfg = _pipeline(tmp_path, {"profile": "existing_master", "master_connection_id": "spark_k8s"})
+def test_existing_k8s_master_without_an_image_is_refused_before_submitting(tmp_path, make_pipeline, monkeypatch, kube_client):
+    cfg = _pipeline(make_pipeline, {"profile": "existing_master", "master_connection_id": "spark_k8s"})
     with pytest.raises(ValueError, match=r"'spark_k8s' is a Kubernetes master .* set cluster.kubernetes.image"):
         _run(monkeypatch, IngestOperator(task_id="ingest", pipeline=cfg))
 
 
-def test_k8s_master_without_the_kubernetes_provider_is_a_clear_error(tmp_path, monkeypatch):
+def test_k8s_master_without_the_kubernetes_provider_is_a_clear_error(tmp_path, make_pipeline, monkeypatch):
     from airflow.providers.apache.spark.hooks import spark_submit as hook_module
 
     monkeypatch.delattr(hook_module, "kube_client", raising=False)
-    cfg = _kubernetes(tmp_path)
+    cfg = _kubernetes(make_pipeline, tmp_path)
     with pytest.raises(RuntimeError, match="apache-airflow-providers-cncf-kubernetes"):
         _run(monkeypatch, IngestOperator(task_id="ingest", pipeline=cfg))
 
 
-def test_kubernetes_cluster_mode_command(tmp_path, monkeypatch, kube_client):
-    cfg = _kubernetes(tmp_path)
+def test_kubernetes_cluster_mode_command(tmp_path, make_pipeline, monkeypatch, kube_client):
+    cfg = _kubernetes(make_pipeline, tmp_path)
     op = IngestOperator(task_id="ingest", pipeline=cfg)
     cmd, kills = _run(monkeypatch, op)
     application = "local:///opt/kafka-delta-elt/spark_jobs/kafka_to_bronze.py"
@@ -329,26 +316,27 @@ def test_kubernetes_cluster_mode_command(tmp_path, monkeypatch, kube_client):
 @pytest.mark.parametrize(("policy", "fail", "deleted"), [
     ("on_success", False, True), ("on_success", True, False), ("always", True, True), ("never", False, False),
 ])  # fmt: skip
-def test_kubernetes_driver_pod_deletion_policy(tmp_path, monkeypatch, kube_client, policy, fail, deleted):
-    cfg = _kubernetes(tmp_path, delete_driver_pod=policy)
+def test_kubernetes_driver_pod_deletion_policy(tmp_path, make_pipeline, monkeypatch, kube_client, policy, fail, deleted):
+    cfg = _kubernetes(make_pipeline, tmp_path, delete_driver_pod=policy)
     _, kills = _run(monkeypatch, IngestOperator(task_id="ingest", pipeline=cfg), fail=fail)
     assert bool(kills) is deleted
 
 
-def test_kubernetes_without_a_kafka_secret_passes_no_options_file(tmp_path, monkeypatch, kube_client):
-    cfg = _kubernetes(tmp_path, kafka_options_secret=None)
+def test_kubernetes_without_a_kafka_secret_passes_no_options_file(tmp_path, make_pipeline, monkeypatch, kube_client):
+    cfg = _kubernetes(make_pipeline, tmp_path, kafka_options_secret=None)
     cmd, _ = _run(monkeypatch, IngestOperator(task_id="ingest", pipeline=cfg))
     assert not [a for a in cmd if a.startswith("--kafka-options-file")]
     assert not [k for k in _confs(cmd) if k.startswith("spark.kubernetes.driver.secrets.")]
 
 
-def test_kubernetes_transform_job_reads_its_spec_from_the_shared_volume(tmp_path, monkeypatch, kube_client):
+def test_kubernetes_transform_job_reads_its_spec_from_the_shared_volume(tmp_path, make_pipeline, monkeypatch,
+                                                                        kube_client):  # fmt: skip
     transform = {"schema": {"id": {"type": "string", "required": True}, "ts": "timestamp"},
                  "key": "id", "ordering": "ts"}  # fmt: skip
     shared = tmp_path / "shared"
     cfg = _pipeline(
-        tmp_path, {"profile": "kubernetes", "master_connection_id": "spark_k8s",
-                   "kubernetes": {**K8S, "shared_dir": str(shared)}},
+        make_pipeline, {"profile": "kubernetes", "master_connection_id": "spark_k8s",
+                        "kubernetes": {**K8S, "shared_dir": str(shared)}},
         tables={"lakehouse_root": str(shared / "lake")}, transform=transform,
     )  # fmt: skip
     op = TransformOperator(task_id="transform", pipeline=cfg)
@@ -374,15 +362,6 @@ def test_kubernetes_transform_job_reads_its_spec_from_the_shared_volume(tmp_path
     assert _confs(cmd)["spark.kubernetes.driver.pod.name"].startswith("kde-orders-transform-")
 
 
-def test_pod_names_fit_kubernetes_for_any_pipeline_name_and_differ_per_try():
-    long_name = "Orders_EU.v2-" + "x" * 180
-    base = k8s_pod_base(long_name, "ingest", RUN_ID, 1)
-    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", base) and len(base) <= 38
-    assert base.startswith("kde-orders-eu-v2-")
-    assert base != k8s_pod_base(long_name, "ingest", RUN_ID, 2), "a retry would collide with a kept pod"
-    assert base != k8s_pod_base(long_name, "transform", RUN_ID, 1)
-
-
 # --------------------------------------------------------------------------- the DAG
 
 
@@ -391,13 +370,13 @@ def test_pod_names_fit_kubernetes_for_any_pipeline_name_and_differ_per_try():
     ("existing_master", False, "client mode"),
     ("kubernetes", False, "Kubernetes in cluster mode"),
 ])  # fmt: skip
-def test_dag_has_cluster_tasks_only_for_the_transient_profile(tmp_path, profile, cluster_tasks, words):
+def test_dag_has_cluster_tasks_only_for_the_transient_profile(tmp_path, make_pipeline, profile, cluster_tasks, words):
     if profile == "kubernetes":
-        cfg = _kubernetes(tmp_path)
+        cfg = _kubernetes(make_pipeline, tmp_path)
     elif profile == "existing_master":
-        cfg = _pipeline(tmp_path, {"profile": profile, "master_connection_id": "spark_yarn"})
+        cfg = _pipeline(make_pipeline, {"profile": profile, "master_connection_id": "spark_yarn"})
     else:
-        cfg = _pipeline(tmp_path, {"workers": 2})
+        cfg = _pipeline(make_pipeline, {"workers": 2})
     dag = dag_factory.build_dag(cfg)
     assert {"start_cluster", "stop_cluster"} <= set(dag.task_ids) if cluster_tasks else \
         not {"start_cluster", "stop_cluster"} & set(dag.task_ids)  # fmt: skip
@@ -409,9 +388,9 @@ def test_dag_has_cluster_tasks_only_for_the_transient_profile(tmp_path, profile,
 # --------------------------------------------------------------------------- the pipeline file
 
 
-def _error(tmp_path: Path, cluster: dict, **top: Any) -> PipelineConfigError:
+def _error(make_pipeline, cluster: dict, **top: Any) -> PipelineConfigError:
     with pytest.raises(PipelineConfigError) as info:
-        _pipeline(tmp_path, cluster, **top)
+        _pipeline(make_pipeline, cluster, **top)
     assert info.value.file.endswith("orders.yaml")
     return info.value
 
@@ -425,8 +404,8 @@ def _lake(tmp_path: Path) -> dict:
     return {"lakehouse_root": str(tmp_path / "shared" / "lake")}
 
 
-def test_kubernetes_profile_loads_with_defaults(tmp_path):
-    cfg = _kubernetes(tmp_path)
+def test_kubernetes_profile_loads_with_defaults(tmp_path, make_pipeline):
+    cfg = _kubernetes(make_pipeline, tmp_path)
     k8s = cfg.cluster.kubernetes
     assert (cfg.cluster.profile, cfg.cluster.transient) == ("kubernetes", False)
     assert (k8s.image, k8s.namespace, k8s.service_account) == (K8S["image"], "data", "spark-driver")
@@ -436,10 +415,10 @@ def test_kubernetes_profile_loads_with_defaults(tmp_path):
 
 
 @pytest.mark.parametrize("key", ["image", "namespace", "service_account", "shared_volume_claim", "shared_dir"])
-def test_kubernetes_profile_requires_each_key(tmp_path, key):
+def test_kubernetes_profile_requires_each_key(tmp_path, make_pipeline, key):
     cluster = _k8s_cluster(tmp_path)
     del cluster["kubernetes"][key]
-    err = _error(tmp_path, cluster, tables=_lake(tmp_path))
+    err = _error(make_pipeline, cluster, tables=_lake(tmp_path))
     assert err.field == f"cluster.kubernetes.{key}"
     assert err.problem == "expected a value (required with profile kubernetes), got nothing (the key is missing)"
 
@@ -463,57 +442,57 @@ def test_kubernetes_profile_requires_each_key(tmp_path, key):
     ({"kafka_password": "x"}, "kafka_password", "no broker addresses or security settings", "'kafka_password'"),
     ({"imagee": "x"}, "imagee", "one of image, namespace", "unknown key 'imagee'; did you mean 'image'?"),
 ])  # fmt: skip
-def test_kubernetes_keys_are_validated_with_file_field_and_expectation(tmp_path, changes, field, expected, got):
-    err = _error(tmp_path, _k8s_cluster(tmp_path, **changes), tables=_lake(tmp_path))
+def test_kubernetes_keys_are_validated_with_file_field_and_expectation(tmp_path, make_pipeline, changes, field, expected, got):
+    err = _error(make_pipeline, _k8s_cluster(tmp_path, **changes), tables=_lake(tmp_path))
     assert err.field == f"cluster.kubernetes.{field}"
     assert expected in err.problem and got in err.problem, err.problem
     assert "hunter" not in err.problem
 
 
-def test_kubernetes_profile_needs_its_section_and_a_master_connection(tmp_path):
-    err = _error(tmp_path, {"profile": "kubernetes", "master_connection_id": "spark_k8s"})
+def test_kubernetes_profile_needs_its_section_and_a_master_connection(tmp_path, make_pipeline):
+    err = _error(make_pipeline, {"profile": "kubernetes", "master_connection_id": "spark_k8s"})
     assert err.field == "cluster.kubernetes" and "required with profile kubernetes" in err.problem
     cluster = _k8s_cluster(tmp_path)
     del cluster["master_connection_id"]
-    err = _error(tmp_path, cluster, tables=_lake(tmp_path))
+    err = _error(make_pipeline, cluster, tables=_lake(tmp_path))
     assert err.field == "cluster.master_connection_id"
     assert "(required with profile kubernetes), got nothing" in err.problem
 
 
-def test_kubernetes_section_is_refused_where_it_does_not_apply(tmp_path):
-    err = _error(tmp_path, {"kubernetes": {"image": "i"}})
+def test_kubernetes_section_is_refused_where_it_does_not_apply(tmp_path, make_pipeline):
+    err = _error(make_pipeline, {"kubernetes": {"image": "i"}})
     assert err.field == "cluster.kubernetes" and "no kubernetes section with profile local_standalone" in err.problem
-    err = _error(tmp_path, {"profile": "existing_master", "master_connection_id": "spark_k8s",
+    err = _error(make_pipeline, {"profile": "existing_master", "master_connection_id": "spark_k8s",
                             "kubernetes": {"image": "i", "shared_dir": "/mnt/kde"}})  # fmt: skip
     assert err.field == "cluster.kubernetes.shared_dir"
     assert "expected only image, namespace with profile existing_master" in err.problem
-    err = _error(tmp_path, {"profile": "existing_master", "master_connection_id": "spark_k8s",
+    err = _error(make_pipeline, {"profile": "existing_master", "master_connection_id": "spark_k8s",
                             "kubernetes": {"namespace": "data"}})  # fmt: skip
     assert err.field == "cluster.kubernetes.image" and "required with profile existing_master" in err.problem
-    ok = _pipeline(tmp_path, {"profile": "existing_master", "master_connection_id": "spark_k8s",
+    ok = _pipeline(make_pipeline, {"profile": "existing_master", "master_connection_id": "spark_k8s",
                               "kubernetes": {"image": "i", "namespace": "data"}})  # fmt: skip
     assert (ok.cluster.kubernetes.image, ok.cluster.kubernetes.namespace) == ("i", "data")
 
 
-def test_kubernetes_tables_must_be_reachable_from_the_pods(tmp_path):
+def test_kubernetes_tables_must_be_reachable_from_the_pods(tmp_path, make_pipeline):
     # Default lakehouse (this machine's var/ folder): the pods cannot see it.
-    err = _error(tmp_path, _k8s_cluster(tmp_path))
+    err = _error(make_pipeline, _k8s_cluster(tmp_path))
     assert err.field == "tables.bronze_path"
     assert f"inside cluster.kubernetes.shared_dir {str(tmp_path / 'shared')!r}" in err.problem
     # Tables may be URIs; checkpoints are read with file I/O and may not.
-    ok = _pipeline(tmp_path, _k8s_cluster(tmp_path), tables={**_lake(tmp_path), "bronze_path": "s3a://b/bronze"})
+    ok = _pipeline(make_pipeline, _k8s_cluster(tmp_path), tables={**_lake(tmp_path), "bronze_path": "s3a://b/bronze"})
     assert ok.tables.bronze_path == "s3a://b/bronze"
-    err = _error(tmp_path, _k8s_cluster(tmp_path), tables={**_lake(tmp_path), "checkpoint_root": "s3a://b/ckpt"})
+    err = _error(make_pipeline, _k8s_cluster(tmp_path), tables={**_lake(tmp_path), "checkpoint_root": "s3a://b/ckpt"})
     assert err.field == "tables.checkpoint_root" and "expected a path inside" in err.problem
 
 
-def test_kubernetes_refuses_kafka_options_the_pod_could_not_receive(tmp_path):
+def test_kubernetes_refuses_kafka_options_the_pod_could_not_receive(tmp_path, make_pipeline):
     data_kafka = {"connection_id": "kafka_test", "topics": ["t"], "options": {"max.poll.records": "500"}}
-    err = _error(tmp_path, _k8s_cluster(tmp_path), tables=_lake(tmp_path), kafka=data_kafka)
+    err = _error(make_pipeline, _k8s_cluster(tmp_path), tables=_lake(tmp_path), kafka=data_kafka)
     assert err.field == "kafka.options" and "kafka_options_secret" in err.problem and "max.poll.records" in err.problem
 
 
-def test_local_standalone_still_refuses_a_master_connection(tmp_path):
-    err = _error(tmp_path, {"master_connection_id": "spark_k8s"})
+def test_local_standalone_still_refuses_a_master_connection(tmp_path, make_pipeline):
+    err = _error(make_pipeline, {"master_connection_id": "spark_k8s"})
     assert err.field == "cluster.master_connection_id"
     assert "existing_master or kubernetes" in err.problem

@@ -13,13 +13,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import yaml
 
 from include import settings
-from include.config import load_pipeline
 from include.orchestration.spark_operator import IngestOperator, MaintainOperator, TransformOperator
 from include.spark import jvm_deps, spark_submit
 from spark_jobs import run_steps
+from tests.fakes import FakeTI
 
 RUN_ID = "manual__2026-03-01T10:00:00+00:00"
 INGEST = {"rows": 3, "batches": [1], "epoch": 0, "bronze_version": 1, "duration_s": 1.0, "checkpoint_rebuilt": None}
@@ -28,39 +27,27 @@ TRANSFORM = {"run_id": RUN_ID, "read": 3, "upserted": 3, "deleted": 0, "quaranti
 
 
 @pytest.fixture(autouse=True)
-def _env(tmp_path, monkeypatch):
-    monkeypatch.delenv("KDE_LAKEHOUSE_ROOT", raising=False)
+def _env(kafka_connection, monkeypatch):
     monkeypatch.delenv(settings.SPARK_LOG_LEVEL_ENV, raising=False)
-    monkeypatch.setattr(settings, "VAR_DIR", tmp_path / "var")
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_TEST", json.dumps({"conn_type": "kafka",
-                                                              "extra": {"bootstrap.servers": "b1:9092"}}))  # fmt: skip
     monkeypatch.setattr(jvm_deps, "spark_jars", lambda: [Path("/cache/jars/delta-spark.jar")])
     monkeypatch.setattr(spark_submit, "package_py_files", lambda *a, **k: Path("/cache/build/kde_jobs.zip"))
 
 
-def _pipeline(tmp_path: Path, transform: bool = True):
-    data: dict[str, Any] = {"name": "orders", "kafka": {"connection_id": "kafka_test", "topics": ["orders.v1"]},
-                            "schedule": None, "cluster": {"workers": 1}}  # fmt: skip
+def _pipeline(make_pipeline, transform: bool = True):
+    """Pipeline ``orders`` on topic ``orders.v1`` (the ``make_pipeline`` fixture), with a transform unless told."""
+    data: dict[str, Any] = {"kafka": {"connection_id": "kafka_test", "topics": ["orders.v1"]}, "cluster": {"workers": 1}}
     if transform:
         data["transform"] = {"schema": {"id": {"type": "string", "required": True}, "ts": "timestamp"},
                              "key": "id", "ordering": "ts"}  # fmt: skip
-    path = tmp_path / "orders.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return load_pipeline(path)
+    return make_pipeline("orders", **data)
 
 
-class _TI:
-    def __init__(self, try_number: int = 1, maintenance: dict | None = None) -> None:
-        self.try_number = try_number
-        self.maintenance = maintenance
-
-    def xcom_pull(self, task_ids: str, key: str = "return_value") -> Any:
-        preflight = {"job_file": {"topic_ids": {}, "accepted_gaps": []}, "maintenance": self.maintenance}
-        return {"preflight": preflight}.get(task_ids)
+def _ti(try_number: int = 1, maintenance: dict | None = None) -> FakeTI:
+    return FakeTI(try_number, preflight={"job_file": {"topic_ids": {}, "accepted_gaps": []}, "maintenance": maintenance})
 
 
 def _context(try_number: int = 1, maintenance: dict | None = None) -> dict[str, Any]:
-    return {"run_id": RUN_ID, "ti": _TI(try_number, maintenance), "dag_run": SimpleNamespace(run_type="manual")}
+    return {"run_id": RUN_ID, "ti": _ti(try_number, maintenance), "dag_run": SimpleNamespace(run_type="manual")}
 
 
 def _submits(monkeypatch, outcome) -> list[list[str]]:
@@ -87,8 +74,8 @@ def _arg(args: list[str], name: str) -> str:
     return next(a.split("=", 1)[1] for a in args if a.startswith(f"--{name}="))
 
 
-def test_with_a_transform_the_ingest_task_submits_both_steps_as_one_application(tmp_path, monkeypatch):
-    cfg = _pipeline(tmp_path)
+def test_with_a_transform_the_ingest_task_submits_both_steps_as_one_application(make_pipeline, monkeypatch):
+    cfg = _pipeline(make_pipeline)
 
     def app(cmd):
         steps = _steps(cmd)["steps"]
@@ -115,15 +102,15 @@ def test_with_a_transform_the_ingest_task_submits_both_steps_as_one_application(
     assert seen == []
 
 
-def test_without_a_transform_the_ingest_task_submits_its_job_alone(tmp_path, monkeypatch):
-    cfg = _pipeline(tmp_path, transform=False)
+def test_without_a_transform_the_ingest_task_submits_its_job_alone(make_pipeline, monkeypatch):
+    cfg = _pipeline(make_pipeline, transform=False)
     seen = _submits(monkeypatch, lambda cmd: Path(_arg(cmd, "summary-path")).write_text(json.dumps(INGEST)))
     IngestOperator(task_id="ingest", pipeline=cfg, master="spark://127.0.0.1:7077").execute(_context())
     assert str(settings.PROJECT_ROOT / "spark_jobs" / "kafka_to_bronze.py") in seen[0]
 
 
-def test_transform_failure_in_the_application_fails_the_transform_task_not_ingest(tmp_path, monkeypatch):
-    cfg = _pipeline(tmp_path)
+def test_transform_failure_in_the_application_fails_the_transform_task_not_ingest(make_pipeline, monkeypatch):
+    cfg = _pipeline(make_pipeline)
 
     def app(cmd):
         steps = _steps(cmd)["steps"]
@@ -146,8 +133,8 @@ def test_transform_failure_in_the_application_fails_the_transform_task_not_inges
     assert str(settings.PROJECT_ROOT / "spark_jobs" / "bronze_to_silver.py") in seen_retry[0]
 
 
-def test_application_dying_after_ingest_keeps_ingest_and_the_transform_task_submits_alone(tmp_path, monkeypatch):
-    cfg = _pipeline(tmp_path)
+def test_application_dying_after_ingest_keeps_ingest_and_the_transform_task_submits_alone(make_pipeline, monkeypatch):
+    cfg = _pipeline(make_pipeline)
 
     def app(cmd):
         steps = _steps(cmd)["steps"]
@@ -161,8 +148,8 @@ def test_application_dying_after_ingest_keeps_ingest_and_the_transform_task_subm
     assert len(alone) == 1 and str(settings.PROJECT_ROOT / "spark_jobs" / "bronze_to_silver.py") in alone[0]
 
 
-def test_application_dying_before_ingest_finished_fails_the_ingest_task(tmp_path, monkeypatch):
-    cfg = _pipeline(tmp_path)
+def test_application_dying_before_ingest_finished_fails_the_ingest_task(make_pipeline, monkeypatch):
+    cfg = _pipeline(make_pipeline)
 
     def app(cmd):
         raise RuntimeError("Cannot execute: spark-submit ... Error code is: -9.")
@@ -172,8 +159,8 @@ def test_application_dying_before_ingest_finished_fails_the_ingest_task(tmp_path
         IngestOperator(task_id="ingest", pipeline=cfg, master="spark://x:7077").execute(_context())
 
 
-def test_a_summary_left_by_a_former_try_is_never_taken_for_this_ones(tmp_path, monkeypatch):
-    cfg = _pipeline(tmp_path)
+def test_a_summary_left_by_a_former_try_is_never_taken_for_this_ones(make_pipeline, monkeypatch):
+    cfg = _pipeline(make_pipeline)
     left: dict[str, Path] = {}
 
     def app(cmd):
@@ -194,60 +181,15 @@ def test_a_summary_left_by_a_former_try_is_never_taken_for_this_ones(tmp_path, m
         op.execute(_context())
 
 
-def test_driver_log_options_name_the_project_file_and_a_switchable_level(monkeypatch):
-    opts = spark_submit.driver_java_options()
-    assert f"-Dlog4j.configurationFile={settings.PROJECT_ROOT}/spark_jobs/log4j2.properties" in opts
-    assert "-Dkde.spark.log.level=WARN" in opts and "-Dkde.spark.log.quiet=ERROR" in opts
-    assert (settings.PROJECT_ROOT / spark_submit.LOG_CONFIG).is_file()
-    monkeypatch.setenv(settings.SPARK_LOG_LEVEL_ENV, "info")
-    assert "-Dkde.spark.log.level=INFO -Dkde.spark.log.quiet=INFO" in spark_submit.driver_java_options("/opt/app/")
-    assert "-Dlog4j.configurationFile=/opt/app/spark_jobs/log4j2.properties" in spark_submit.driver_java_options("/opt/app/")
-    monkeypatch.setenv(settings.SPARK_LOG_LEVEL_ENV, "chatty")
-    with pytest.raises(ValueError, match="KDE_SPARK_LOG_LEVEL='chatty': expected one of TRACE, DEBUG, INFO, WARN"):
-        spark_submit.driver_java_options()
-
-
-@pytest.mark.parametrize(("content", "message"), [
-    ("not json", "cannot read the steps file"),
-    (json.dumps({"steps": []}), "field 'steps' must be a non-empty list"),
-    (json.dumps({"steps": [{"job": "rm_rf", "args": []}]}), "steps\\[0\\].job is 'rm_rf'; expected one of"),
-    (json.dumps({"steps": [{"job": "kafka_to_bronze", "args": "--x"}]}), "steps\\[0\\].args must be a list"),
-    (json.dumps({"steps": [{"job": "kafka_to_bronze", "args": []}, {"job": "bronze_to_silver", "args": []}]}),
-     "steps\\[1\\].error_path is missing"),
-])  # fmt: skip
-def test_a_bad_steps_file_is_refused_naming_the_file_and_field(tmp_path, content, message):
-    path = tmp_path / "steps.json"
-    path.write_text(content)
-    with pytest.raises(run_steps.StepsFileError, match=message) as info:
-        run_steps.read_steps(str(path))
-    assert str(path) in str(info.value)
-
-
-def test_a_bad_step_argument_exits_2_before_any_session(tmp_path, capsys):
-    path = tmp_path / "steps.json"
-    path.write_text(json.dumps({"pipeline": "orders", "steps": [{"job": "kafka_to_bronze", "args": ["--pipeline=x"]}]}))
-    assert run_steps.main(["--steps-file", str(path)]) == 2
-    assert "kafka_to_bronze: bad argument" in capsys.readouterr().err
-
-
-def test_a_bad_steps_argument_exits_2_naming_it_and_help_exits_0(capsys):
-    assert run_steps.main([]) == 2
-    # The message is argparse's own, not its exit status ("bad argument: 2").
-    assert "run_steps: bad argument: the following arguments are required: --steps-file" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as done:
-        run_steps.main(["--help"])
-    assert done.value.code == 0 and "--steps-file STEPS_FILE" in capsys.readouterr().out
-
-
 MAINTAINED = {"run_id": RUN_ID, "duration_s": 2.0, "tables": {
     "bronze": {"files_before": 12, "files_after": 1, "bytes_before": 2_000_000, "bytes_after": 1_500_000, "seconds": 1.0},
     "silver": {"path": "/x", "skipped": "no table yet"}}}  # fmt: skip
 
 
 @pytest.mark.parametrize("transform", [True, False])
-def test_maintenance_due_is_the_last_step_of_the_runs_application_and_its_task_reports_it(tmp_path, monkeypatch,
+def test_maintenance_due_is_the_last_step_of_the_runs_application_and_its_task_reports_it(make_pipeline, monkeypatch,
                                                                                          transform, capsys):  # fmt: skip
-    cfg = _pipeline(tmp_path, transform=transform)
+    cfg = _pipeline(make_pipeline, transform=transform)
     due = {"due": "every_runs 50: this is run 50 since run 'r1'"}
 
     def app(cmd):
@@ -271,10 +213,10 @@ def test_maintenance_due_is_the_last_step_of_the_runs_application_and_its_task_r
     assert "SUMMARY maintain: bronze files 12 -> 1, 2.0 -> 1.5 MB in 1.0s; silver no table yet" in capsys.readouterr().out
 
 
-def test_maintenance_not_due_adds_no_step_and_its_task_is_skipped(tmp_path, monkeypatch):
+def test_maintenance_not_due_adds_no_step_and_its_task_is_skipped(make_pipeline, monkeypatch):
     from airflow.sdk.exceptions import AirflowSkipException
 
-    cfg = _pipeline(tmp_path, transform=False)
+    cfg = _pipeline(make_pipeline, transform=False)
     seen = _submits(monkeypatch, lambda cmd: Path(_arg(cmd, "summary-path")).write_text(json.dumps(INGEST)))
     IngestOperator(task_id="ingest", pipeline=cfg, master="spark://127.0.0.1:7077").execute(_context())
     assert str(settings.PROJECT_ROOT / "spark_jobs" / "kafka_to_bronze.py") in seen[0]
@@ -283,11 +225,11 @@ def test_maintenance_not_due_adds_no_step_and_its_task_is_skipped(tmp_path, monk
     assert len(seen) == 1
 
 
-def test_maintenance_failure_in_the_application_fails_the_maintain_task_and_a_retry_submits_it_alone(tmp_path,
+def test_maintenance_failure_in_the_application_fails_the_maintain_task_and_a_retry_submits_it_alone(make_pipeline,
                                                                                                       monkeypatch):  # fmt: skip
     from airflow.sdk.exceptions import AirflowException
 
-    cfg = _pipeline(tmp_path)
+    cfg = _pipeline(make_pipeline)
     due = {"due": "every_runs 2: this is run 2 since run 'r1'"}
 
     def app(cmd):
@@ -311,16 +253,14 @@ def test_maintenance_failure_in_the_application_fails_the_maintain_task_and_a_re
     assert "--table=quarantine=" in " ".join(retry[0])
 
 
-def test_with_a_registry_the_transform_step_gets_a_private_file_of_its_connection_deleted_after(tmp_path, monkeypatch):
-    data: dict[str, Any] = {
-        "name": "payments", "kafka": {"connection_id": "kafka_test", "topics": ["payments"]}, "schedule": None,
-        "cluster": {"workers": 1},
-        "transform": {"format": "avro", "value_schema": {"registry": "registry_test", "version": 2},
-                      "schema": {"id": {"type": "string", "required": True}, "ts": "timestamp"},
-                      "key": "id", "ordering": "ts"},
-    }  # fmt: skip
-    (tmp_path / "payments.yaml").write_text(yaml.safe_dump(data))
-    cfg = load_pipeline(tmp_path / "payments.yaml")
+def test_with_a_registry_the_transform_step_gets_a_private_file_of_its_connection_deleted_after(make_pipeline,
+                                                                                                monkeypatch):  # fmt: skip
+    cfg = make_pipeline(
+        "payments", kafka={"connection_id": "kafka_test", "topics": ["payments"]}, cluster={"workers": 1},
+        transform={"format": "avro", "value_schema": {"registry": "registry_test", "version": 2},
+                   "schema": {"id": {"type": "string", "required": True}, "ts": "timestamp"},
+                   "key": "id", "ordering": "ts"},
+    )  # fmt: skip
     monkeypatch.setenv("AIRFLOW_CONN_REGISTRY_TEST", json.dumps(
         {"conn_type": "http", "host": "registry", "port": 8081, "login": "elt", "password": "s3cret"}))  # fmt: skip
     seen_file: dict[str, Any] = {}
@@ -346,18 +286,15 @@ def test_with_a_registry_the_transform_step_gets_a_private_file_of_its_connectio
     assert "values read with subject payments-value version 2 (schema id 7)" in op.summary_line(op.execute(_context()))
 
 
-def test_a_submission_that_fails_half_way_leaves_no_credentials_file(tmp_path, monkeypatch):
+def test_a_submission_that_fails_half_way_leaves_no_credentials_file(make_pipeline, monkeypatch):
     # The Kafka options are written before the transform's registry connection is looked up; that
     # lookup fails (no such connection), and nothing with a credential may stay in the run folder.
-    data: dict[str, Any] = {
-        "name": "payments", "kafka": {"connection_id": "kafka_test", "topics": ["payments"]}, "schedule": None,
-        "cluster": {"workers": 1},
-        "transform": {"format": "avro", "value_schema": {"registry": "registry_missing", "version": 2},
-                      "schema": {"id": {"type": "string", "required": True}, "ts": "timestamp"},
-                      "key": "id", "ordering": "ts"},
-    }  # fmt: skip
-    (tmp_path / "payments.yaml").write_text(yaml.safe_dump(data))
-    cfg = load_pipeline(tmp_path / "payments.yaml")
+    cfg = make_pipeline(
+        "payments", kafka={"connection_id": "kafka_test", "topics": ["payments"]}, cluster={"workers": 1},
+        transform={"format": "avro", "value_schema": {"registry": "registry_missing", "version": 2},
+                   "schema": {"id": {"type": "string", "required": True}, "ts": "timestamp"},
+                   "key": "id", "ordering": "ts"},
+    )  # fmt: skip
     submitted = _submits(monkeypatch, lambda cmd: None)
     with pytest.raises(Exception, match="registry_missing"):
         IngestOperator(task_id="ingest", pipeline=cfg, master="spark://127.0.0.1:7077").execute(_context())
@@ -366,10 +303,10 @@ def test_a_submission_that_fails_half_way_leaves_no_credentials_file(tmp_path, m
     assert left == [], left
 
 
-def test_the_teardown_removes_credentials_a_killed_submit_left(tmp_path):
+def test_the_teardown_removes_credentials_a_killed_submit_left(make_pipeline):
     from include.orchestration import pipeline_run, tasks
 
-    cfg = _pipeline(tmp_path)
+    cfg = _pipeline(make_pipeline)
     folder = pipeline_run.run_dir(cfg, "manual__killed")
     written = pipeline_run.write_secret(folder, "kafka-options.json", '{"sasl.jaas.config": "x"}')
     assert written.stat().st_mode & 0o777 == 0o600 and (folder / "secrets").stat().st_mode & 0o777 == 0o700
@@ -377,22 +314,13 @@ def test_the_teardown_removes_credentials_a_killed_submit_left(tmp_path):
     assert not (folder / "secrets").exists()
 
 
-class _PushingTI(_TI):
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.pushed: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushed[key] = value
-
-
-def test_a_jobs_error_reaches_the_task_as_the_same_class_with_its_fields(tmp_path, monkeypatch):
+def test_a_jobs_error_reaches_the_task_as_the_same_class_with_its_fields(make_pipeline, monkeypatch):
     from airflow.sdk.exceptions import AirflowException
 
     from include.contract.errors import failure_summary
     from include.contract.offsets import OffsetError
 
-    cfg = _pipeline(tmp_path, transform=False)
+    cfg = _pipeline(make_pipeline, transform=False)
     error = OffsetError("batch 1 starts at 5 but the bronze table stands at 4", pipeline="orders", topic="orders.v1",
                         partition=2, offsets=(5, 4), action="rebuild_checkpoint")  # fmt: skip
 
@@ -403,7 +331,7 @@ def test_a_jobs_error_reaches_the_task_as_the_same_class_with_its_fields(tmp_pat
 
     _submits(monkeypatch, job)
     context = _context()
-    context["ti"] = _PushingTI()
+    context["ti"] = _ti()
     with pytest.raises(OffsetError) as caught:
         IngestOperator(task_id="ingest", pipeline=cfg, master="spark://x:7077").execute(context)
     assert (caught.value.partition, caught.value.offsets, caught.value.action) == (2, (5, 4), "rebuild_checkpoint")
@@ -412,12 +340,12 @@ def test_a_jobs_error_reaches_the_task_as_the_same_class_with_its_fields(tmp_pat
     assert context["ti"].pushed["error"]["fields"]["partition"] == 2
 
 
-def test_a_failed_ingest_step_is_not_taken_for_done_when_later_steps_follow(tmp_path, monkeypatch):
+def test_a_failed_ingest_step_is_not_taken_for_done_when_later_steps_follow(make_pipeline, monkeypatch):
     from airflow.sdk.exceptions import AirflowException
 
     from include.contract.errors import KafkaSourceError, failure_summary
 
-    cfg = _pipeline(tmp_path)
+    cfg = _pipeline(make_pipeline)
 
     def app(cmd):
         steps = _steps(cmd)["steps"]
@@ -430,12 +358,12 @@ def test_a_failed_ingest_step_is_not_taken_for_done_when_later_steps_follow(tmp_
         IngestOperator(task_id="ingest", pipeline=cfg, master="spark://x:7077").execute(_context())
 
 
-def test_a_later_steps_error_file_carries_the_error_as_data(tmp_path, monkeypatch):
+def test_a_later_steps_error_file_carries_the_error_as_data(make_pipeline, monkeypatch):
     from airflow.sdk.exceptions import AirflowException
 
     from include.contract.errors import TransformError
 
-    cfg = _pipeline(tmp_path)
+    cfg = _pipeline(make_pipeline)
     error = TransformError("transform of pipeline 'orders' failed: boom", pipeline="orders", table="/lake/silver")
 
     def app(cmd):
@@ -447,7 +375,7 @@ def test_a_later_steps_error_file_carries_the_error_as_data(tmp_path, monkeypatc
     _submits(monkeypatch, app)
     IngestOperator(task_id="ingest", pipeline=cfg, master="spark://x:7077").execute(_context())
     context = _context()
-    context["ti"] = _PushingTI()
+    context["ti"] = _ti()
     with pytest.raises(AirflowException, match="failed in the run's Spark application: transform of") as caught:
         TransformOperator(task_id="transform", pipeline=cfg, master="spark://x:7077").execute(context)
     assert type(caught.value.__cause__) is TransformError and caught.value.__cause__.table == "/lake/silver"

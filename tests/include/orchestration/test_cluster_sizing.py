@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from include.config import ClusterConfig, PipelineConfigError, load_pipeline
 from include.orchestration.cluster_sizing import choose
@@ -56,11 +55,8 @@ def test_the_backlog_is_a_backfills_offsets_or_else_the_preflights_lag():
     assert run_backlog({}, None) is None
 
 
-def test_the_job_asks_for_the_cores_of_the_workers_that_started(tmp_path):
-    path = tmp_path / "p.yaml"
-    path.write_text(yaml.safe_dump({"name": "p", "schedule": None, "kafka": {"connection_id": "k", "topics": ["t"]},
-                                    "cluster": {"workers": 4, "worker_cores": 2, "records_per_worker": 10}}))  # fmt: skip
-    cfg = load_pipeline(path)
+def test_the_job_asks_for_the_cores_of_the_workers_that_started(make_pipeline):
+    cfg = make_pipeline("p", kafka={"connection_id": "k", "topics": ["t"]}, cluster={"workers": 4, "worker_cores": 2, "records_per_worker": 10})
     # The scheduler waits for spark.cores.max cores: asking for 4 workers' cores with 1 started waits 30 s.
     assert job_spark_conf(cfg, transient=True, workers=1)["spark.cores.max"] == "2"
     assert job_spark_conf(cfg, transient=True)["spark.cores.max"] == "8"
@@ -77,15 +73,13 @@ def test_sizing_needs_the_runs_own_cluster(tmp_path, key):
     assert str(path) in str(e.value)
 
 
-def test_every_run_driver_gets_the_short_job_flags_the_benchmarks_plain_submit_does_not(tmp_path, monkeypatch):
+def test_every_run_driver_gets_the_short_job_flags_the_benchmarks_plain_submit_does_not(make_pipeline, monkeypatch):
     from include import settings
     from include.spark import jvm_cds
     from include.tooling.job_submit import submit_command
 
     monkeypatch.delenv(settings.CDS_ENV, raising=False)
-    path = tmp_path / "p.yaml"
-    path.write_text(yaml.safe_dump({"name": "p", "schedule": None, "kafka": {"connection_id": "k", "topics": ["t"]}}))
-    cfg = load_pipeline(path)
+    cfg = make_pipeline("p", kafka={"connection_id": "k", "topics": ["t"]})
     # A run's driver plans on a cluster, or processes a backlog the sizing judged small in local mode.
     run_driver = job_spark_conf(cfg, transient=True)["spark.driver.extraJavaOptions"]
     assert jvm_cds.SHORT_JOB_FLAGS in run_driver
@@ -95,12 +89,10 @@ def test_every_run_driver_gets_the_short_job_flags_the_benchmarks_plain_submit_d
     assert "TieredStopAtLevel" not in plain and "UseSerialGC" not in plain
 
 
-def test_executors_of_a_clusters_small_backlog_stop_at_c1_a_large_or_unknown_one_keeps_the_full_jit(tmp_path):
+def test_executors_of_a_clusters_small_backlog_stop_at_c1_a_large_or_unknown_one_keeps_the_full_jit(make_pipeline):
     from include.spark import jvm_cds
 
-    path = tmp_path / "p.yaml"
-    path.write_text(yaml.safe_dump({"name": "p", "schedule": None, "kafka": {"connection_id": "k", "topics": ["t"]}}))
-    cfg = load_pipeline(path)
+    cfg = make_pipeline("p", kafka={"connection_id": "k", "topics": ["t"]})
     limit = jvm_cds.SHORT_JOB_MAX_RECORDS
     small = job_spark_conf(cfg, transient=True, backlog=20_000)
     at_limit = job_spark_conf(cfg, transient=True, backlog=limit)

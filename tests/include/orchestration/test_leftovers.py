@@ -15,10 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from include import settings
-from include.config import load_pipeline
 from include.orchestration import pipeline_run, run_lock
 from include.spark import spark_cluster
 
@@ -77,12 +75,8 @@ def test_a_driver_started_by_a_task_process_dies_when_that_process_is_killed(tmp
 
 
 @pytest.fixture
-def cfg(tmp_path, monkeypatch):
-    monkeypatch.setattr(settings, "VAR_DIR", tmp_path / "var")
-    monkeypatch.setenv("KDE_LAKEHOUSE_ROOT", str(tmp_path / "lake"))
-    path = tmp_path / "orders.yaml"
-    path.write_text(yaml.safe_dump({"kafka": {"connection_id": "kafka_test", "topics": ["t"]}, "schedule": None}))
-    return load_pipeline(path)
+def cfg(make_pipeline):
+    return make_pipeline()
 
 
 def _job_of(run_folder: Path) -> subprocess.Popen:

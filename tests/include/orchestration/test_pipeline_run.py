@@ -5,20 +5,14 @@ from __future__ import annotations
 import os
 
 import pytest
-import yaml
 
 from include import settings
-from include.config import load_pipeline
 from include.orchestration import pipeline_run
 
 
 @pytest.fixture
-def cfg(tmp_path, monkeypatch):
-    monkeypatch.setattr(settings, "VAR_DIR", tmp_path / "var")
-    monkeypatch.setenv("KDE_LAKEHOUSE_ROOT", str(tmp_path / "lake"))
-    path = tmp_path / "orders.yaml"
-    path.write_text(yaml.safe_dump({"kafka": {"connection_id": "kafka_test", "topics": ["t"]}, "schedule": None}))
-    return load_pipeline(path)
+def cfg(make_pipeline):
+    return make_pipeline()
 
 
 @pytest.mark.parametrize(("one", "other"), [("a:b", "a_b"), ("a b", "a_b"), ("x/y", "x_y"), ("é", "_")])

@@ -28,7 +28,6 @@ from airflow.sdk import TriggerRule
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from include import settings
-from include.config import load_pipeline
 from include.contract.manual_ops import RequestError
 from include.contract.offsets import PartitionState, TopicState
 from include.contract.preflight import LagReport, measure_lag
@@ -37,46 +36,23 @@ from include.orchestration import dag_factory, pipeline_run, run_lock, tasks
 from include.spark import spark_cluster
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
-KAFKA_CONN = {"conn_type": "kafka", "extra": {"bootstrap.servers": "b1:9092"}}
 
 
 @pytest.fixture
-def cfg(tmp_path, monkeypatch):
+def cfg(make_pipeline, kafka_connection, monkeypatch):
     """Pipeline ``orders`` on topic ``t``: lag gate 10 records or 60 s; runs of up to 100 records stay local."""
-    monkeypatch.setattr(settings, "VAR_DIR", tmp_path / "var")
-    monkeypatch.setenv("KDE_LAKEHOUSE_ROOT", str(tmp_path / "lake"))
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_TEST", json.dumps(KAFKA_CONN))
     monkeypatch.setattr(pipeline_run, "utcnow", lambda: T0)
     monkeypatch.setattr(spark_cluster, "start_standalone", _no_spark)
-    path = tmp_path / "orders.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": "orders", "kafka": {"connection_id": "kafka_test", "topics": ["t"]}, "schedule": None,
-        "lag": {"min_records": 10, "max_wait_minutes": 1},
-        "cluster": {"workers": 3, "worker_cores": 2, "worker_memory": "1g", "local_max_records": 100,
-                    "records_per_worker": 1000},
-    }))  # fmt: skip
-    return load_pipeline(path)
+    return make_pipeline(
+        "orders", lag={"min_records": 10, "max_wait_minutes": 1},
+        cluster={"workers": 3, "worker_cores": 2, "worker_memory": "1g", "local_max_records": 100,
+                 "records_per_worker": 1000},
+    )  # fmt: skip
 
 
 def _no_spark(*args: Any, **kwargs: Any) -> None:
     # A wrong backlog sends start_cluster to a real standalone cluster; here that is a failure, not a JVM.
     raise AssertionError("a unit test tried to start a Spark cluster")
-
-
-class FakeTI:
-    """What ``run_task`` and the DAG's task functions use of a task instance; records every push."""
-
-    dag_id = "orders"
-
-    def __init__(self, **xcoms: Any) -> None:
-        self.xcoms = xcoms
-        self.pushed: dict[str, Any] = {}
-
-    def xcom_pull(self, task_ids: str, key: str = "return_value") -> Any:
-        return self.xcoms.get(task_ids)
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushed[key] = value
 
 
 def _kafka(**partitions: tuple[int, int]) -> dict[str, TopicState]:
@@ -92,8 +68,8 @@ def _lag(table_next: dict | None, oldest_pending: datetime | None = None, **part
 # --------------------------------------------------------------------------- run_task
 
 
-def test_run_task_pushes_the_report_then_fails_the_task_without_retry():
-    ti = FakeTI()
+def test_run_task_pushes_the_report_then_fails_the_task_without_retry(fake_ti):
+    ti = fake_ti()
 
     def body(n: int) -> dict:
         raise tasks.FailTask(f"broken at {n}", key="failed_report", report={"ok": False, "n": n})
@@ -103,19 +79,19 @@ def test_run_task_pushes_the_report_then_fails_the_task_without_retry():
     assert ti.pushed == {"failed_report": {"ok": False, "n": 3}}
 
 
-def test_run_task_skips_and_pushes_only_a_report_it_was_given():
-    ti = FakeTI()
+def test_run_task_skips_and_pushes_only_a_report_it_was_given(fake_ti):
+    ti = fake_ti()
     with pytest.raises(AirflowSkipException, match="nothing new"):
         tasks.run_task(ti, lambda: (_ for _ in ()).throw(tasks.SkipTask("nothing new", key="lag", report={"total_lag": 0})))
     assert ti.pushed == {"lag": {"total_lag": 0}}
-    bare = FakeTI()
+    bare = fake_ti()
     with pytest.raises(AirflowSkipException):
         tasks.run_task(bare, lambda: (_ for _ in ()).throw(tasks.SkipTask("nothing to backfill")))
     assert bare.pushed == {}
 
 
-def test_run_task_returns_the_value_and_lets_other_errors_through_to_a_retry():
-    ti = FakeTI()
+def test_run_task_returns_the_value_and_lets_other_errors_through_to_a_retry(fake_ti):
+    ti = fake_ti()
     assert tasks.run_task(ti, lambda a, b=0: a + b, 2, b=5) == 7
     with pytest.raises(RuntimeError, match="broker down"):
         tasks.run_task(ti, lambda: (_ for _ in ()).throw(RuntimeError("broker down")))
@@ -483,8 +459,8 @@ def test_dag_doc_names_the_pipelines_own_topics_tables_and_group(cfg):
     assert "**transform**" not in doc and "upserted" not in doc  # this pipeline has none
 
 
-def test_dag_task_leaves_its_refusal_in_xcom_and_fails(cfg):
-    ti = FakeTI()
+def test_dag_task_leaves_its_refusal_in_xcom_and_fails(cfg, fake_ti):
+    ti = fake_ti()
     task = dag_factory.build_dag(cfg).get_task("check_request")
     with pytest.raises(AirflowFailException, match="the run's params were refused: action: expected one of"):
         task.python_callable(ti=ti, run_id="manual__1", params={"action": "drop_table"},
@@ -492,11 +468,11 @@ def test_dag_task_leaves_its_refusal_in_xcom_and_fails(cfg):
     assert ti.pushed["refused"].startswith("action: expected one of normal")
 
 
-def test_dag_task_hands_its_function_the_earlier_tasks_xcoms(cfg):
-    ti = FakeTI(check_request={"action": "normal"}, preflight={"lag": {"total_lag": 40}})
+def test_dag_task_hands_its_function_the_earlier_tasks_xcoms(cfg, fake_ti):
+    ti = fake_ti(check_request={"action": "normal"}, preflight={"lag": {"total_lag": 40}})
     result = dag_factory.build_dag(cfg).get_task("start_cluster").python_callable(ti=ti, run_id="manual__1")
     assert (result["mode"], result["backlog"]) == ("local", 40)
-    skipped = FakeTI(check_request={"action": "backfill_offsets", "ranges": []})
+    skipped = fake_ti(check_request={"action": "backfill_offsets", "ranges": []})
     with pytest.raises(AirflowSkipException, match="nothing to backfill"):
         dag_factory.build_dag(cfg).get_task("wait_for_lag").python_callable(ti=skipped)
 

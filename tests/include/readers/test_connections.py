@@ -7,6 +7,7 @@ tests/integration/test_kafka_security.py.
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -264,3 +265,36 @@ def test_certificate_verification_left_on_is_fine():
 def test_ssl_settings_under_sasl_plaintext_are_unused_by_both_clients():
     assert "ssl.truststore.location" not in translate(sasl(**{"ssl.ca.location": "/ca.pem"}))
 
+
+# --------------------------------------------------------------------------- Airflow connections from the environment
+
+
+def test_kafka_connection_from_environment(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_TEST", json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": "b1:9092", "security.protocol": "SSL",
+                                         "sasl.password": "s3cret"}}))  # fmt: skip
+    config = connections.kafka_client_config("kafka_test")
+    assert config["bootstrap.servers"] == "b1:9092"
+    # Only settings the Java client names the same way go to Spark; secrets never do by accident.
+    assert connections.spark_kafka_options(config, "kafka_test") == {"security.protocol": "SSL"}
+
+
+def test_kafka_connection_without_bootstrap_names_the_connection(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_TEST", json.dumps({"conn_type": "kafka", "extra": {}}))
+    with pytest.raises(connections.ConnectionConfigError, match="'kafka_test': expected 'bootstrap.servers'"):
+        connections.kafka_client_config("kafka_test")
+
+
+def test_missing_connection_is_an_error_not_a_yarn_fallback():
+    with pytest.raises(connections.ConnectionConfigError, match="'no_such_spark' does not exist"):
+        connections.spark_master("no_such_spark")
+
+
+@pytest.mark.parametrize("conn,master", [
+    ({"conn_type": "spark", "host": "spark://10.0.0.5", "port": 7077}, "spark://10.0.0.5:7077"),
+    ({"conn_type": "spark", "host": "yarn"}, "yarn"),
+    ({"conn_type": "spark", "host": "k8s://https://api.example:443"}, "k8s://https://api.example:443"),
+])  # fmt: skip
+def test_spark_master_reads_the_connection_like_the_provider(monkeypatch, conn, master):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEST", json.dumps(conn))
+    assert connections.spark_master("spark_test") == master

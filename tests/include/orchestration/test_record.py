@@ -1,89 +1,24 @@
-"""Task-side logic without a broker or Spark: connections, the submit hook, the run record, the ledger."""
+"""Tests of include/orchestration/record.py: the run-ledger row a run's last task builds, and writes.
+
+``build_record`` is pure: task states and XComs in, one row out. ``record_run``
+and the ledger reads run for real on Delta tables delta-rs writes under ``tmp_path``.
+"""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import yaml
 
-from include.config import load_pipeline
 from include.orchestration import record
-from include.orchestration.spark_operator import _hook_class, job_run_type, job_spark_conf
-from include.readers import connections, run_ledger
+from include.readers import run_ledger
 
 
 @pytest.fixture
-def cfg(tmp_path, monkeypatch):
-    monkeypatch.setenv("KDE_LAKEHOUSE_ROOT", str(tmp_path / "lake"))
-    path = tmp_path / "orders.yaml"
-    path.write_text(yaml.safe_dump({
-        "kafka": {"connection_id": "kafka_test", "topics": ["t"]}, "schedule": None,
-        "cluster": {"workers": 2, "worker_cores": 2, "worker_memory": "768m"},
-    }))  # fmt: skip
-    return load_pipeline(path)
-
-
-def test_kafka_connection_from_environment(monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_TEST", json.dumps(
-        {"conn_type": "kafka", "extra": {"bootstrap.servers": "b1:9092", "security.protocol": "SSL",
-                                         "sasl.password": "s3cret"}}))  # fmt: skip
-    config = connections.kafka_client_config("kafka_test")
-    assert config["bootstrap.servers"] == "b1:9092"
-    # Only settings the Java client names the same way go to Spark; secrets never do by accident.
-    assert connections.spark_kafka_options(config, "kafka_test") == {"security.protocol": "SSL"}
-
-
-def test_kafka_connection_without_bootstrap_names_the_connection(monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_TEST", json.dumps({"conn_type": "kafka", "extra": {}}))
-    with pytest.raises(connections.ConnectionConfigError, match="'kafka_test': expected 'bootstrap.servers'"):
-        connections.kafka_client_config("kafka_test")
-
-
-def test_missing_connection_is_an_error_not_a_yarn_fallback():
-    with pytest.raises(connections.ConnectionConfigError, match="'no_such_spark' does not exist"):
-        connections.spark_master("no_such_spark")
-
-
-@pytest.mark.parametrize("conn,master", [
-    ({"conn_type": "spark", "host": "spark://10.0.0.5", "port": 7077}, "spark://10.0.0.5:7077"),
-    ({"conn_type": "spark", "host": "yarn"}, "yarn"),
-    ({"conn_type": "spark", "host": "k8s://https://api.example:443"}, "k8s://https://api.example:443"),
-])  # fmt: skip
-def test_spark_master_reads_the_connection_like_the_provider(monkeypatch, conn, master):
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEST", json.dumps(conn))
-    assert connections.spark_master("spark_test") == master
-
-
-def test_run_cluster_hook_returns_the_same_keys_as_the_provider_hook():
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
-    base = SparkSubmitHook(conn_id="no_such_connection")._connection
-    hook = _hook_class()(master="spark://127.0.0.1:7077", conn_id="unused", spark_binary="spark-submit")
-    assert set(hook._connection) == set(base)
-    assert hook._connection["master"] == "spark://127.0.0.1:7077"
-    cmd = hook._build_spark_submit_command("job.py")
-    assert cmd[cmd.index("--master") + 1] == "spark://127.0.0.1:7077"
-
-
-def test_job_conf_per_profile(cfg):
-    transient = job_spark_conf(cfg, transient=True)
-    assert (transient["spark.cores.max"], transient["spark.executor.cores"], transient["spark.executor.memory"]) == (
-        "4", "2", "768m")  # fmt: skip
-    assert transient["spark.driver.host"] == "127.0.0.1"
-    existing = job_spark_conf(cfg, transient=False)
-    assert existing["spark.executor.instances"] == "2" and "spark.cores.max" not in existing
-
-
-@pytest.mark.parametrize("run_type,expected", [
-    ("scheduled", "scheduled"), ("DagRunType.BACKFILL_JOB", "manual"), ("backfill", "backfill"),
-    ("manual", "manual"), ("asset_triggered", "manual"),
-])  # fmt: skip
-def testjob_run_type(run_type, expected):
-    assert job_run_type({"dag_run": SimpleNamespace(run_type=run_type)}) == expected
+def cfg(make_pipeline):
+    return make_pipeline(cluster={"workers": 2, "worker_cores": 2, "worker_memory": "768m"})
 
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -187,9 +122,6 @@ class _RecordTI:
 @pytest.mark.parametrize("mirror_state", ["success", "failed"])
 def test_record_run_takes_the_lag_after_from_mirror_offsets_only_when_it_succeeded(cfg, tmp_path, monkeypatch,
                                                                                   mirror_state):  # fmt: skip
-    from include import settings
-
-    monkeypatch.setattr(settings, "VAR_DIR", tmp_path / "var")
     states = {"check_request": "success", "wait_for_lag": "success", "preflight": "success", "ingest": "success",
               "check_continuity": "success", "mirror_offsets": mirror_state, "record_run": "running"}  # fmt: skip
     lag_after = {"total_lag": 4, "partitions": [{"topic": "t", "partition": 0, "lag": 4}]}
@@ -262,3 +194,64 @@ def test_record_failed_at_a_job_renders_the_jobs_error_from_its_fields(cfg):
     assert row["error_json"]["fields"]["action"] == "rebuild_checkpoint"
     ok = _record(cfg, {"wait_for_lag": "success", "ingest": "success", "record_run": "running"})
     assert ok["error_json"] is None
+
+
+# --------------------------------------------------------------------------- build_record's reasons and columns
+
+
+@pytest.mark.parametrize(("action", "reason"), [("normal", "no new records"),
+                                                 ("backfill_time", "nothing to backfill in the window")])  # fmt: skip
+def test_a_skipped_run_says_whether_there_was_nothing_new_or_nothing_in_the_backfills_window(cfg, action, reason):
+    row = _record(cfg, {"check_request": "success", "wait_for_lag": "skipped"}, check_request={"action": action})
+    assert (row["outcome"], row["reason"], row["action"]) == ("skipped", reason, action)
+
+
+def test_a_refused_request_and_a_broken_continuity_are_named_in_the_reason(cfg):
+    refused = _record(cfg, {"check_request": "failed", "wait_for_lag": "upstream_failed"},
+                      request_refused="ranges must name a configured topic")  # fmt: skip
+    assert refused["reason"] == "failed at check_request: ranges must name a configured topic"
+    broken = _record(cfg, {"ingest": "success", "check_continuity": "failed", "mirror_offsets": "upstream_failed"},
+                     continuity_failed={"ok": False, "violations": ["t-0: gap 5..7", "t-1: overlap at 3"]})  # fmt: skip
+    # The task that failed is the reason, not the ones that did not run because of it.
+    assert broken["reason"] == "failed at check_continuity: t-0: gap 5..7 | t-1: overlap at 3"
+    assert broken["continuity"] == "BROKEN"
+
+
+def test_only_upstream_failures_are_named_when_no_task_failed_itself(cfg):
+    row = _record(cfg, {"preflight": "upstream_failed", "ingest": "upstream_failed", "record_run": "running"})
+    assert (row["outcome"], row["reason"]) == ("failed", "failed at ingest, preflight")
+
+
+def test_accepted_gaps_are_the_runs_lost_records(cfg):
+    gaps = [{"topic": "t", "partition": 0, "from": 5, "until": 9}, {"topic": "t", "partition": 1, "from": 0, "until": 2}]
+    row = _record(cfg, {"wait_for_lag": "success", "preflight": "success"},
+                  preflight={"lag": {"total_lag": 3, "total_lost": 99, "partitions": []}, "table_version": 1,
+                             "accepted_gaps": gaps, "findings": []})  # fmt: skip
+    assert (row["lost"], row["gaps_json"]) == (6, gaps)
+    no_gap = _record(cfg, {"wait_for_lag": "success"}, wait_for_lag={"total_lag": 3, "total_lost": 4, "partitions": []})
+    assert (no_gap["lost"], no_gap["gaps_json"]) == (4, [])
+
+
+def test_the_action_and_reason_come_from_the_trigger_params_when_no_request_was_checked(cfg):
+    row = record.build_record(cfg, run_id="r1", run_type="manual", dag_id="orders", states={}, xcoms={},
+                              lag_after=None, started_at=None, finished_at=None,
+                              params={"action": "reread_after_restore", "reason": "INC-7"})  # fmt: skip
+    assert (row["action"], row["request_reason"], row["request_json"]) == ("reread_after_restore", "INC-7", None)
+    assert row["duration_s"] is None and row["continuity"] == "not checked"
+
+
+TRANSFORMED = {"run_id": "r1", "read": 5, "upserted": 3, "deleted": 1, "quarantined": 1, "superseded": 0,
+               "silver_version": 9, "epoch": 0, "duration_s": 1.0}  # fmt: skip
+
+
+def test_the_transform_columns_take_the_continuity_checks_counts_over_the_jobs_own(cfg):
+    states = {"ingest": "success", "transform": "success", "check_continuity": "success"}
+    alone = _record(cfg, states, transform=TRANSFORMED)
+    assert (alone["silver_read"], alone["silver_upserted"], alone["silver_deleted"], alone["quarantined"],
+            alone["silver_version_after"]) == (5, 3, 1, 1, 9)  # fmt: skip
+    checked = {"read": 6, "upserted": 4, "deleted": 1, "quarantined": 1, "superseded": 0}
+    row = _record(cfg, states, transform=TRANSFORMED, check_continuity={"ok": True, "violations": [],
+                                                                        "transform": checked})  # fmt: skip
+    assert (row["silver_read"], row["silver_upserted"], row["silver_version_after"]) == (6, 4, 9)
+    assert row["transform_json"] == {"job": TRANSFORMED, "check": checked}
+    assert "silver_read" not in _record(cfg, {"ingest": "success"})
