@@ -58,10 +58,12 @@ XDIST := -n $(TEST_WORKERS) --dist loadgroup
 FAST := -m "not full"
 test: setup test-tools
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check $(FORMATTED)
 	$(PY) -m pytest $(FAST) $(XDIST)
 
 test-all: setup test-tools browser-tools
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check $(FORMATTED)
 	$(PY) -m pytest $(XDIST)
 
 # The fast tier, with each test's CPU measured over its worker's process tree: the costliest files and
@@ -86,10 +88,13 @@ bench: setup
 profile-transform: setup
 	$(PY) -m include.tooling.transform_profile $(PROFILE_ARGS)
 
-# ruff's linter only: the code keeps hand-aligned argument lists (marked `# fmt: skip`) that the
-# formatter would rewrap, and `make test` runs this same check.
+# ruff's linter, and its formatter as a check on the packages it lays out: include/contract and
+# include/config are `ruff format`-clean with no `# fmt: skip`; the rest of the code keeps hand-aligned
+# argument lists (marked `# fmt: skip`) that the formatter would rewrap. `make test` runs these same checks.
+FORMATTED := include/contract include/config
 lint: setup
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check $(FORMATTED)
 
 # Re-resolve every transitive version from requirements.txt alone, then lock it.
 lock:

@@ -31,9 +31,7 @@ class PipelineConfigError(PipelineError, ValueError):
     to the first bad one).
     """
 
-    def __init__(
-        self, file: str, field: str, problem: str, more: Sequence[PipelineConfigError] = ()
-    ) -> None:
+    def __init__(self, file: str, field: str, problem: str, more: Sequence[PipelineConfigError] = ()) -> None:
         self.file = file
         self.field = field
         self.problem = problem

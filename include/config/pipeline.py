@@ -63,7 +63,7 @@ class PipelineFile(_Section):
     )
     schedule: Annotated[str, BeforeValidator(_check_schedule)] | None = Field(
         description="Required key: a 5-field cron expression (minute hour day-of-month month day-of-week, "
-        "e.g. \"*/10 * * * *\"; a step is at most the field's highest value and a range runs forwards), one "
+        'e.g. "*/10 * * * *"; a step is at most the field\'s highest value and a range runs forwards), one '
         "of the presets @hourly, @daily, @weekly, @monthly, @quarterly, @yearly, or null for manual runs "
         "only. Runs never overlap (max_active_runs=1)."
     )

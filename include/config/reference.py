@@ -204,7 +204,8 @@ def pipeline_reference_markdown() -> str:
             visit(key, child)
 
     visit("", schema)
-    models = {model.__name__: model for model in _Section.__subclasses__()}  # a section's title is its class name
+    # a section's title is its class name
+    models = {model.__name__: model for model in _Section.__subclasses__()}
     lines = [REFERENCE_HEADER.rstrip("\n")]
     for path, node in sections:
         lines += ["", f"## {heading(path)}", ""]

@@ -145,7 +145,7 @@ class KafkaConfig(_Section):
     )
     options: Annotated[dict[str, str], BeforeValidator(_check_options)] = Field(
         default_factory=dict,
-        description="Mapping of extra, non-secret Kafka consumer settings, e.g. max.poll.records: \"500\". "
+        description='Mapping of extra, non-secret Kafka consumer settings, e.g. max.poll.records: "500". '
         "Keys are Kafka's own names without a kafka. prefix; values are strings (quote numbers and "
         "booleans). Settings Spark or the pipeline manage (group.id, auto.offset.reset, isolation.level, "
         "deserializers, ...) are refused, and so are settings that make the client load code or read the "
@@ -270,12 +270,13 @@ def _check_flag(value: Any) -> bool:
 
 def _check_window(value: Any) -> str:
     if not isinstance(value, str):
-        raise _invalid("a daily UTC window HH:MM-HH:MM (e.g. \"02:00-05:00\"), or null", value)
+        raise _invalid('a daily UTC window HH:MM-HH:MM (e.g. "02:00-05:00"), or null', value)
     try:
         return str(Window.parse(value))
     except ValueError as exc:
-        raise _invalid("a daily UTC window HH:MM-HH:MM whose start and end differ (e.g. \"02:00-05:00\")",
-                       value) from exc  # fmt: skip
+        raise _invalid(
+            'a daily UTC window HH:MM-HH:MM whose start and end differ (e.g. "02:00-05:00")', value
+        ) from exc
 
 
 def _check_zorder(value: Any) -> dict[str, tuple[str, ...]]:
@@ -284,16 +285,28 @@ def _check_zorder(value: Any) -> dict[str, tuple[str, ...]]:
     out: dict[str, tuple[str, ...]] = {}
     for table, columns in value.items():
         if table not in ("bronze", "silver"):
-            raise _invalid("bronze or silver (the tables a Z-order helps readers of)", table,
-                           _did_you_mean(table, ("bronze", "silver")), at=_suffix(table))  # fmt: skip
-        if (not isinstance(columns, (list, tuple)) or not columns
-                or not all(isinstance(c, str) and c for c in columns) or len(set(columns)) != len(columns)):  # fmt: skip
+            raise _invalid(
+                "bronze or silver (the tables a Z-order helps readers of)",
+                table,
+                _did_you_mean(table, ("bronze", "silver")),
+                at=_suffix(table),
+            )
+        if (
+            not isinstance(columns, (list, tuple))
+            or not columns
+            or not all(isinstance(c, str) and c for c in columns)
+            or len(set(columns)) != len(columns)
+        ):
             raise _invalid("a non-empty list of distinct column names", columns, at=_suffix(table))
         if table == "bronze":
             wrong = [c for c in columns if c not in BRONZE_ZORDER_COLUMNS]
             if wrong:
-                raise _invalid(f"columns among {', '.join(BRONZE_ZORDER_COLUMNS)}", wrong[0],
-                               _did_you_mean(wrong[0], BRONZE_ZORDER_COLUMNS), at=_suffix(table))  # fmt: skip
+                raise _invalid(
+                    f"columns among {', '.join(BRONZE_ZORDER_COLUMNS)}",
+                    wrong[0],
+                    _did_you_mean(wrong[0], BRONZE_ZORDER_COLUMNS),
+                    at=_suffix(table),
+                )
         out[table] = tuple(columns)
     return out
 
@@ -318,7 +331,7 @@ class MaintenanceConfig(_Section):
     )
     daily_window: Annotated[str, BeforeValidator(_check_window)] | None = Field(
         None,
-        description="\"HH:MM-HH:MM\" in UTC (it may pass midnight) or null (the default): also maintain once on "
+        description='"HH:MM-HH:MM" in UTC (it may pass midnight) or null (the default): also maintain once on '
         "the first run starting in this window each day. With every_runs and daily_window both null the "
         "pipeline is never maintained.",
     )
@@ -409,9 +422,13 @@ class KubernetesConfig(_Section):
         "(spark.kubernetes.container.image), e.g. registry.example/kafka-delta-elt:1.4. It holds spark_jobs/ "
         "and kde_jobs.zip under app_dir, and the Kafka connector and Delta jars in $SPARK_HOME/jars."
     )
-    namespace: _matching(
-        _K8S_LABEL, "a Kubernetes namespace name (lower-case letters, digits and '-', at most 63 characters)"
-    ) | None = Field(
+    namespace: (
+        _matching(
+            _K8S_LABEL,
+            "a Kubernetes namespace name (lower-case letters, digits and '-', at most 63 characters)",
+        )
+        | None
+    ) = Field(
         None,
         description="Kubernetes namespace of the pods (spark.kubernetes.namespace): a DNS label. Required "
         "with profile kubernetes; optional with existing_master (the Spark connection's namespace extra, "
@@ -490,7 +507,7 @@ class ClusterConfig(_Section):
     )
     worker_memory: Annotated[str, BeforeValidator(_check_memory)] = Field(
         "1g",
-        description="Spark size string with a unit (k, m, g or t, e.g. \"512m\", \"2g\"), default \"1g\", at "
+        description='Spark size string with a unit (k, m, g or t, e.g. "512m", "2g"), default "1g", at '
         "least 450m (Spark's minimum for an executor): what each worker offers, and each executor's "
         "spark.executor.memory. Stored lower-case without a trailing b.",
     )

@@ -280,10 +280,11 @@ _AVSC_EXPECTED = "the path of an Avro schema file (.avsc, JSON; relative to the 
 def _check_format(value: Any) -> str:
     if value == "protobuf":
         raise _invalid(
-            f"one of {_choices(FORMATS)}", value,
+            f"one of {_choices(FORMATS)}",
+            value,
             "; protobuf is not supported yet: decoding it in the JVM needs Spark's spark-protobuf module, which "
             "this project does not ship",
-        )  # fmt: skip
+        )
     if not isinstance(value, str) or value not in FORMATS:
         raise _invalid(f"one of {_choices(FORMATS)}", value, _did_you_mean(value, FORMATS))
     return value
@@ -325,8 +326,9 @@ class ValueSchemaSection(_Section):
         "(<record_name>) or topic_record_name (<topic>-<record_name>).",
     )
     record_name: _text("a record's full name, e.g. shop.Order") | None = Field(
-        None, description="With registry: the record's full name, for subject_strategy record_name and "
-        "topic_record_name."
+        None,
+        description="With registry: the record's full name, for subject_strategy record_name and "
+        "topic_record_name.",
     )
     subject: _text("a registry subject") | None = Field(
         None, description="With registry: the subject itself, instead of subject_strategy."
@@ -336,7 +338,10 @@ class ValueSchemaSection(_Section):
         description="With registry: latest (the default: the subject's newest version when the run starts) or "
         "a version number. The version read with is recorded in every silver batch commit.",
         json_schema_extra=lambda s: s.update(
-            {"anyOf": [{"type": "integer", "minimum": 1}, {"const": "latest"}, {"type": "null"}], "default": "latest"}
+            {
+                "anyOf": [{"type": "integer", "minimum": 1}, {"const": "latest"}, {"type": "null"}],
+                "default": "latest",
+            }
         ),
     )
 
@@ -352,7 +357,9 @@ class ValueSchemaSection(_Section):
         if file is not None:
             for key in ("record_name", "subject", "version"):
                 if data.get(key) is not None and data.get(key) != "latest":
-                    raise _problem(f"expected no {key} with a schema file (it names a registry subject)", f".{key}")
+                    raise _problem(
+                        f"expected no {key} with a schema file (it names a registry subject)", f".{key}"
+                    )
             folder = Path((info.context or {}).get("folder", "."))
             data = {**data, "file": _read_avro_schema_file(file, folder)[1]}  # shown: how messages name it
         return data
@@ -361,7 +368,9 @@ class ValueSchemaSection(_Section):
         """The :class:`ValueSchema` the Spark job reads: the registry subject named, or the file's schema."""
         if self.file is not None:
             shown = Path(self.file)
-            text, _ = _read_avro_schema_file(self.file, settings.PROJECT_ROOT if not shown.is_absolute() else Path("/"))
+            text, _ = _read_avro_schema_file(
+                self.file, settings.PROJECT_ROOT if not shown.is_absolute() else Path("/")
+            )
             return ValueSchema(file=self.file, text=text)
         subject = self.subject
         if subject is None:
@@ -379,8 +388,12 @@ class ValueSchemaSection(_Section):
                     f"{self.subject_strategy}, got none",
                 )
             subject = subject_name(self.subject_strategy, topics[0] if topics else None, self.record_name)
-        return ValueSchema(registry=self.registry, subject=subject, subject_strategy=self.subject_strategy,
-                           version=self.version)  # fmt: skip
+        return ValueSchema(
+            registry=self.registry,
+            subject=subject,
+            subject_strategy=self.subject_strategy,
+            version=self.version,
+        )
 
 
 class _ValueSchemaProblem(Exception):
@@ -536,7 +549,11 @@ def _read_avro_schema_file(value: Any, folder: Path) -> tuple[str, str]:
         schema = json.loads(text)
     except ValueError as exc:
         raise _problem(f"expected the Avro schema file {shown} to hold JSON, got: {exc}", ".file") from None
-    if not isinstance(schema, dict) or schema.get("type") != "record" or not isinstance(schema.get("fields"), list):
+    if (
+        not isinstance(schema, dict)
+        or schema.get("type") != "record"
+        or not isinstance(schema.get("fields"), list)
+    ):
         raise _problem(
             f"expected the Avro schema file {shown} to hold a record schema "
             '({"type": "record", "name": ..., "fields": [...]}), got '

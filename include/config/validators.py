@@ -184,8 +184,13 @@ def _folder(if_null: str | None = None) -> Any:
         if value is None and if_null is not None:
             return if_null
         # Whitespace is refused: these paths go into JVM options, where a space would start a second option.
-        if (not isinstance(value, str) or not value.startswith("/") or "//" in value or ":" in value
-                or any(c.isspace() for c in value)):  # fmt: skip
+        if (
+            not isinstance(value, str)
+            or not value.startswith("/")
+            or "//" in value
+            or ":" in value
+            or any(c.isspace() for c in value)
+        ):
             raise _invalid("an absolute path without spaces (e.g. /mnt/kde)", value)
         return os.path.normpath(value)
 
@@ -263,10 +268,14 @@ def _check_options(value: Any) -> dict[str, str]:
         if key in _MANAGED_OPTIONS:
             raise _invalid("a setting the pipeline does not manage", key, f": {_MANAGED_OPTIONS[key]}", at=at)
         if _CODE_OPTION.search(key):
-            raise _invalid("a consumer setting that loads no code and reads nothing of the worker", key,
-                           ": config providers, *.class(es) keys, interceptors and metric reporters make the "
-                           "Kafka client load classes or read the environment and files of the machine it "
-                           "runs on; set authentication through the pipeline's Airflow connection", at=at)  # fmt: skip
+            raise _invalid(
+                "a consumer setting that loads no code and reads nothing of the worker",
+                key,
+                ": config providers, *.class(es) keys, interceptors and metric reporters make the "
+                "Kafka client load classes or read the environment and files of the machine it "
+                "runs on; set authentication through the pipeline's Airflow connection",
+                at=at,
+            )
         if not _OPTION_KEY.fullmatch(key):
             expected = (
                 "a Kafka consumer setting name (lower-case words joined by dots, e.g. 'max.poll.records')"
@@ -276,8 +285,12 @@ def _check_options(value: Any) -> dict[str, str]:
             hint = " (quote the value)" if isinstance(setting, (int, float, bool)) else ""
             raise _invalid("a string value", setting, hint, at=at)
         if "${" in setting:
-            raise _invalid("a literal value, not a config provider reference", setting,
-                           ": ${...} asks a provider for a value of the worker's environment or files", at=at)  # fmt: skip
+            raise _invalid(
+                "a literal value, not a config provider reference",
+                setting,
+                ": ${...} asks a provider for a value of the worker's environment or files",
+                at=at,
+            )
     return dict(value)
 
 

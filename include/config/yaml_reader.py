@@ -62,9 +62,10 @@ def _parse_yaml(text: str, shown: str) -> Any:
             if isinstance(event, yaml.AliasEvent):
                 mark = event.start_mark
                 raise PipelineConfigError(
-                    shown, f"line {mark.line + 1}, column {mark.column + 1}",
+                    shown,
+                    f"line {mark.line + 1}, column {mark.column + 1}",
                     f"expected no YAML aliases, got *{event.anchor}; write the value out where it is used",
-                )  # fmt: skip
+                )
         return yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader: no arbitrary objects
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

@@ -77,17 +77,23 @@ class OffsetRange:
     rows: int
 
     def __post_init__(self) -> None:
-        where = {"topic": self.topic, "partition": self.partition, "offsets": (self.from_offset, self.until_offset)}
+        where = {
+            "topic": self.topic,
+            "partition": self.partition,
+            "offsets": (self.from_offset, self.until_offset),
+        }
         if self.from_offset < 0 or self.until_offset < self.from_offset:
             raise OffsetError(
                 f"range [{self.from_offset}, {self.until_offset}) is not a valid "
-                "offset range (expected 0 <= from <= until)", **where
+                "offset range (expected 0 <= from <= until)",
+                **where,
             )
         if not 0 <= self.rows <= self.until_offset - self.from_offset:
             raise OffsetError(
                 f"{self.rows} rows cannot come from range "
                 f"[{self.from_offset}, {self.until_offset}) of "
-                f"{self.until_offset - self.from_offset} offsets", **where
+                f"{self.until_offset - self.from_offset} offsets",
+                **where,
             )
 
     @property
@@ -110,8 +116,9 @@ class OffsetRange:
 
     @classmethod
     def from_json(cls, data: Mapping) -> OffsetRange:
-        return cls(data["topic"], int(data["partition"]), int(data["from"]), int(data["until"]),
-                   int(data["rows"]))  # fmt: skip
+        return cls(
+            data["topic"], int(data["partition"]), int(data["from"]), int(data["until"]), int(data["rows"])
+        )
 
 
 def positions_from_json(data: Mapping[str, Mapping[str, int]]) -> PositionMap:
@@ -147,7 +154,9 @@ def advance(positions: Mapping[str, Mapping[int, int]], ranges: Iterable[OffsetR
                 f"range [{r.from_offset}, {r.until_offset}) does not "
                 f"continue at the table's next offset {current} ({kind} of "
                 f"{abs(r.from_offset - current)} offsets)",
-                topic=r.topic, partition=r.partition, offsets=(r.from_offset, r.until_offset),
+                topic=r.topic,
+                partition=r.partition,
+                offsets=(r.from_offset, r.until_offset),
             )
         result.setdefault(r.topic, {})[r.partition] = r.until_offset
     return result
@@ -174,7 +183,9 @@ class Gap:
             raise OffsetError(
                 f"gap [{self.from_offset}, {self.until_offset}) is not a "
                 "valid offset range (expected 0 <= from < until)",
-                topic=self.topic, partition=self.partition, offsets=(self.from_offset, self.until_offset),
+                topic=self.topic,
+                partition=self.partition,
+                offsets=(self.from_offset, self.until_offset),
             )
 
     @property
@@ -182,13 +193,23 @@ class Gap:
         return self.until_offset - self.from_offset
 
     def to_json(self) -> dict:
-        return {"topic": self.topic, "partition": self.partition, "from": self.from_offset,
-                "until": self.until_offset, "reason": self.reason}  # fmt: skip
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "from": self.from_offset,
+            "until": self.until_offset,
+            "reason": self.reason,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping) -> Gap:
-        return cls(data["topic"], int(data["partition"]), int(data["from"]), int(data["until"]),
-                   str(data.get("reason", "")))  # fmt: skip
+        return cls(
+            data["topic"],
+            int(data["partition"]),
+            int(data["from"]),
+            int(data["until"]),
+            str(data.get("reason", "")),
+        )
 
 
 def skip_gaps(positions: Mapping[str, Mapping[int, int]], gaps: Iterable[Gap]) -> PositionMap:
@@ -200,7 +221,9 @@ def skip_gaps(positions: Mapping[str, Mapping[int, int]], gaps: Iterable[Gap]) -
             raise OffsetError(
                 f"gap [{g.from_offset}, {g.until_offset}) does not start at "
                 f"the table's next offset {current}",
-                topic=g.topic, partition=g.partition, offsets=(g.from_offset, g.until_offset),
+                topic=g.topic,
+                partition=g.partition,
+                offsets=(g.from_offset, g.until_offset),
             )
         result.setdefault(g.topic, {})[g.partition] = g.until_offset
     return result
@@ -211,8 +234,9 @@ def _seal(fmt: str, fmt_version: int, body: dict) -> str:
     return json.dumps({"format": fmt, "version": fmt_version, **body}, separators=(",", ":"), sort_keys=True)
 
 
-def _envelope(text: str | None, version: int | None, fmt: str, fmt_version: int,
-              kind: str) -> tuple[dict | None, str]:  # fmt: skip
+def _envelope(
+    text: str | None, version: int | None, fmt: str, fmt_version: int, kind: str
+) -> tuple[dict | None, str]:
     """A commit's ``userMetadata`` as a dict if it is ours of format ``fmt`` (else ``None``), and where it is."""
     where = f"Delta commit version {version}" if version is not None else "commit metadata"
     if not text:
@@ -249,16 +273,20 @@ class BronzeCommit:
 
     def to_user_metadata(self) -> str:
         """Serialise for Delta's ``userMetadata`` commit option (compact, stable key order)."""
-        return _seal(COMMIT_FORMAT, COMMIT_FORMAT_VERSION, {
-            "pipeline": self.pipeline,
-            "run_id": self.run_id,
-            "run_type": self.run_type,
-            "epoch": self.epoch,
-            "batch_id": self.batch_id,
-            "ranges": [r.to_json() for r in sorted(self.ranges)],
-            "next_offsets": positions_to_json(self.next_offsets),
-            "extra": self.extra,
-        })  # fmt: skip
+        return _seal(
+            COMMIT_FORMAT,
+            COMMIT_FORMAT_VERSION,
+            {
+                "pipeline": self.pipeline,
+                "run_id": self.run_id,
+                "run_type": self.run_type,
+                "epoch": self.epoch,
+                "batch_id": self.batch_id,
+                "ranges": [r.to_json() for r in sorted(self.ranges)],
+                "next_offsets": positions_to_json(self.next_offsets),
+                "extra": self.extra,
+            },
+        )
 
     @classmethod
     def from_user_metadata(cls, text: str | None, *, version: int | None = None) -> BronzeCommit | None:
@@ -319,13 +347,23 @@ class BackfillRange:
     inserted: int = 0
 
     def __post_init__(self) -> None:
-        where = {"topic": self.topic, "partition": self.partition, "offsets": (self.from_offset, self.until_offset)}
+        where = {
+            "topic": self.topic,
+            "partition": self.partition,
+            "offsets": (self.from_offset, self.until_offset),
+        }
         if not 0 <= self.from_offset < self.until_offset:
-            raise OffsetError(f"backfill range [{self.from_offset}, {self.until_offset}) is not a valid "
-                              "offset range (expected 0 <= from < until)", **where)  # fmt: skip
+            raise OffsetError(
+                f"backfill range [{self.from_offset}, {self.until_offset}) is not a valid "
+                "offset range (expected 0 <= from < until)",
+                **where,
+            )
         if not 0 <= self.inserted <= self.read <= self.until_offset - self.from_offset:
-            raise OffsetError(f"backfill range [{self.from_offset}, {self.until_offset}) cannot have read "
-                              f"{self.read} records and inserted {self.inserted}", **where)  # fmt: skip
+            raise OffsetError(
+                f"backfill range [{self.from_offset}, {self.until_offset}) cannot have read "
+                f"{self.read} records and inserted {self.inserted}",
+                **where,
+            )
 
     @property
     def present(self) -> int:
@@ -333,13 +371,25 @@ class BackfillRange:
         return self.read - self.inserted
 
     def to_json(self) -> dict:
-        return {"topic": self.topic, "partition": self.partition, "from": self.from_offset,
-                "until": self.until_offset, "read": self.read, "inserted": self.inserted}  # fmt: skip
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "from": self.from_offset,
+            "until": self.until_offset,
+            "read": self.read,
+            "inserted": self.inserted,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping) -> BackfillRange:
-        return cls(data["topic"], int(data["partition"]), int(data["from"]), int(data["until"]),
-                   int(data.get("read", 0)), int(data.get("inserted", 0)))  # fmt: skip
+        return cls(
+            data["topic"],
+            int(data["partition"]),
+            int(data["from"]),
+            int(data["until"]),
+            int(data.get("read", 0)),
+            int(data.get("inserted", 0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -370,16 +420,20 @@ class BackfillCommit:
 
     def to_user_metadata(self) -> str:
         """Serialise for the backfill MERGE's ``userMetadata``."""
-        return _seal(BACKFILL_FORMAT, BACKFILL_FORMAT_VERSION, {
-            "pipeline": self.pipeline,
-            "run_id": self.run_id,
-            "run_type": self.run_type,
-            "action": self.action,
-            "reason": self.reason,
-            "requested_by": self.requested_by,
-            "ranges": [r.to_json() for r in sorted(self.ranges)],
-            "time_range": self.time_range,
-        })  # fmt: skip
+        return _seal(
+            BACKFILL_FORMAT,
+            BACKFILL_FORMAT_VERSION,
+            {
+                "pipeline": self.pipeline,
+                "run_id": self.run_id,
+                "run_type": self.run_type,
+                "action": self.action,
+                "reason": self.reason,
+                "requested_by": self.requested_by,
+                "ranges": [r.to_json() for r in sorted(self.ranges)],
+                "time_range": self.time_range,
+            },
+        )
 
     @classmethod
     def from_user_metadata(cls, text: str | None, *, version: int | None = None) -> BackfillCommit | None:
