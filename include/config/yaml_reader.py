@@ -61,6 +61,7 @@ def _parse_yaml(text: str, shown: str) -> Any:
         for event in yaml.parse(text, Loader=_Loader):
             if isinstance(event, yaml.AliasEvent):
                 mark = event.start_mark
+                assert mark is not None  # the parser marks every event it yields
                 raise PipelineConfigError(
                     shown,
                     f"line {mark.line + 1}, column {mark.column + 1}",

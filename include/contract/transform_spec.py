@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal, get_args
 
 from include.contract import jobs
 from include.contract.jobs import SILVER_APP_PREFIX
@@ -27,16 +27,20 @@ ORDERING_TYPES = ("int", "long", "double", "date", "timestamp", "string")
 #: Types a merge key field may have.
 KEY_TYPES = ("string", "int", "long", "date", "boolean")
 
-TOMBSTONE_POLICIES = ("quarantine", "delete")
-NEW_FIELD_POLICIES = ("ignore", "add")
+TombstonePolicy = Literal["quarantine", "delete"]
+TOMBSTONE_POLICIES: tuple[str, ...] = get_args(TombstonePolicy)
+NewFieldPolicy = Literal["ignore", "add"]
+NEW_FIELD_POLICIES: tuple[str, ...] = get_args(NewFieldPolicy)
 #: Record value formats: ``json`` (JSON text), ``avro`` (Avro binary, decoded by Spark's ``from_avro``) and
 #: ``json_schema`` (JSON text behind the Confluent wire format's header, as Confluent's JSON Schema
 #: serializer writes it).
-FORMATS = ("json", "avro", "json_schema")
+ValueFormat = Literal["json", "avro", "json_schema"]
+FORMATS: tuple[str, ...] = get_args(ValueFormat)
 #: Formats that need ``transform.value_schema``.
 SCHEMA_FORMATS = ("avro", "json_schema")
 #: How a registry subject is named from the topic and the record (Confluent's strategies).
-SUBJECT_STRATEGIES = ("topic_name", "record_name", "topic_record_name")
+SubjectStrategy = Literal["topic_name", "record_name", "topic_record_name"]
+SUBJECT_STRATEGIES: tuple[str, ...] = get_args(SubjectStrategy)
 
 #: Field and column names: what Delta and Spark SQL take without quoting.
 FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
