@@ -21,6 +21,8 @@ class _DuplicateKey(yaml.MarkedYAMLError):
     pass
 
 
+# The C loader when PyYAML was built with libyaml, else the Python one: a base chosen at import time,
+# which a type checker cannot follow (both are SafeLoaders).
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """Safe loader that refuses duplicate keys (PyYAML silently keeps the last one)."""
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from include.contract import manual_ops
 from include.contract.offsets import (
@@ -53,9 +54,9 @@ class PartitionResult:
     rows: int = 0
     ranges: int = 0
     holes: int = 0
-    gaps: list[dict] = field(default_factory=list)
+    gaps: list[dict[str, Any]] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "topic": self.topic,
             "partition": self.partition,
@@ -89,7 +90,7 @@ class ContinuityReport:
             and (self.backfill is None or self.backfill.ok)
         )
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "run_id": self.run_id,
@@ -204,7 +205,7 @@ def _check_commit(
     walk.last = commit
 
 
-def _follow_reset(walk: _Walk, where: str, commit: BronzeCommit, reset: dict) -> None:
+def _follow_reset(walk: _Walk, where: str, commit: BronzeCommit, reset: dict[str, Any]) -> None:
     """A recorded reset (starting_offsets latest, or an operator's position action): the chain continues from
     where it says, and the report says so."""
     position = walk.position
@@ -358,7 +359,7 @@ class TransformCheck:
     def ok(self) -> bool:
         return not self.violations
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "commits": self.commits,
@@ -381,7 +382,7 @@ def check_transform(
     bronze_rows: dict[int, int],
     bronze_version: int | None,
     quarantine_rows: dict[tuple[int, int], int],
-    expected: dict | None = None,
+    expected: dict[str, Any] | None = None,
     stand_before: SilverStand | None = None,
 ) -> TransformCheck:
     """Check the silver batch commits one run wrote (oldest first).
@@ -403,7 +404,7 @@ def check_transform(
     epoch = previous.epoch if previous else None
     version_only = False
     restore = stand_before.restore if stand_before is not None else None
-    if restore is not None and restore.bronze_from is not None:
+    if stand_before is not None and restore is not None and restore.bronze_from is not None:
         # What the RESTORE undid is read again: the run must start where silver stood at the restored version.
         position, epoch = restore.bronze_from, stand_before.epoch
         notes.append(
@@ -424,10 +425,15 @@ def check_transform(
                 f"{where} read {c.read} bronze records but accounts for {c.accounted}: {c.counts}"
             )
         # From the state alone the previous end is known to its bronze version, not the file index in it.
-        follows_state = version_only and (c.epoch, c.batch_id, c.bronze_start.version) == (
-            epoch,
-            stand_before.batch_id + 1,
-            position.version,
+        follows_state = (
+            version_only
+            and stand_before is not None
+            and (c.epoch, c.batch_id, c.bronze_start.version)
+            == (
+                epoch,
+                stand_before.batch_id + 1,
+                position.version,
+            )
         )
         if epoch is not None and c.epoch != epoch and c.bronze_start == BronzePosition(position.version):
             notes.append(f"{where} starts a new checkpoint epoch at bronze version {position.version}")
@@ -489,7 +495,7 @@ class BackfillCheck:
     def ok(self) -> bool:
         return not self.violations
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "commits": self.commits,
@@ -511,8 +517,8 @@ class BackfillCheck:
 def check_backfill(
     *,
     run_id: str,
-    commits: Sequence[tuple[int, BackfillCommit, dict]],
-    expected: dict | None,
+    commits: Sequence[tuple[int, BackfillCommit, dict[str, Any]]],
+    expected: dict[str, Any] | None,
     count_records: RecordCounter | None = None,
 ) -> BackfillCheck:
     """Check a backfill run's bronze commit against Delta's metrics, the job and Kafka.
@@ -535,7 +541,7 @@ def check_backfill(
             f"{', '.join(str(v) for v, _, _ in mine)}); expected at most one"
         )
     read = inserted = 0
-    checked: list[tuple[str, tuple[BackfillRange, ...], dict | None]] = []
+    checked: list[tuple[str, tuple[BackfillRange, ...], dict[str, Any] | None]] = []
     for v, commit, metrics in mine:
         where = f"Delta version {v}"
         done = metrics.get("numTargetRowsInserted")

@@ -194,7 +194,7 @@ class IngestionError(PipelineError, RuntimeError):
 
     extra_fields = ("cause",)
     render_where = False
-    cause: dict | None = None
+    cause: dict[str, Any] | None = None
 
 
 class BackfillError(PipelineError, RuntimeError):
@@ -206,7 +206,7 @@ class TransformError(PipelineError, RuntimeError):
 
     extra_fields = ("cause",)
     render_where = False
-    cause: dict | None = None
+    cause: dict[str, Any] | None = None
 
 
 class ValueSchemaError(PipelineError, RuntimeError):

@@ -17,8 +17,8 @@ import argparse
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, NoReturn, Self
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Self
 
 from include.contract.errors import (
     JobConfigError,
@@ -151,6 +151,8 @@ class JobArgs:
     description: ClassVar[str] = ""
     #: The error a bad argument raises (the job exits 2 with its message).
     error_type: ClassVar[type[PipelineError]] = JobConfigError
+    if TYPE_CHECKING:  # set by @dataclass on each job's arguments class; what fields() reads
+        __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
     @classmethod
     def parser(cls) -> ContractArgumentParser:
@@ -158,7 +160,7 @@ class JobArgs:
         p = ContractArgumentParser(
             prog=cls.prog, description=cls.description or None, error_type=cls.error_type
         )
-        for f in fields(cls):  # type: ignore[arg-type]
+        for f in fields(cls):
             meta = f.metadata
             kind = meta.get("kind", "value")
             required = f.default is MISSING and f.default_factory is MISSING
@@ -188,7 +190,7 @@ class JobArgs:
         """Parse a command line; raises :attr:`error_type` naming the argument on a bad one."""
         parsed = vars(cls.parser().parse_args(list(argv)))
         values = {}
-        for f in fields(cls):  # type: ignore[arg-type]
+        for f in fields(cls):
             value = parsed[f.name]
             kind = f.metadata.get("kind", "value")
             if kind == "list":
@@ -201,7 +203,7 @@ class JobArgs:
     def to_args(self) -> list[str]:
         """The command line, every flag as ``--flag=value`` so a value starting with ``-`` is never a flag."""
         out = []
-        for f in fields(self):  # type: ignore[arg-type]
+        for f in fields(self):
             value = getattr(self, f.name)
             kind = f.metadata.get("kind", "value")
             if kind == "off":
@@ -454,14 +456,14 @@ class IngestSummary:
     epoch: int | None
     rows: int
     commits: int
-    batches: tuple[dict, ...]
+    batches: tuple[dict[str, Any], ...]
     bronze_version: int | None
     duration_s: float | None
-    partitions: dict[str, dict[str, dict]]
-    checkpoint_rebuilt: dict | None = None
-    position_set: dict | None = None
+    partitions: dict[str, dict[str, dict[str, Any]]]
+    checkpoint_rebuilt: dict[str, Any] | None = None
+    position_set: dict[str, Any] | None = None
     #: The whole summary as the job wrote it (per-batch detail, phases, offsets), kept for the XCom.
-    raw: dict = field(default_factory=dict, repr=False, compare=False)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], *, strict: bool = True) -> IngestSummary:
@@ -516,15 +518,15 @@ class BackfillSummary:
     read: int
     inserted: int
     present: int
-    ranges: tuple[dict, ...]
+    ranges: tuple[dict[str, Any], ...]
     bronze_version: int | None
     duration_s: float | None
     notes: tuple[str, ...] = ()
     #: Rows inserted, commits (0 or 1) and per-partition ranges, in the ingest summary's shape.
     rows: int = 0
     commits: int = 0
-    partitions: dict[str, dict[str, dict]] = field(default_factory=dict)
-    raw: dict = field(default_factory=dict, repr=False, compare=False)
+    partitions: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     #: A backfill moves no position and starts no epoch; the run's record reads these of either summary.
     epoch: ClassVar[None] = None
@@ -592,12 +594,12 @@ class TransformSummary:
     duration_s: float | None
     replayed: int = 0
     quarantine_fields: dict[str, int] = field(default_factory=dict)
-    fields_added: tuple[dict, ...] = ()
+    fields_added: tuple[dict[str, Any], ...] = ()
     #: Field -> why it was ignored.
     fields_ignored: dict[str, str] = field(default_factory=dict)
-    checkpoint_rebuilt: dict | None = None
-    value_schema: dict | None = None
-    raw: dict = field(default_factory=dict, repr=False, compare=False)
+    checkpoint_rebuilt: dict[str, Any] | None = None
+    value_schema: dict[str, Any] | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], *, strict: bool = True) -> TransformSummary:
@@ -643,8 +645,8 @@ class MaintainSummary:
     """What ``maintain_tables`` did to each table: files and bytes before and after, or why it was skipped."""
 
     run_id: str
-    tables: dict[str, dict]
-    raw: dict = field(default_factory=dict, repr=False, compare=False)
+    tables: dict[str, dict[str, Any]]
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> MaintainSummary:

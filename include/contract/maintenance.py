@@ -100,7 +100,7 @@ def due(
         return f"every_runs {every_runs}: this is run {since + 1} {where}"
     opened = window.opened(now) if window is not None else None
     if opened is not None:
-        done_after = last is not None and _finished(last) is not None and _finished(last) >= opened
+        done_after = last is not None and (finished := _finished(last)) is not None and finished >= opened
         if not done_after:
             return f"daily_window {window} (UTC) opened at {opened:%Y-%m-%d %H:%M} and this part was not done since"
     return None

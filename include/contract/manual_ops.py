@@ -90,7 +90,7 @@ class OffsetRequest:
     from_offset: int
     until_offset: int
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "topic": self.topic,
             "partition": self.partition,
@@ -235,11 +235,10 @@ def _offset_ranges(value: Any) -> tuple[OffsetRequest, ...]:
         topic = item.get("topic")
         if not isinstance(topic, str) or not topic:
             raise RequestError(f"{where}.topic: expected a topic name, got {topic!r}")
-        numbers = {}
+        numbers: dict[str, int] = {}  # no "partition" when it is left out: all partitions
         for key in ("partition", "from", "until"):
             number = item.get(key)
             if key == "partition" and number is None:
-                numbers[key] = None
                 continue
             if isinstance(number, bool) or not isinstance(number, int) or number < 0:
                 raise RequestError(f"{where}.{key}: expected a whole number >= 0, got {number!r}")
@@ -249,7 +248,7 @@ def _offset_ranges(value: Any) -> tuple[OffsetRequest, ...]:
                 f"{where}: from {numbers['from']} is not below until {numbers['until']} (until is exclusive: "
                 f"[{numbers['from']}, {numbers['until']}) holds no offset)"
             )
-        found.append(OffsetRequest(topic, numbers["partition"], numbers["from"], numbers["until"]))
+        found.append(OffsetRequest(topic, numbers.get("partition"), numbers["from"], numbers["until"]))
     for i, a in enumerate(found):
         for b in found[i + 1 :]:
             same = a.topic == b.topic and (

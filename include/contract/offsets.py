@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from include.contract.errors import PipelineError
 from include.contract.jobs import bronze_app_id
@@ -77,7 +78,7 @@ class OffsetRange:
     rows: int
 
     def __post_init__(self) -> None:
-        where = {
+        where: dict[str, Any] = {
             "topic": self.topic,
             "partition": self.partition,
             "offsets": (self.from_offset, self.until_offset),
@@ -105,7 +106,7 @@ class OffsetRange:
         """Offsets in the range with no record (markers, aborted, compacted)."""
         return self.until_offset - self.from_offset - self.rows
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "topic": self.topic,
             "partition": self.partition,
@@ -115,7 +116,7 @@ class OffsetRange:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping) -> OffsetRange:
+    def from_json(cls, data: Mapping[str, Any]) -> OffsetRange:
         return cls(
             data["topic"], int(data["partition"]), int(data["from"]), int(data["until"]), int(data["rows"])
         )
@@ -192,7 +193,7 @@ class Gap:
     def offsets(self) -> int:
         return self.until_offset - self.from_offset
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "topic": self.topic,
             "partition": self.partition,
@@ -202,7 +203,7 @@ class Gap:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping) -> Gap:
+    def from_json(cls, data: Mapping[str, Any]) -> Gap:
         return cls(
             data["topic"],
             int(data["partition"]),
@@ -229,14 +230,14 @@ def skip_gaps(positions: Mapping[str, Mapping[int, int]], gaps: Iterable[Gap]) -
     return result
 
 
-def _seal(fmt: str, fmt_version: int, body: dict) -> str:
+def _seal(fmt: str, fmt_version: int, body: dict[str, Any]) -> str:
     """``body`` marked as ours (format and its version), compact with a stable key order."""
     return json.dumps({"format": fmt, "version": fmt_version, **body}, separators=(",", ":"), sort_keys=True)
 
 
 def _envelope(
     text: str | None, version: int | None, fmt: str, fmt_version: int, kind: str
-) -> tuple[dict | None, str]:
+) -> tuple[dict[str, Any] | None, str]:
     """A commit's ``userMetadata`` as a dict if it is ours of format ``fmt`` (else ``None``), and where it is."""
     where = f"Delta commit version {version}" if version is not None else "commit metadata"
     if not text:
@@ -265,7 +266,7 @@ class BronzeCommit:
     batch_id: int
     ranges: tuple[OffsetRange, ...]
     next_offsets: PositionMap
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def rows(self) -> int:
@@ -347,7 +348,7 @@ class BackfillRange:
     inserted: int = 0
 
     def __post_init__(self) -> None:
-        where = {
+        where: dict[str, Any] = {
             "topic": self.topic,
             "partition": self.partition,
             "offsets": (self.from_offset, self.until_offset),
@@ -370,7 +371,7 @@ class BackfillRange:
         """Records of the range bronze held already (not inserted again)."""
         return self.read - self.inserted
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "topic": self.topic,
             "partition": self.partition,
@@ -381,7 +382,7 @@ class BackfillRange:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping) -> BackfillRange:
+    def from_json(cls, data: Mapping[str, Any]) -> BackfillRange:
         return cls(
             data["topic"],
             int(data["partition"]),
@@ -408,7 +409,7 @@ class BackfillCommit:
     reason: str
     requested_by: str | None
     ranges: tuple[BackfillRange, ...]
-    time_range: dict | None = None
+    time_range: dict[str, Any] | None = None
 
     @property
     def read(self) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from include.contract import manual_ops
 from include.contract.offsets import Gap, PositionMap, TopicState
@@ -55,7 +56,7 @@ class PartitionLag:
             return 0
         return max(0, min(self.earliest, self.latest) - self.next_offset)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "topic": self.topic,
             "partition": self.partition,
@@ -95,7 +96,7 @@ class LagReport:
             return None
         return max(0.0, (now - self.oldest_pending).total_seconds())
 
-    def to_json(self, now: datetime | None = None) -> dict:
+    def to_json(self, now: datetime | None = None) -> dict[str, Any]:
         return {
             "total_lag": self.total_lag,
             "total_lost": self.total_lost,
@@ -193,9 +194,9 @@ class Finding:
     topic: str
     partition: int | None
     message: str
-    numbers: dict = field(default_factory=dict)
+    numbers: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "severity": self.severity,
@@ -217,7 +218,7 @@ class PreflightReport:
     policy: str
     #: Where a position action (re-establish, after a RESTORE) makes the table stand: the job records
     #: it in a commit of its own and starts a new checkpoint epoch there.
-    position_reset: dict | None = None
+    position_reset: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -228,7 +229,7 @@ class PreflightReport:
         lines += [f"  - {f.message}" for f in self.blocking]
         return "\n".join(lines)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "policy": self.policy,
@@ -239,7 +240,7 @@ class PreflightReport:
             "position_reset": self.position_reset,
         }
 
-    def job_file(self) -> dict:
+    def job_file(self) -> dict[str, Any]:
         """What the ingestion job's ``--preflight-file`` takes."""
         found = {
             "topic_ids": dict(self.topic_ids),

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from include.contract.jobs import bronze_app_prefix
 from include.contract.offsets import BronzeCommit, OffsetError, PositionMap, flatten, txn_app_id
@@ -162,7 +163,7 @@ class HistoryEntry:
     user_metadata: str | None
 
 
-def history_entries(raw: list[dict]) -> list[HistoryEntry]:
+def history_entries(raw: list[dict[str, Any]]) -> list[HistoryEntry]:
     """delta-rs ``history()`` rows (or Spark's, as dicts) as :class:`HistoryEntry`, newest first."""
     return [
         HistoryEntry(

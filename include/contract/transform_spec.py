@@ -510,6 +510,7 @@ def silver_history_covered(history: Sequence[dict[str, Any]]) -> bool:
     if commit is None:
         return False
     newest = commit.version
+    assert newest is not None  # newest_silver_commit gives its commit the version it was read at
     targets = [
         int(str(t))
         for e in history
