@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   - local Kafka broker, demo data, the pipeline DAGs end to end, a summary
-#   make test   - the fast tier: ruff, unit tests, integration tests with real Kafka, Spark, Delta and
+#   make test   - the fast tier: ruff, mypy, unit tests, integration tests with real Kafka, Spark, Delta and
 #                 Airflow (one DAG run per DAG shape and trigger-form family) and the fault smoke
 # make test-all runs every test (every DAG-run scenario, the 30-fault soak slice); make soak the long soak.
 PYTHON ?= python3
@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test-tools browser-tools demo ui test test-all test-cpu soak lint bench profile-transform lock clean
+.PHONY: setup test-tools browser-tools demo ui test test-all test-cpu soak lint typecheck bench profile-transform lock clean
 
 # uv installs the same locked set as pip (constraints.txt), in about half pip's time with no cache.
 # --compile-bytecode as pip does: with PYTHONDONTWRITEBYTECODE set (as on CI) every process would
@@ -58,10 +58,14 @@ XDIST := -n $(TEST_WORKERS) --dist loadgroup
 FAST := -m "not full"
 test: setup test-tools
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check $(FORMATTED)
+	$(PY) -m mypy
 	$(PY) -m pytest $(FAST) $(XDIST)
 
 test-all: setup test-tools browser-tools
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check $(FORMATTED)
+	$(PY) -m mypy
 	$(PY) -m pytest $(XDIST)
 
 # The fast tier, with each test's CPU measured over its worker's process tree: the costliest files and
@@ -86,10 +90,20 @@ bench: setup
 profile-transform: setup
 	$(PY) -m include.tooling.transform_profile $(PROFILE_ARGS)
 
-# ruff's linter only: the code keeps hand-aligned argument lists (marked `# fmt: skip`) that the
-# formatter would rewrap, and `make test` runs this same check.
+# ruff's linter, and its formatter as a check on the packages it lays out: include/contract and
+# include/config are `ruff format`-clean with no `# fmt: skip`; the rest of the code keeps hand-aligned
+# argument lists (marked `# fmt: skip`) that the formatter would rewrap. `make test` runs these same checks.
+FORMATTED := include/contract include/config
 lint: setup
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check $(FORMATTED)
+
+# mypy, strict on include/contract and include/config (pyproject.toml's [tool.mypy]; its cache is in
+# .cache/mypy): pure Python from PyPI, where pyright needs a Node runtime; its pydantic plugin reads the
+# config models, and PySpark and Airflow ship inline types for when more of the code is checked.
+# `make test` and `make test-all` run it right after ruff.
+typecheck: setup
+	$(PY) -m mypy
 
 # Re-resolve every transitive version from requirements.txt alone, then lock it.
 lock:

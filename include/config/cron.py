@@ -91,10 +91,13 @@ def _cron_item_problem(item: str, name: str, low: int, high: int, names: tuple[s
     if base == "*":
         return None
     first, dash, last = base.partition("-")
+    values: list[int] = []
     for text in (first, last) if dash else (first,):
-        if _cron_value(text, low, names) not in range(low, high + 1):
+        value = _cron_value(text, low, names)
+        if value is None or value not in range(low, high + 1):
             return f"{text!r} is not one of the {_cron_values(low, high, names)}"
-    if dash and _cron_value(last, low, names) < _cron_value(first, low, names):
+        values.append(value)
+    if dash and values[1] < values[0]:
         return f"range {base!r} runs backwards"
     return None
 

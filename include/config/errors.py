@@ -31,9 +31,7 @@ class PipelineConfigError(PipelineError, ValueError):
     to the first bad one).
     """
 
-    def __init__(
-        self, file: str, field: str, problem: str, more: Sequence[PipelineConfigError] = ()
-    ) -> None:
+    def __init__(self, file: str, field: str, problem: str, more: Sequence[PipelineConfigError] = ()) -> None:
         self.file = file
         self.field = field
         self.problem = problem
@@ -41,7 +39,7 @@ class PipelineConfigError(PipelineError, ValueError):
         lines = [f"{file}: {field}: {problem}", *(f"{e.file}: {e.field}: {e.problem}" for e in self.more)]
         super().__init__("\n".join(lines))
 
-    def __reduce__(self):  # keeps the error picklable despite the custom __init__
+    def __reduce__(self) -> tuple[Any, ...]:  # keeps the error picklable despite the custom __init__
         return (type(self), (self.file, self.field, self.problem, self.more))
 
 

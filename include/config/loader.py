@@ -190,19 +190,34 @@ def _transform(file: PipelineFile, shown: str) -> TransformSpec | None:
         return None
     spec, vs = section.spec(), section.value_schema
     if spec.format in SCHEMA_FORMATS and vs is None:
-        raise PipelineConfigError(shown, "transform.value_schema", (
-            f"expected a value_schema section for format {spec.format} (file: an Avro schema file, or "
-            "registry: a schema registry's Airflow connection), got none"))  # fmt: skip
+        raise PipelineConfigError(
+            shown,
+            "transform.value_schema",
+            (
+                f"expected a value_schema section for format {spec.format} (file: an Avro schema file, or "
+                "registry: a schema registry's Airflow connection), got none"
+            ),
+        )
     if vs is None:
         return spec
     if spec.format not in SCHEMA_FORMATS:
-        raise PipelineConfigError(shown, "transform.value_schema", (
-            f"expected no value_schema for format {spec.format} (it is for {' and '.join(SCHEMA_FORMATS)}); "
-            "set transform.format or remove the section"))  # fmt: skip
+        raise PipelineConfigError(
+            shown,
+            "transform.value_schema",
+            (
+                f"expected no value_schema for format {spec.format} (it is for {' and '.join(SCHEMA_FORMATS)}); "
+                "set transform.format or remove the section"
+            ),
+        )
     if spec.format == "json_schema" and vs.file is not None:
-        raise PipelineConfigError(shown, "transform.value_schema.file", (
-            "expected registry for format json_schema (its values carry registry schema ids), got a schema file; "
-            "a schema file is for format avro"))  # fmt: skip
+        raise PipelineConfigError(
+            shown,
+            "transform.value_schema.file",
+            (
+                "expected registry for format json_schema (its values carry registry schema ids), got a schema file; "
+                "a schema file is for format avro"
+            ),
+        )
     try:
         value_schema = vs.resolve(file.kafka.topics or (), file.kafka.topic_pattern)
     except _ValueSchemaProblem as exc:
@@ -211,9 +226,14 @@ def _transform(file: PipelineFile, shown: str) -> TransformSpec | None:
         names = [f.get("name") for f in json.loads(value_schema.text)["fields"] if isinstance(f, dict)]
         for f in spec.fields:
             if f.name not in names:
-                raise PipelineConfigError(shown, f"transform.schema.{f.name}", (
-                    f"expected a field of the Avro record in {value_schema.file} ({', '.join(map(str, names))}), "
-                    f"got {f.name!r}" + _did_you_mean(f.name, [str(n) for n in names])))  # fmt: skip
+                raise PipelineConfigError(
+                    shown,
+                    f"transform.schema.{f.name}",
+                    (
+                        f"expected a field of the Avro record in {value_schema.file} ({', '.join(map(str, names))}), "
+                        f"got {f.name!r}" + _did_you_mean(f.name, [str(n) for n in names])
+                    ),
+                )
     return replace(spec, value_schema=value_schema)
 
 
@@ -223,15 +243,22 @@ def _maintenance(file: PipelineFile, shown: str) -> MaintenanceConfig:
     columns = section.zorder_by.get("silver")
     if columns:
         if file.transform is None:
-            raise PipelineConfigError(shown, "maintenance.zorder_by.silver",
-                                      "expected no silver Z-order: the pipeline has no transform section, so no silver table")  # fmt: skip
+            raise PipelineConfigError(
+                shown,
+                "maintenance.zorder_by.silver",
+                "expected no silver Z-order: the pipeline has no transform section, so no silver table",
+            )
         declared = tuple(f.name for f in file.transform.spec().fields)
         wrong = [c for c in columns if c not in declared]
         if wrong:
-            raise PipelineConfigError(shown, "maintenance.zorder_by.silver", (
-                f"expected fields of transform.schema ({', '.join(declared)}), got {wrong[0]!r}"
-                + _did_you_mean(wrong[0], declared)
-            ))  # fmt: skip
+            raise PipelineConfigError(
+                shown,
+                "maintenance.zorder_by.silver",
+                (
+                    f"expected fields of transform.schema ({', '.join(declared)}), got {wrong[0]!r}"
+                    + _did_you_mean(wrong[0], declared)
+                ),
+            )
     return section
 
 

@@ -9,7 +9,7 @@ are then worked out by :mod:`include.config.loader` into a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BeforeValidator, ConfigDict, Field, TypeAdapter
 from pydantic.dataclasses import dataclass as pydantic_dataclass
@@ -34,7 +34,8 @@ from include.contract.transform_spec import TransformSpec
 
 #: Prefix of the consumer group that mirrors a pipeline's offsets (``kafka-delta-elt.<name>``).
 CONSUMER_GROUP_PREFIX = "kafka-delta-elt."
-DATA_LOSS_POLICIES = ("fail", "record_and_continue")
+DataLossPolicy = Literal["fail", "record_and_continue"]
+DATA_LOSS_POLICIES: tuple[str, ...] = get_args(DataLossPolicy)
 #: ``--run-type`` choices of ``spark_jobs/kafka_to_bronze.py``, defined once in the job's contract.
 RUN_TYPES = jobs.RUN_TYPES
 
@@ -53,53 +54,53 @@ class PipelineFile(_Section):
         "and the consumer group (kafka-delta-elt.<name>); renaming a pipeline starts it afresh."
     )
     description: Annotated[str, BeforeValidator(_check_string)] = Field(
-        "", description="Free text shown with the DAG. Default empty."
+        default="", description="Free text shown with the DAG. Default empty."
     )
     kafka: KafkaConfig = Field(description="Required section: the source.")
     tables: TablesSection | None = Field(
-        None,
+        default=None,
         description="Section: the target locations. Left out or null: every location at its default under "
         "lakehouse_root.",
     )
     schedule: Annotated[str, BeforeValidator(_check_schedule)] | None = Field(
         description="Required key: a 5-field cron expression (minute hour day-of-month month day-of-week, "
-        "e.g. \"*/10 * * * *\"; a step is at most the field's highest value and a range runs forwards), one "
+        'e.g. "*/10 * * * *"; a step is at most the field\'s highest value and a range runs forwards), one '
         "of the presets @hourly, @daily, @weekly, @monthly, @quarterly, @yearly, or null for manual runs "
         "only. Runs never overlap (max_active_runs=1)."
     )
     lag: LagConfig | None = Field(
-        None,
+        default=None,
         description="Section: lag sensor thresholds. Left out or null: its keys' defaults (a run proceeds at "
         "the first new record).",
     )
-    data_loss_policy: _choice(DATA_LOSS_POLICIES) = Field(
-        "fail",
+    data_loss_policy: Annotated[DataLossPolicy, _choice(DATA_LOSS_POLICIES)] = Field(
+        default="fail",
         description="fail (default): a run stops before starting the cluster when Kafka retention deleted "
         "records the table has not read yet. record_and_continue: the run records the gap (partition, "
         "offsets, record count) and continues after it.",
     )
     cluster: ClusterConfig | None = Field(
-        None,
+        default=None,
         description="Section: the Spark cluster. Left out or null: its keys' defaults (profile "
         "local_standalone, one worker of 1 core and 1g).",
     )
-    retries: _integer(0, 10) = Field(
-        2,
+    retries: Annotated[int, *_integer(0, 10)] = Field(
+        default=2,
         description="Integer from 0 to 10, default 2: Airflow retries per task (exponential back-off, at "
         "most 10 minutes apart).",
     )
     tags: Annotated[tuple[str, ...], BeforeValidator(_check_tags)] = Field(
-        (),
+        default=(),
         description="List of strings, default empty: Airflow DAG tags (at most 100 characters each, no "
         "duplicates); kafka-delta-elt is always added.",
     )
     transform: TransformSection | None = Field(
-        None,
+        default=None,
         description="Optional section: how bronze records become silver rows; without it (the default, or "
         "null) the pipeline stops at bronze.",
     )
     maintenance: MaintenanceConfig | None = Field(
-        None,
+        default=None,
         description="Section: compaction, VACUUM and log checkpoints of the pipeline's tables. Left out or "
         "null: its keys' defaults (every 50 runs, every operation on). To turn maintenance off, set "
         "maintenance.every_runs and maintenance.daily_window both to null.",
@@ -154,10 +155,12 @@ class PipelineConfig(PipelineFile):
     """
 
     name: str
-    tables: TablesConfig
+    # Re-declared with the loaded type, which is not the file section's type: the dataclass is frozen, so
+    # nothing writes a TablesSection (or a TransformSection) through the base class.
+    tables: TablesConfig  # type: ignore[assignment]
     lag: LagConfig = Field(default_factory=LagConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    transform: TransformSpec | None = None
+    transform: TransformSpec | None = None  # type: ignore[assignment]  # as tables, above
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
     source_path: str
 

@@ -128,7 +128,7 @@ def _reference_type(node: dict[str, Any]) -> str:
             return f"{kind} ≥ {low}"
         if node.get("exclusiveMinimum") is not None:
             return f"{kind} > {node['exclusiveMinimum']}"
-        return kind
+        return str(kind)
     if kind == "boolean":
         return "`true`, `false`"
     if kind == "array":
@@ -156,7 +156,7 @@ def _reference_default(model: type[_Section] | None, name: str, prop: dict[str, 
         return "—" if prop["default"] is None and leads_on else _reference_value(prop["default"])
     field = model.__pydantic_fields__.get(name) if model is not None else None
     if field is not None and field.default_factory is not None:  # a mapping or list that starts empty
-        return _reference_value(field.default_factory())
+        return _reference_value(field.get_default(call_default_factory=True))
     return "—"
 
 
@@ -204,7 +204,8 @@ def pipeline_reference_markdown() -> str:
             visit(key, child)
 
     visit("", schema)
-    models = {model.__name__: model for model in _Section.__subclasses__()}  # a section's title is its class name
+    # a section's title is its class name
+    models = {model.__name__: model for model in _Section.__subclasses__()}
     lines = [REFERENCE_HEADER.rstrip("\n")]
     for path, node in sections:
         lines += ["", f"## {heading(path)}", ""]

@@ -12,10 +12,11 @@ environment, so it loads into :class:`~include.config.pipeline.TablesConfig`.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
+from pydantic.fields import FieldInfo
 from pydantic_core import ArgsKwargs
 
 from include.config.errors import _MISSING, _did_you_mean, _invalid, _problem, _suffix
@@ -41,10 +42,13 @@ from include.contract.maintenance import Window
 #: (VACUUM's safety check refuses less).
 DEFAULT_LOG_RETENTION_DAYS = 30
 DEFAULT_DELETED_FILE_RETENTION_DAYS = 7
-STARTING_OFFSETS = ("earliest", "latest")
-CLUSTER_PROFILES = ("local_standalone", "existing_master", "kubernetes")
+StartingOffsets = Literal["earliest", "latest"]
+STARTING_OFFSETS: tuple[str, ...] = get_args(StartingOffsets)
+ClusterProfile = Literal["local_standalone", "existing_master", "kubernetes"]
+CLUSTER_PROFILES: tuple[str, ...] = get_args(ClusterProfile)
 #: ``cluster.kubernetes.delete_driver_pod`` choices: when the operator removes a finished driver pod.
-DRIVER_POD_DELETION = ("on_success", "always", "never")
+DriverPodDeletion = Literal["on_success", "always", "never"]
+DRIVER_POD_DELETION: tuple[str, ...] = get_args(DriverPodDeletion)
 #: Kubernetes names: a DNS-1123 label (namespaces) and subdomain (service
 #: accounts, claims, secrets); secret keys are file names.
 _K8S_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -69,12 +73,15 @@ def _without_default(schema: dict[str, Any]) -> None:
 
 def _optional(description: str) -> Any:
     """A key that may be left out (then ``None``: the loader works out its value) but not set to null."""
-    return Field(None, description=description, json_schema_extra=_without_default)
+    return Field(default=None, description=description, json_schema_extra=_without_default)
 
 
 @pydantic_dataclass(frozen=True, config=_SECTION_CONFIG)
 class _Section:
     """What every mapping of the file gets before its keys are checked one by one."""
+
+    if TYPE_CHECKING:  # set by pydantic on every pydantic dataclass
+        __pydantic_fields__: ClassVar[dict[str, FieldInfo]]
 
     @model_validator(mode="before")
     @classmethod
@@ -114,38 +121,38 @@ class _Section:
 class KafkaConfig(_Section):
     """Where the records come from (section ``kafka``)."""
 
-    connection_id: _connection_id("Kafka") = Field(
+    connection_id: Annotated[str, _connection_id("Kafka")] = Field(
         description="Required. Id of the Airflow connection (type kafka) to the Kafka cluster. Bootstrap "
         "servers and every security setting (SASL, SSL, passwords) live in that connection's extra JSON, in "
         "librdkafka's names, never in the pipeline file."
     )
     topics: Annotated[tuple[str, ...], BeforeValidator(_check_topics)] = Field(
-        (),
+        default=(),
         description="List of topic names to ingest. Give exactly one of topics and topic_pattern.",
     )
     topic_pattern: Annotated[str, BeforeValidator(_check_topic_pattern)] | None = Field(
-        None,
+        default=None,
         description="Regular expression of topic names to ingest (Spark's subscribePattern; checked with "
         "Python's re, which agrees with Java for ordinary patterns). Give exactly one of topics and "
         "topic_pattern.",
     )
-    starting_offsets: _choice(STARTING_OFFSETS) = Field(
-        "earliest",
+    starting_offsets: Annotated[StartingOffsets, _choice(STARTING_OFFSETS)] = Field(
+        default="earliest",
         description="earliest (default) or latest: where partitions start on the pipeline's first run. "
         "Later runs resume where the bronze table stands; partitions and topics found later start at their "
         "earliest offset. latest is fixed once: the first run records Kafka's end offsets in a position commit "
         "(no rows; shown in the task log and the ledger's position_set_json), and every record produced after "
         "it lands.",
     )
-    max_offsets_per_trigger: _integer(1) | None = Field(
-        None,
+    max_offsets_per_trigger: Annotated[int, *_integer(1)] | None = Field(
+        default=None,
         description="Positive integer, or null (default) for no cap: at most this many records per "
         "micro-batch (Spark's maxOffsetsPerTrigger). A larger backlog is written as several Delta commits "
         "in the same run.",
     )
     options: Annotated[dict[str, str], BeforeValidator(_check_options)] = Field(
         default_factory=dict,
-        description="Mapping of extra, non-secret Kafka consumer settings, e.g. max.poll.records: \"500\". "
+        description='Mapping of extra, non-secret Kafka consumer settings, e.g. max.poll.records: "500". '
         "Keys are Kafka's own names without a kafka. prefix; values are strings (quote numbers and "
         "booleans). Settings Spark or the pipeline manage (group.id, auto.offset.reset, isolation.level, "
         "deserializers, ...) are refused, and so are settings that make the client load code or read the "
@@ -184,44 +191,44 @@ class TablesSection(_Section):
     pipeline has no ``transform`` section.
     """
 
-    lakehouse_root: _text("a folder path or URI") = _optional(
+    lakehouse_root: Annotated[str, _text("a folder path or URI")] = _optional(
         "Folder or URI under which the pipeline's tables and checkpoints live. Default: the environment "
         "variable KDE_LAKEHOUSE_ROOT if set, else <project>/var/lakehouse (KDE_VAR_DIR/lakehouse)."
     )
-    bronze_path: _text("a folder path or URI") = _optional(
+    bronze_path: Annotated[str, _text("a folder path or URI")] = _optional(
         "Location of the Delta bronze table. Default: <lakehouse_root>/<name>/bronze."
     )
-    checkpoint_root: _text("a folder path or URI") = _optional(
+    checkpoint_root: Annotated[str, _text("a folder path or URI")] = _optional(
         "Folder holding the ingestion job's Spark checkpoints, one per epoch. Default: "
         "<lakehouse_root>/<name>/_checkpoints/bronze. Must be neither the bronze table's folder nor inside "
         "it (nor the other way round). The job reads it with local file I/O, so it must be a local or "
         "mounted path."
     )
-    ledger_path: _text("a folder path or URI") = _optional(
+    ledger_path: Annotated[str, _text("a folder path or URI")] = _optional(
         "Location of the run-ledger Delta table (one row per DAG run: ranges, rows, lag, outcome). "
         "Default: <lakehouse_root>/<name>/_runs."
     )
-    silver_path: _text("a folder path or URI") = _optional(
+    silver_path: Annotated[str, _text("a folder path or URI")] = _optional(
         "Location of the Delta silver table the transform writes (one row per key). Default: "
         "<lakehouse_root>/<name>/silver."
     )
-    quarantine_path: _text("a folder path or URI") = _optional(
+    quarantine_path: Annotated[str, _text("a folder path or URI")] = _optional(
         "Location of the Delta table of records the transform refused (with the reason). Default: "
         "<lakehouse_root>/<name>/quarantine."
     )
-    transform_checkpoint_root: _text("a folder path or URI") = _optional(
+    transform_checkpoint_root: Annotated[str, _text("a folder path or URI")] = _optional(
         "Folder holding the transform job's checkpoints. Default: "
         "<lakehouse_root>/<name>/_checkpoints/silver."
     )
-    log_retention_days: _integer(1) = Field(
-        DEFAULT_LOG_RETENTION_DAYS,
+    log_retention_days: Annotated[int, *_integer(1)] = Field(
+        default=DEFAULT_LOG_RETENTION_DAYS,
         description="Days Delta keeps each table's commit files (delta.logRetentionDuration of bronze, "
         "silver, quarantine and the ledger). Default 30, Delta's own. It bounds time travel and how long a "
         "commit's detail (ranges, counts) and a RESTORE stay visible; where a table stands does not depend "
         "on it (it is in the table's state). At least deleted_file_retention_days.",
     )
-    deleted_file_retention_days: _integer(DEFAULT_DELETED_FILE_RETENTION_DAYS) = Field(
-        DEFAULT_DELETED_FILE_RETENTION_DAYS,
+    deleted_file_retention_days: Annotated[int, *_integer(DEFAULT_DELETED_FILE_RETENTION_DAYS)] = Field(
+        default=DEFAULT_DELETED_FILE_RETENTION_DAYS,
         description="Days a file a commit removed stays on disk before VACUUM may delete it "
         "(delta.deletedFileRetentionDuration). Default 7, and never less: Delta's safety default, which "
         "protects readers in flight, the transform's stream reading bronze versions it has not read yet, "
@@ -245,13 +252,13 @@ class TablesSection(_Section):
 class LagConfig(_Section):
     """When a run has enough new data to start a cluster (section ``lag``)."""
 
-    min_records: _integer(0) = Field(
-        1,
+    min_records: Annotated[int, *_integer(0)] = Field(
+        default=1,
         description="Integer >= 0, default 1. The lag sensor lets the run proceed once the total lag (new "
         "records over all partitions) is at least this many records.",
     )
     max_wait_minutes: Annotated[float, Field(gt=0), BeforeValidator(_check_minutes)] = Field(
-        60.0,
+        default=60.0,
         description="Positive number of minutes, default 60. When fewer than min_records are waiting, the "
         "run proceeds anyway once the oldest of them has waited this long in Kafka, so a trickle is never "
         "held back forever. With no new record at all the run is skipped at once (no cluster is started).",
@@ -270,12 +277,13 @@ def _check_flag(value: Any) -> bool:
 
 def _check_window(value: Any) -> str:
     if not isinstance(value, str):
-        raise _invalid("a daily UTC window HH:MM-HH:MM (e.g. \"02:00-05:00\"), or null", value)
+        raise _invalid('a daily UTC window HH:MM-HH:MM (e.g. "02:00-05:00"), or null', value)
     try:
         return str(Window.parse(value))
     except ValueError as exc:
-        raise _invalid("a daily UTC window HH:MM-HH:MM whose start and end differ (e.g. \"02:00-05:00\")",
-                       value) from exc  # fmt: skip
+        raise _invalid(
+            'a daily UTC window HH:MM-HH:MM whose start and end differ (e.g. "02:00-05:00")', value
+        ) from exc
 
 
 def _check_zorder(value: Any) -> dict[str, tuple[str, ...]]:
@@ -284,16 +292,28 @@ def _check_zorder(value: Any) -> dict[str, tuple[str, ...]]:
     out: dict[str, tuple[str, ...]] = {}
     for table, columns in value.items():
         if table not in ("bronze", "silver"):
-            raise _invalid("bronze or silver (the tables a Z-order helps readers of)", table,
-                           _did_you_mean(table, ("bronze", "silver")), at=_suffix(table))  # fmt: skip
-        if (not isinstance(columns, (list, tuple)) or not columns
-                or not all(isinstance(c, str) and c for c in columns) or len(set(columns)) != len(columns)):  # fmt: skip
+            raise _invalid(
+                "bronze or silver (the tables a Z-order helps readers of)",
+                table,
+                _did_you_mean(table, ("bronze", "silver")),
+                at=_suffix(table),
+            )
+        if (
+            not isinstance(columns, (list, tuple))
+            or not columns
+            or not all(isinstance(c, str) and c for c in columns)
+            or len(set(columns)) != len(columns)
+        ):
             raise _invalid("a non-empty list of distinct column names", columns, at=_suffix(table))
         if table == "bronze":
             wrong = [c for c in columns if c not in BRONZE_ZORDER_COLUMNS]
             if wrong:
-                raise _invalid(f"columns among {', '.join(BRONZE_ZORDER_COLUMNS)}", wrong[0],
-                               _did_you_mean(wrong[0], BRONZE_ZORDER_COLUMNS), at=_suffix(table))  # fmt: skip
+                raise _invalid(
+                    f"columns among {', '.join(BRONZE_ZORDER_COLUMNS)}",
+                    wrong[0],
+                    _did_you_mean(wrong[0], BRONZE_ZORDER_COLUMNS),
+                    at=_suffix(table),
+                )
         out[table] = tuple(columns)
     return out
 
@@ -310,20 +330,21 @@ class MaintenanceConfig(_Section):
     ``maintenance_json``; maintenance commits never count as progress.
     """
 
-    every_runs: _integer(1) | None = Field(
-        50,
+    every_runs: Annotated[int, *_integer(1)] | None = Field(
+        default=50,
         description="Positive integer or null, default 50: maintain the tables on every Nth run (runs with no "
         "new records count; bronze, silver and quarantine, which such runs leave unchanged, are then done "
         "on the next run that reads records). null: only in daily_window.",
     )
     daily_window: Annotated[str, BeforeValidator(_check_window)] | None = Field(
-        None,
-        description="\"HH:MM-HH:MM\" in UTC (it may pass midnight) or null (the default): also maintain once on "
+        default=None,
+        description='"HH:MM-HH:MM" in UTC (it may pass midnight) or null (the default): also maintain once on '
         "the first run starting in this window each day. With every_runs and daily_window both null the "
         "pipeline is never maintained.",
     )
     optimize: Annotated[bool, BeforeValidator(_check_flag)] = Field(
-        True, description="true (default): compact small files (Delta OPTIMIZE; delta-rs for the ledger)."
+        default=True,
+        description="true (default): compact small files (Delta OPTIMIZE; delta-rs for the ledger).",
     )
     zorder_by: Annotated[dict[str, tuple[str, ...]], BeforeValidator(_check_zorder)] = Field(
         default_factory=dict,
@@ -332,25 +353,25 @@ class MaintenanceConfig(_Section):
         "columns: fields of transform.schema.",
     )
     vacuum: Annotated[bool, BeforeValidator(_check_flag)] = Field(
-        True,
+        default=True,
         description="true (default): VACUUM each table with its own delta.deletedFileRetentionDuration "
         "(tables.deleted_file_retention_days, never under Delta's 7 days).",
     )
     checkpoint: Annotated[bool, BeforeValidator(_check_flag)] = Field(
-        True,
+        default=True,
         description="true (default): write a Delta log checkpoint of each table's newest version (Delta's "
         "log cleanup of commits older than tables.log_retention_days runs with it).",
     )
 
-    run_folders_keep_days: _integer(1) = Field(
-        14,
+    run_folders_keep_days: Annotated[int, *_integer(1)] = Field(
+        default=14,
         description="Positive integer, default 14: a run's folder on the Airflow worker (job summaries, "
         "logs, executor output, <KDE_VAR_DIR>/runs/<name>/<run>) is removed by record_run once it is older "
         "than this many days. Never the folder of a run that holds the pipeline's lock or has just written "
         "to its folder.",
     )
-    run_folders_keep: _integer(1) = Field(
-        200,
+    run_folders_keep: Annotated[int, *_integer(1)] = Field(
+        default=200,
         description="Positive integer, default 200: record_run also removes the folders of runs older than "
         "the newest this many, whatever their age.",
     )
@@ -403,56 +424,68 @@ class KubernetesConfig(_Section):
     pods (checked when the task runs, as only then is the master known).
     """
 
-    image: _matching(_IMAGE, "a container image reference without spaces, e.g. 'registry/app:1.0'") = Field(
+    image: Annotated[
+        str, _matching(_IMAGE, "a container image reference without spaces, e.g. 'registry/app:1.0'")
+    ] = Field(
         description="Required whenever the section is given (it is needed with profile kubernetes, and with "
         "existing_master on a k8s:// master). Container image of the driver and executor pods "
         "(spark.kubernetes.container.image), e.g. registry.example/kafka-delta-elt:1.4. It holds spark_jobs/ "
         "and kde_jobs.zip under app_dir, and the Kafka connector and Delta jars in $SPARK_HOME/jars."
     )
-    namespace: _matching(
-        _K8S_LABEL, "a Kubernetes namespace name (lower-case letters, digits and '-', at most 63 characters)"
-    ) | None = Field(
-        None,
+    namespace: (
+        Annotated[
+            str,
+            _matching(
+                _K8S_LABEL,
+                "a Kubernetes namespace name (lower-case letters, digits and '-', at most 63 characters)",
+            ),
+        ]
+        | None
+    ) = Field(
+        default=None,
         description="Kubernetes namespace of the pods (spark.kubernetes.namespace): a DNS label. Required "
         "with profile kubernetes; optional with existing_master (the Spark connection's namespace extra, "
         "else default).",
     )
-    service_account: _matching(_K8S_SUBDOMAIN, _K8S_NAME) | None = Field(
-        None,
+    service_account: Annotated[str, _matching(_K8S_SUBDOMAIN, _K8S_NAME)] | None = Field(
+        default=None,
         description="Service account of the driver pod, allowed to create and delete pods, services and "
         "config maps in namespace (spark.kubernetes.authenticate.driver.serviceAccountName). Required with "
         "profile kubernetes.",
     )
-    app_dir: _folder(if_null=DEFAULT_APP_DIR) = Field(
-        DEFAULT_APP_DIR,
+    app_dir: Annotated[str, _folder(if_null=DEFAULT_APP_DIR)] = Field(
+        default=DEFAULT_APP_DIR,
         description="Absolute path of the project inside image, default /opt/kafka-delta-elt: it holds "
         "spark_jobs/*.py and kde_jobs.zip, submitted as local:// URIs.",
     )
-    shared_volume_claim: _matching(_K8S_SUBDOMAIN, _K8S_NAME) | None = Field(
-        None,
+    shared_volume_claim: Annotated[str, _matching(_K8S_SUBDOMAIN, _K8S_NAME)] | None = Field(
+        default=None,
         description="Required with profile kubernetes: name of a ReadWriteMany persistent volume claim in "
         "namespace, mounted at shared_dir in the driver and executor pods.",
     )
-    shared_dir: _folder() | None = Field(
-        None,
+    shared_dir: Annotated[str, _folder()] | None = Field(
+        default=None,
         description="Required with profile kubernetes: absolute path where that volume is mounted, the "
         "same on the Airflow workers and in the pods. Run files live in <shared_dir>/runs/<name>/<run>. "
         "tables.checkpoint_root and tables.transform_checkpoint_root must lie inside it, and so must "
         "tables.bronze_path, silver_path and quarantine_path unless they are URIs.",
     )
-    kafka_options_secret: _matching(_K8S_SUBDOMAIN, _K8S_NAME) | None = Field(
-        None,
+    kafka_options_secret: Annotated[str, _matching(_K8S_SUBDOMAIN, _K8S_NAME)] | None = Field(
+        default=None,
         description="Name of a Kubernetes secret in namespace whose key kafka_options_key holds the job's "
         "Kafka client settings as a JSON object in the Java client's names (e.g. security.protocol, "
         "sasl.mechanism, sasl.jaas.config), with any non-secret consumer settings besides. Mounted "
         "read-only in the driver pod at /etc/kafka-delta-elt/kafka. Optional (a plaintext broker needs "
         "none). With profile kubernetes, kafka.options must be empty: put them in this secret.",
     )
-    kafka_options_key: _matching(
-        _K8S_SECRET_KEY, "a secret key (letters, digits, '-', '_' and '.')", if_null="kafka-options.json"
-    ) = Field("kafka-options.json", description="Key of that secret, default kafka-options.json.")
-    delete_driver_pod: _choice(DRIVER_POD_DELETION) = Field(
-        "on_success",
+    kafka_options_key: Annotated[
+        str,
+        _matching(
+            _K8S_SECRET_KEY, "a secret key (letters, digits, '-', '_' and '.')", if_null="kafka-options.json"
+        ),
+    ] = Field(default="kafka-options.json", description="Key of that secret, default kafka-options.json.")
+    delete_driver_pod: Annotated[DriverPodDeletion, _choice(DRIVER_POD_DELETION)] = Field(
+        default="on_success",
         description="on_success (default): the operator deletes a driver pod that finished well and keeps a "
         "failed one for kubectl logs; always; never.",
     )
@@ -467,8 +500,8 @@ LOCAL_MAX_RECORDS_DEFAULT = 200_000
 class ClusterConfig(_Section):
     """The Spark cluster a run uses (section ``cluster``)."""
 
-    profile: _choice(CLUSTER_PROFILES) = Field(
-        "local_standalone",
+    profile: Annotated[ClusterProfile, _choice(CLUSTER_PROFILES)] = Field(
+        default="local_standalone",
         description="local_standalone (default): each run starts a Spark standalone master and "
         "cluster.workers workers on 127.0.0.1 and stops them afterwards (setup and teardown tasks). "
         "existing_master: submit in client mode (the driver runs on the Airflow worker) to the running "
@@ -477,37 +510,37 @@ class ClusterConfig(_Section):
         "driver and executor pods of each job and removes them (see cluster.kubernetes; unit-tested only, "
         "not run here).",
     )
-    workers: _integer(1, 8) = Field(
-        1,
+    workers: Annotated[int, *_integer(1, 8)] = Field(
+        default=1,
         description="Integer from 1 to 8, default 1: number of workers a local_standalone run starts (one "
         "executor each); with the other profiles, the number of executors requested "
         "(spark.executor.instances).",
     )
-    worker_cores: _integer(1) = Field(
-        1,
+    worker_cores: Annotated[int, *_integer(1)] = Field(
+        default=1,
         description="Positive integer, default 1: cores per worker, which is also each executor's "
         "spark.executor.cores.",
     )
     worker_memory: Annotated[str, BeforeValidator(_check_memory)] = Field(
-        "1g",
-        description="Spark size string with a unit (k, m, g or t, e.g. \"512m\", \"2g\"), default \"1g\", at "
+        default="1g",
+        description='Spark size string with a unit (k, m, g or t, e.g. "512m", "2g"), default "1g", at '
         "least 450m (Spark's minimum for an executor): what each worker offers, and each executor's "
         "spark.executor.memory. Stored lower-case without a trailing b.",
     )
-    master_connection_id: _connection_id("Spark") | None = Field(
-        None,
+    master_connection_id: Annotated[str, _connection_id("Spark")] | None = Field(
+        default=None,
         description="Id of the Airflow Spark connection whose host is the master URL (spark://, yarn, "
         "k8s://). Required with existing_master and kubernetes (where it must name a k8s://https://... "
         "master), refused with local_standalone. With existing_master, the connection's queue extra (YARN) "
         "and namespace extra (Kubernetes) are used; its deploy-mode extra is overridden by the profile.",
     )
     kubernetes: KubernetesConfig | None = Field(
-        None,
+        default=None,
         description="Section: Kubernetes settings. Required with kubernetes; optional with existing_master "
         "(image, namespace); refused with local_standalone. Null when absent.",
     )
-    local_max_records: _integer(0) = Field(
-        LOCAL_MAX_RECORDS_DEFAULT,
+    local_max_records: Annotated[int, *_integer(0)] = Field(
+        default=LOCAL_MAX_RECORDS_DEFAULT,
         description="Integer >= 0, default 200000; local_standalone only. A run whose backlog (the preflight's "
         "lag, or a backfill's offsets) is at most this many records runs its Spark application in local mode "
         "inside the driver (local[k], k = workers x worker_cores, at most this machine's cores): no cluster "
@@ -516,8 +549,8 @@ class ClusterConfig(_Section):
         "bench, docs/performance.md). 0 always starts the cluster. The choice and its reason are in "
         "start_cluster's log and the ledger's cluster_choice.",
     )
-    records_per_worker: _integer(0) = Field(
-        0,
+    records_per_worker: Annotated[int, *_integer(0)] = Field(
+        default=0,
         description="Integer >= 0, default 0 (off); local_standalone only. Above local_max_records, the run "
         "starts ceil(backlog / records_per_worker) workers, at least 1 and at most workers; 0 always starts "
         "workers.",

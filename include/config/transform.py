@@ -13,7 +13,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     BeforeValidator,
@@ -54,7 +54,11 @@ from include.contract.transform_spec import (
     SYSTEM_PREFIX,
     TOMBSTONE_POLICIES,
     FieldSpec,
+    NewFieldPolicy,
+    SubjectStrategy,
+    TombstonePolicy,
     TransformSpec,
+    ValueFormat,
     ValueSchema,
     is_decimal,
     normalize_type,
@@ -165,7 +169,7 @@ class SchemaField(_Section):
         "(status: string) is short for {type: string}."
     )
     required: Annotated[bool, BeforeValidator(_check_required)] = Field(
-        False, description="true or false (default): the key must be present with a non-null value."
+        default=False, description="true or false (default): the key must be present with a non-null value."
     )
     minimum: Annotated[int | float, BeforeValidator(_check_bound)] = _optional(
         "Smallest allowed value; int, long, double and decimal fields only. Left out: no lower bound."
@@ -206,7 +210,7 @@ class SchemaField(_Section):
     def _allowed_values_pass_the_other_rules(self) -> SchemaField:
         low, high, longest = self.minimum, self.maximum, self.max_length
         for i, item in enumerate(self.allowed or ()):
-            if self.type == "string":
+            if isinstance(item, str):  # a string field's value: _check_allowed takes strings for no other
                 rule, outside = f"max_length {longest}", longest is not None and len(item) > longest
             else:
                 rule = f"minimum {low!r} and maximum {high!r}"
@@ -280,10 +284,11 @@ _AVSC_EXPECTED = "the path of an Avro schema file (.avsc, JSON; relative to the 
 def _check_format(value: Any) -> str:
     if value == "protobuf":
         raise _invalid(
-            f"one of {_choices(FORMATS)}", value,
+            f"one of {_choices(FORMATS)}",
+            value,
             "; protobuf is not supported yet: decoding it in the JVM needs Spark's spark-protobuf module, which "
             "this project does not ship",
-        )  # fmt: skip
+        )
     if not isinstance(value, str) or value not in FORMATS:
         raise _invalid(f"one of {_choices(FORMATS)}", value, _did_you_mean(value, FORMATS))
     return value
@@ -307,36 +312,40 @@ class ValueSchemaSection(_Section):
     record's writer schema is looked up by the id it carries).
     """
 
-    file: _text(_AVSC_EXPECTED) | None = Field(
-        None,
+    file: Annotated[str, _text(_AVSC_EXPECTED)] | None = Field(
+        default=None,
         description="An Avro schema file (.avsc), relative to the pipeline file's folder: the record schema "
         "every value was written with (plain Avro binary, no header). Read when the pipeline file is loaded.",
     )
-    registry: _text("an Airflow connection id") | None = Field(
-        None,
+    registry: Annotated[str, _text("an Airflow connection id")] | None = Field(
+        default=None,
         description="The Airflow connection (type http: host and port, or url in its extra; login and "
         "password when the registry wants them) of a Confluent-compatible schema registry. Values are in the "
         "Confluent wire format (magic byte 0, 4-byte schema id, payload).",
     )
-    subject_strategy: _choice(SUBJECT_STRATEGIES) = Field(
-        "topic_name",
+    subject_strategy: Annotated[SubjectStrategy, _choice(SUBJECT_STRATEGIES)] = Field(
+        default="topic_name",
         description="With registry: how the reader schema's subject is named, as Confluent's serializers do: "
         "topic_name (default: <topic>-value; needs exactly one topic in kafka.topics), record_name "
         "(<record_name>) or topic_record_name (<topic>-<record_name>).",
     )
-    record_name: _text("a record's full name, e.g. shop.Order") | None = Field(
-        None, description="With registry: the record's full name, for subject_strategy record_name and "
-        "topic_record_name."
+    record_name: Annotated[str, _text("a record's full name, e.g. shop.Order")] | None = Field(
+        default=None,
+        description="With registry: the record's full name, for subject_strategy record_name and "
+        "topic_record_name.",
     )
-    subject: _text("a registry subject") | None = Field(
-        None, description="With registry: the subject itself, instead of subject_strategy."
+    subject: Annotated[str, _text("a registry subject")] | None = Field(
+        default=None, description="With registry: the subject itself, instead of subject_strategy."
     )
     version: Annotated[int | None, BeforeValidator(_check_version)] = Field(
-        None,
+        default=None,
         description="With registry: latest (the default: the subject's newest version when the run starts) or "
         "a version number. The version read with is recorded in every silver batch commit.",
         json_schema_extra=lambda s: s.update(
-            {"anyOf": [{"type": "integer", "minimum": 1}, {"const": "latest"}, {"type": "null"}], "default": "latest"}
+            {
+                "anyOf": [{"type": "integer", "minimum": 1}, {"const": "latest"}, {"type": "null"}],
+                "default": "latest",
+            }
         ),
     )
 
@@ -352,7 +361,9 @@ class ValueSchemaSection(_Section):
         if file is not None:
             for key in ("record_name", "subject", "version"):
                 if data.get(key) is not None and data.get(key) != "latest":
-                    raise _problem(f"expected no {key} with a schema file (it names a registry subject)", f".{key}")
+                    raise _problem(
+                        f"expected no {key} with a schema file (it names a registry subject)", f".{key}"
+                    )
             folder = Path((info.context or {}).get("folder", "."))
             data = {**data, "file": _read_avro_schema_file(file, folder)[1]}  # shown: how messages name it
         return data
@@ -361,7 +372,9 @@ class ValueSchemaSection(_Section):
         """The :class:`ValueSchema` the Spark job reads: the registry subject named, or the file's schema."""
         if self.file is not None:
             shown = Path(self.file)
-            text, _ = _read_avro_schema_file(self.file, settings.PROJECT_ROOT if not shown.is_absolute() else Path("/"))
+            text, _ = _read_avro_schema_file(
+                self.file, settings.PROJECT_ROOT if not shown.is_absolute() else Path("/")
+            )
             return ValueSchema(file=self.file, text=text)
         subject = self.subject
         if subject is None:
@@ -379,8 +392,12 @@ class ValueSchemaSection(_Section):
                     f"{self.subject_strategy}, got none",
                 )
             subject = subject_name(self.subject_strategy, topics[0] if topics else None, self.record_name)
-        return ValueSchema(registry=self.registry, subject=subject, subject_strategy=self.subject_strategy,
-                           version=self.version)  # fmt: skip
+        return ValueSchema(
+            registry=self.registry,
+            subject=subject,
+            subject_strategy=self.subject_strategy,
+            version=self.version,
+        )
 
 
 class _ValueSchemaProblem(Exception):
@@ -398,8 +415,8 @@ class TransformSection(_Section):
     Loads into a :class:`~include.contract.transform_spec.TransformSpec`.
     """
 
-    format: Annotated[Literal[FORMATS], BeforeValidator(_check_format)] = Field(
-        "json",
+    format: Annotated[ValueFormat, BeforeValidator(_check_format)] = Field(
+        default="json",
         description="json (default): each record value is a JSON object. avro: Avro binary, decoded in the JVM "
         "by Spark's from_avro (needs value_schema). json_schema: a JSON object behind the Confluent wire "
         "format's header, as Confluent's JSON Schema serializer writes it (needs value_schema.registry). "
@@ -407,14 +424,14 @@ class TransformSection(_Section):
         "ship.",
     )
     schema: _Schema | None = Field(
-        None,
+        default=None,
         description="Mapping of field name to its type (status: string) or to its settings. Field names: "
         "letters, digits and _, starting with a letter, at most 128 characters (_ names are silver's own "
         "columns); no two may differ only in case (Delta column names are case-insensitive). Give exactly "
         "one of schema and schema_file.",
     )
-    schema_file: _text(_SCHEMA_FILE_EXPECTED) | None = Field(
-        None,
+    schema_file: Annotated[str, _text(_SCHEMA_FILE_EXPECTED)] | None = Field(
+        default=None,
         description="Instead of schema: a YAML file holding that same mapping; a relative path is taken from "
         "the pipeline file's folder. Errors in it name that file.",
     )
@@ -426,29 +443,32 @@ class TransformSection(_Section):
         description="Required: the field telling which record of a key is newer (int, long, double, date, "
         "timestamp or string; not a key field). It is required; the Kafka offset breaks ties."
     )
-    tombstones: _choice(TOMBSTONE_POLICIES) = Field(
-        "quarantine",
+    tombstones: Annotated[TombstonePolicy, _choice(TOMBSTONE_POLICIES)] = Field(
+        default="quarantine",
         description="quarantine (default): a record with a null value goes to quarantine. delete: it deletes "
         "its key, taken from the Kafka key (its text for a one-field key, a JSON object for more); silver keeps "
         "the row with _deleted = true and its last ordering value, so an older event arriving later cannot "
         "bring it back, and a newer one does.",
     )
-    new_fields: _choice(NEW_FIELD_POLICIES) = Field(
-        "ignore",
+    new_fields: Annotated[NewFieldPolicy, _choice(NEW_FIELD_POLICIES)] = Field(
+        default="ignore",
         description="ignore (default): a field the schema does not declare is left out of silver and named "
         "in the job's summary. add: it becomes a silver column of the type its values show (integers long, "
         "fractions double, text string, objects, arrays or mixed values json), added in a schema-change "
         "commit that records it; later values of another type go to quarantine.",
     )
-    max_value_bytes: _integer(
-        1, MAX_VALUE_BYTES_LIMIT, f"a positive integer of at most {MAX_VALUE_BYTES_LIMIT} (64 MiB)"
-    ) = Field(
-        DEFAULT_MAX_VALUE_BYTES,
+    max_value_bytes: Annotated[
+        int,
+        *_integer(
+            1, MAX_VALUE_BYTES_LIMIT, f"a positive integer of at most {MAX_VALUE_BYTES_LIMIT} (64 MiB)"
+        ),
+    ] = Field(
+        default=DEFAULT_MAX_VALUE_BYTES,
         description="Positive integer, at most 64 MiB, default 1048576: larger record values go to "
         "quarantine.",
     )
     value_schema: ValueSchemaSection | None = Field(
-        None,
+        default=None,
         description="Section, required for format avro and json_schema and refused for json: where the "
         "value's schema comes from, exactly one of a schema file and a schema registry.",
     )
@@ -536,7 +556,11 @@ def _read_avro_schema_file(value: Any, folder: Path) -> tuple[str, str]:
         schema = json.loads(text)
     except ValueError as exc:
         raise _problem(f"expected the Avro schema file {shown} to hold JSON, got: {exc}", ".file") from None
-    if not isinstance(schema, dict) or schema.get("type") != "record" or not isinstance(schema.get("fields"), list):
+    if (
+        not isinstance(schema, dict)
+        or schema.get("type") != "record"
+        or not isinstance(schema.get("fields"), list)
+    ):
         raise _problem(
             f"expected the Avro schema file {shown} to hold a record schema "
             '({"type": "record", "name": ..., "fields": [...]}), got '

@@ -14,9 +14,10 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from pydantic import BeforeValidator, Field
+from pydantic.fields import FieldInfo
 
 from include.config.errors import _choices, _did_you_mean, _invalid, _problem, _suffix, _unquote_hint
 from include.contract import jobs
@@ -105,9 +106,12 @@ def _check_keys(value: Any, keys: Sequence[str], expected: str, at: str = "") ->
     return value
 
 
-# Each is the type pydantic (and the JSON Schema) sees, plus a check that
-# runs first on the value as YAML gave it and raises this project's message.
-def _integer(low: int, high: int | None = None, expected: str | None = None) -> Any:
+# Each is what pydantic (and the JSON Schema) reads beside a value's type, ``Annotated[int, *_integer(1)]``
+# or ``Annotated[str, _text()]``: a check that runs first on the value as YAML gave it and raises this
+# project's message (and for integers the bounds the JSON Schema shows).
+def _integer(
+    low: int, high: int | None = None, expected: str | None = None
+) -> tuple[FieldInfo, BeforeValidator]:
     """An integer from ``low`` (to ``high``); YAML booleans and quoted numbers are refused."""
     if expected is None:
         if high is not None:
@@ -117,25 +121,28 @@ def _integer(low: int, high: int | None = None, expected: str | None = None) -> 
 
     def check(value: Any) -> int:
         in_range = isinstance(value, int) and low <= value and (high is None or value <= high)
-        if isinstance(value, bool) or not in_range:
+        if isinstance(value, bool) or not isinstance(value, int) or not in_range:
             raise _invalid(expected, value, _unquote_hint(value))
         return value
 
-    return Annotated[int, Field(ge=low, le=high), BeforeValidator(check)]
+    return Field(ge=low, le=high), BeforeValidator(check)
 
 
-def _choice(choices: tuple[str, ...]) -> Any:
-    """One of ``choices``, spelled exactly (``Fail`` is not ``fail``, but gets a did-you-mean)."""
+def _choice(choices: tuple[str, ...]) -> BeforeValidator:
+    """One of ``choices``, spelled exactly (``Fail`` is not ``fail``, but gets a did-you-mean).
+
+    Beside the ``Literal`` of the same choices: ``Annotated[Literal["a", "b"], _choice(("a", "b"))]``.
+    """
 
     def check(value: Any) -> str:
         if not isinstance(value, str) or value not in choices:
             raise _invalid(f"one of {_choices(choices)}", value, _did_you_mean(value, choices))
         return value
 
-    return Annotated[Literal[choices], BeforeValidator(check)]
+    return BeforeValidator(check)
 
 
-def _text(expected: str = "a non-empty string") -> Any:
+def _text(expected: str = "a non-empty string") -> BeforeValidator:
     """A non-empty string, stripped."""
 
     def check(value: Any) -> str:
@@ -143,10 +150,10 @@ def _text(expected: str = "a non-empty string") -> Any:
             raise _invalid(expected, value)
         return value.strip()
 
-    return Annotated[str, BeforeValidator(check)]
+    return BeforeValidator(check)
 
 
-def _matching(pattern: re.Pattern[str], expected: str, if_null: str | None = None) -> Any:
+def _matching(pattern: re.Pattern[str], expected: str, if_null: str | None = None) -> BeforeValidator:
     """A string ``pattern`` matches whole; null stands for ``if_null`` when one is given."""
 
     def check(value: Any) -> str:
@@ -156,10 +163,10 @@ def _matching(pattern: re.Pattern[str], expected: str, if_null: str | None = Non
             raise _invalid(expected, value)
         return value
 
-    return Annotated[str, BeforeValidator(check)]
+    return BeforeValidator(check)
 
 
-def _connection_id(what: str) -> Any:
+def _connection_id(what: str) -> BeforeValidator:
     """The id of an Airflow connection: never the broker or master addresses themselves."""
     expected = f"the id of an Airflow {what} connection"
 
@@ -174,22 +181,27 @@ def _connection_id(what: str) -> Any:
             raise _invalid(f"{expected} (letters, digits and #!()-.:/\\_, at most 250 characters)", value)
         return conn
 
-    return Annotated[str, BeforeValidator(check)]
+    return BeforeValidator(check)
 
 
-def _folder(if_null: str | None = None) -> Any:
+def _folder(if_null: str | None = None) -> BeforeValidator:
     """An absolute path inside a container (no URI); null stands for ``if_null`` when one is given."""
 
     def check(value: Any) -> str:
         if value is None and if_null is not None:
             return if_null
         # Whitespace is refused: these paths go into JVM options, where a space would start a second option.
-        if (not isinstance(value, str) or not value.startswith("/") or "//" in value or ":" in value
-                or any(c.isspace() for c in value)):  # fmt: skip
+        if (
+            not isinstance(value, str)
+            or not value.startswith("/")
+            or "//" in value
+            or ":" in value
+            or any(c.isspace() for c in value)
+        ):
             raise _invalid("an absolute path without spaces (e.g. /mnt/kde)", value)
         return os.path.normpath(value)
 
-    return Annotated[str, BeforeValidator(check)]
+    return BeforeValidator(check)
 
 
 def _check_name(value: Any) -> str:
@@ -263,10 +275,14 @@ def _check_options(value: Any) -> dict[str, str]:
         if key in _MANAGED_OPTIONS:
             raise _invalid("a setting the pipeline does not manage", key, f": {_MANAGED_OPTIONS[key]}", at=at)
         if _CODE_OPTION.search(key):
-            raise _invalid("a consumer setting that loads no code and reads nothing of the worker", key,
-                           ": config providers, *.class(es) keys, interceptors and metric reporters make the "
-                           "Kafka client load classes or read the environment and files of the machine it "
-                           "runs on; set authentication through the pipeline's Airflow connection", at=at)  # fmt: skip
+            raise _invalid(
+                "a consumer setting that loads no code and reads nothing of the worker",
+                key,
+                ": config providers, *.class(es) keys, interceptors and metric reporters make the "
+                "Kafka client load classes or read the environment and files of the machine it "
+                "runs on; set authentication through the pipeline's Airflow connection",
+                at=at,
+            )
         if not _OPTION_KEY.fullmatch(key):
             expected = (
                 "a Kafka consumer setting name (lower-case words joined by dots, e.g. 'max.poll.records')"
@@ -276,8 +292,12 @@ def _check_options(value: Any) -> dict[str, str]:
             hint = " (quote the value)" if isinstance(setting, (int, float, bool)) else ""
             raise _invalid("a string value", setting, hint, at=at)
         if "${" in setting:
-            raise _invalid("a literal value, not a config provider reference", setting,
-                           ": ${...} asks a provider for a value of the worker's environment or files", at=at)  # fmt: skip
+            raise _invalid(
+                "a literal value, not a config provider reference",
+                setting,
+                ": ${...} asks a provider for a value of the worker's environment or files",
+                at=at,
+            )
     return dict(value)
 
 

@@ -21,6 +21,8 @@ class _DuplicateKey(yaml.MarkedYAMLError):
     pass
 
 
+# The C loader when PyYAML was built with libyaml, else the Python one: a base chosen at import time,
+# which a type checker cannot follow (both are SafeLoaders).
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """Safe loader that refuses duplicate keys (PyYAML silently keeps the last one)."""
 
@@ -61,10 +63,12 @@ def _parse_yaml(text: str, shown: str) -> Any:
         for event in yaml.parse(text, Loader=_Loader):
             if isinstance(event, yaml.AliasEvent):
                 mark = event.start_mark
+                assert mark is not None  # the parser marks every event it yields
                 raise PipelineConfigError(
-                    shown, f"line {mark.line + 1}, column {mark.column + 1}",
+                    shown,
+                    f"line {mark.line + 1}, column {mark.column + 1}",
                     f"expected no YAML aliases, got *{event.anchor}; write the value out where it is used",
-                )  # fmt: skip
+                )
         return yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader: no arbitrary objects
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from include.contract import manual_ops
 from include.contract.offsets import (
@@ -53,12 +54,19 @@ class PartitionResult:
     rows: int = 0
     ranges: int = 0
     holes: int = 0
-    gaps: list[dict] = field(default_factory=list)
+    gaps: list[dict[str, Any]] = field(default_factory=list)
 
-    def to_json(self) -> dict:
-        return {"topic": self.topic, "partition": self.partition, "from": self.from_offset,
-                "until": self.until_offset, "rows": self.rows, "ranges": self.ranges,
-                "holes": self.holes, "gaps": self.gaps}  # fmt: skip
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "from": self.from_offset,
+            "until": self.until_offset,
+            "rows": self.rows,
+            "ranges": self.ranges,
+            "holes": self.holes,
+            "gaps": self.gaps,
+        }
 
 
 @dataclass
@@ -76,19 +84,24 @@ class ContinuityReport:
 
     @property
     def ok(self) -> bool:
-        return (not self.violations and (self.transform is None or self.transform.ok)
-                and (self.backfill is None or self.backfill.ok))  # fmt: skip
+        return (
+            not self.violations
+            and (self.transform is None or self.transform.ok)
+            and (self.backfill is None or self.backfill.ok)
+        )
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "run_id": self.run_id,
             "commits": self.commits,
             "rows": self.rows,
             "partitions": [p.to_json() for p in self.partitions],
-            "violations": list(self.violations) + (self.transform.violations if self.transform else [])
+            "violations": list(self.violations)
+            + (self.transform.violations if self.transform else [])
             + (self.backfill.violations if self.backfill else []),
-            "notes": list(self.notes) + (self.transform.notes if self.transform else [])
+            "notes": list(self.notes)
+            + (self.transform.notes if self.transform else [])
             + (self.backfill.notes if self.backfill else []),
             "transform": self.transform.to_json() if self.transform else None,
             "backfill": self.backfill.to_json() if self.backfill else None,
@@ -130,8 +143,14 @@ def check_run(
     """
     walk = _Walk(position=flatten(start or {}))
     for version, commit in commits:
-        _check_commit(walk, f"Delta version {version}", commit, run_id=run_id, dag_id=dag_id,
-                      count_records=count_records)  # fmt: skip
+        _check_commit(
+            walk,
+            f"Delta version {version}",
+            commit,
+            run_id=run_id,
+            dag_id=dag_id,
+            count_records=count_records,
+        )
     _check_the_end(walk, start, checkpoint_position, expected_rows)
     return ContinuityReport(
         run_id=run_id,
@@ -159,8 +178,15 @@ class _Walk:
         return self.results.setdefault(tp, PartitionResult(tp[0], tp[1]))
 
 
-def _check_commit(walk: _Walk, where: str, commit: BronzeCommit, *, run_id: str, dag_id: str,
-                  count_records: RecordCounter | None) -> None:  # fmt: skip
+def _check_commit(
+    walk: _Walk,
+    where: str,
+    commit: BronzeCommit,
+    *,
+    run_id: str,
+    dag_id: str,
+    count_records: RecordCounter | None,
+) -> None:
     """One commit: written by this run; a recorded reset moves the position and is only noted; otherwise its
     gaps and ranges must continue where the table stood, and its next offsets be where its ranges end."""
     if commit.run_id != run_id:
@@ -179,13 +205,18 @@ def _check_commit(walk: _Walk, where: str, commit: BronzeCommit, *, run_id: str,
     walk.last = commit
 
 
-def _follow_reset(walk: _Walk, where: str, commit: BronzeCommit, reset: dict) -> None:
+def _follow_reset(walk: _Walk, where: str, commit: BronzeCommit, reset: dict[str, Any]) -> None:
     """A recorded reset (starting_offsets latest, or an operator's position action): the chain continues from
     where it says, and the report says so."""
     position = walk.position
-    moved = [f"{t}-{p} {position.get((t, p))} -> {o}" for (t, p), o in sorted(flatten(commit.next_offsets).items())
-             if position.get((t, p)) != o]  # fmt: skip
-    walk.notes.append(f"{where} sets the position ({reset.get('reason', '')}): " + ("; ".join(moved[:10]) or "unchanged"))
+    moved = [
+        f"{t}-{p} {position.get((t, p))} -> {o}"
+        for (t, p), o in sorted(flatten(commit.next_offsets).items())
+        if position.get((t, p)) != o
+    ]
+    walk.notes.append(
+        f"{where} sets the position ({reset.get('reason', '')}): " + ("; ".join(moved[:10]) or "unchanged")
+    )
     position.update(flatten(commit.next_offsets))
 
 
@@ -203,8 +234,9 @@ def _follow_gaps(walk: _Walk, where: str, commit: BronzeCommit) -> None:
         walk.position[tp] = g.until_offset
 
 
-def _follow_range(walk: _Walk, where: str, r: OffsetRange, *, dag_id: str,
-                  count_records: RecordCounter | None) -> None:  # fmt: skip
+def _follow_range(
+    walk: _Walk, where: str, r: OffsetRange, *, dag_id: str, count_records: RecordCounter | None
+) -> None:
     """One range of the commit: it must continue at the partition's position (a gap or an overlap otherwise,
     a gap naming the backfill that reads it again); its rows and holes count, and holes are verified."""
     tp = r.topic_partition
@@ -216,9 +248,12 @@ def _follow_range(walk: _Walk, where: str, r: OffsetRange, *, dag_id: str,
         todo = ""
         if kind == "gap":  # the skipped offsets can be read again on request
             todo = "; if bronze lacks those records, trigger " + manual_ops.action_hint(
-                dag_id, manual_ops.BACKFILL_OFFSETS, offset_ranges=[
-                    {"topic": r.topic, "partition": r.partition, "from": expected, "until": r.from_offset}],
-            )  # fmt: skip
+                dag_id,
+                manual_ops.BACKFILL_OFFSETS,
+                offset_ranges=[
+                    {"topic": r.topic, "partition": r.partition, "from": expected, "until": r.from_offset}
+                ],
+            )
         walk.violations.append(
             f"{r.topic}-{r.partition}: {where} range [{r.from_offset}, {r.until_offset}) does not "
             f"continue at {expected}: {kind} of {missing} offsets{todo}"
@@ -232,8 +267,17 @@ def _follow_range(walk: _Walk, where: str, r: OffsetRange, *, dag_id: str,
     walk.rows += r.rows
     walk.position[tp] = r.until_offset
     if r.holes:
-        _verify_holes(r.topic, r.partition, r.from_offset, r.until_offset, r.rows, where,
-                      count_records, walk.violations, walk.notes)  # fmt: skip
+        _verify_holes(
+            r.topic,
+            r.partition,
+            r.from_offset,
+            r.until_offset,
+            r.rows,
+            where,
+            count_records,
+            walk.violations,
+            walk.notes,
+        )
 
 
 def _check_next_offsets(walk: _Walk, where: str, commit: BronzeCommit) -> None:
@@ -250,12 +294,15 @@ def _check_next_offsets(walk: _Walk, where: str, commit: BronzeCommit) -> None:
         walk.position[tp] = recorded[tp]  # a partition first seen with no records yet
 
 
-def _check_the_end(walk: _Walk, start: PositionMap | None, checkpoint_position: PositionMap | None,
-                   expected_rows: int | None) -> None:  # fmt: skip
+def _check_the_end(
+    walk: _Walk, start: PositionMap | None, checkpoint_position: PositionMap | None, expected_rows: int | None
+) -> None:
     """After the last commit: the job's reported rows must be the commits' rows, and the Spark checkpoint the
     next run resumes must stand where the table now does (a note when it cannot be read from here)."""
     if expected_rows is not None and expected_rows != walk.rows:
-        walk.violations.append(f"the job reported {expected_rows} rows but the run's commits hold {walk.rows}")
+        walk.violations.append(
+            f"the job reported {expected_rows} rows but the run's commits hold {walk.rows}"
+        )
     final = flatten(walk.last.next_offsets) if walk.last else flatten(start or {})
     if checkpoint_position is None:
         walk.notes.append("Spark checkpoint not compared (not readable from here)")
@@ -266,11 +313,22 @@ def _check_the_end(walk: _Walk, start: PositionMap | None, checkpoint_position: 
             for (t, p), o in sorted(final.items())
             if mine.get((t, p)) != o
         ]
-        walk.violations.append("the Spark checkpoint does not stand where the table does: " + "; ".join(diffs[:10]))
+        walk.violations.append(
+            "the Spark checkpoint does not stand where the table does: " + "; ".join(diffs[:10])
+        )
 
 
-def _verify_holes(topic: str, partition: int, frm: int, until: int, rows: int, where: str,
-                  count_records: RecordCounter | None, violations: list[str], notes: list[str]) -> None:  # fmt: skip
+def _verify_holes(
+    topic: str,
+    partition: int,
+    frm: int,
+    until: int,
+    rows: int,
+    where: str,
+    count_records: RecordCounter | None,
+    violations: list[str],
+    notes: list[str],
+) -> None:
     span = f"{topic}-{partition} [{frm}, {until})"
     if count_records is None:
         notes.append(f"{span}: {until - frm - rows} offset holes not verified against Kafka")
@@ -287,7 +345,6 @@ def _verify_holes(topic: str, partition: int, frm: int, until: int, rows: int, w
         )
 
 
-
 @dataclass
 class TransformCheck:
     """Whether the run's silver batches account for every bronze record they read."""
@@ -302,9 +359,15 @@ class TransformCheck:
     def ok(self) -> bool:
         return not self.violations
 
-    def to_json(self) -> dict:
-        return {"ok": self.ok, "commits": self.commits, "read": self.read, **self.counts,
-                "violations": list(self.violations), "notes": list(self.notes)}  # fmt: skip
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "commits": self.commits,
+            "read": self.read,
+            **self.counts,
+            "violations": list(self.violations),
+            "notes": list(self.notes),
+        }
 
     def summary_line(self) -> str:
         parts = ", ".join(f"{self.counts[k]} {k}" for k in COUNT_KEYS if self.counts.get(k))
@@ -319,7 +382,7 @@ def check_transform(
     bronze_rows: dict[int, int],
     bronze_version: int | None,
     quarantine_rows: dict[tuple[int, int], int],
-    expected: dict | None = None,
+    expected: dict[str, Any] | None = None,
     stand_before: SilverStand | None = None,
 ) -> TransformCheck:
     """Check the silver batch commits one run wrote (oldest first).
@@ -341,11 +404,13 @@ def check_transform(
     epoch = previous.epoch if previous else None
     version_only = False
     restore = stand_before.restore if stand_before is not None else None
-    if restore is not None and restore.bronze_from is not None:
+    if stand_before is not None and restore is not None and restore.bronze_from is not None:
         # What the RESTORE undid is read again: the run must start where silver stood at the restored version.
         position, epoch = restore.bronze_from, stand_before.epoch
-        notes.append(f"silver was restored to {restore.restored_to} (silver version {restore.version}); the run "
-                     f"re-reads bronze from version {position.version}, where silver stood then")  # fmt: skip
+        notes.append(
+            f"silver was restored to {restore.restored_to} (silver version {restore.version}); the run "
+            f"re-reads bronze from version {position.version}, where silver stood then"
+        )
     elif previous is None and stand_before is not None:
         position, epoch, version_only = stand_before.bronze_end, stand_before.epoch, True
         notes.append(
@@ -356,10 +421,20 @@ def check_transform(
     for c in commits:
         where = f"silver version {c.version} (epoch {c.epoch} batch {c.batch_id})"
         if c.read != c.accounted:
-            violations.append(f"{where} read {c.read} bronze records but accounts for {c.accounted}: {c.counts}")
+            violations.append(
+                f"{where} read {c.read} bronze records but accounts for {c.accounted}: {c.counts}"
+            )
         # From the state alone the previous end is known to its bronze version, not the file index in it.
-        follows_state = version_only and (c.epoch, c.batch_id, c.bronze_start.version) == (
-            epoch, stand_before.batch_id + 1, position.version)  # fmt: skip
+        follows_state = (
+            version_only
+            and stand_before is not None
+            and (c.epoch, c.batch_id, c.bronze_start.version)
+            == (
+                epoch,
+                stand_before.batch_id + 1,
+                position.version,
+            )
+        )
         if epoch is not None and c.epoch != epoch and c.bronze_start == BronzePosition(position.version):
             notes.append(f"{where} starts a new checkpoint epoch at bronze version {position.version}")
         elif c.bronze_start != position and not follows_state:
@@ -371,8 +446,10 @@ def check_transform(
         q = c.counts.get("quarantined", 0)
         held = quarantine_rows.get((c.epoch, c.batch_id))
         if q and held is None:
-            notes.append(f"{where}: its quarantine append is not among this run's quarantine commits "
-                          "(an earlier attempt wrote it)")  # fmt: skip
+            notes.append(
+                f"{where}: its quarantine append is not among this run's quarantine commits "
+                "(an earlier attempt wrote it)"
+            )
         elif (held or 0) != q:
             violations.append(f"{where} quarantined {q} records but the quarantine commit holds {held}")
         position, epoch = c.bronze_end, c.epoch
@@ -418,22 +495,30 @@ class BackfillCheck:
     def ok(self) -> bool:
         return not self.violations
 
-    def to_json(self) -> dict:
-        return {"ok": self.ok, "commits": self.commits, "read": self.read, "inserted": self.inserted,
-                "present": self.read - self.inserted, "violations": list(self.violations),
-                "notes": list(self.notes)}  # fmt: skip
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "commits": self.commits,
+            "read": self.read,
+            "inserted": self.inserted,
+            "present": self.read - self.inserted,
+            "violations": list(self.violations),
+            "notes": list(self.notes),
+        }
 
     def summary_line(self) -> str:
         verdict = "confirmed" if self.ok else "NOT CONFIRMED"
-        return (f"backfill {verdict}: {self.read} records re-read, {self.inserted} inserted, "
-                f"{self.read - self.inserted} were there already")  # fmt: skip
+        return (
+            f"backfill {verdict}: {self.read} records re-read, {self.inserted} inserted, "
+            f"{self.read - self.inserted} were there already"
+        )
 
 
 def check_backfill(
     *,
     run_id: str,
-    commits: Sequence[tuple[int, BackfillCommit, dict]],
-    expected: dict | None,
+    commits: Sequence[tuple[int, BackfillCommit, dict[str, Any]]],
+    expected: dict[str, Any] | None,
     count_records: RecordCounter | None = None,
 ) -> BackfillCheck:
     """Check a backfill run's bronze commit against Delta's metrics, the job and Kafka.
@@ -451,22 +536,28 @@ def check_backfill(
         if c.run_id != run_id:
             notes.append(f"Delta version {v} is a backfill of another run ({c.run_id})")
     if len(mine) > 1:
-        violations.append(f"the run wrote {len(mine)} backfill commits (versions "
-                          f"{', '.join(str(v) for v, _, _ in mine)}); expected at most one")  # fmt: skip
+        violations.append(
+            f"the run wrote {len(mine)} backfill commits (versions "
+            f"{', '.join(str(v) for v, _, _ in mine)}); expected at most one"
+        )
     read = inserted = 0
-    checked: list[tuple[str, tuple[BackfillRange, ...], dict | None]] = []
+    checked: list[tuple[str, tuple[BackfillRange, ...], dict[str, Any] | None]] = []
     for v, commit, metrics in mine:
         where = f"Delta version {v}"
         done = metrics.get("numTargetRowsInserted")
         if done is None or int(done) != commit.inserted:
-            violations.append(f"{where} says it inserted {commit.inserted} rows but Delta's metrics say {done}")
+            violations.append(
+                f"{where} says it inserted {commit.inserted} rows but Delta's metrics say {done}"
+            )
         read += commit.read
         inserted += commit.inserted
         checked.append((where, commit.ranges, commit.time_range))
     if expected is not None:
         if int(expected.get("inserted", 0)) != inserted:
-            violations.append(f"the job reported {expected.get('inserted')} rows inserted but the run's backfill "
-                              f"commits hold {inserted}")  # fmt: skip
+            violations.append(
+                f"the job reported {expected.get('inserted')} rows inserted but the run's backfill "
+                f"commits hold {inserted}"
+            )
         if not mine:
             read = int(expected.get("read", 0))
             if not int(expected.get("inserted", 0)):
@@ -479,6 +570,15 @@ def check_backfill(
             continue
         for r in ranges:
             if r.read < r.until_offset - r.from_offset:
-                _verify_holes(r.topic, r.partition, r.from_offset, r.until_offset, r.read, where,
-                              count_records, violations, notes)  # fmt: skip
+                _verify_holes(
+                    r.topic,
+                    r.partition,
+                    r.from_offset,
+                    r.until_offset,
+                    r.read,
+                    where,
+                    count_records,
+                    violations,
+                    notes,
+                )
     return BackfillCheck(len(mine), read, inserted, violations, notes)

@@ -52,9 +52,18 @@ class PipelineError(Exception):
     #: quotes its cause's text (which starts so already).
     render_where: ClassVar[bool] = True
 
-    def __init__(self, message: str = "", *, pipeline: str | None = None, topic: str | None = None,
-                 partition: int | None = None, offsets: tuple[int, ...] | None = None, table: str | None = None,
-                 version: int | None = None, action: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        pipeline: str | None = None,
+        topic: str | None = None,
+        partition: int | None = None,
+        offsets: tuple[int, ...] | None = None,
+        table: str | None = None,
+        version: int | None = None,
+        action: str | None = None,
+    ) -> None:
         self.message = message
         self.pipeline = pipeline
         self.topic = topic
@@ -185,7 +194,7 @@ class IngestionError(PipelineError, RuntimeError):
 
     extra_fields = ("cause",)
     render_where = False
-    cause: dict | None = None
+    cause: dict[str, Any] | None = None
 
 
 class BackfillError(PipelineError, RuntimeError):
@@ -197,7 +206,7 @@ class TransformError(PipelineError, RuntimeError):
 
     extra_fields = ("cause",)
     render_where = False
-    cause: dict | None = None
+    cause: dict[str, Any] | None = None
 
 
 class ValueSchemaError(PipelineError, RuntimeError):
@@ -216,8 +225,13 @@ class StepsFileError(PipelineError, ValueError):
     """The ``--steps-file`` argument or the file it names cannot be used; the message names the argument or field."""
 
 
-def batch_failure(job_error: type[IngestionError | TransformError], what: str, pipeline: str,
-                  recorded: PipelineError | None, exc: BaseException) -> PipelineError:  # fmt: skip
+def batch_failure(
+    job_error: type[IngestionError | TransformError],
+    what: str,
+    pipeline: str,
+    recorded: PipelineError | None,
+    exc: BaseException,
+) -> PipelineError:
     """The error a job raises when its streaming query failed.
 
     ``recorded``: the error the batch function raised and stored before Spark
@@ -226,10 +240,16 @@ def batch_failure(job_error: type[IngestionError | TransformError], what: str, p
     failure outside our code) the trace's first line is the message.
     """
     if recorded is not None:
-        error = job_error(f"{what} of pipeline {pipeline!r} failed: {type(recorded).__name__}: {recorded}",
-                          pipeline=pipeline, topic=recorded.topic, partition=recorded.partition,
-                          offsets=recorded.offsets, table=recorded.table, version=recorded.version,
-                          action=recorded.action)  # fmt: skip
+        error = job_error(
+            f"{what} of pipeline {pipeline!r} failed: {type(recorded).__name__}: {recorded}",
+            pipeline=pipeline,
+            topic=recorded.topic,
+            partition=recorded.partition,
+            offsets=recorded.offsets,
+            table=recorded.table,
+            version=recorded.version,
+            action=recorded.action,
+        )
         error.cause = recorded.to_dict()
         return error
     first = str(exc).split("\n", 1)[0][:2000]

@@ -26,8 +26,9 @@ WIDEN = 10
 Verdict = bool | int
 
 
-def read_until(read: Callable[[int], Sequence[E]], covered: Callable[[Sequence[E]], Verdict], *,
-               first: int = FIRST_READ) -> Sequence[E]:  # fmt: skip
+def read_until(
+    read: Callable[[int], Sequence[E]], covered: Callable[[Sequence[E]], Verdict], *, first: int = FIRST_READ
+) -> Sequence[E]:
     """The newest entries ``read(limit)`` returns (newest first), widened until ``covered`` accepts them.
 
     Stops when ``covered(entries)`` is ``True``, when it returns a count no

@@ -17,8 +17,8 @@ import argparse
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, NoReturn, Self
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Self
 
 from include.contract.errors import (
     JobConfigError,
@@ -114,9 +114,15 @@ def positive(cast: type[int] | type[float]) -> Callable[[str], int | float]:
     return parse
 
 
-def _arg(*, help: str | None = None, choices: Sequence[str] | None = None, kind: str = "value",
-         parse: Callable[[str], Any] | None = None, metavar: str | None = None,
-         default: Any = MISSING) -> Any:  # fmt: skip
+def _arg(
+    *,
+    help: str | None = None,
+    choices: Sequence[str] | None = None,
+    kind: str = "value",
+    parse: Callable[[str], Any] | None = None,
+    metavar: str | None = None,
+    default: Any = MISSING,
+) -> Any:
     """A dataclass field of a job's command line.
 
     ``kind``: ``value`` (``--flag=value``), ``list`` (repeatable flag, a tuple),
@@ -145,19 +151,27 @@ class JobArgs:
     description: ClassVar[str] = ""
     #: The error a bad argument raises (the job exits 2 with its message).
     error_type: ClassVar[type[PipelineError]] = JobConfigError
+    if TYPE_CHECKING:  # set by @dataclass on each job's arguments class; what fields() reads
+        __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
     @classmethod
     def parser(cls) -> ContractArgumentParser:
         """The job's argparser, generated from the dataclass's fields."""
-        p = ContractArgumentParser(prog=cls.prog, description=cls.description or None, error_type=cls.error_type)
-        for f in fields(cls):  # type: ignore[arg-type]
+        p = ContractArgumentParser(
+            prog=cls.prog, description=cls.description or None, error_type=cls.error_type
+        )
+        for f in fields(cls):
             meta = f.metadata
             kind = meta.get("kind", "value")
             required = f.default is MISSING and f.default_factory is MISSING
             if kind == "off":
                 p.add_argument(_flag(f.name, kind), dest=f.name, action="store_false", help=meta.get("help"))
                 continue
-            options: dict[str, Any] = {"dest": f.name, "help": meta.get("help"), "metavar": meta.get("metavar")}
+            options: dict[str, Any] = {
+                "dest": f.name,
+                "help": meta.get("help"),
+                "metavar": meta.get("metavar"),
+            }
             if meta.get("choices"):
                 options["choices"] = list(meta["choices"])
             if meta.get("parse"):
@@ -176,7 +190,7 @@ class JobArgs:
         """Parse a command line; raises :attr:`error_type` naming the argument on a bad one."""
         parsed = vars(cls.parser().parse_args(list(argv)))
         values = {}
-        for f in fields(cls):  # type: ignore[arg-type]
+        for f in fields(cls):
             value = parsed[f.name]
             kind = f.metadata.get("kind", "value")
             if kind == "list":
@@ -189,7 +203,7 @@ class JobArgs:
     def to_args(self) -> list[str]:
         """The command line, every flag as ``--flag=value`` so a value starting with ``-`` is never a flag."""
         out = []
-        for f in fields(self):  # type: ignore[arg-type]
+        for f in fields(self):
             value = getattr(self, f.name)
             kind = f.metadata.get("kind", "value")
             if kind == "off":
@@ -235,48 +249,71 @@ class IngestArgs(JobArgs):
     topic_pattern: str | None = _arg(default=None, help="Java regex of topic names (instead of --topics)")
     bronze_path: str = _arg()
     checkpoint_root: str = _arg(help="folder holding one checkpoint per epoch")
-    starting_offsets: str = _arg(default="earliest", choices=("earliest", "latest"),
-                                 help="where partitions start on the pipeline's first run")  # fmt: skip
+    starting_offsets: str = _arg(
+        default="earliest",
+        choices=("earliest", "latest"),
+        help="where partitions start on the pipeline's first run",
+    )
     max_offsets_per_trigger: int | None = _arg(default=None, parse=positive(int))
     run_id: str = _arg(default="manual")
     run_type: str = _arg(default="manual", choices=RUN_TYPES)
     summary_path: str | None = _arg(default=None, help="write the run summary JSON here")
     table_property: tuple[str, ...] = _arg(
-        kind="list", default=(), metavar="KEY=VALUE",
-        help="a Delta table property bronze carries (repeatable), e.g. its retention")
+        kind="list",
+        default=(),
+        metavar="KEY=VALUE",
+        help="a Delta table property bronze carries (repeatable), e.g. its retention",
+    )
     admin_timeout_s: float | None = _arg(default=None, parse=positive(float), help="default 30")
     kafka_options_file: str | None = _arg(
-        default=None, help="JSON object of extra Kafka client settings (e.g. security); not logged")
+        default=None, help="JSON object of extra Kafka client settings (e.g. security); not logged"
+    )
     preflight_file: str | None = _arg(
-        default=None, help='JSON from the preflight check: {"topic_ids": {topic: id}, "accepted_gaps": [gap, ...]}')
+        default=None,
+        help='JSON from the preflight check: {"topic_ids": {topic: id}, "accepted_gaps": [gap, ...]}',
+    )
     rebuild_checkpoint: str | None = _arg(
-        default=None, metavar="REASON", help="start a new checkpoint epoch at the table's next offsets, for this reason")
+        default=None,
+        metavar="REASON",
+        help="start a new checkpoint epoch at the table's next offsets, for this reason",
+    )
 
     @classmethod
-    def for_pipeline(cls, cfg: Any, *, bootstrap_servers: str, run_id: str, run_type: str,
-                     summary_path: str) -> IngestArgs:  # fmt: skip
+    def for_pipeline(
+        cls, cfg: Any, *, bootstrap_servers: str, run_id: str, run_type: str, summary_path: str
+    ) -> IngestArgs:
         """The ingestion's arguments for one run of the pipeline ``cfg`` (a ``PipelineConfig``).
 
         ``kafka.options`` and the connection's security settings are not
         arguments: they reach the job through ``--kafka-options-file``, so they
         never show in a command line. Raises ``ValueError`` naming a bad value.
         """
-        for arg, value in (("bootstrap_servers", bootstrap_servers), ("run_id", run_id),
-                           ("summary_path", summary_path)):  # fmt: skip
+        for arg, value in (
+            ("bootstrap_servers", bootstrap_servers),
+            ("run_id", run_id),
+            ("summary_path", summary_path),
+        ):
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"{arg}: expected a non-empty string, got {_describe(value)}")
         if run_type not in RUN_TYPES:
-            raise ValueError(f"run_type: expected one of {', '.join(map(repr, RUN_TYPES))}, got {_describe(run_type)}")
+            raise ValueError(
+                f"run_type: expected one of {', '.join(map(repr, RUN_TYPES))}, got {_describe(run_type)}"
+            )
         kafka, tables = cfg.kafka, cfg.tables
         return cls(
-            pipeline=cfg.name, bootstrap_servers=bootstrap_servers, bronze_path=tables.bronze_path,
+            pipeline=cfg.name,
+            bootstrap_servers=bootstrap_servers,
+            bronze_path=tables.bronze_path,
             checkpoint_root=tables.checkpoint_root,
             topics=() if kafka.topic_pattern is not None else tuple(kafka.topics),
-            topic_pattern=kafka.topic_pattern, starting_offsets=kafka.starting_offsets,
-            max_offsets_per_trigger=kafka.max_offsets_per_trigger, run_id=run_id, run_type=run_type,
+            topic_pattern=kafka.topic_pattern,
+            starting_offsets=kafka.starting_offsets,
+            max_offsets_per_trigger=kafka.max_offsets_per_trigger,
+            run_id=run_id,
+            run_type=run_type,
             summary_path=summary_path,
             table_property=tuple(f"{k}={v}" for k, v in tables.retention_properties().items()),
-        )  # fmt: skip
+        )
 
     def check(self) -> IngestArgs:
         """Rules across flags; raises :class:`JobConfigError` naming the argument."""
@@ -287,7 +324,9 @@ class IngestArgs(JobArgs):
             try:
                 re.compile(self.topic_pattern)
             except re.error as exc:
-                raise JobConfigError(f"--topic-pattern: not a valid regex ({exc}): {self.topic_pattern!r}") from None
+                raise JobConfigError(
+                    f"--topic-pattern: not a valid regex ({exc}): {self.topic_pattern!r}"
+                ) from None
         return self
 
 
@@ -302,8 +341,10 @@ class BackfillArgs(JobArgs):
     pipeline: str = _arg()
     bootstrap_servers: str = _arg()
     bronze_path: str = _arg()
-    request_file: str = _arg(help='JSON: {"action", "reason", "requested_by", "ranges": [{topic, partition, from, '
-                                  'until}], "time_range": {"from": iso, "to": iso} | null}')  # fmt: skip
+    request_file: str = _arg(
+        help='JSON: {"action", "reason", "requested_by", "ranges": [{topic, partition, from, '
+        'until}], "time_range": {"from": iso, "to": iso} | null}'
+    )
     run_id: str = _arg(default="manual")
     run_type: str = _arg(default="manual", choices=BACKFILL_RUN_TYPES)
     summary_path: str | None = _arg(default=None)
@@ -328,7 +369,9 @@ class TransformArgs(JobArgs):
     summary_path: str | None = _arg(default=None)
     max_files_per_trigger: int | None = _arg(default=None, parse=positive(int))
     table_property: tuple[str, ...] = _arg(kind="list", default=(), metavar="KEY=VALUE")
-    registry_file: str | None = _arg(default=None, help="JSON {url, username, password} of the schema registry")
+    registry_file: str | None = _arg(
+        default=None, help="JSON {url, username, password} of the schema registry"
+    )
 
 
 #: The tables maintenance may touch, in the order it does them.
@@ -353,15 +396,29 @@ class MaintainArgs(JobArgs):
     summary_path: str | None = _arg(default=None)
 
     @classmethod
-    def for_tables(cls, pipeline: str, tables: Mapping[str, str], *, zorder_by: Mapping[str, Sequence[str]],
-                   optimize: bool, vacuum: bool, checkpoint: bool, run_id: str,
-                   summary_path: str) -> MaintainArgs:  # fmt: skip
+    def for_tables(
+        cls,
+        pipeline: str,
+        tables: Mapping[str, str],
+        *,
+        zorder_by: Mapping[str, Sequence[str]],
+        optimize: bool,
+        vacuum: bool,
+        checkpoint: bool,
+        run_id: str,
+        summary_path: str,
+    ) -> MaintainArgs:
         """The arguments for ``tables`` (name -> location); Z-order columns of other tables are left out."""
         return cls(
-            pipeline=pipeline, table=tuple(f"{n}={p}" for n, p in tables.items()),
+            pipeline=pipeline,
+            table=tuple(f"{n}={p}" for n, p in tables.items()),
             zorder_by=tuple(f"{n}={','.join(c)}" for n, c in zorder_by.items() if n in tables),
-            optimize=optimize, vacuum=vacuum, checkpoint=checkpoint, run_id=run_id, summary_path=summary_path,
-        )  # fmt: skip
+            optimize=optimize,
+            vacuum=vacuum,
+            checkpoint=checkpoint,
+            run_id=run_id,
+            summary_path=summary_path,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -378,7 +435,9 @@ class StepsArgs(JobArgs):
 # --------------------------------------------------------------------------- summaries
 
 
-def _need(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], job: str, strict: bool = True) -> Any:
+def _need(
+    data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], job: str, strict: bool = True
+) -> Any:
     """``data[key]`` if it is a ``kind``; else an error naming the field, or (not ``strict``) ``None``."""
     value = data.get(key)
     if not isinstance(value, kind) or isinstance(value, bool) and kind in (int, float, (int, float)):
@@ -397,14 +456,14 @@ class IngestSummary:
     epoch: int | None
     rows: int
     commits: int
-    batches: tuple[dict, ...]
+    batches: tuple[dict[str, Any], ...]
     bronze_version: int | None
     duration_s: float | None
-    partitions: dict[str, dict[str, dict]]
-    checkpoint_rebuilt: dict | None = None
-    position_set: dict | None = None
+    partitions: dict[str, dict[str, dict[str, Any]]]
+    checkpoint_rebuilt: dict[str, Any] | None = None
+    position_set: dict[str, Any] | None = None
     #: The whole summary as the job wrote it (per-batch detail, phases, offsets), kept for the XCom.
-    raw: dict = field(default_factory=dict, repr=False, compare=False)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], *, strict: bool = True) -> IngestSummary:
@@ -417,21 +476,34 @@ class IngestSummary:
         version = data.get("bronze_version")
         duration = _need(data, "duration_s", (int, float), job, strict)
         return cls(
-            run_id=str(data.get("run_id") or ""), epoch=_need(data, "epoch", int, job, strict),
-            rows=_need(data, "rows", int, job, strict) or 0, commits=int(data.get("commits") or 0),
+            run_id=str(data.get("run_id") or ""),
+            epoch=_need(data, "epoch", int, job, strict),
+            rows=_need(data, "rows", int, job, strict) or 0,
+            commits=int(data.get("commits") or 0),
             batches=tuple(_need(data, "batches", list, job, strict) or ()),
             bronze_version=int(version) if version is not None else None,
             duration_s=float(duration) if duration is not None else None,
-            partitions=dict(data.get("partitions") or {}), checkpoint_rebuilt=data.get("checkpoint_rebuilt"),
-            position_set=data.get("position_set"), raw=dict(data),
-        )  # fmt: skip
+            partitions=dict(data.get("partitions") or {}),
+            checkpoint_rebuilt=data.get("checkpoint_rebuilt"),
+            position_set=data.get("position_set"),
+            raw=dict(data),
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The summary as JSON data: what the job wrote, with this record's fields over it."""
-        return {**self.raw, "run_id": self.run_id, "epoch": self.epoch, "rows": self.rows, "commits": self.commits,
-                "batches": list(self.batches), "bronze_version": self.bronze_version, "duration_s": self.duration_s,
-                "partitions": self.partitions, "checkpoint_rebuilt": self.checkpoint_rebuilt,
-                "position_set": self.position_set}  # fmt: skip
+        return {
+            **self.raw,
+            "run_id": self.run_id,
+            "epoch": self.epoch,
+            "rows": self.rows,
+            "commits": self.commits,
+            "batches": list(self.batches),
+            "bronze_version": self.bronze_version,
+            "duration_s": self.duration_s,
+            "partitions": self.partitions,
+            "checkpoint_rebuilt": self.checkpoint_rebuilt,
+            "position_set": self.position_set,
+        }
 
 
 #: ``kind`` of a backfill's summary, which the ingest task returns in the ingest summary's place.
@@ -446,15 +518,15 @@ class BackfillSummary:
     read: int
     inserted: int
     present: int
-    ranges: tuple[dict, ...]
+    ranges: tuple[dict[str, Any], ...]
     bronze_version: int | None
     duration_s: float | None
     notes: tuple[str, ...] = ()
     #: Rows inserted, commits (0 or 1) and per-partition ranges, in the ingest summary's shape.
     rows: int = 0
     commits: int = 0
-    partitions: dict[str, dict[str, dict]] = field(default_factory=dict)
-    raw: dict = field(default_factory=dict, repr=False, compare=False)
+    partitions: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     #: A backfill moves no position and starts no epoch; the run's record reads these of either summary.
     epoch: ClassVar[None] = None
@@ -468,22 +540,37 @@ class BackfillSummary:
         version = data.get("bronze_version")
         duration = _need(data, "duration_s", (int, float), job, strict)
         return cls(
-            run_id=str(data.get("run_id") or ""), read=_need(data, "read", int, job, strict) or 0,
+            run_id=str(data.get("run_id") or ""),
+            read=_need(data, "read", int, job, strict) or 0,
             inserted=_need(data, "inserted", int, job, strict) or 0,
             present=_need(data, "present", int, job, strict) or 0,
             ranges=tuple(_need(data, "ranges", list, job, strict) or ()),
             bronze_version=int(version) if version is not None else None,
             duration_s=float(duration) if duration is not None else None,
-            notes=tuple(str(n) for n in data.get("notes") or ()), rows=int(data.get("rows") or 0),
-            commits=int(data.get("commits") or 0), partitions=dict(data.get("partitions") or {}), raw=dict(data),
-        )  # fmt: skip
+            notes=tuple(str(n) for n in data.get("notes") or ()),
+            rows=int(data.get("rows") or 0),
+            commits=int(data.get("commits") or 0),
+            partitions=dict(data.get("partitions") or {}),
+            raw=dict(data),
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The summary as JSON data, marked as a backfill's."""
-        return {**self.raw, "kind": BACKFILL_KIND, "run_id": self.run_id, "read": self.read,
-                "inserted": self.inserted, "present": self.present, "ranges": list(self.ranges),
-                "bronze_version": self.bronze_version, "duration_s": self.duration_s, "notes": list(self.notes),
-                "rows": self.rows, "commits": self.commits, "partitions": self.partitions}  # fmt: skip
+        return {
+            **self.raw,
+            "kind": BACKFILL_KIND,
+            "run_id": self.run_id,
+            "read": self.read,
+            "inserted": self.inserted,
+            "present": self.present,
+            "ranges": list(self.ranges),
+            "bronze_version": self.bronze_version,
+            "duration_s": self.duration_s,
+            "notes": list(self.notes),
+            "rows": self.rows,
+            "commits": self.commits,
+            "partitions": self.partitions,
+        }
 
 
 def ingest_step_summary(data: Mapping[str, Any], *, strict: bool = True) -> IngestSummary | BackfillSummary:
@@ -507,12 +594,12 @@ class TransformSummary:
     duration_s: float | None
     replayed: int = 0
     quarantine_fields: dict[str, int] = field(default_factory=dict)
-    fields_added: tuple[dict, ...] = ()
+    fields_added: tuple[dict[str, Any], ...] = ()
     #: Field -> why it was ignored.
     fields_ignored: dict[str, str] = field(default_factory=dict)
-    checkpoint_rebuilt: dict | None = None
-    value_schema: dict | None = None
-    raw: dict = field(default_factory=dict, repr=False, compare=False)
+    checkpoint_rebuilt: dict[str, Any] | None = None
+    value_schema: dict[str, Any] | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], *, strict: bool = True) -> TransformSummary:
@@ -522,16 +609,23 @@ class TransformSummary:
         version = data.get("silver_version")
         duration = _need(data, "duration_s", (int, float), job, strict)
         return cls(
-            run_id=str(data.get("run_id") or ""), epoch=_need(data, "epoch", int, job, strict),
-            read=_need(data, "read", int, job, strict), upserted=_need(data, "upserted", int, job, strict),
-            deleted=_need(data, "deleted", int, job, strict), quarantined=_need(data, "quarantined", int, job, strict),
+            run_id=str(data.get("run_id") or ""),
+            epoch=_need(data, "epoch", int, job, strict),
+            read=_need(data, "read", int, job, strict),
+            upserted=_need(data, "upserted", int, job, strict),
+            deleted=_need(data, "deleted", int, job, strict),
+            quarantined=_need(data, "quarantined", int, job, strict),
             superseded=_need(data, "superseded", int, job, strict),
             silver_version=int(version) if version is not None else None,
             duration_s=float(duration) if duration is not None else None,
-            replayed=int(data.get("replayed") or 0), quarantine_fields=dict(data.get("quarantine_fields") or {}),
-            fields_added=tuple(data.get("fields_added") or ()), fields_ignored=dict(data.get("fields_ignored") or {}),
-            checkpoint_rebuilt=data.get("checkpoint_rebuilt"), value_schema=data.get("value_schema"), raw=dict(data),
-        )  # fmt: skip
+            replayed=int(data.get("replayed") or 0),
+            quarantine_fields=dict(data.get("quarantine_fields") or {}),
+            fields_added=tuple(data.get("fields_added") or ()),
+            fields_ignored=dict(data.get("fields_ignored") or {}),
+            checkpoint_rebuilt=data.get("checkpoint_rebuilt"),
+            value_schema=data.get("value_schema"),
+            raw=dict(data),
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The summary as JSON data: what the job wrote, with this record's fields over it."""
@@ -551,14 +645,17 @@ class MaintainSummary:
     """What ``maintain_tables`` did to each table: files and bytes before and after, or why it was skipped."""
 
     run_id: str
-    tables: dict[str, dict]
-    raw: dict = field(default_factory=dict, repr=False, compare=False)
+    tables: dict[str, dict[str, Any]]
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> MaintainSummary:
         """Read a summary; raises :class:`PipelineError` naming a missing or mistyped field."""
-        return cls(run_id=str(data.get("run_id") or ""), tables=dict(_need(data, "tables", dict, "maintain_tables")),
-                   raw=dict(data))  # fmt: skip
+        return cls(
+            run_id=str(data.get("run_id") or ""),
+            tables=dict(_need(data, "tables", dict, "maintain_tables")),
+            raw=dict(data),
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The summary as JSON data."""

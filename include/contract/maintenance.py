@@ -51,7 +51,7 @@ class Window:
         """When the window holding ``now`` opened (aware, like ``now``); ``None`` when ``now`` is outside it."""
         today = now.replace(hour=self.start.hour, minute=self.start.minute, second=0, microsecond=0)
         for opened in (today, today - timedelta(days=1)):
-            length = (datetime.combine(opened.date(), self.end) - datetime.combine(opened.date(), self.start))
+            length = datetime.combine(opened.date(), self.end) - datetime.combine(opened.date(), self.start)
             if length <= timedelta(0):
                 length += timedelta(days=1)
             if opened <= now < opened + length:
@@ -72,8 +72,14 @@ def maintained(row: Mapping[str, Any], part: str) -> bool:
     return any(name in done and "error" not in done[name] for name in PARTS[part])
 
 
-def due(part: str, rows: Iterable[Mapping[str, Any]], *, every_runs: int | None, window: Window | None,
-        now: datetime) -> str | None:  # fmt: skip
+def due(
+    part: str,
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    every_runs: int | None,
+    window: Window | None,
+    now: datetime,
+) -> str | None:
     """Why ``part`` is due in the run starting ``now``, or ``None`` when it is not.
 
     ``rows`` are the ledger's rows, newest first; at least ``every_runs - 1``
@@ -94,7 +100,7 @@ def due(part: str, rows: Iterable[Mapping[str, Any]], *, every_runs: int | None,
         return f"every_runs {every_runs}: this is run {since + 1} {where}"
     opened = window.opened(now) if window is not None else None
     if opened is not None:
-        done_after = last is not None and _finished(last) is not None and _finished(last) >= opened
+        done_after = last is not None and (finished := _finished(last)) is not None and finished >= opened
         if not done_after:
             return f"daily_window {window} (UTC) opened at {opened:%Y-%m-%d %H:%M} and this part was not done since"
     return None

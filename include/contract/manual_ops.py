@@ -90,9 +90,13 @@ class OffsetRequest:
     from_offset: int
     until_offset: int
 
-    def to_json(self) -> dict:
-        return {"topic": self.topic, "partition": self.partition, "from": self.from_offset,
-                "until": self.until_offset}  # fmt: skip
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "from": self.from_offset,
+            "until": self.until_offset,
+        }
 
 
 @dataclass(frozen=True)
@@ -158,8 +162,8 @@ def form_params() -> dict[str, Any]:
             title="Offset ranges",
             section="Backfill by offsets",
             description_md=(
-                "For **backfill_offsets**: a list of `{\"topic\": ..., \"partition\": 0, \"from\": 100, "
-                "\"until\": 200}`; `until` is exclusive (like Spark's `endingOffsets`). Leave `partition` "
+                'For **backfill_offsets**: a list of `{"topic": ..., "partition": 0, "from": 100, '
+                '"until": 200}`; `until` is exclusive (like Spark\'s `endingOffsets`). Leave `partition` '
                 "out for all partitions of the topic. Every range must lie within what Kafka still holds "
                 "and below the table's next offset."
             ),
@@ -217,7 +221,9 @@ def _offset_ranges(value: Any) -> tuple[OffsetRequest, ...]:
     if value in (None, ""):
         return ()
     if not isinstance(value, list):
-        raise RequestError(f"offset_ranges: expected a list of {{topic, partition, from, until}}, got {value!r}")
+        raise RequestError(
+            f"offset_ranges: expected a list of {{topic, partition, from, until}}, got {value!r}"
+        )
     found: list[OffsetRequest] = []
     for i, item in enumerate(value):
         where = f"offset_ranges[{i}]"
@@ -229,11 +235,10 @@ def _offset_ranges(value: Any) -> tuple[OffsetRequest, ...]:
         topic = item.get("topic")
         if not isinstance(topic, str) or not topic:
             raise RequestError(f"{where}.topic: expected a topic name, got {topic!r}")
-        numbers = {}
+        numbers: dict[str, int] = {}  # no "partition" when it is left out: all partitions
         for key in ("partition", "from", "until"):
             number = item.get(key)
             if key == "partition" and number is None:
-                numbers[key] = None
                 continue
             if isinstance(number, bool) or not isinstance(number, int) or number < 0:
                 raise RequestError(f"{where}.{key}: expected a whole number >= 0, got {number!r}")
@@ -243,10 +248,12 @@ def _offset_ranges(value: Any) -> tuple[OffsetRequest, ...]:
                 f"{where}: from {numbers['from']} is not below until {numbers['until']} (until is exclusive: "
                 f"[{numbers['from']}, {numbers['until']}) holds no offset)"
             )
-        found.append(OffsetRequest(topic, numbers["partition"], numbers["from"], numbers["until"]))
+        found.append(OffsetRequest(topic, numbers.get("partition"), numbers["from"], numbers["until"]))
     for i, a in enumerate(found):
-        for b in found[i + 1:]:
-            same = a.topic == b.topic and (a.partition is None or b.partition is None or a.partition == b.partition)
+        for b in found[i + 1 :]:
+            same = a.topic == b.topic and (
+                a.partition is None or b.partition is None or a.partition == b.partition
+            )
             if same:
                 which = f"partition {a.partition if a.partition is not None else b.partition}"
                 if a.partition is None and b.partition is None:
@@ -257,9 +264,13 @@ def _offset_ranges(value: Any) -> tuple[OffsetRequest, ...]:
     return tuple(found)
 
 
-def parse_request(params: Mapping[str, Any], *, run_type: str,
-                  data_interval: tuple[datetime | None, datetime | None] | None = None,
-                  requested_by: str | None = None) -> RunRequest:  # fmt: skip
+def parse_request(
+    params: Mapping[str, Any],
+    *,
+    run_type: str,
+    data_interval: tuple[datetime | None, datetime | None] | None = None,
+    requested_by: str | None = None,
+) -> RunRequest:
     """Check the run's params on their own (no Kafka, no table) and return the request.
 
     ``run_type`` is the DAG run's type (``scheduled``, ``manual``, ``backfill``);
@@ -300,13 +311,18 @@ def parse_request(params: Mapping[str, Any], *, run_type: str,
     if action not in ACTIONS:
         raise RequestError(f"action: expected one of {', '.join(ACTIONS)}, got {action!r}")
     if action != NORMAL and not reason:
-        raise RequestError(f"reason: required for action {action!r}; say why (it is recorded in the run ledger)")
+        raise RequestError(
+            f"reason: required for action {action!r}; say why (it is recorded in the run ledger)"
+        )
     if ranges and action != BACKFILL_OFFSETS:
-        raise RequestError(f"offset_ranges is set but action is {action!r}; choose {BACKFILL_OFFSETS!r} "
-                           "or clear offset_ranges")  # fmt: skip
+        raise RequestError(
+            f"offset_ranges is set but action is {action!r}; choose {BACKFILL_OFFSETS!r} "
+            "or clear offset_ranges"
+        )
     if (from_time or to_time) and action != BACKFILL_TIME:
-        raise RequestError(f"from_time/to_time are set but action is {action!r}; choose {BACKFILL_TIME!r} "
-                           "or clear them")  # fmt: skip
+        raise RequestError(
+            f"from_time/to_time are set but action is {action!r}; choose {BACKFILL_TIME!r} or clear them"
+        )
     if action == BACKFILL_OFFSETS and not ranges:
         raise RequestError(
             'offset_ranges: required for backfill_offsets, e.g. [{"topic": "orders", "partition": 0, '
@@ -350,8 +366,9 @@ def _table_partitions(table_next: PositionMap | None, pipeline: str) -> Position
     return table_next
 
 
-def plan_offsets_backfill(request: RunRequest, *, pipeline: str, kafka: Mapping[str, TopicState],
-                          table_next: PositionMap | None) -> BackfillPlan:  # fmt: skip
+def plan_offsets_backfill(
+    request: RunRequest, *, pipeline: str, kafka: Mapping[str, TopicState], table_next: PositionMap | None
+) -> BackfillPlan:
     """Check each requested range against Kafka and the table; every problem is named at once."""
     positions = _table_partitions(table_next, pipeline)
     problems: list[str] = []
@@ -361,8 +378,10 @@ def plan_offsets_backfill(request: RunRequest, *, pipeline: str, kafka: Mapping[
         where = f"offset_ranges[{i}]"
         if r.topic not in positions:
             known = ", ".join(sorted(positions)) or "none"
-            problems.append(f"{where}: topic {r.topic!r} is not one pipeline {pipeline!r} has ingested "
-                            f"(its topics: {known})")  # fmt: skip
+            problems.append(
+                f"{where}: topic {r.topic!r} is not one pipeline {pipeline!r} has ingested "
+                f"(its topics: {known})"
+            )
             continue
         state = kafka.get(r.topic)
         if state is None:
@@ -382,8 +401,9 @@ def plan_offsets_backfill(request: RunRequest, *, pipeline: str, kafka: Mapping[
                 if r.partition is None:  # "all partitions": the ones the table has read
                     notes.append(f"{tp} has not been ingested yet and is left to the next normal run")
                 else:
-                    problems.append(f"{where}: partition {tp} has not been ingested yet; the next normal run "
-                                    "reads it")  # fmt: skip
+                    problems.append(
+                        f"{where}: partition {tp} has not been ingested yet; the next normal run reads it"
+                    )
                 continue
             if r.from_offset < kp.earliest:
                 problems.append(
@@ -399,9 +419,10 @@ def plan_offsets_backfill(request: RunRequest, *, pipeline: str, kafka: Mapping[
                 continue
             if r.until_offset > nxt:
                 allowed = (
-                    f"so a backfill may re-read [{kp.earliest}, {nxt}) at most" if kp.earliest < nxt
+                    f"so a backfill may re-read [{kp.earliest}, {nxt}) at most"
+                    if kp.earliest < nxt
                     else f"and Kafka no longer holds any offset below {nxt}, so nothing there can be re-read"
-                )  # fmt: skip
+                )
                 problems.append(
                     f"{where}: partition {tp} until {r.until_offset} is past the table's next offset {nxt}; "
                     f"offsets from {nxt} on are read by the next normal run, {allowed}"
@@ -411,15 +432,23 @@ def plan_offsets_backfill(request: RunRequest, *, pipeline: str, kafka: Mapping[
     if problems:
         raise RequestError("backfill by offsets refused:\n  - " + "\n  - ".join(problems))
     if not ranges:
-        raise RequestError("backfill by offsets refused: no requested partition has been ingested yet:\n  - "
-                           + "\n  - ".join(notes))  # fmt: skip
+        raise RequestError(
+            "backfill by offsets refused: no requested partition has been ingested yet:\n  - "
+            + "\n  - ".join(notes)
+        )
     return BackfillPlan(tuple(sorted(ranges)), tuple(notes))
 
 
-def plan_time_backfill(request: RunRequest, *, pipeline: str, kafka: Mapping[str, TopicState],
-                       table_next: PositionMap | None, start_offsets: Mapping[tuple[str, int], int | None],
-                       end_offsets: Mapping[tuple[str, int], int | None],
-                       earliest_times: Mapping[tuple[str, int], datetime | None] | None = None) -> BackfillPlan:  # fmt: skip
+def plan_time_backfill(
+    request: RunRequest,
+    *,
+    pipeline: str,
+    kafka: Mapping[str, TopicState],
+    table_next: PositionMap | None,
+    start_offsets: Mapping[tuple[str, int], int | None],
+    end_offsets: Mapping[tuple[str, int], int | None],
+    earliest_times: Mapping[tuple[str, int], datetime | None] | None = None,
+) -> BackfillPlan:
     """The offset ranges holding the records of ``[from_time, to_time)``, capped at the table's position.
 
     ``start_offsets``/``end_offsets`` are Kafka's offsets for the two times
@@ -448,8 +477,10 @@ def plan_time_backfill(request: RunRequest, *, pipeline: str, kafka: Mapping[str
             end = end_offsets.get((topic, p))
             end = kp.latest if end is None else end
             if end > nxt:
-                notes.append(f"{topic}-{p}: records from offset {nxt} on are not ingested yet; the next normal "
-                             "run reads them")  # fmt: skip
+                notes.append(
+                    f"{topic}-{p}: records from offset {nxt} on are not ingested yet; the next normal "
+                    "run reads them"
+                )
                 end = nxt
             if start < end:
                 ranges.append(BackfillRange(topic, p, start, end))
@@ -460,8 +491,10 @@ def plan_time_backfill(request: RunRequest, *, pipeline: str, kafka: Mapping[str
             for p, kp in sorted(kafka[topic].partitions.items()) if topic in kafka else ():
                 first = (earliest_times or {}).get((topic, p))
                 since = f", first record at {first.isoformat()}" if first else ""
-                held.append(f"{topic}-{p}: Kafka {_held(kp.earliest, kp.latest)}{since}, table at "
-                            f"{positions[topic].get(p)}")  # fmt: skip
+                held.append(
+                    f"{topic}-{p}: Kafka {_held(kp.earliest, kp.latest)}{since}, table at "
+                    f"{positions[topic].get(p)}"
+                )
         raise RequestError(
             f"backfill by time refused: no record the table has passed has a Kafka timestamp in {window}.\n  - "
             + "\n  - ".join(held + notes or ["no partition the table has read is in Kafka now"])

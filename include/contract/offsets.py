@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from include.contract.errors import PipelineError
 from include.contract.jobs import bronze_app_id
@@ -77,17 +78,23 @@ class OffsetRange:
     rows: int
 
     def __post_init__(self) -> None:
-        where = {"topic": self.topic, "partition": self.partition, "offsets": (self.from_offset, self.until_offset)}
+        where: dict[str, Any] = {
+            "topic": self.topic,
+            "partition": self.partition,
+            "offsets": (self.from_offset, self.until_offset),
+        }
         if self.from_offset < 0 or self.until_offset < self.from_offset:
             raise OffsetError(
                 f"range [{self.from_offset}, {self.until_offset}) is not a valid "
-                "offset range (expected 0 <= from <= until)", **where
+                "offset range (expected 0 <= from <= until)",
+                **where,
             )
         if not 0 <= self.rows <= self.until_offset - self.from_offset:
             raise OffsetError(
                 f"{self.rows} rows cannot come from range "
                 f"[{self.from_offset}, {self.until_offset}) of "
-                f"{self.until_offset - self.from_offset} offsets", **where
+                f"{self.until_offset - self.from_offset} offsets",
+                **where,
             )
 
     @property
@@ -99,7 +106,7 @@ class OffsetRange:
         """Offsets in the range with no record (markers, aborted, compacted)."""
         return self.until_offset - self.from_offset - self.rows
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "topic": self.topic,
             "partition": self.partition,
@@ -109,9 +116,10 @@ class OffsetRange:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping) -> OffsetRange:
-        return cls(data["topic"], int(data["partition"]), int(data["from"]), int(data["until"]),
-                   int(data["rows"]))  # fmt: skip
+    def from_json(cls, data: Mapping[str, Any]) -> OffsetRange:
+        return cls(
+            data["topic"], int(data["partition"]), int(data["from"]), int(data["until"]), int(data["rows"])
+        )
 
 
 def positions_from_json(data: Mapping[str, Mapping[str, int]]) -> PositionMap:
@@ -147,7 +155,9 @@ def advance(positions: Mapping[str, Mapping[int, int]], ranges: Iterable[OffsetR
                 f"range [{r.from_offset}, {r.until_offset}) does not "
                 f"continue at the table's next offset {current} ({kind} of "
                 f"{abs(r.from_offset - current)} offsets)",
-                topic=r.topic, partition=r.partition, offsets=(r.from_offset, r.until_offset),
+                topic=r.topic,
+                partition=r.partition,
+                offsets=(r.from_offset, r.until_offset),
             )
         result.setdefault(r.topic, {})[r.partition] = r.until_offset
     return result
@@ -174,21 +184,33 @@ class Gap:
             raise OffsetError(
                 f"gap [{self.from_offset}, {self.until_offset}) is not a "
                 "valid offset range (expected 0 <= from < until)",
-                topic=self.topic, partition=self.partition, offsets=(self.from_offset, self.until_offset),
+                topic=self.topic,
+                partition=self.partition,
+                offsets=(self.from_offset, self.until_offset),
             )
 
     @property
     def offsets(self) -> int:
         return self.until_offset - self.from_offset
 
-    def to_json(self) -> dict:
-        return {"topic": self.topic, "partition": self.partition, "from": self.from_offset,
-                "until": self.until_offset, "reason": self.reason}  # fmt: skip
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "from": self.from_offset,
+            "until": self.until_offset,
+            "reason": self.reason,
+        }
 
     @classmethod
-    def from_json(cls, data: Mapping) -> Gap:
-        return cls(data["topic"], int(data["partition"]), int(data["from"]), int(data["until"]),
-                   str(data.get("reason", "")))  # fmt: skip
+    def from_json(cls, data: Mapping[str, Any]) -> Gap:
+        return cls(
+            data["topic"],
+            int(data["partition"]),
+            int(data["from"]),
+            int(data["until"]),
+            str(data.get("reason", "")),
+        )
 
 
 def skip_gaps(positions: Mapping[str, Mapping[int, int]], gaps: Iterable[Gap]) -> PositionMap:
@@ -200,19 +222,22 @@ def skip_gaps(positions: Mapping[str, Mapping[int, int]], gaps: Iterable[Gap]) -
             raise OffsetError(
                 f"gap [{g.from_offset}, {g.until_offset}) does not start at "
                 f"the table's next offset {current}",
-                topic=g.topic, partition=g.partition, offsets=(g.from_offset, g.until_offset),
+                topic=g.topic,
+                partition=g.partition,
+                offsets=(g.from_offset, g.until_offset),
             )
         result.setdefault(g.topic, {})[g.partition] = g.until_offset
     return result
 
 
-def _seal(fmt: str, fmt_version: int, body: dict) -> str:
+def _seal(fmt: str, fmt_version: int, body: dict[str, Any]) -> str:
     """``body`` marked as ours (format and its version), compact with a stable key order."""
     return json.dumps({"format": fmt, "version": fmt_version, **body}, separators=(",", ":"), sort_keys=True)
 
 
-def _envelope(text: str | None, version: int | None, fmt: str, fmt_version: int,
-              kind: str) -> tuple[dict | None, str]:  # fmt: skip
+def _envelope(
+    text: str | None, version: int | None, fmt: str, fmt_version: int, kind: str
+) -> tuple[dict[str, Any] | None, str]:
     """A commit's ``userMetadata`` as a dict if it is ours of format ``fmt`` (else ``None``), and where it is."""
     where = f"Delta commit version {version}" if version is not None else "commit metadata"
     if not text:
@@ -241,7 +266,7 @@ class BronzeCommit:
     batch_id: int
     ranges: tuple[OffsetRange, ...]
     next_offsets: PositionMap
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def rows(self) -> int:
@@ -249,16 +274,20 @@ class BronzeCommit:
 
     def to_user_metadata(self) -> str:
         """Serialise for Delta's ``userMetadata`` commit option (compact, stable key order)."""
-        return _seal(COMMIT_FORMAT, COMMIT_FORMAT_VERSION, {
-            "pipeline": self.pipeline,
-            "run_id": self.run_id,
-            "run_type": self.run_type,
-            "epoch": self.epoch,
-            "batch_id": self.batch_id,
-            "ranges": [r.to_json() for r in sorted(self.ranges)],
-            "next_offsets": positions_to_json(self.next_offsets),
-            "extra": self.extra,
-        })  # fmt: skip
+        return _seal(
+            COMMIT_FORMAT,
+            COMMIT_FORMAT_VERSION,
+            {
+                "pipeline": self.pipeline,
+                "run_id": self.run_id,
+                "run_type": self.run_type,
+                "epoch": self.epoch,
+                "batch_id": self.batch_id,
+                "ranges": [r.to_json() for r in sorted(self.ranges)],
+                "next_offsets": positions_to_json(self.next_offsets),
+                "extra": self.extra,
+            },
+        )
 
     @classmethod
     def from_user_metadata(cls, text: str | None, *, version: int | None = None) -> BronzeCommit | None:
@@ -319,27 +348,49 @@ class BackfillRange:
     inserted: int = 0
 
     def __post_init__(self) -> None:
-        where = {"topic": self.topic, "partition": self.partition, "offsets": (self.from_offset, self.until_offset)}
+        where: dict[str, Any] = {
+            "topic": self.topic,
+            "partition": self.partition,
+            "offsets": (self.from_offset, self.until_offset),
+        }
         if not 0 <= self.from_offset < self.until_offset:
-            raise OffsetError(f"backfill range [{self.from_offset}, {self.until_offset}) is not a valid "
-                              "offset range (expected 0 <= from < until)", **where)  # fmt: skip
+            raise OffsetError(
+                f"backfill range [{self.from_offset}, {self.until_offset}) is not a valid "
+                "offset range (expected 0 <= from < until)",
+                **where,
+            )
         if not 0 <= self.inserted <= self.read <= self.until_offset - self.from_offset:
-            raise OffsetError(f"backfill range [{self.from_offset}, {self.until_offset}) cannot have read "
-                              f"{self.read} records and inserted {self.inserted}", **where)  # fmt: skip
+            raise OffsetError(
+                f"backfill range [{self.from_offset}, {self.until_offset}) cannot have read "
+                f"{self.read} records and inserted {self.inserted}",
+                **where,
+            )
 
     @property
     def present(self) -> int:
         """Records of the range bronze held already (not inserted again)."""
         return self.read - self.inserted
 
-    def to_json(self) -> dict:
-        return {"topic": self.topic, "partition": self.partition, "from": self.from_offset,
-                "until": self.until_offset, "read": self.read, "inserted": self.inserted}  # fmt: skip
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "from": self.from_offset,
+            "until": self.until_offset,
+            "read": self.read,
+            "inserted": self.inserted,
+        }
 
     @classmethod
-    def from_json(cls, data: Mapping) -> BackfillRange:
-        return cls(data["topic"], int(data["partition"]), int(data["from"]), int(data["until"]),
-                   int(data.get("read", 0)), int(data.get("inserted", 0)))  # fmt: skip
+    def from_json(cls, data: Mapping[str, Any]) -> BackfillRange:
+        return cls(
+            data["topic"],
+            int(data["partition"]),
+            int(data["from"]),
+            int(data["until"]),
+            int(data.get("read", 0)),
+            int(data.get("inserted", 0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -358,7 +409,7 @@ class BackfillCommit:
     reason: str
     requested_by: str | None
     ranges: tuple[BackfillRange, ...]
-    time_range: dict | None = None
+    time_range: dict[str, Any] | None = None
 
     @property
     def read(self) -> int:
@@ -370,16 +421,20 @@ class BackfillCommit:
 
     def to_user_metadata(self) -> str:
         """Serialise for the backfill MERGE's ``userMetadata``."""
-        return _seal(BACKFILL_FORMAT, BACKFILL_FORMAT_VERSION, {
-            "pipeline": self.pipeline,
-            "run_id": self.run_id,
-            "run_type": self.run_type,
-            "action": self.action,
-            "reason": self.reason,
-            "requested_by": self.requested_by,
-            "ranges": [r.to_json() for r in sorted(self.ranges)],
-            "time_range": self.time_range,
-        })  # fmt: skip
+        return _seal(
+            BACKFILL_FORMAT,
+            BACKFILL_FORMAT_VERSION,
+            {
+                "pipeline": self.pipeline,
+                "run_id": self.run_id,
+                "run_type": self.run_type,
+                "action": self.action,
+                "reason": self.reason,
+                "requested_by": self.requested_by,
+                "ranges": [r.to_json() for r in sorted(self.ranges)],
+                "time_range": self.time_range,
+            },
+        )
 
     @classmethod
     def from_user_metadata(cls, text: str | None, *, version: int | None = None) -> BackfillCommit | None:

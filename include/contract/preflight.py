@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from include.contract import manual_ops
 from include.contract.offsets import Gap, PositionMap, TopicState
@@ -55,7 +56,7 @@ class PartitionLag:
             return 0
         return max(0, min(self.earliest, self.latest) - self.next_offset)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "topic": self.topic,
             "partition": self.partition,
@@ -95,7 +96,7 @@ class LagReport:
             return None
         return max(0.0, (now - self.oldest_pending).total_seconds())
 
-    def to_json(self, now: datetime | None = None) -> dict:
+    def to_json(self, now: datetime | None = None) -> dict[str, Any]:
         return {
             "total_lag": self.total_lag,
             "total_lost": self.total_lost,
@@ -165,7 +166,9 @@ def lag_decision(report: LagReport, *, min_records: int, max_wait_s: float, now:
     if report.position_problem:
         return Decision("proceed", "the table's position is unusable; preflight decides")
     if report.start_unfixed:
-        return Decision("proceed", "starting_offsets is latest and no run has fixed where that was; this run does")
+        return Decision(
+            "proceed", "starting_offsets is latest and no run has fixed where that was; this run does"
+        )
     if report.total_lost:
         return Decision("proceed", f"{report.total_lost} records were lost to retention; preflight decides")
     if total == 0:
@@ -174,8 +177,11 @@ def lag_decision(report: LagReport, *, min_records: int, max_wait_s: float, now:
         return Decision("proceed", f"lag {total} >= min_records {min_records}")
     age = report.oldest_pending_age_s(now)
     if age is not None and age >= max_wait_s:
-        return Decision("proceed", f"lag {total} < min_records {min_records}, but the oldest record "
-                                   f"waited {age:.0f}s >= {max_wait_s:.0f}s")  # fmt: skip
+        return Decision(
+            "proceed",
+            f"lag {total} < min_records {min_records}, but the oldest record "
+            f"waited {age:.0f}s >= {max_wait_s:.0f}s",
+        )
     return Decision("wait", f"lag {total} < min_records {min_records}")
 
 
@@ -188,11 +194,17 @@ class Finding:
     topic: str
     partition: int | None
     message: str
-    numbers: dict = field(default_factory=dict)
+    numbers: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
-        return {"kind": self.kind, "severity": self.severity, "topic": self.topic,
-                "partition": self.partition, "message": self.message, "numbers": self.numbers}  # fmt: skip
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "topic": self.topic,
+            "partition": self.partition,
+            "message": self.message,
+            "numbers": self.numbers,
+        }
 
 
 @dataclass(frozen=True)
@@ -206,7 +218,7 @@ class PreflightReport:
     policy: str
     #: Where a position action (re-establish, after a RESTORE) makes the table stand: the job records
     #: it in a commit of its own and starts a new checkpoint epoch there.
-    position_reset: dict | None = None
+    position_reset: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -217,7 +229,7 @@ class PreflightReport:
         lines += [f"  - {f.message}" for f in self.blocking]
         return "\n".join(lines)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "policy": self.policy,
@@ -228,9 +240,12 @@ class PreflightReport:
             "position_reset": self.position_reset,
         }
 
-    def job_file(self) -> dict:
+    def job_file(self) -> dict[str, Any]:
         """What the ingestion job's ``--preflight-file`` takes."""
-        found = {"topic_ids": dict(self.topic_ids), "accepted_gaps": [g.to_json() for g in self.accepted_gaps]}
+        found = {
+            "topic_ids": dict(self.topic_ids),
+            "accepted_gaps": [g.to_json() for g in self.accepted_gaps],
+        }
         if self.position_reset is not None:
             found["position_reset"] = dict(self.position_reset)
         return found
@@ -287,12 +302,15 @@ def _missing_topics(configured_topics: tuple[str, ...], kafka: Mapping[str, Topi
     """A topic the pipeline file names that Kafka does not have blocks the run."""
     return [
         Finding(
-            "topic_missing", BLOCKING, topic, None,
+            "topic_missing",
+            BLOCKING,
+            topic,
+            None,
             f"topic {topic!r} does not exist in Kafka; create it or remove it from the pipeline file",
         )
         for topic in configured_topics
         if topic not in kafka
-    ]  # fmt: skip
+    ]
 
 
 def _gone_topic(topic: str, parts: Mapping[int, int], configured_topics: tuple[str, ...]) -> list[Finding]:
@@ -300,11 +318,16 @@ def _gone_topic(topic: str, parts: Mapping[int, int], configured_topics: tuple[s
     (then :func:`_missing_topics` already reported it)."""
     if topic in configured_topics:
         return []
-    return [Finding(
-        "topic_gone", BLOCKING, topic, None,
-        f"topic {topic!r} is recorded in the bronze table ({len(parts)} partitions) but no "
-        "longer exists in Kafka; its unread records, if any, cannot be accounted for",
-    )]  # fmt: skip
+    return [
+        Finding(
+            "topic_gone",
+            BLOCKING,
+            topic,
+            None,
+            f"topic {topic!r} is recorded in the bronze table ({len(parts)} partitions) but no "
+            "longer exists in Kafka; its unread records, if any, cannot be accounted for",
+        )
+    ]
 
 
 def _recreated_topic(topic: str, state: TopicState, recorded: str | None) -> Finding | None:
@@ -313,18 +336,28 @@ def _recreated_topic(topic: str, state: TopicState, recorded: str | None) -> Fin
     if not (recorded and state.topic_id and recorded != state.topic_id):
         return None
     return Finding(
-        "topic_recreated", BLOCKING, topic, None,
+        "topic_recreated",
+        BLOCKING,
+        topic,
+        None,
         f"topic {topic!r} was deleted and recreated: the table read topic id {recorded}, Kafka "
         f"now has {state.topic_id}. Nothing was written. Its offsets restart and cannot continue "
         "the table's chain, and no trigger-form action can join them: if the recreation was "
         "intended, give the pipeline a new name in its file (new tables, read from the new "
         "topic's start), or move this pipeline's bronze table and checkpoints aside",
         {"recorded_topic_id": recorded, "topic_id": state.topic_id},
-    )  # fmt: skip
+    )
 
 
-def _check_recorded_partitions(topic: str, parts: Mapping[int, int], state: TopicState, policy: str,
-                               dag_id: str, findings: list[Finding], gaps: list[Gap]) -> None:  # fmt: skip
+def _check_recorded_partitions(
+    topic: str,
+    parts: Mapping[int, int],
+    state: TopicState,
+    policy: str,
+    dag_id: str,
+    findings: list[Finding],
+    gaps: list[Gap],
+) -> None:
     """Each partition the table read: gone from Kafka or offsets gone backwards block the run; records Kafka
     deleted before they were read are a gap (data loss, blocking or accepted by ``policy``)."""
     for p in sorted(parts):
@@ -332,37 +365,59 @@ def _check_recorded_partitions(topic: str, parts: Mapping[int, int], state: Topi
         where = f"{topic}-{p}"
         kp = state.partitions.get(p)
         if kp is None:
-            findings.append(Finding(
-                "partition_gone", BLOCKING, topic, p,
-                f"partition {where} is recorded in the bronze table (next offset {nxt}) but Kafka no "
-                f"longer has it ({len(state.partitions)} partitions now); was the topic recreated?",
-                {"next_offset": nxt},
-            ))  # fmt: skip
+            findings.append(
+                Finding(
+                    "partition_gone",
+                    BLOCKING,
+                    topic,
+                    p,
+                    f"partition {where} is recorded in the bronze table (next offset {nxt}) but Kafka no "
+                    f"longer has it ({len(state.partitions)} partitions now); was the topic recreated?",
+                    {"next_offset": nxt},
+                )
+            )
         elif nxt > kp.latest:
-            findings.append(Finding(
-                "offsets_backwards", BLOCKING, topic, p,
-                f"partition {where}: Kafka's latest offset {kp.latest} is below the table's next "
-                f"offset {nxt}; offsets went backwards (topic recreated or truncated). Nothing was "
-                "written; check the topic before going on",
-                {"next_offset": nxt, "latest": kp.latest},
-            ))  # fmt: skip
+            findings.append(
+                Finding(
+                    "offsets_backwards",
+                    BLOCKING,
+                    topic,
+                    p,
+                    f"partition {where}: Kafka's latest offset {kp.latest} is below the table's next "
+                    f"offset {nxt}; offsets went backwards (topic recreated or truncated). Nothing was "
+                    "written; check the topic before going on",
+                    {"next_offset": nxt, "latest": kp.latest},
+                )
+            )
         elif nxt < kp.earliest:
             gaps.append(Gap(topic, p, nxt, kp.earliest, "deleted by Kafka before it was read"))
             findings.append(_loss_finding(topic, p, nxt, kp.earliest, policy, dag_id))
 
 
-def _check_new_partitions(topic: str, parts: Mapping[int, int], state: TopicState, policy: str,
-                          dag_id: str, findings: list[Finding], gaps: list[Gap]) -> None:  # fmt: skip
+def _check_new_partitions(
+    topic: str,
+    parts: Mapping[int, int],
+    state: TopicState,
+    policy: str,
+    dag_id: str,
+    findings: list[Finding],
+    gaps: list[Gap],
+) -> None:
     """Each partition Kafka has that the table never read: noted, read from its earliest offset; offsets
     below that are already deleted, a gap like any other."""
     for p in sorted(set(state.partitions) - set(parts)):
         kp = state.partitions[p]
-        findings.append(Finding(
-            "partition_added", INFO, topic, p,
-            f"partition {topic}-{p} is new to the table; it is read from its earliest offset "
-            f"{kp.earliest}",
-            {"earliest": kp.earliest, "latest": kp.latest},
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                "partition_added",
+                INFO,
+                topic,
+                p,
+                f"partition {topic}-{p} is new to the table; it is read from its earliest offset "
+                f"{kp.earliest}",
+                {"earliest": kp.earliest, "latest": kp.latest},
+            )
+        )
         if kp.earliest > 0:
             # A new partition starts at offset 0: anything below earliest is gone.
             gaps.append(Gap(topic, p, 0, kp.earliest, "deleted by Kafka before it was read"))
@@ -373,15 +428,20 @@ def _new_topics(kafka: Mapping[str, TopicState], positions: PositionMap) -> list
     """Topics Kafka has that the (non-empty) table never read: noted, read from their earliest offsets."""
     return [
         Finding(
-            "topic_added", INFO, topic, None,
+            "topic_added",
+            INFO,
+            topic,
+            None,
             f"topic {topic!r} is new to the table ({len(kafka[topic].partitions)} partitions); it is "
             "read from its earliest offsets",
         )
         for topic in sorted(set(kafka) - set(positions))
-    ]  # fmt: skip
+    ]
 
 
-def _report(findings: list[Finding], gaps: list[Gap], kafka: Mapping[str, TopicState], policy: str) -> PreflightReport:
+def _report(
+    findings: list[Finding], gaps: list[Gap], kafka: Mapping[str, TopicState], policy: str
+) -> PreflightReport:
     """The verdict: blocking findings, plus data loss when ``policy`` is ``fail``; otherwise the gaps are
     accepted and recorded by the run."""
     blocking = [f for f in findings if f.severity == BLOCKING]
@@ -409,14 +469,19 @@ def _loss_finding(topic: str, partition: int, frm: int, until: int, policy: str,
     else:
         todo = "data_loss_policy is record_and_continue: the gap is recorded and the run continues after it"
     return Finding(
-        "data_loss", DATA_LOSS, topic, partition,
+        "data_loss",
+        DATA_LOSS,
+        topic,
+        partition,
         f"partition {where}: {lost} records (offsets {frm} to {until - 1}) were deleted by Kafka "
         f"(retention or delete-records) before the pipeline read them. {todo}",
         {"from": frm, "until": until, "lost": lost},
-    )  # fmt: skip
+    )
 
 
-def ledger_overlap(table_next: PositionMap | None, ledger_end: PositionMap, *, run: str, fix: str) -> Finding | None:
+def ledger_overlap(
+    table_next: PositionMap | None, ledger_end: PositionMap, *, run: str, fix: str
+) -> Finding | None:
     """The run ledger as a second witness: a start below the end its last successful ``run`` recorded is an overlap.
 
     ``ledger_end`` is that run's next offset per partition. Reading from the
@@ -432,10 +497,15 @@ def ledger_overlap(table_next: PositionMap | None, ledger_end: PositionMap, *, r
                 behind.append((topic, p, start, end))
     if not behind:
         return None
-    listed = "; ".join(f"{t}-{p} table {'none' if s is None else s} < ledger {e}" for t, p, s, e in behind[:10])
+    listed = "; ".join(
+        f"{t}-{p} table {'none' if s is None else s} < ledger {e}" for t, p, s, e in behind[:10]
+    )
     return Finding(
-        "ledger_ahead", BLOCKING, behind[0][0], behind[0][1],
+        "ledger_ahead",
+        BLOCKING,
+        behind[0][0],
+        behind[0][1],
         f"the bronze table stands below where the run ledger says run {run} left it ({listed}); starting there "
         f"would ingest those offsets a second time. Nothing was read. If the table lost those commits, trigger {fix}",
         {"partitions": [{"topic": t, "partition": p, "table": s, "ledger": e} for t, p, s, e in behind]},
-    )  # fmt: skip
+    )

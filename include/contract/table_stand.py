@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from include.contract.jobs import bronze_app_prefix
 from include.contract.offsets import BronzeCommit, OffsetError, PositionMap, flatten, txn_app_id
@@ -77,8 +78,15 @@ def topic_id_fingerprint(topic_id: str) -> int:
     return int.from_bytes(hashlib.sha256(topic_id.encode()).digest()[:7], "big")
 
 
-def stand_actions(*, pipeline: str, epoch: int, batch_id: int, read_version: int,
-                  next_offsets: PositionMap, topic_ids: Mapping[str, str]) -> list[tuple[str, int]]:  # fmt: skip
+def stand_actions(
+    *,
+    pipeline: str,
+    epoch: int,
+    batch_id: int,
+    read_version: int,
+    next_offsets: PositionMap,
+    topic_ids: Mapping[str, str],
+) -> list[tuple[str, int]]:
     """The ``(app id, version)`` txn actions a bronze commit writes beside its rows.
 
     ``batch_id`` is -1 for a commit that only fixes a starting position.
@@ -155,7 +163,7 @@ class HistoryEntry:
     user_metadata: str | None
 
 
-def history_entries(raw: list[dict]) -> list[HistoryEntry]:
+def history_entries(raw: list[dict[str, Any]]) -> list[HistoryEntry]:
     """delta-rs ``history()`` rows (or Spark's, as dicts) as :class:`HistoryEntry`, newest first."""
     return [
         HistoryEntry(
@@ -163,7 +171,7 @@ def history_entries(raw: list[dict]) -> list[HistoryEntry]:
             e.get("operation"),
             dict(e.get("operationParameters") or {}),
             e.get("userMetadata"),
-        )  # fmt: skip
+        )
         for e in sorted(raw, key=lambda e: -int(e["version"]))
     ]
 
@@ -220,8 +228,15 @@ def progress_commit(entry: HistoryEntry, pipeline: str) -> BronzeCommit | None:
     return commit if commit is not None and commit.pipeline == pipeline else None
 
 
-def resolve(*, pipeline: str, state: StateStand | None, history: Sequence[HistoryEntry], has_rows: bool,
-            txn_seen: Callable[[BronzeCommit], bool], path: str) -> Stand | None:  # fmt: skip
+def resolve(
+    *,
+    pipeline: str,
+    state: StateStand | None,
+    history: Sequence[HistoryEntry],
+    has_rows: bool,
+    txn_seen: Callable[[BronzeCommit], bool],
+    path: str,
+) -> Stand | None:
     """Where the table at ``path`` stands, from its state and its newest ``history`` (newest first).
 
     ``txn_seen(commit)``: the table's state holds the txn
@@ -253,8 +268,11 @@ def resolve(*, pipeline: str, state: StateStand | None, history: Sequence[Histor
 
     if newest is not None and (newest[1].epoch, newest[1].batch_id) == (state.epoch, state.batch_id):
         mine, theirs = flatten(newest[1].next_offsets), flatten(state.next_offsets)
-        wrong = [f"{t}-{p} commit {o} vs state {theirs.get((t, p))}" for (t, p), o in sorted(mine.items())
-                 if (t, p) in theirs and theirs[(t, p)] != o]  # fmt: skip
+        wrong = [
+            f"{t}-{p} commit {o} vs state {theirs.get((t, p))}"
+            for (t, p), o in sorted(mine.items())
+            if (t, p) in theirs and theirs[(t, p)] != o
+        ]
         if wrong:
             raise PositionUnknownError(
                 f"bronze table {path}: the state and Delta version {newest[0]} disagree on where the table "
@@ -263,16 +281,22 @@ def resolve(*, pipeline: str, state: StateStand | None, history: Sequence[Histor
         commit, source, version = newest[1], "history", newest[0]
     else:
         commit = BronzeCommit(
-            pipeline=pipeline, run_id="(table state)", run_type="state", epoch=state.epoch,
-            batch_id=state.batch_id, ranges=(), next_offsets=state.next_offsets,
+            pipeline=pipeline,
+            run_id="(table state)",
+            run_type="state",
+            epoch=state.epoch,
+            batch_id=state.batch_id,
+            ranges=(),
+            next_offsets=state.next_offsets,
             extra={"topic_id_fingerprints": dict(state.topic_id_fingerprints)},
-        )  # fmt: skip
+        )
         source, version = "state", state.commit_version
     return Stand(commit, version, source, _restore_after(state.commit_version, history, pipeline, txn_seen))
 
 
-def _restore_after(version: int, history: Sequence[HistoryEntry], pipeline: str,
-                   txn_seen: Callable[[BronzeCommit], bool]) -> Restore | None:  # fmt: skip
+def _restore_after(
+    version: int, history: Sequence[HistoryEntry], pipeline: str, txn_seen: Callable[[BronzeCommit], bool]
+) -> Restore | None:
     """The newest RESTORE committed after ``version``, with the progress commit it went back to."""
     for entry in history:  # newest first
         if entry.version <= version:

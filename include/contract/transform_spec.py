@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal, get_args
 
 from include.contract import jobs
 from include.contract.jobs import SILVER_APP_PREFIX
@@ -27,16 +27,20 @@ ORDERING_TYPES = ("int", "long", "double", "date", "timestamp", "string")
 #: Types a merge key field may have.
 KEY_TYPES = ("string", "int", "long", "date", "boolean")
 
-TOMBSTONE_POLICIES = ("quarantine", "delete")
-NEW_FIELD_POLICIES = ("ignore", "add")
+TombstonePolicy = Literal["quarantine", "delete"]
+TOMBSTONE_POLICIES: tuple[str, ...] = get_args(TombstonePolicy)
+NewFieldPolicy = Literal["ignore", "add"]
+NEW_FIELD_POLICIES: tuple[str, ...] = get_args(NewFieldPolicy)
 #: Record value formats: ``json`` (JSON text), ``avro`` (Avro binary, decoded by Spark's ``from_avro``) and
 #: ``json_schema`` (JSON text behind the Confluent wire format's header, as Confluent's JSON Schema
 #: serializer writes it).
-FORMATS = ("json", "avro", "json_schema")
+ValueFormat = Literal["json", "avro", "json_schema"]
+FORMATS: tuple[str, ...] = get_args(ValueFormat)
 #: Formats that need ``transform.value_schema``.
 SCHEMA_FORMATS = ("avro", "json_schema")
 #: How a registry subject is named from the topic and the record (Confluent's strategies).
-SUBJECT_STRATEGIES = ("topic_name", "record_name", "topic_record_name")
+SubjectStrategy = Literal["topic_name", "record_name", "topic_record_name"]
+SUBJECT_STRATEGIES: tuple[str, ...] = get_args(SubjectStrategy)
 
 #: Field and column names: what Delta and Spark SQL take without quoting.
 FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
@@ -395,13 +399,18 @@ class SilverRestore:
     bronze_from: BronzePosition | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": self.version, "restored_to": self.restored_to,
-                "bronze_from": self.bronze_from.to_json() if self.bronze_from else None}  # fmt: skip
+        return {
+            "version": self.version,
+            "restored_to": self.restored_to,
+            "bronze_from": self.bronze_from.to_json() if self.bronze_from else None,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SilverRestore:
         start = data.get("bronze_from")
-        return cls(int(data["version"]), str(data["restored_to"]), BronzePosition.from_json(start) if start else None)
+        return cls(
+            int(data["version"]), str(data["restored_to"]), BronzePosition.from_json(start) if start else None
+        )
 
 
 @dataclass(frozen=True)
@@ -422,14 +431,24 @@ class SilverStand:
     restore: SilverRestore | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "batch_id": self.batch_id, "bronze_end": self.bronze_end.to_json(),
-                "source": self.source, "restore": self.restore.to_json() if self.restore else None}  # fmt: skip
+        return {
+            "epoch": self.epoch,
+            "batch_id": self.batch_id,
+            "bronze_end": self.bronze_end.to_json(),
+            "source": self.source,
+            "restore": self.restore.to_json() if self.restore else None,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SilverStand:
         restore = data.get("restore")
-        return cls(int(data["epoch"]), int(data["batch_id"]), BronzePosition.from_json(data["bronze_end"]),
-                   str(data["source"]), restore=SilverRestore.from_json(restore) if restore else None)  # fmt: skip
+        return cls(
+            int(data["epoch"]),
+            int(data["batch_id"]),
+            BronzePosition.from_json(data["bronze_end"]),
+            str(data["source"]),
+            restore=SilverRestore.from_json(restore) if restore else None,
+        )
 
     @classmethod
     def from_txn(cls, epoch: int, version: int) -> SilverStand:
@@ -440,11 +459,16 @@ class SilverStand:
 def silver_epochs(app_ids: dict[str, int], pipeline: str) -> dict[int, int]:
     """Epoch -> txn version of the silver position actions among a table's txn actions."""
     prefix = f"{SILVER_TXN_PREFIX}.{pipeline}.e"
-    return {int(a[len(prefix):]): v for a, v in app_ids.items() if a.startswith(prefix) and a[len(prefix):].isdigit()}
+    return {
+        int(a[len(prefix) :]): v
+        for a, v in app_ids.items()
+        if a.startswith(prefix) and a[len(prefix) :].isdigit()
+    }
 
 
-def resolve_silver_stand(state: dict[int, int], newest: SilverCommit | None,
-                         history: Sequence[dict[str, Any]] = ()) -> SilverStand | None:  # fmt: skip
+def resolve_silver_stand(
+    state: dict[int, int], newest: SilverCommit | None, history: Sequence[dict[str, Any]] = ()
+) -> SilverStand | None:
     """Where the transform stands, from silver's txn actions (``state``, epoch -> version) and its newest batch commit.
 
     The one further along wins: a batch commit always carries its txn action,
@@ -462,8 +486,9 @@ def resolve_silver_stand(state: dict[int, int], newest: SilverCommit | None,
     return replace(stand, restore=_restore_after(stand, history))
 
 
-def newest_silver_commit(history: Sequence[dict[str, Any]], *,
-                         at_or_before: int | None = None) -> SilverCommit | None:  # fmt: skip
+def newest_silver_commit(
+    history: Sequence[dict[str, Any]], *, at_or_before: int | None = None
+) -> SilverCommit | None:
     """The newest transform batch commit among ``history()`` rows (Spark's or delta-rs's), optionally at or before a version."""
     for entry in sorted(history, key=lambda e: -int(e["version"])):
         version = int(entry["version"])
@@ -485,9 +510,14 @@ def silver_history_covered(history: Sequence[dict[str, Any]]) -> bool:
     if commit is None:
         return False
     newest = commit.version
-    targets = [int(str(t)) for e in history
-               if int(e["version"]) > newest and str(e.get("operation") or "").upper() == "RESTORE"
-               and (t := (e.get("operationParameters") or {}).get("version")) not in (None, "")]  # fmt: skip
+    assert newest is not None  # newest_silver_commit gives its commit the version it was read at
+    targets = [
+        int(str(t))
+        for e in history
+        if int(e["version"]) > newest
+        and str(e.get("operation") or "").upper() == "RESTORE"
+        and (t := (e.get("operationParameters") or {}).get("version")) not in (None, "")
+    ]
     return min(int(e["version"]) for e in history) <= min([newest, *targets])
 
 
@@ -510,8 +540,11 @@ def _restore_after(stand: SilverStand, history: Sequence[dict[str, Any]]) -> Sil
             return None  # restored to a version that still holds the last batch: nothing of ours undone
         if held is None and stand.commit is None and target >= min(int(e["version"]) for e in entries):
             return None  # the batch is older than the whole log left, so every logged version holds it
-        return SilverRestore(int(entry["version"]), f"version {target}",
-                             BronzePosition(held.bronze_end.version) if held else None)  # fmt: skip
+        return SilverRestore(
+            int(entry["version"]),
+            f"version {target}",
+            BronzePosition(held.bronze_end.version) if held else None,
+        )
     return None
 
 
