@@ -61,6 +61,9 @@ KAFKA_SASL_PASSWORD_ENV = "KDE_KAFKA_SASL_PASSWORD"
 #: ``kill-driver-after-<stage>-commit:<batch id>`` kills only the Python driver (under Airflow, the
 #: process group is the task runner's too).
 FAILPOINT_ENV = "KDE_FAILPOINT"
+#: The file holding the secret of the run's transient Spark cluster, set by the submitting task for
+#: the job's driver (include/spark/spark_cluster.py).
+SPARK_SECRET_FILE_ENV = "KDE_SPARK_SECRET_FILE"
 
 
 def lakehouse_root_override() -> str | None:
@@ -113,3 +116,15 @@ def kafka_sasl_password() -> str:
 def failpoint() -> str | None:
     """``KDE_FAILPOINT``: where a Spark job should kill itself (e.g. ``kill-after-bronze-commit:1``), if anywhere."""
     return os.environ.get(FAILPOINT_ENV)
+
+
+def spark_secret() -> str | None:
+    """The secret of the cluster a job's driver joins, read from the file ``KDE_SPARK_SECRET_FILE`` names;
+    ``None`` when it names none or the file is absent (local mode, or a cluster without authentication)."""
+    path = os.environ.get(SPARK_SECRET_FILE_ENV)
+    if not path:
+        return None
+    try:
+        return Path(path).read_text().strip() or None
+    except FileNotFoundError:
+        return None

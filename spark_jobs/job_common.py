@@ -38,15 +38,25 @@ Parser = Callable[..., C | None]
 
 
 def build_session(app_name: str):
-    """A job's SparkSession; master, jars and resources come from spark-submit."""
+    """A job's SparkSession; master, jars and resources come from spark-submit.
+
+    On a run's transient cluster, the cluster's secret is set here, in the
+    session's configuration: on the spark-submit command line ``ps`` would
+    show it to every local user.
+    """
     from pyspark.sql import SparkSession
 
-    return (
+    from include import settings
+
+    builder = (
         SparkSession.builder.appName(app_name)
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .getOrCreate()
     )
+    secret = settings.spark_secret()
+    if secret is not None:
+        builder = builder.config("spark.authenticate", "true").config("spark.authenticate.secret", secret)
+    return builder.getOrCreate()
 
 
 def _jvm_seq(jvm, items: list):

@@ -122,7 +122,7 @@ def job_spark_conf(cfg: PipelineConfig, *, transient: bool, kubernetes_master: b
     runs the job: this machine's interpreter path means nothing there.
     """
     from include.spark import jvm_cds
-    from include.spark.spark_submit import BASE_CONF, driver_java_options
+    from include.spark.spark_submit import BASE_CONF, KAFKA_JVM_FLAGS, driver_java_options
 
     k8s = cfg.cluster.kubernetes
     in_pod = kubernetes_master and cfg.cluster.profile == "kubernetes"
@@ -132,6 +132,7 @@ def job_spark_conf(cfg: PipelineConfig, *, transient: bool, kubernetes_master: b
         # cluster sizing judged small in local mode (jvm_cds.driver_options).
         "spark.driver.extraJavaOptions": driver_java_options(k8s.app_dir if in_pod and k8s else None,
                                                              short_job=True),
+        "spark.executor.extraJavaOptions": KAFKA_JVM_FLAGS,
         "spark.executor.cores": str(cfg.cluster.worker_cores),
         "spark.executor.memory": cfg.cluster.worker_memory,
     }
@@ -150,7 +151,7 @@ def job_spark_conf(cfg: PipelineConfig, *, transient: bool, kubernetes_master: b
         conf["spark.scheduler.minRegisteredResourcesRatio"] = "1.0"
         if backlog is not None and backlog <= jvm_cds.SHORT_JOB_MAX_RECORDS:
             # A cold executor's life is this one run's backlog: C1 compiles sooner (jvm_cds).
-            conf["spark.executor.extraJavaOptions"] = jvm_cds.SHORT_EXECUTOR_FLAGS
+            conf["spark.executor.extraJavaOptions"] += " " + jvm_cds.SHORT_EXECUTOR_FLAGS
         # The cluster listens on 127.0.0.1 only; the driver must be reachable there too.
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
@@ -263,6 +264,7 @@ def submit_hook(
     workers: int | None = None,
     backlog: int | None = None,
     scratch_dir: Path | None = None,
+    cluster_dir: Path | None = None,
 ) -> tuple[Any, str]:
     """The Spark provider's hook for one job of this pipeline, and the application path it submits.
 
@@ -273,12 +275,14 @@ def submit_hook(
     name the pods (``kubernetes``). ``workers``: how many the run's cluster
     started (``local_standalone``; default ``cluster.workers``) and ``backlog`` the records it was
     sized for (see :func:`job_spark_conf`). ``scratch_dir``: the driver's scratch folder
-    (``local_standalone``; see :func:`driver_scratch`). Nothing runs: ``hook.submit(application)``
+    (``local_standalone``; see :func:`driver_scratch`). ``cluster_dir``: the run's cluster folder, whose
+    secret the driver joins with (``local_standalone``). Nothing runs: ``hook.submit(application)``
     does, and ``hook._build_spark_submit_command(application)`` shows the
     command it would run.
     """
     from include import settings
     from include.readers import connections
+    from include.spark.spark_cluster import SECRET_FILE
     from include.spark.spark_submit import spark_home, spark_submit_binary
 
     profile = cfg.cluster.profile
@@ -294,6 +298,9 @@ def submit_hook(
             local_env["SPARK_LOCAL_DIRS"] = str(scratch_dir)
         if not run_master:
             raise ValueError("no master URL from this run's cluster setup task")
+        if cluster_dir is not None:
+            # The driver joins the run's cluster with its secret (include/spark/spark_cluster.py).
+            local_env[settings.SPARK_SECRET_FILE_ENV] = str(Path(cluster_dir) / SECRET_FILE)
         conf = job_spark_conf(cfg, transient=True, workers=workers, backlog=backlog)
         hook = _hook_class()(master=run_master, conf=conf, jars=jars, py_files=py_files, env_vars=local_env,
                              **common)  # fmt: skip
@@ -467,6 +474,7 @@ class SparkJobOperator(BaseOperator):
                 jars=None if in_pod else ",".join(str(j) for j in jvm_deps.spark_jars()),
                 py_files=None if in_pod else str(package_py_files()), workers=started.get("workers"),
                 backlog=started.get("backlog"), scratch_dir=scratch,
+                cluster_dir=pipeline_run.run_dir(cfg, context["run_id"]) / "cluster",
             )  # fmt: skip
             self.log.info("submitting %s for pipeline %s to %s (profile %s)", app_path, cfg.name,
                           self._hook._connection["master"], cfg.cluster.profile)  # fmt: skip

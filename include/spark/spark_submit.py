@@ -49,6 +49,10 @@ BASE_CONF: dict[str, str] = {
 }
 
 
+#: Every driver and executor of a job: the Kafka client enables no config provider, whatever a setting
+#: asks (Kafka's advice for configurations it did not write; the pipeline file refuses those keys too).
+KAFKA_JVM_FLAGS = "-Dorg.apache.kafka.automatic.config.providers=none"
+
 #: The driver's log4j2 settings: Spark, Delta and Kafka at WARN, so the task log stays readable.
 LOG_CONFIG = "spark_jobs/log4j2.properties"
 
@@ -67,7 +71,8 @@ def driver_java_options(project_root: str | Path | None = None, *, short_job: bo
     # Known harmless warnings stay hidden at WARN; a more verbose switch shows those loggers too.
     levels = settings.SPARK_LOG_LEVELS
     quiet = level if levels.index(level) < levels.index("WARN") else "ERROR"
-    options = f"-Dlog4j.configurationFile={config} -Dkde.spark.log.level={level} -Dkde.spark.log.quiet={quiet}"
+    options = (f"-Dlog4j.configurationFile={config} -Dkde.spark.log.level={level} -Dkde.spark.log.quiet={quiet} "
+               f"{KAFKA_JVM_FLAGS}")  # fmt: skip
     if project_root is None:
         cds = jvm_cds.driver_options(short_job=short_job)
         if cds:

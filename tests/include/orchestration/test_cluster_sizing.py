@@ -96,8 +96,16 @@ def test_executors_of_a_clusters_small_backlog_stop_at_c1_a_large_or_unknown_one
     limit = jvm_cds.SHORT_JOB_MAX_RECORDS
     small = job_spark_conf(cfg, transient=True, backlog=20_000)
     at_limit = job_spark_conf(cfg, transient=True, backlog=limit)
-    short = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+    no_providers = "-Dorg.apache.kafka.automatic.config.providers=none"
+    short = f"{no_providers} -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
     assert small["spark.executor.extraJavaOptions"] == at_limit["spark.executor.extraJavaOptions"] == short
     for conf in (job_spark_conf(cfg, transient=True, backlog=limit + 1), job_spark_conf(cfg, transient=True),
                  job_spark_conf(cfg, transient=False, backlog=20_000)):  # fmt: skip
-        assert "spark.executor.extraJavaOptions" not in conf
+        assert conf["spark.executor.extraJavaOptions"] == no_providers
+
+
+def test_no_driver_or_executor_enables_a_kafka_config_provider(make_pipeline):
+    cfg = make_pipeline("p")
+    for conf in (job_spark_conf(cfg, transient=True), job_spark_conf(cfg, transient=False)):
+        for role in ("driver", "executor"):
+            assert "-Dorg.apache.kafka.automatic.config.providers=none" in conf[f"spark.{role}.extraJavaOptions"]

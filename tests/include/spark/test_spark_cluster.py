@@ -397,7 +397,10 @@ import json, os, sys, time
 from pyspark.sql import SparkSession
 
 pids_file = sys.argv[1]  # read here: in a python worker, sys.argv is the worker's own
-spark = SparkSession.builder.appName("spark-cluster-test").getOrCreate()
+# The cluster's secret, as a job's driver sets it (spark_jobs/job_common.build_session).
+secret = open(os.environ["KDE_SPARK_SECRET_FILE"]).read()
+spark = (SparkSession.builder.appName("spark-cluster-test").config("spark.authenticate", "true")
+         .config("spark.authenticate.secret", secret).getOrCreate())
 print("SUM", spark.range(1000).selectExpr("sum(id)").collect()[0][0], flush=True)
 
 def block(rows):
@@ -472,7 +475,10 @@ def test_one_worker_runs_a_job_and_stop_kills_executors_and_python_workers(tmp_p
         shipped.write_text("x" * 1000)
         pids_file = tmp_path / "pids.json"
         out = tmp_path / "driver.out"
-        env = {**submit_environment(), "SPARK_LOCAL_IP": "127.0.0.1"}
+        # A copy outside the run folder: this test counts what still mentions the folder, not the driver.
+        secret_copy = tmp_path / "driver-secret"
+        secret_copy.write_text(spark_cluster.auth_secret(run_dir) or "")
+        env = {**submit_environment(), "SPARK_LOCAL_IP": "127.0.0.1", "KDE_SPARK_SECRET_FILE": str(secret_copy)}
         cmd = [
             spark_submit_binary(), "--master", cluster.master_url,
             "--driver-memory", "512m",
@@ -517,6 +523,64 @@ def test_one_worker_runs_a_job_and_stop_kills_executors_and_python_workers(tmp_p
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait()
         stop_standalone(run_dir)
+
+
+AUTH_JOB = """
+from spark_jobs.job_common import build_session
+
+spark = build_session("auth-test")
+print("SUM", spark.range(100).selectExpr("sum(id)").collect()[0][0], flush=True)
+"""
+
+
+@pytest.mark.integration
+def test_the_cluster_takes_only_applications_that_know_its_secret_and_no_command_line_shows_it(tmp_path,
+                                                                                              monkeypatch):  # fmt: skip
+    from include import settings
+    from include.spark import jvm_deps
+    from include.spark.spark_submit import package_py_files
+
+    monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", "not-for-the-cluster")
+    run_dir = tmp_path / "spark"
+    cluster = start_standalone(run_dir, workers=1, worker_cores=1, worker_memory="512m")
+    drivers: list[subprocess.Popen] = []
+    try:
+        secret_file = run_dir / spark_cluster.SECRET_FILE
+        secret = spark_cluster.auth_secret(run_dir)
+        assert secret and secret_file.stat().st_mode & 0o777 == 0o600
+        for pid in running_processes(run_dir):
+            assert secret.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes(), pid
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            assert not [e for e in environ if e.startswith(b"AIRFLOW__")], pid
+
+        job = tmp_path / "job.py"
+        job.write_text(AUTH_JOB)
+        base = [spark_submit_binary(), "--master", cluster.master_url, "--conf", "spark.driver.host=127.0.0.1",
+                "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=512m",
+                "--jars", ",".join(str(j) for j in jvm_deps.spark_jars()),
+                "--py-files", str(package_py_files()), str(job)]  # fmt: skip
+        env = {**submit_environment(), "SPARK_LOCAL_IP": "127.0.0.1"}
+
+        # Another local user's application, without the secret: refused at its first message.
+        refused_log = tmp_path / "refused.log"
+        with open(refused_log, "wb") as out:
+            drivers.append(subprocess.Popen(base, env=env, stdout=out, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + 90
+        while "Expected SaslMessage" not in refused_log.read_text(errors="replace"):
+            assert time.monotonic() < deadline and drivers[0].poll() in (None, 1), refused_log.read_text()[-3000:]
+            time.sleep(0.5)
+        assert _master_json(cluster)["activeapps"] == []
+
+        # The job's driver joins with the secret from the file the submitting task names.
+        done = subprocess.run(base, env={**env, settings.SPARK_SECRET_FILE_ENV: str(secret_file)},
+                              capture_output=True, text=True, timeout=240)  # fmt: skip
+        assert done.returncode == 0 and "SUM 4950" in done.stdout, (done.stdout + done.stderr)[-3000:]
+    finally:
+        for driver in drivers:
+            driver.kill()
+            driver.wait()
+        stop_standalone(run_dir)
+    assert not (run_dir / spark_cluster.SECRET_FILE).exists()
 
 
 @pytest.mark.integration
