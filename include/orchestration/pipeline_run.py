@@ -191,19 +191,23 @@ def stop_leftovers(cfg: PipelineConfig, run_id: str, *, timeout_s: float = 30) -
     folder = run_dir(cfg, run_id)
     if not folder.exists():
         return None
-    jobs = spark_cluster.processes_naming(folder)
+    jobs = spark_cluster.recorded_jobs(folder)
+    refused = []
     for pid in jobs:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        except PermissionError:  # recorded, so ours, yet not ours to kill: say so instead of failing here
+            refused.append(pid)
     deadline = time.monotonic() + timeout_s
-    while spark_cluster.processes_naming(folder) and time.monotonic() < deadline:
+    while set(spark_cluster.recorded_jobs(folder)) - set(refused) and time.monotonic() < deadline:
         time.sleep(0.1)
     cluster = spark_cluster.stop_standalone(folder / "cluster", timeout_s=timeout_s)
-    left = spark_cluster.processes_naming(folder) + spark_cluster.running_processes(folder / "cluster")
+    left = spark_cluster.recorded_jobs(folder) + spark_cluster.running_processes(folder / "cluster")
     if left:
-        raise RuntimeError(f"processes {left} of run {run_id} (folder {folder}) survived SIGKILL; "
+        raise RuntimeError(f"processes {left} of run {run_id} (folder {folder}) survived SIGKILL"
+                           f"{f' (not allowed to signal {refused})' if refused else ''}; "
                            "stop them by hand before this pipeline runs again")  # fmt: skip
     if not jobs and not cluster:
         return None

@@ -34,7 +34,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -447,7 +447,7 @@ class SparkJobOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict:
         from include.orchestration import pipeline_run
-        from include.spark import jvm_deps
+        from include.spark import jvm_deps, spark_cluster
         from include.spark.spark_submit import dies_with_parent, package_py_files
 
         cfg = self.pipeline
@@ -482,7 +482,12 @@ class SparkJobOperator(BaseOperator):
             try:
                 with self._cluster_watch(context) as watch:
                     try:
-                        self._hook.submit(app_path, preexec_fn=dies_with_parent())
+                        self._hook.submit(app_path, preexec_fn=_each(
+                            dies_with_parent(),
+                            # In this machine's run folder (never the pods' volume): a run that takes
+                            # the lock over from this one stops exactly these processes.
+                            spark_cluster.record_job(pipeline_run.run_dir(cfg, context["run_id"]), self.task_id),
+                        ))  # fmt: skip
                     except Exception as exc:
                         if watch is not None and watch.lost:
                             raise RuntimeError(watch.message()) from exc
@@ -857,3 +862,14 @@ def job_run_type(context: Any) -> str:
     run_type = str(getattr(context["dag_run"], "run_type", "manual") or "manual")
     run_type = run_type.rsplit(".", 1)[-1].lower()
     return {"scheduled": "scheduled", "backfill": "backfill"}.get(run_type, "manual")
+
+
+def _each(*steps: Callable[[], None] | None) -> Callable[[], None]:
+    """One ``preexec_fn`` that runs each of ``steps`` (``None`` ones left out) in order."""
+    chosen = [step for step in steps if step is not None]
+
+    def run() -> None:
+        for step in chosen:
+            step()
+
+    return run

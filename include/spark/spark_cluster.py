@@ -668,6 +668,64 @@ class ClusterWatch:
                 "that cannot come. Nothing is lost: the next run (or this task's retry) resumes from the tables")  # fmt: skip
 
 
+#: The folder of a run's folder where each job's process records itself (see :func:`record_job`).
+JOBS_DIR = "jobs"
+
+
+def record_job(run_folder: str | Path, name: str) -> Callable[[], None]:
+    """A ``preexec_fn`` by which a job's process records its pid and start time in ``<run_folder>/jobs/<name>.json``.
+
+    Written by the child itself, before it runs the job: the record exists
+    as soon as the process does. The start time tells the process from a
+    later one that got its pid number again, so a record left behind by a
+    killed run never names anyone else's process.
+    """
+    folder = Path(run_folder) / JOBS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{name}.json"
+
+    def record() -> None:
+        stat = _read_stat(os.getpid())
+        if stat is None:
+            return
+        tmp = target.with_suffix(f".{stat.pid}.tmp")
+        tmp.write_text(json.dumps({"pid": stat.pid, "start_ticks": stat.start_ticks}))
+        os.replace(tmp, target)
+
+    return record
+
+
+def recorded_jobs(run_folder: str | Path) -> list[int]:
+    """Live job processes a run recorded (:func:`record_job`) and every process they started, sorted.
+
+    Only recorded processes and their descendants: never another process
+    that merely names the run's folder (a ``less`` of its log).
+    """
+    roots = set()
+    for record in sorted((Path(run_folder) / JOBS_DIR).glob("*.json")):
+        try:
+            data = json.loads(record.read_text())
+            pid, ticks = int(data["pid"]), int(data["start_ticks"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        stat = _read_stat(pid)
+        if stat is not None and stat.start_ticks == ticks and stat.state != "Z":
+            roots.add(pid)
+    if not roots:
+        return []
+    children: dict[int, list[int]] = {}
+    for stat in _all_stats():
+        if stat.state != "Z":
+            children.setdefault(stat.ppid, []).append(stat.pid)
+    found, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, ()))
+    return sorted(found)
+
+
 def processes_naming(folder: str | Path) -> list[int]:
     """Pids of live processes (zombies aside) whose command line names ``folder``: a run's job processes.
 

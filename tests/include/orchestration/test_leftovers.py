@@ -79,10 +79,11 @@ def cfg(make_pipeline):
     return make_pipeline()
 
 
-def _job_of(run_folder: Path) -> subprocess.Popen:
-    """A stand-in for a run's driver: its command line names a file of the run's folder, as spark-submit's does."""
+def _job_of(run_folder: Path, name: str = "ingest") -> subprocess.Popen:
+    """A stand-in for a run's driver, recorded in the run's folder as the operator records spark-submit."""
     run_folder.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([*SLEEPER, str(run_folder / "ingest-summary.json")], start_new_session=True)
+    return subprocess.Popen([*SLEEPER, str(run_folder / "ingest-summary.json")], start_new_session=True,
+                            preexec_fn=spark_cluster.record_job(run_folder, name))  # fmt: skip
 
 
 def test_a_run_taking_the_lock_from_a_dead_run_first_stops_that_runs_job(cfg):
@@ -125,3 +126,52 @@ def test_processes_naming_a_folder_are_found_by_their_command_line(tmp_path):
         job.kill()
         job.wait()
     assert spark_cluster.processes_naming(tmp_path / "run-1") == []
+
+
+#: A driver that starts a child of its own, as spark-submit's JVM starts the Python driver.
+PARENT_OF_ONE = [sys.executable, "-c", "import subprocess, sys, time; "
+                 "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"]
+
+
+def test_only_recorded_jobs_and_what_they_started_are_stopped_never_a_reader_of_the_runs_log(cfg):
+    folder = pipeline_run.run_dir(cfg, "manual__dead")
+    folder.mkdir(parents=True)
+    (folder / "ingest.log").write_text("the dead run's log")
+    job = subprocess.Popen(PARENT_OF_ONE, start_new_session=True,
+                           preexec_fn=spark_cluster.record_job(folder, "ingest"))  # fmt: skip
+    reader = subprocess.Popen([*SLEEPER, str(folder / "ingest.log")])  # a `less` of the log names the folder too
+    try:
+        deadline = time.monotonic() + 10
+        while len(spark_cluster.recorded_jobs(folder)) < 2:
+            assert time.monotonic() < deadline, "the job's child never started"
+            time.sleep(0.05)
+        (child,) = set(spark_cluster.recorded_jobs(folder)) - {job.pid}
+        assert reader.pid in spark_cluster.processes_naming(folder)
+        message = pipeline_run.stop_leftovers(cfg, "manual__dead")
+        assert message is not None and str(job.pid) in message
+        assert job.wait(10) == -signal.SIGKILL
+        assert _wait_gone(child)
+        assert reader.poll() is None, "a process that only names the folder is not the run's"
+    finally:
+        for proc in (job, reader):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_record_whose_pid_number_now_belongs_to_another_process_names_nobody(tmp_path):
+    import json
+
+    reused = subprocess.Popen(SLEEPER)
+    try:
+        jobs = tmp_path / spark_cluster.JOBS_DIR
+        jobs.mkdir()
+        stat = spark_cluster._read_stat(reused.pid)
+        (jobs / "ingest.json").write_text(json.dumps({"pid": reused.pid, "start_ticks": stat.start_ticks - 1}))
+        assert spark_cluster.recorded_jobs(tmp_path) == []
+        (jobs / "ingest.json").write_text(json.dumps({"pid": reused.pid, "start_ticks": stat.start_ticks}))
+        assert spark_cluster.recorded_jobs(tmp_path) == [reused.pid]
+        (jobs / "broken.json").write_text("{not json")
+        assert spark_cluster.recorded_jobs(tmp_path) == [reused.pid]
+    finally:
+        reused.kill()
+        reused.wait()
