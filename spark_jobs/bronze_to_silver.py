@@ -57,6 +57,7 @@ from include.contract.transform_spec import (
 from include.readers import spark_checkpoint
 from spark_jobs.job_common import (
     JobStep,
+    PhaseTimer,
     apply_table_properties,
     confirm_newest_commit,
     delta_snapshot,
@@ -246,6 +247,8 @@ class TransformSummary:
     value_schema: dict | None = None
     #: Seconds per phase of the run (silver's last commit and plan, silver's schema, the stream).
     phases_s: dict[str, float] = field(default_factory=dict)
+    #: Ignored field names the summary names (``transform.limits.field_names``).
+    field_names_shown: int = 20
 
     def to_json(self) -> dict:
         done = [b.commit for b in self.batches if b.commit is not None]
@@ -256,6 +259,8 @@ class TransformSummary:
             for k, v in c.quarantine_fields.items():
                 qfields[k] = qfields.get(k, 0) + v
             ignored.update(c.fields_ignored or {})
+        # As many names as one batch records (transform.limits.field_names), however many batches ran.
+        ignored = dict(sorted(ignored.items())[: self.field_names_shown])
         versions = [c.version for c in done if c.version is not None]
         return {
             "pipeline": self.pipeline,
@@ -269,6 +274,8 @@ class TransformSummary:
             "quarantine_fields": qfields,
             "fields_added": self.fields_added,
             "fields_ignored": ignored,
+            # The most distinct names one batch left out of silver: batches see the same names again.
+            "fields_unknown": max((c.fields_unknown or 0 for c in done), default=0),
             "silver_version": max(versions) if versions else None,
             "value_schema": self.value_schema,
             "batches": [
@@ -363,147 +370,193 @@ class SilverBatchWriter:
             raise
 
     def _write(self, df, batch_id: int) -> None:
+        """One micro-batch: decode → quarantine → classify → commit, each step timed; then the commit confirmed."""
         from pyspark import StorageLevel
-        from pyspark.sql import functions as F
-
-        from spark_jobs import silver_rules
 
         started = time.monotonic()
         if self._already_committed(batch_id):
             log.warning("batch %s of epoch %s is already in silver; skipping its replay", batch_id, self.plan.epoch)
             self.summary.batches.append(BatchResult(batch_id, None, True, time.monotonic() - started))
             return
-        cfg, spec = self.cfg, self.cfg.spec
         start = batch_end(self.checkpoint, batch_id - 1) if batch_id > 0 else self.plan.start
         end = batch_end(self.checkpoint, batch_id)
-        phases: dict[str, float] = {}
-        clock = [time.monotonic()]
-
-        def lap(name: str) -> None:
-            now = time.monotonic()
-            phases[name] = phases.get(name, 0.0) + now - clock[0]
-            clock[0] = now
-
-        bronze = df.persist(StorageLevel.MEMORY_AND_DISK)
-        cached = [bronze]
+        timer = PhaseTimer()
+        cached = [df.persist(StorageLevel.MEMORY_AND_DISK)]
         try:
-            value_plan = self.values.plan(bronze) if self.values else None
-            # Decoded once and kept (one row per bronze record): the new-field scan and every step below read it.
-            decoded = silver_rules.decode(bronze, spec, self.fields, value_plan).persist(StorageLevel.MEMORY_AND_DISK)
-            cached.append(decoded)
-            added, ignored = silver_rules.plan_new_fields(decoded, spec, self.fields)
-            if added:
-                add_fields(self.spark, cfg.silver_path, added,
-                           {"pipeline": cfg.pipeline, "run_id": cfg.run_id, "epoch": self.plan.epoch,
-                            "batch_id": batch_id})  # fmt: skip
-                self.fields = [*self.fields, *added]
-                self.summary.fields_added += [{"name": f.name, "type": f.type, "batch_id": batch_id} for f in added]
-                log.warning("batch %s: added field(s) to silver: %s", batch_id,
-                            ", ".join(f"{f.name} {f.type}" for f in added))  # fmt: skip
-                decoded = silver_rules.decode(bronze, spec, self.fields, value_plan).persist(
-                    StorageLevel.MEMORY_AND_DISK)  # fmt: skip
-                cached.append(decoded)
-            lap("decode")
-
-            # One pass counts the records read and the quarantined ones by the field of their first problem.
-            first_problem = F.when(F.size("_problems") > 0, F.col("_problems")[0]["field"])
-            groups = decoded.groupBy(first_problem.alias("field")).agg(F.count("*").alias("n")).collect()
-            read = sum(r["n"] for r in groups)
-            qfields = {r["field"]: r["n"] for r in groups if r["field"] is not None}
-            bad = sum(qfields.values())
-            quarantine = silver_rules.quarantine_rows(decoded, cfg.run_id, self.plan.epoch, batch_id)
-            replayed = 0
-            if self.plan.may_hold_already(start) and _is_delta(self.spark, cfg.quarantine_path):
-                # A new epoch re-reads the version the last one stood in; its bad records are in quarantine already.
-                held = self.spark.read.format("delta").load(cfg.quarantine_path).select("topic", "partition", "offset")
-                quarantine = quarantine.join(held, ["topic", "partition", "offset"], "left_anti").persist(
-                    StorageLevel.MEMORY_AND_DISK)  # fmt: skip
-                cached.append(quarantine)
-                qfields = {
-                    r["field"]: r["n"]
-                    for r in quarantine.groupBy(F.col("fields")[0].alias("field")).agg(F.count("*").alias("n")).collect()
-                }
-                replayed = bad - sum(qfields.values())
-            quarantined = sum(qfields.values())
-            lap("read_and_quarantine_count")
-
-            valid = silver_rules.valid_records(decoded)
-            current = self.spark.read.format("delta").load(cfg.silver_path)
-            classified = silver_rules.classify(valid, current, spec).persist(StorageLevel.MEMORY_AND_DISK)
-            cached.append(classified)
-            actions: dict[str, int] = {}
-            touches_existing = adds_keys = False
-            for r in classified.groupBy("_action", "_present").agg(F.count("*").alias("n")).collect():
-                actions[r["_action"]] = actions.get(r["_action"], 0) + r["n"]
-                touches_existing |= bool(r["_present"]) and r["_action"] in ("update", "delete")
-                adds_keys |= not r["_present"] and r["_action"] in ("insert", "delete")
-            lap("classify")
+            decoded, new = self._decode(cached[0], batch_id, cached)
+            timer.lap("decode")
+            read, qfields, replayed, quarantine = self._quarantine(decoded, start, batch_id, cached)
+            timer.lap("read_and_quarantine_count")
+            classified, actions, touches_existing, adds_keys = self._classify(decoded, cached)
+            timer.lap("classify")
             counts = {
                 "upserted": actions.get("insert", 0) + actions.get("update", 0),
                 "deleted": actions.get("delete", 0),
-                "quarantined": quarantined,
+                "quarantined": sum(qfields.values()),
                 "superseded": actions.get("superseded", 0),
                 "replayed": actions.get("replayed", 0) + replayed,
             }
             commit = SilverCommit(
-                pipeline=cfg.pipeline, run_id=cfg.run_id, epoch=self.plan.epoch, batch_id=batch_id,
+                pipeline=self.cfg.pipeline, run_id=self.cfg.run_id, epoch=self.plan.epoch, batch_id=batch_id,
                 bronze_start=start, bronze_end=end, read=read, counts=counts, quarantine_fields=qfields,
-                fields_added=tuple({"name": f.name, "type": f.type} for f in added), fields_ignored=ignored,
-                value_schema=self.values.recorded() if self.values else None,
+                fields_added=tuple({"name": f.name, "type": f.type} for f in new.added), fields_ignored=new.ignored,
+                fields_unknown=new.unknown, value_schema=self.values.recorded() if self.values else None,
             )  # fmt: skip
             if commit.accounted != read:
                 raise TransformError(
                     f"batch {batch_id}: read {read} bronze records but accounted for {commit.accounted} "
                     f"({counts}); refusing to commit"
                 )
-            if quarantined:
-                (
-                    quarantine.write.format("delta").mode("append")
-                    .option("txnAppId", quarantine_app_id(cfg.pipeline, self.plan.epoch))
-                    .option("txnVersion", batch_id)
-                    .option("userMetadata", commit.to_user_metadata())
-                    .save(cfg.quarantine_path)
-                )  # fmt: skip
-            lap("quarantine_write")
-            rows = silver_rules.silver_rows(classified, self.fields, spec, cfg.run_id)
-            meta = commit.to_user_metadata()
-            # Where the transform now stands, in the same commit: part of silver's state.
-            try:
-                txn = (silver_app_id(cfg.pipeline, self.plan.epoch), silver_txn_version(end.version, batch_id))
-            except ValueError as exc:
-                raise TransformError(f"batch {batch_id} of epoch {self.plan.epoch}: {exc}") from None
-            if not (counts["upserted"] or counts["deleted"]) or not touches_existing:
-                # Every row is a key silver does not hold (classify read silver): an append is the
-                # MERGE's exact outcome without its two joins over silver. With no row, the empty
-                # append is the batch's completion mark and position.
-                (rows.select(*current.columns).write.format("delta").mode("append")
-                 .option("userMetadata", meta).option("txnAppId", txn[0]).option("txnVersion", txn[1])
-                 .save(cfg.silver_path))  # fmt: skip
-            else:
-                from delta.tables import DeltaTable
-
-                on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.key)
-                merge = DeltaTable.forPath(self.spark, cfg.silver_path).alias("t").merge(rows.alias("s"), on)
-                merge = merge.whenMatchedUpdateAll()
-                if adds_keys:
-                    # Without a new key the MERGE is matched-only, which Delta runs with an inner join
-                    # instead of an outer join over the files it rewrites.
-                    merge = merge.whenNotMatchedInsertAll()
-                with_user_metadata(self.spark, meta, merge.execute, txn=txn)
-            lap("silver_commit")
+            self._write_quarantine(quarantine, commit, batch_id)
+            timer.lap("quarantine_write")
+            self._commit(classified, commit, end, batch_id, touches_existing=touches_existing, adds_keys=adds_keys)
+            timer.lap("silver_commit")
         finally:
             for frame in reversed(cached):
                 frame.unpersist()
-        version, operation, metrics = confirm_newest_commit(self.spark, cfg.silver_path, SilverCommit.from_user_metadata,
-                                                            self.plan.epoch, batch_id, TransformError)  # fmt: skip
-        check_rows_written(cfg.silver_path, version, operation, metrics, commit)
-        commit = replace(commit, version=version)
-        lap("confirm")
+        commit = self._confirm(commit, batch_id)
+        timer.lap("confirm")
         failpoint("silver", batch_id)
         self.last = commit
-        self.summary.batches.append(BatchResult(batch_id, commit, False, time.monotonic() - started, phases))
-        log.info("batch %s: read %s -> %s, silver version %s in %.2fs (%s)", batch_id, read, counts, version,
-                 time.monotonic() - started, ", ".join(f"{k} {v:.2f}s" for k, v in phases.items()))  # fmt: skip
+        self.summary.batches.append(BatchResult(batch_id, commit, False, time.monotonic() - started, timer.phases))
+        log.info("batch %s: read %s -> %s, silver version %s in %.2fs (%s)", batch_id, read, counts, commit.version,
+                 time.monotonic() - started, timer.line())  # fmt: skip
+
+    def _decode(self, bronze, batch_id: int, cached: list):
+        """Decode step: one row per bronze record (kept, as every later step reads it), after adding the new
+        fields the batch brings within ``transform.limits.new_columns``; records that would need more get
+        a problem naming the cap. Returns the decoded frame and the :class:`~spark_jobs.silver_rules.NewFields`."""
+        from pyspark import StorageLevel
+
+        from spark_jobs import silver_rules
+
+        cfg, spec = self.cfg, self.cfg.spec
+        value_plan = self.values.plan(bronze) if self.values else None
+        decoded = silver_rules.decode(bronze, spec, self.fields, value_plan).persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(decoded)
+        budget = spec.limits.new_columns - len(self.summary.fields_added)
+        new = silver_rules.plan_new_fields(decoded, spec, self.fields, budget=budget)
+        if new.added:
+            add_fields(self.spark, cfg.silver_path, new.added,
+                       {"pipeline": cfg.pipeline, "run_id": cfg.run_id, "epoch": self.plan.epoch,
+                        "batch_id": batch_id})  # fmt: skip
+            self.fields = [*self.fields, *new.added]
+            self.summary.fields_added += [{"name": f.name, "type": f.type, "batch_id": batch_id} for f in new.added]
+            log.warning("batch %s: added field(s) to silver: %s", batch_id,
+                        ", ".join(f"{f.name} {f.type}" for f in new.added))  # fmt: skip
+            decoded = silver_rules.decode(bronze, spec, self.fields, value_plan)
+        if new.refused:
+            allowed = [f.name for f in self.fields] + [n for n, why in new.ignored.items() if why.startswith("only null")]
+            log.warning("batch %s: records with new fields beyond transform.limits.new_columns (%s a run) go to "
+                        "quarantine", batch_id, spec.limits.new_columns)  # fmt: skip
+            decoded = silver_rules.refuse_new_fields(decoded, allowed, spec.limits.new_columns)
+        if new.added or new.refused:
+            decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+            cached.append(decoded)
+        return decoded, new
+
+    def _quarantine(self, decoded, start: BronzePosition, batch_id: int, cached: list):
+        """Quarantine step: the records read, the bad ones counted by the field of their first problem, and
+        the quarantine rows to append; those a new epoch re-read from a version the last one stood in are in
+        quarantine already (``replayed``). Returns ``(read, {field: count}, replayed, quarantine rows)``."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        from spark_jobs import silver_rules
+
+        cfg = self.cfg
+        first_problem = F.when(F.size("_problems") > 0, F.col("_problems")[0]["field"])
+        groups = decoded.groupBy(first_problem.alias("field")).agg(F.count("*").alias("n")).collect()
+        read = sum(r["n"] for r in groups)
+        qfields = {r["field"]: r["n"] for r in groups if r["field"] is not None}
+        bad = sum(qfields.values())
+        quarantine = silver_rules.quarantine_rows(decoded, cfg.run_id, self.plan.epoch, batch_id)
+        if not (self.plan.may_hold_already(start) and _is_delta(self.spark, cfg.quarantine_path)):
+            return read, qfields, 0, quarantine
+        held = self.spark.read.format("delta").load(cfg.quarantine_path).select("topic", "partition", "offset")
+        quarantine = quarantine.join(held, ["topic", "partition", "offset"], "left_anti").persist(
+            StorageLevel.MEMORY_AND_DISK)  # fmt: skip
+        cached.append(quarantine)
+        qfields = {
+            r["field"]: r["n"]
+            for r in quarantine.groupBy(F.col("fields")[0].alias("field")).agg(F.count("*").alias("n")).collect()
+        }
+        return read, qfields, bad - sum(qfields.values()), quarantine
+
+    def _classify(self, decoded, cached: list):
+        """Classify step: what each valid record does to silver (:func:`spark_jobs.silver_rules.classify`), kept.
+        Returns the classified frame, the count per action, and whether it updates or deletes keys silver holds
+        and whether it brings keys silver lacks (which decide the commit's shape)."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        from spark_jobs import silver_rules
+
+        valid = silver_rules.valid_records(decoded)
+        current = self.spark.read.format("delta").load(self.cfg.silver_path)
+        classified = silver_rules.classify(valid, current, self.cfg.spec).persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(classified)
+        actions: dict[str, int] = {}
+        touches_existing = adds_keys = False
+        for r in classified.groupBy("_action", "_present").agg(F.count("*").alias("n")).collect():
+            actions[r["_action"]] = actions.get(r["_action"], 0) + r["n"]
+            touches_existing |= bool(r["_present"]) and r["_action"] in ("update", "delete")
+            adds_keys |= not r["_present"] and r["_action"] in ("insert", "delete")
+        return classified, actions, touches_existing, adds_keys
+
+    def _write_quarantine(self, quarantine, commit: SilverCommit, batch_id: int) -> None:
+        """The batch's new bad records, appended to quarantine idempotently (its txn app id and the batch id)."""
+        if not commit.counts["quarantined"]:
+            return
+        (
+            quarantine.write.format("delta").mode("append")
+            .option("txnAppId", quarantine_app_id(self.cfg.pipeline, self.plan.epoch))
+            .option("txnVersion", batch_id)
+            .option("userMetadata", commit.to_user_metadata())
+            .save(self.cfg.quarantine_path)
+        )  # fmt: skip
+
+    def _commit(self, classified, commit: SilverCommit, end: BronzePosition, batch_id: int, *,
+                touches_existing: bool, adds_keys: bool) -> None:  # fmt: skip
+        """Commit step: the batch's rows and where the transform now stands, in one silver commit."""
+        from spark_jobs import silver_rules
+
+        cfg, spec = self.cfg, self.cfg.spec
+        current = self.spark.read.format("delta").load(cfg.silver_path)
+        rows = silver_rules.silver_rows(classified, self.fields, spec, cfg.run_id)
+        meta = commit.to_user_metadata()
+        # Where the transform now stands, in the same commit: part of silver's state.
+        try:
+            txn = (silver_app_id(cfg.pipeline, self.plan.epoch), silver_txn_version(end.version, batch_id))
+        except ValueError as exc:
+            raise TransformError(f"batch {batch_id} of epoch {self.plan.epoch}: {exc}") from None
+        counts = commit.counts
+        if not (counts["upserted"] or counts["deleted"]) or not touches_existing:
+            # Every row is a key silver does not hold (classify read silver): an append is the
+            # MERGE's exact outcome without its two joins over silver. With no row, the empty
+            # append is the batch's completion mark and position.
+            (rows.select(*current.columns).write.format("delta").mode("append")
+             .option("userMetadata", meta).option("txnAppId", txn[0]).option("txnVersion", txn[1])
+             .save(cfg.silver_path))  # fmt: skip
+            return
+        from delta.tables import DeltaTable
+
+        on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.key)
+        merge = DeltaTable.forPath(self.spark, cfg.silver_path).alias("t").merge(rows.alias("s"), on)
+        merge = merge.whenMatchedUpdateAll()
+        if adds_keys:
+            # Without a new key the MERGE is matched-only, which Delta runs with an inner join
+            # instead of an outer join over the files it rewrites.
+            merge = merge.whenNotMatchedInsertAll()
+        with_user_metadata(self.spark, meta, merge.execute, txn=txn)
+
+    def _confirm(self, commit: SilverCommit, batch_id: int) -> SilverCommit:
+        """The batch's commit as silver's log holds it (its version), its rows checked against Delta's metrics."""
+        version, operation, metrics = confirm_newest_commit(self.spark, self.cfg.silver_path,
+                                                            SilverCommit.from_user_metadata, self.plan.epoch,
+                                                            batch_id, TransformError)  # fmt: skip
+        check_rows_written(self.cfg.silver_path, version, operation, metrics, commit)
+        return replace(commit, version=version)
 
 
 def rows_written(operation: str, metrics: dict[str, str]) -> int | None:
@@ -586,7 +639,8 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
         log.warning("starting transform checkpoint epoch %s at bronze version %s: %s",
                     plan.epoch, plan.start.version, plan.rebuilt_reason)  # fmt: skip
     summary = TransformSummary(cfg.pipeline, cfg.run_id, plan.epoch, rebuilt,
-                               last.bronze_end if last and not last.restore else plan.start)  # fmt: skip
+                               last.bronze_end if last and not last.restore else plan.start,
+                               field_names_shown=cfg.spec.limits.field_names)  # fmt: skip
     phases = summary.phases_s
     phases["plan"] = time.monotonic() - started
     if _is_delta(spark, cfg.bronze_path):

@@ -91,6 +91,29 @@ def txn_versions(spark, snapshot) -> dict[str, int]:
     return {str(k): int(v) for k, v in jvm.scala.jdk.javaapi.CollectionConverters.asJava(snapshot.transactions()).items()}
 
 
+class PhaseTimer:
+    """Seconds per named phase of a step, each lap the time since the previous one (or since the timer began).
+
+    A name given again adds to its phase, so a step that runs in parts reports one figure for it.
+    """
+
+    def __init__(self) -> None:
+        self.phases: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def lap(self, name: str) -> float:
+        """Close the phase ``name`` now; returns its seconds in this lap."""
+        now = time.monotonic()
+        seconds = now - self._last
+        self.phases[name] = self.phases.get(name, 0.0) + seconds
+        self._last = now
+        return seconds
+
+    def line(self) -> str:
+        """The phases for a log line: ``decode 0.41s, classify 0.12s``."""
+        return ", ".join(f"{name} {seconds:.2f}s" for name, seconds in self.phases.items())
+
+
 def history_rows(table, limit: int) -> list[dict]:
     """The newest ``limit`` entries of a ``DeltaTable``'s history as dicts, with the columns the readers use."""
     rows = table.history(limit).select("version", "operation", "operationParameters", "userMetadata").collect()

@@ -78,6 +78,9 @@ class ValuePlan:
     framed: bool
     reader: str | None = None
     writers: tuple[Writer, ...] = field(default_factory=tuple)
+    #: ``transform.limits.schema_ids`` when the batch held more distinct ids than it: ids outside
+    #: ``writers`` were not looked up because of it.
+    id_cap: int | None = None
     required_field: str | None = None
     source: str = "the schema registry"
 
@@ -277,12 +280,14 @@ def _with_value_text(df, plan: ValuePlan):
             if w.problem:
                 problem = problem.when(sid == w.id, F.lit(f"value: schema id {w.id}: {w.problem}"))
         known = [w.id for w in plan.writers]
-        # Every id of the batch was looked up before decode; an id outside the plan is this code's fault.
+        # Every id of the batch within transform.limits.schema_ids was looked up before decode; any other id
+        # is one beyond the cap (or, without a cap reached, this code's fault).
+        why = (" was not looked up in this batch" if plan.id_cap is None else
+               f" was not looked up: the batch holds more than transform.limits.schema_ids ({plan.id_cap}) "
+               "distinct schema ids; raise the limit or fix the producer, then replay these records")  # fmt: skip
         problem = problem.when(
             ~sid.isin(*known) if known else F.lit(True),
-            F.concat(
-                F.lit("value: schema id "), sid.cast("string"), F.lit(" was not looked up in this batch")
-            ),
+            F.concat(F.lit("value: schema id "), sid.cast("string"), F.lit(why)),
         )
     if plan.format != "avro":
         return df.select("*", payload.cast("string").alias("_vt"), problem.alias("_fp"))
@@ -310,6 +315,10 @@ def _with_value_text(df, plan: ValuePlan):
         F.concat(F.lit("value: the bytes do not decode as Avro with "), where, F.lit(hedge)),
     )
     return df.select("*", F.to_json(avro).alias("_vt"), fp.alias("_fp"))
+
+
+#: The ``field`` of the problem a record gets for a new field beyond ``transform.limits.new_columns``.
+NEW_FIELD_PROBLEM = "(new field)"
 
 
 def decode(bronze, spec: TransformSpec, fields: Sequence[FieldSpec], value_plan: ValuePlan | None = None):
@@ -514,20 +523,44 @@ def unknown_fields(decoded, known: Iterable[str]):
     )
 
 
-def plan_new_fields(
-    decoded, spec: TransformSpec, fields: Sequence[FieldSpec]
-) -> tuple[list[FieldSpec], dict[str, str]]:
-    """New fields seen in this batch: ``(fields to add, {ignored name: why})``.
+@dataclass(frozen=True)
+class NewFields:
+    """What a batch does about the fields its records carry that silver does not have.
+
+    ``added``: fields that become silver columns. ``ignored``: at most
+    ``transform.limits.field_names`` names, each with why it stays out.
+    ``unknown``: how many distinct names stay out in all (named or not).
+    ``refused``: records carrying a usable new name beyond the run's column
+    cap go to quarantine (:func:`refuse_new_fields`).
+    """
+
+    added: list[FieldSpec]
+    ignored: dict[str, str]
+    unknown: int
+    refused: bool
+
+
+def plan_new_fields(decoded, spec: TransformSpec, fields: Sequence[FieldSpec], *,
+                    budget: int | None = None) -> NewFields:  # fmt: skip
+    """New fields seen in this batch, within the caps of ``transform.limits``.
 
     With ``new_fields: add``, a new field with a usable name becomes a column of
-    the type its values show (:func:`infer_type`); with ``ignore``, or when the
-    name cannot be a column, it is reported and left out of silver.
+    the type its values show (:func:`infer_type`), up to ``budget`` columns
+    (what is left of ``limits.new_columns`` this run); with ``ignore``, or when
+    the name cannot be a column, it is reported and left out of silver. Only
+    the first names in order are brought to the driver, so a producer writing
+    a new name into every record costs a count, not a list of them all.
     """
     from pyspark.sql import functions as F
 
+    limits = spec.limits
+    budget = limits.new_columns if budget is None else max(0, budget)
     known = [f.name for f in fields]
     lowered = {n.lower(): n for n in known}
-    names = sorted(r["name"] for r in unknown_fields(decoded, known).collect())
+    unknown = unknown_fields(decoded, known)
+    wanted = limits.field_names + budget + 1
+    names = sorted(r["name"] for r in unknown.orderBy("name").limit(wanted).collect())
+    total = len(names) if len(names) < wanted else unknown.count()
     ignored: dict[str, str] = {}
     usable = []
     for name in names:
@@ -539,22 +572,48 @@ def plan_new_fields(
             ignored[name] = f"differs only in case from field {lowered[name.lower()]!r}"
         else:
             usable.append(name)
-    if not usable:
-        return [], ignored
-    parsed = F.try_parse_json(F.col("_text"))  # parsed again only here: a new field is rare
-    row = (
-        decoded.where(F.size("_problems") == 0)
-        .agg(*(F.schema_of_variant_agg(F.variant_get(parsed, f"$.{n}", "variant")).alias(n) for n in usable))
-        .collect()[0]
-    )
+    # More usable names than the cap allows, or names never brought here: records with such names
+    # are refused by one exact filter, whatever this sample holds.
+    refused = spec.new_fields == "add" and (len(usable) > budget or len(names) < total)
+    usable = usable[:budget]
     added = []
-    for name in usable:
-        inferred = infer_type(row[name])
-        if inferred is None:
-            ignored[name] = "only null values so far; added once a value shows its type"
-        else:
-            added.append(FieldSpec(name=name, type=inferred))
-    return added, ignored
+    if usable:
+        parsed = F.try_parse_json(F.col("_text"))  # parsed again only here: a new field is rare
+        row = (
+            decoded.where(F.size("_problems") == 0)
+            .agg(*(F.schema_of_variant_agg(F.variant_get(parsed, f"$.{n}", "variant")).alias(n) for n in usable))
+            .collect()[0]
+        )
+        for name in usable:
+            inferred = infer_type(row[name])
+            if inferred is None:
+                ignored[name] = "only null values so far; added once a value shows its type"
+            else:
+                added.append(FieldSpec(name=name, type=inferred))
+    named = dict(sorted(ignored.items())[: limits.field_names])
+    return NewFields(added=added, ignored=named, unknown=total - len(added), refused=refused)
+
+
+def refuse_new_fields(decoded, allowed: Sequence[str], cap: int):
+    """``decoded`` with a problem for each readable record that carries a usable field name not in ``allowed``:
+    the run has added ``cap`` columns (``transform.limits.new_columns``), and such a record would need more."""
+    from pyspark.sql import functions as F
+
+    lowered = sorted({a.lower() for a in allowed})
+    keys = F.json_object_keys(F.col("_text"))
+    beyond = F.filter(keys, lambda k: k.rlike(f"^{FIELD_NAME.pattern}$") & ~F.lower(k).isin(*lowered))
+    problem = F.struct(
+        F.lit(NEW_FIELD_PROBLEM).alias("field"),
+        F.concat(
+            F.lit("new field "), beyond[0],
+            F.lit(f" beyond transform.limits.new_columns ({cap} new silver columns a run); raise the limit "
+                  "or fix the producer, then replay these records"),
+        ).alias("message"),
+    )  # fmt: skip
+    refused = F.col("_object") & (F.size(beyond) > 0)
+    return decoded.withColumn(
+        "_problems", F.when(refused, F.concat(F.col("_problems"), F.array(problem))).otherwise(F.col("_problems"))
+    )
 
 
 def valid_records(decoded):

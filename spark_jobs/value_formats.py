@@ -172,14 +172,23 @@ class ValueSchemas:
 
         value = F.col("value")
         framed = (F.octet_length(value) >= HEADER_BYTES) & (F.hex(F.substring(value, 1, 1)) == "00")
-        ids = [r["id"] for r in bronze.where(framed).select(
-            F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long").alias("id")).distinct().collect()]  # fmt: skip
-        for schema_id in sorted(ids):
+        cap = self.spec.limits.schema_ids
+        # At most the cap's first ids reach the driver and the registry: random leading bytes in every
+        # record would otherwise cost one lookup per record.
+        ids = sorted(r["id"] for r in bronze.where(framed).select(
+            F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long").alias("id")).distinct()
+            .orderBy("id").limit(cap + 1).collect())  # fmt: skip
+        capped = len(ids) > cap
+        ids = ids[:cap]
+        if capped:
+            log.warning("more than %s distinct schema ids in this batch (transform.limits.schema_ids); records "
+                        "with ids above %s go to quarantine", cap, ids[-1])  # fmt: skip
+        for schema_id in ids:
             if schema_id not in self.writers:
                 self.writers[schema_id] = self._writer(schema_id)
                 w = self.writers[schema_id]
                 if w.problem:
                     log.warning("schema id %s: %s; its records go to quarantine", schema_id, w.problem)
         return ValuePlan(self.spec.format, framed=True, reader=self.reader_text,
-                         writers=tuple(self.writers[i] for i in sorted(ids)),
-                         required_field=self.required_field, source=self.source)  # fmt: skip
+                         writers=tuple(self.writers[i] for i in ids), required_field=self.required_field,
+                         source=self.source, id_cap=cap if capped else None)  # fmt: skip

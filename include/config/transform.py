@@ -57,6 +57,7 @@ from include.contract.transform_spec import (
     NewFieldPolicy,
     SubjectStrategy,
     TombstonePolicy,
+    TransformLimits,
     TransformSpec,
     ValueFormat,
     ValueSchema,
@@ -409,6 +410,39 @@ class _ValueSchemaProblem(Exception):
 
 
 @pydantic_dataclass(frozen=True, kw_only=True, config=_SECTION_CONFIG)
+class LimitsSection(_Section):
+    """Caps on what one producer's records can make a run keep or do (section ``transform.limits``).
+
+    A producer bug (a uuid in a field name, random leading bytes) must not
+    grow the commit metadata, the ledger, XCom, the task log or silver's
+    columns without bound; records beyond a cap go to quarantine with a
+    reason that names it.
+    """
+
+    field_names: Annotated[int, *_integer(1, 1000)] = Field(
+        default=20,
+        description="Integer 1-1000, default 20: unknown field names a batch records by name in the job's "
+        "summary, the silver commit and the ledger; beyond it they are only counted.",
+    )
+    new_columns: Annotated[int, *_integer(1, 1000)] = Field(
+        default=20,
+        description="Integer 1-1000, default 20: silver columns one run may add with new_fields add; records "
+        "carrying a further new field go to quarantine naming this cap.",
+    )
+    schema_ids: Annotated[int, *_integer(1, 1000)] = Field(
+        default=20,
+        description="Integer 1-1000, default 20: distinct writer schema ids a batch looks up in the schema "
+        "registry; records framed with further ids go to quarantine naming this cap.",
+    )
+
+    def spec(self) -> TransformLimits:
+        """The caps as the Spark job reads them."""
+        return TransformLimits(
+            field_names=self.field_names, new_columns=self.new_columns, schema_ids=self.schema_ids
+        )
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=_SECTION_CONFIG)
 class TransformSection(_Section):
     """How bronze records become silver rows (section ``transform``; without it the pipeline stops at bronze).
 
@@ -472,6 +506,11 @@ class TransformSection(_Section):
         description="Section, required for format avro and json_schema and refused for json: where the "
         "value's schema comes from, exactly one of a schema file and a schema registry.",
     )
+    limits: LimitsSection = Field(
+        default_factory=LimitsSection,
+        description="Section, optional: caps on what one producer's records can make a run keep or do "
+        "(field_names, new_columns, schema_ids).",
+    )
 
     @classmethod
     def _check_given(cls, data: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
@@ -533,6 +572,7 @@ class TransformSection(_Section):
             tombstones=self.tombstones,
             new_fields=self.new_fields,
             max_value_bytes=self.max_value_bytes,
+            limits=self.limits.spec(),
         )
 
 

@@ -597,6 +597,8 @@ class TransformSummary:
     fields_added: tuple[dict[str, Any], ...] = ()
     #: Field -> why it was ignored.
     fields_ignored: dict[str, str] = field(default_factory=dict)
+    #: Distinct field names left out of silver, named in ``fields_ignored`` or not.
+    fields_unknown: int = 0
     checkpoint_rebuilt: dict[str, Any] | None = None
     value_schema: dict[str, Any] | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -622,6 +624,7 @@ class TransformSummary:
             quarantine_fields=dict(data.get("quarantine_fields") or {}),
             fields_added=tuple(data.get("fields_added") or ()),
             fields_ignored=dict(data.get("fields_ignored") or {}),
+            fields_unknown=int(data.get("fields_unknown") or 0),
             checkpoint_rebuilt=data.get("checkpoint_rebuilt"),
             value_schema=data.get("value_schema"),
             raw=dict(data),

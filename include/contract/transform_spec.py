@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
 from include.contract import jobs
@@ -187,6 +187,40 @@ class ValueSchema:
 
 
 @dataclass(frozen=True)
+class TransformLimits:
+    """Caps on what one producer's records can make the transform keep or do (``transform.limits``).
+
+    Attributes:
+        field_names: Unknown field names a batch records by name (the rest only counted).
+        new_columns: Silver columns one run may add with ``new_fields: add``; records that would
+            add more go to quarantine naming this cap.
+        schema_ids: Distinct writer schema ids a batch looks up in the registry; records with
+            further ids go to quarantine naming this cap.
+    """
+
+    field_names: int = 20
+    new_columns: int = 20
+    schema_ids: int = 20
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "field_names": self.field_names,
+            "new_columns": self.new_columns,
+            "schema_ids": self.schema_ids,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> TransformLimits:
+        data = data or {}
+        default = cls()
+        return cls(
+            field_names=int(data.get("field_names", default.field_names)),
+            new_columns=int(data.get("new_columns", default.new_columns)),
+            schema_ids=int(data.get("schema_ids", default.schema_ids)),
+        )
+
+
+@dataclass(frozen=True)
 class TransformSpec:
     """How bronze records become silver rows (section ``transform`` of a pipeline file).
 
@@ -201,6 +235,7 @@ class TransformSpec:
             named by the Kafka key).
         new_fields: ``ignore`` or ``add`` (fields not declared become silver columns).
         max_value_bytes: Larger values go to quarantine.
+        limits: Caps on what one producer can make a run keep or do (:class:`TransformLimits`).
     """
 
     fields: tuple[FieldSpec, ...]
@@ -211,6 +246,7 @@ class TransformSpec:
     new_fields: str = "ignore"
     max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
     value_schema: ValueSchema | None = None
+    limits: TransformLimits = field(default_factory=TransformLimits)
 
     def field_named(self, name: str) -> FieldSpec:
         for f in self.fields:
@@ -227,6 +263,7 @@ class TransformSpec:
             "tombstones": self.tombstones,
             "new_fields": self.new_fields,
             "max_value_bytes": self.max_value_bytes,
+            "limits": self.limits.to_json(),
             "value_schema": self.value_schema.to_json() if self.value_schema else None,
         }
 
@@ -241,6 +278,7 @@ class TransformSpec:
             tombstones=data.get("tombstones", "quarantine"),
             new_fields=data.get("new_fields", "ignore"),
             max_value_bytes=int(data.get("max_value_bytes", DEFAULT_MAX_VALUE_BYTES)),
+            limits=TransformLimits.from_json(data.get("limits")),
             value_schema=ValueSchema.from_json(value_schema) if value_schema else None,
         )
 
@@ -291,6 +329,8 @@ class SilverCommit:
     quarantine_fields: dict[str, int]
     fields_added: tuple[dict[str, str], ...] = ()
     fields_ignored: dict[str, str] | None = None
+    #: Distinct field names the batch left out of silver, named in ``fields_ignored`` or not.
+    fields_unknown: int | None = None
     version: int | None = None
     #: The registry schema the batch read values with: ``{subject, version, id}`` (absent for other formats).
     value_schema: dict[str, Any] | None = None
@@ -315,6 +355,7 @@ class SilverCommit:
                 "quarantine_fields": self.quarantine_fields,
                 "fields_added": list(self.fields_added),
                 "fields_ignored": self.fields_ignored or {},
+                **({"fields_unknown": self.fields_unknown} if self.fields_unknown else {}),
                 **({"value_schema": self.value_schema} if self.value_schema else {}),
             },
             separators=(",", ":"),
@@ -343,6 +384,7 @@ class SilverCommit:
             quarantine_fields={k: int(v) for k, v in data.get("quarantine_fields", {}).items()},
             fields_added=tuple(data.get("fields_added", ())),
             fields_ignored=data.get("fields_ignored") or {},
+            fields_unknown=int(data["fields_unknown"]) if data.get("fields_unknown") is not None else None,
             version=version,
             value_schema=data.get("value_schema"),
         )

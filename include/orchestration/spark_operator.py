@@ -849,6 +849,8 @@ def transform_summary_text(summary: dict) -> str:
         text += "; fields added: " + ", ".join(f"{f['name']} {f['type']}" for f in s.fields_added)
     if s.fields_ignored:
         text += "; fields ignored: " + ", ".join(sorted(s.fields_ignored))
+        if s.fields_unknown > len(s.fields_ignored):
+            text += f" and {s.fields_unknown - len(s.fields_ignored)} more (transform.limits.field_names)"
     if s.checkpoint_rebuilt:
         text += f"; checkpoint rebuilt: {s.checkpoint_rebuilt['reason']}"
     if s.value_schema:

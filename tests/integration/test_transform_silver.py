@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -267,6 +268,37 @@ def test_batch_replayed_after_a_kill_between_silver_and_checkpoint_commits_appli
 
 
 @pytest.mark.full
+def test_ten_thousand_distinct_unknown_keys_stay_within_the_caps(spark, bootstrap, make_topic, unique_name, lake):
+    """One producer bug, a uuid in a key name of every record: what the run keeps of the names stays small,
+    silver gains at most ``transform.limits.new_columns`` columns, and every record is accounted for."""
+    from dataclasses import replace
+
+    from include.orchestration.spark_operator import transform_summary_text
+
+    topic = make_topic(unique_name, partitions=1)
+    produce(bootstrap, topic, [(0, f"r{i}".encode(), order(f"r{i}", 1, **{f"k_{uuid.uuid4().hex}": i}))
+                               for i in range(10_000)])  # fmt: skip
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    adding = TransformSpec(**{**SPEC.__dict__, "new_fields": "add"})
+    spec = replace(adding, limits=replace(adding.limits, field_names=5, new_columns=3))
+    result = transform(spark, lake, unique_name, spec=spec)
+
+    assert len(result["fields_added"]) == 3 and len(result["fields_ignored"]) <= 5
+    assert result["fields_unknown"] >= 9_997
+    assert result["read"] == 10_000 and result["upserted"] == 3 and result["quarantined"] == 9_997
+    assert result["quarantine_fields"] == {"(new field)": 9_997}
+    columns = spark.read.format("delta").load(str(lake / "silver")).columns
+    assert sorted(c for c in columns if c.startswith("k_")) == sorted(f["name"] for f in result["fields_added"])
+    line = transform_summary_text(result)
+    assert len(line) < 2_000, line
+    from delta.tables import DeltaTable
+
+    newest = DeltaTable.forPath(spark, str(lake / "silver")).history(1).collect()[0]["userMetadata"]
+    assert len(newest) < 5_000
+    reason = next(iter(quarantine(spark, lake).values()))["reason"]
+    assert "beyond transform.limits.new_columns (3 new silver columns a run)" in reason
+
+
 def test_a_new_field_mid_stream_follows_the_evolution_policy(spark, bootstrap, make_topic, unique_name, lake):
     topic = make_topic(unique_name, partitions=1)
     produce(bootstrap, topic, [(0, b"a", order("a", 1)), (0, b"b", order("b", 1))])

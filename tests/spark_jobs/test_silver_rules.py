@@ -154,12 +154,65 @@ def test_new_fields_are_planned_by_policy(spark):
     ]
     adding = TransformSpec(**{**SPEC.__dict__, "new_fields": "add"})
     decoded = silver_rules.decode(bronze(spark, values), adding, adding.fields)
-    added, ignored = silver_rules.plan_new_fields(decoded, adding, adding.fields)
+    new = silver_rules.plan_new_fields(decoded, adding, adding.fields)
+    added, ignored = new.added, new.ignored
     assert {f.name: f.type for f in added} == {"coupon": "string", "weight": "double", "tags": "json"}
     assert set(ignored) == {"bad-name", "Amount", "empty"}
     assert "differs only in case" in ignored["Amount"]
-    _, ignoring = silver_rules.plan_new_fields(decoded, SPEC, SPEC.fields)
-    assert set(ignoring) == {"coupon", "weight", "tags", "empty", "bad-name", "Amount"}
+    assert (new.unknown, new.refused) == (3, False)
+    ignoring = silver_rules.plan_new_fields(decoded, SPEC, SPEC.fields)
+    assert set(ignoring.ignored) == {"coupon", "weight", "tags", "empty", "bad-name", "Amount"}
+    assert (ignoring.added, ignoring.unknown, ignoring.refused) == ([], 6, False)
+
+
+def _limited(spec: TransformSpec, **limits) -> TransformSpec:
+    from dataclasses import replace
+
+    return replace(spec, limits=replace(spec.limits, **limits))
+
+
+def test_a_batch_records_only_so_many_unknown_field_names_and_counts_the_rest(spark):
+    # One producer bug: a new key in every record (a uuid in its name).
+    values = [(f"o{i}".encode(), record(order_id=f"o{i}", **{f"k{i:03d}": i})) for i in range(40)]
+    spec = _limited(SPEC, field_names=5)
+    new = silver_rules.plan_new_fields(silver_rules.decode(bronze(spark, values), spec, spec.fields), spec, spec.fields)
+    assert list(new.ignored) == ["k000", "k001", "k002", "k003", "k004"]
+    assert (new.added, new.unknown, new.refused) == ([], 40, False)
+
+
+def test_new_columns_beyond_the_runs_cap_are_refused_and_their_records_quarantined_naming_the_cap(spark):
+    values = [(b"o1", record(alpha="a", beta="b")), (b"o2", record(order_id="o2", gamma="c")),
+              (b"o3", record(order_id="o3", **{"bad-name": 1})), (b"o4", record(order_id="o4"))]  # fmt: skip
+    spec = _limited(TransformSpec(**{**SPEC.__dict__, "new_fields": "add"}), new_columns=2)
+    decoded = silver_rules.decode(bronze(spark, values), spec, spec.fields)
+    new = silver_rules.plan_new_fields(decoded, spec, spec.fields, budget=1)
+    assert [f.name for f in new.added] == ["alpha"] and new.refused
+    allowed = [f.name for f in spec.fields] + [f.name for f in new.added]
+    refused = silver_rules.refuse_new_fields(decoded, allowed, 2)
+    problems = {r["_kafka_offset"]: [p["message"] for p in r["_problems"]]
+                for r in refused.select("_kafka_offset", "_problems").collect()}  # fmt: skip
+    message = "beyond transform.limits.new_columns (2 new silver columns a run)"
+    assert [m for m in problems[0] if message in m] == [
+        "new field beta beyond transform.limits.new_columns (2 new silver columns a run); raise the limit or fix "
+        "the producer, then replay these records"
+    ]
+    assert any(message in m and "gamma" in m for m in problems[1])
+    assert problems[2] == [] and problems[3] == []  # an unusable name is ignored, not refused; no new field
+    assert silver_rules.plan_new_fields(decoded, spec, spec.fields, budget=0).added == []
+
+
+def test_a_framed_value_whose_schema_id_is_beyond_the_batch_cap_names_the_cap(spark):
+    from spark_jobs.silver_rules import ValuePlan
+
+    framed = [(b"k", b"\x00\x00\x00\x00\x07{}"), (b"k", b"\x00\x00\x00\x00\x09{}")]
+    spec = TransformSpec(**{**SPEC.__dict__, "format": "json_schema"})
+    plan = ValuePlan("json_schema", framed=True, reader="{}", writers=(), source="the registry", id_cap=3)
+    decoded = silver_rules.decode(bronze(spark, framed), spec, spec.fields, plan)
+    messages = sorted(p["message"] for r in decoded.collect() for p in r["_problems"] if p["field"] == "value")
+    assert messages == [
+        f"value: schema id {n} was not looked up: the batch holds more than transform.limits.schema_ids (3) "
+        "distinct schema ids; raise the limit or fix the producer, then replay these records" for n in (7, 9)
+    ]
 
 
 def _classify(spark, values, current_rows=()):
