@@ -166,6 +166,17 @@ def _loaded(file: PipelineFile, shown: str, stem: str) -> PipelineConfig:
     cluster = file.cluster or ClusterConfig()
     if cluster.profile == "kubernetes" and cluster.kubernetes is not None:
         _check_pods_reach(shown, tables, file.kafka, cluster.kubernetes)
+        registry = (
+            file.transform.value_schema.registry if file.transform and file.transform.value_schema else None
+        )
+        if registry and cluster.kubernetes.registry_secret is None:
+            raise PipelineConfigError(
+                shown,
+                "cluster.kubernetes.registry_secret",
+                f"expected the name of a Kubernetes secret holding schema registry {registry!r}'s settings with "
+                "profile kubernetes, got nothing; the driver pod reads them only from a secret (the "
+                "registry's credentials never go to the shared volume)",
+            )
     return PipelineConfig(
         name=name,
         kafka=file.kafka,

@@ -484,6 +484,22 @@ class KubernetesConfig(_Section):
             _K8S_SECRET_KEY, "a secret key (letters, digits, '-', '_' and '.')", if_null="kafka-options.json"
         ),
     ] = Field(default="kafka-options.json", description="Key of that secret, default kafka-options.json.")
+    registry_secret: Annotated[str, _matching(_K8S_SUBDOMAIN, _K8S_NAME)] | None = Field(
+        default=None,
+        description="Name of a Kubernetes secret in namespace whose key registry_secret_key holds the schema "
+        "registry's settings as a JSON object (url, and username and password if it needs them). Mounted "
+        "read-only in the driver pod at /etc/kafka-delta-elt/registry. Required with profile kubernetes when "
+        "transform.value_schema names a registry: the credentials never pass through Airflow or the shared "
+        "volume.",
+    )
+    registry_secret_key: Annotated[
+        str,
+        _matching(
+            _K8S_SECRET_KEY,
+            "a secret key (letters, digits, '-', '_' and '.')",
+            if_null="schema-registry.json",
+        ),
+    ] = Field(default="schema-registry.json", description="Key of that secret, default schema-registry.json.")
     delete_driver_pod: Annotated[DriverPodDeletion, _choice(DRIVER_POD_DELETION)] = Field(
         default="on_success",
         description="on_success (default): the operator deletes a driver pod that finished well and keeps a "

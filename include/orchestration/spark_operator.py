@@ -72,6 +72,8 @@ TRANSFORM_ERROR_FILE = "transform-error.json"
 MAINTAIN_ERROR_FILE = "maintain-error.json"
 #: Where the driver pod of profile ``kubernetes`` sees the Kafka options secret.
 K8S_SECRET_MOUNT = "/etc/kafka-delta-elt/kafka"
+#: Where the driver pod sees ``cluster.kubernetes.registry_secret``.
+K8S_REGISTRY_MOUNT = "/etc/kafka-delta-elt/registry"
 #: Name of the shared volume in the pod specs (any DNS label would do).
 K8S_SHARED_VOLUME = "kde-shared"
 #: Labels on the driver and executor pods, to find a pipeline's or a run's pods.
@@ -216,6 +218,8 @@ def kubernetes_conf(cfg: PipelineConfig, *, pod_base: str, run_id: str) -> dict[
         # The whole secret as read-only files in the driver pod; executors get
         # the Kafka settings from the driver inside the query plan.
         conf[f"spark.kubernetes.driver.secrets.{k8s.kafka_options_secret}"] = K8S_SECRET_MOUNT
+    if k8s.registry_secret:
+        conf[f"spark.kubernetes.driver.secrets.{k8s.registry_secret}"] = K8S_REGISTRY_MOUNT
     return conf
 
 
@@ -814,7 +818,11 @@ def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_p
     spec_file.write_text(json.dumps(cfg.transform.to_json(), indent=2))
     registry = None
     vs = cfg.transform.value_schema
-    if vs is not None and vs.registry:
+    k8s = cfg.cluster.kubernetes
+    if vs is not None and vs.registry and cfg.cluster.profile == "kubernetes" and k8s is not None:
+        # The driver pod reads the registry's settings from its secret; Airflow never holds them.
+        registry = str(PurePosixPath(K8S_REGISTRY_MOUNT) / k8s.registry_secret_key)
+    elif vs is not None and vs.registry:
         from include.orchestration import pipeline_run
         from include.readers import connections
 

@@ -362,6 +362,53 @@ def test_kubernetes_transform_job_reads_its_spec_from_the_shared_volume(tmp_path
     assert _confs(cmd)["spark.kubernetes.driver.pod.name"].startswith("kde-orders-transform-")
 
 
+def test_kubernetes_transform_reads_the_registrys_settings_from_its_secret_never_the_shared_volume(
+        tmp_path, make_pipeline, monkeypatch, kube_client):  # fmt: skip
+    transform = {"format": "avro", "value_schema": {"registry": "registry_test", "version": 2, "subject": "orders-value"},
+                 "schema": {"id": {"type": "string", "required": True}, "ts": "timestamp"},
+                 "key": "id", "ordering": "ts"}  # fmt: skip
+    shared = tmp_path / "shared"
+    cluster = {"profile": "kubernetes", "master_connection_id": "spark_k8s",
+               "kubernetes": {**K8S, "shared_dir": str(shared), "registry_secret": "kde-registry"}}  # fmt: skip
+    cfg = _pipeline(make_pipeline, cluster, tables={"lakehouse_root": str(shared / "lake")}, transform=transform)
+    monkeypatch.setenv("AIRFLOW_CONN_REGISTRY_TEST", json.dumps(
+        {"conn_type": "http", "host": "registry", "port": 8081, "login": "elt", "password": "s3cret"}))  # fmt: skip
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    seen: list[list[str]] = []
+
+    def submit(hook, application: str = "", **kwargs: Any) -> None:
+        seen.append(hook._build_spark_submit_command(application))
+        summary = next(a.split("=", 1)[1] for a in seen[0] if a.startswith("--summary-path="))
+        Path(summary).write_text(json.dumps({"read": 0, "upserted": 0, "deleted": 0, "quarantined": 0,
+                                             "superseded": 0, "silver_version": 0, "epoch": 0, "duration_s": 1}))  # fmt: skip
+
+    monkeypatch.setattr(SparkSubmitHook, "submit", submit)
+    from include.orchestration import spark_operator
+
+    monkeypatch.setattr(spark_operator.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=0))
+    TransformOperator(task_id="transform", pipeline=cfg).execute(_context())
+    (cmd,) = seen
+    args = _app_args(cmd, "local:///opt/kafka-delta-elt/spark_jobs/bronze_to_silver.py")
+    assert "--registry-file=/etc/kafka-delta-elt/registry/schema-registry.json" in args
+    assert _confs(cmd)["spark.kubernetes.driver.secrets.kde-registry"] == "/etc/kafka-delta-elt/registry"
+    written = [p for p in shared.rglob("*") if p.is_file() and "s3cret" in p.read_text(errors="replace")]
+    assert written == [] and "s3cret" not in " ".join(cmd)
+
+
+def test_kubernetes_with_a_registry_needs_its_secret(tmp_path, make_pipeline):
+    transform = {"format": "avro", "value_schema": {"registry": "registry_test", "version": 2, "subject": "orders-value"},
+                 "schema": {"id": {"type": "string", "required": True}, "ts": "timestamp"},
+                 "key": "id", "ordering": "ts"}  # fmt: skip
+    shared = tmp_path / "shared"
+    cluster = {"profile": "kubernetes", "master_connection_id": "spark_k8s",
+               "kubernetes": {**K8S, "shared_dir": str(shared)}}  # fmt: skip
+    with pytest.raises(PipelineConfigError) as err:
+        _pipeline(make_pipeline, cluster, tables={"lakehouse_root": str(shared / "lake")}, transform=transform)
+    assert err.value.field == "cluster.kubernetes.registry_secret"
+    assert "schema registry 'registry_test'" in err.value.problem
+
+
 # --------------------------------------------------------------------------- the DAG
 
 
