@@ -506,10 +506,10 @@ class TransformSection(_Section):
         description="Section, required for format avro and json_schema and refused for json: where the "
         "value's schema comes from, exactly one of a schema file and a schema registry.",
     )
-    limits: LimitsSection = Field(
-        default_factory=LimitsSection,
+    limits: LimitsSection | None = Field(
+        default=None,
         description="Section, optional: caps on what one producer's records can make a run keep or do "
-        "(field_names, new_columns, schema_ids).",
+        "(field_names, new_columns, schema_ids); left out, each has its default.",
     )
 
     @classmethod
@@ -572,7 +572,7 @@ class TransformSection(_Section):
             tombstones=self.tombstones,
             new_fields=self.new_fields,
             max_value_bytes=self.max_value_bytes,
-            limits=self.limits.spec(),
+            limits=(self.limits or LimitsSection()).spec(),
         )
 
 
