@@ -284,59 +284,93 @@ def submit_hook(
     does, and ``hook._build_spark_submit_command(application)`` shows the
     command it would run.
     """
-    from include import settings
-    from include.readers import connections
-    from include.spark.spark_cluster import SECRET_FILE
-    from include.spark.spark_submit import spark_home, spark_submit_binary
+    from include.spark.spark_submit import spark_submit_binary
 
-    profile = cfg.cluster.profile
     common: dict[str, Any] = dict(
         name=name, driver_memory="1g", application_args=application_args, spark_binary=spark_submit_binary()
     )
-    local_env = {"SPARK_HOME": str(spark_home()), "PYSPARK_PYTHON": sys.executable,
-                 "PYSPARK_DRIVER_PYTHON": sys.executable}  # fmt: skip
-    if profile == "local_standalone":
-        # The run's cluster listens on 127.0.0.1; so does the driver (no hostname lookup, no warning).
-        local_env["SPARK_LOCAL_IP"] = "127.0.0.1"
-        if scratch_dir is not None and not os.environ.get("SPARK_LOCAL_DIRS"):  # the worker's own choice wins
-            local_env["SPARK_LOCAL_DIRS"] = str(scratch_dir)
-        if not run_master:
-            raise ValueError("no master URL from this run's cluster setup task")
-        if cluster_dir is not None:
-            # The driver joins the run's cluster with its secret (include/spark/spark_cluster.py).
-            local_env[settings.SPARK_SECRET_FILE_ENV] = str(Path(cluster_dir) / SECRET_FILE)
-        conf = job_spark_conf(cfg, transient=True, workers=workers, backlog=backlog)
-        hook = _hook_class()(master=run_master, conf=conf, jars=jars, py_files=py_files, env_vars=local_env,
-                             **common)  # fmt: skip
-        return hook, str(settings.PROJECT_ROOT / application)
+    if cfg.cluster.profile == "local_standalone":
+        return _local_standalone_hook(cfg, application, common, run_master=run_master, jars=jars,
+                                      py_files=py_files, workers=workers, backlog=backlog,
+                                      scratch_dir=scratch_dir, cluster_dir=cluster_dir)  # fmt: skip
+    from include.readers import connections
+
     conn_id = cfg.cluster.master_connection_id or ""
     # Raises when the connection is missing: the hook would silently fall back to yarn.
     master = connections.spark_master(conn_id)
-    on_k8s = master.startswith("k8s://")
-    k8s = cfg.cluster.kubernetes
-    if on_k8s:
+    if master.startswith("k8s://"):
         _require_kubernetes_provider(cfg, master)
+    if cfg.cluster.profile == "existing_master":
+        return _existing_master_hook(cfg, application, common, conn_id=conn_id, master=master, jars=jars,
+                                     py_files=py_files)  # fmt: skip
+    return _kubernetes_hook(cfg, application, common, conn_id=conn_id, master=master, pod_base=pod_base,
+                            run_id=run_id)  # fmt: skip
+
+
+def _local_env() -> dict[str, str]:
+    """What a driver on this machine needs of its environment: this project's Spark and Python."""
+    from include.spark.spark_submit import spark_home
+
+    return {"SPARK_HOME": str(spark_home()), "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+
+
+def _local_standalone_hook(cfg: PipelineConfig, application: str, common: dict[str, Any], *, run_master: str | None,
+                           jars: str | None, py_files: str | None, workers: int | None, backlog: int | None,
+                           scratch_dir: Path | None, cluster_dir: Path | None) -> tuple[Any, str]:  # fmt: skip
+    """Profile ``local_standalone``: client mode against this run's own cluster (or local mode), on 127.0.0.1."""
+    from include import settings
+    from include.spark.spark_cluster import SECRET_FILE
+
+    env = _local_env()
+    # The run's cluster listens on 127.0.0.1; so does the driver (no hostname lookup, no warning).
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    if scratch_dir is not None and not os.environ.get("SPARK_LOCAL_DIRS"):  # the worker's own choice wins
+        env["SPARK_LOCAL_DIRS"] = str(scratch_dir)
+    if not run_master:
+        raise ValueError("no master URL from this run's cluster setup task")
+    if cluster_dir is not None:
+        # The driver joins the run's cluster with its secret (include/spark/spark_cluster.py).
+        env[settings.SPARK_SECRET_FILE_ENV] = str(Path(cluster_dir) / SECRET_FILE)
+    conf = job_spark_conf(cfg, transient=True, workers=workers, backlog=backlog)
+    hook = _hook_class()(master=run_master, conf=conf, jars=jars, py_files=py_files, env_vars=env, **common)
+    return hook, str(settings.PROJECT_ROOT / application)
+
+
+def _existing_master_hook(cfg: PipelineConfig, application: str, common: dict[str, Any], *, conn_id: str,
+                          master: str, jars: str | None, py_files: str | None) -> tuple[Any, str]:  # fmt: skip
+    """Profile ``existing_master``: client mode against the Spark connection's master (standalone, yarn or
+    ``k8s://``, whose executor pods need ``cluster.kubernetes.image``)."""
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-    if profile == "existing_master":
-        conf = job_spark_conf(cfg, transient=False, kubernetes_master=on_k8s)
-        if on_k8s:
-            if k8s is None or not k8s.image:
-                raise ValueError(
-                    f"pipeline {cfg.name!r}: Spark connection {conn_id!r} is a Kubernetes master ({master}); "
-                    "executor pods need an image: set cluster.kubernetes.image in the pipeline file"
-                )
-            conf["spark.kubernetes.container.image"] = k8s.image
-            if k8s.namespace:
-                conf["spark.kubernetes.namespace"] = k8s.namespace
-        # On yarn and k8s the hook would turn env_vars into the application
-        # master's or driver pod's environment; this machine's paths mean
-        # nothing there, and the local driver finds its Spark by itself.
-        env = None if master.startswith(("yarn", "k8s://")) else local_env
-        hook = SparkSubmitHook(conn_id=conn_id, conf=conf, deploy_mode="client", jars=jars, py_files=py_files,
-                               env_vars=env, **common)  # fmt: skip
-        return hook, str(settings.PROJECT_ROOT / application)
-    if not on_k8s:
+    from include import settings
+
+    on_k8s = master.startswith("k8s://")
+    k8s = cfg.cluster.kubernetes
+    conf = job_spark_conf(cfg, transient=False, kubernetes_master=on_k8s)
+    if on_k8s:
+        if k8s is None or not k8s.image:
+            raise ValueError(
+                f"pipeline {cfg.name!r}: Spark connection {conn_id!r} is a Kubernetes master ({master}); "
+                "executor pods need an image: set cluster.kubernetes.image in the pipeline file"
+            )
+        conf["spark.kubernetes.container.image"] = k8s.image
+        if k8s.namespace:
+            conf["spark.kubernetes.namespace"] = k8s.namespace
+    # On yarn and k8s the hook would turn env_vars into the application master's or driver pod's
+    # environment; this machine's paths mean nothing there, and the local driver finds its Spark by itself.
+    env = None if master.startswith(("yarn", "k8s://")) else _local_env()
+    hook = SparkSubmitHook(conn_id=conn_id, conf=conf, deploy_mode="client", jars=jars, py_files=py_files,
+                           env_vars=env, **common)  # fmt: skip
+    return hook, str(settings.PROJECT_ROOT / application)
+
+
+def _kubernetes_hook(cfg: PipelineConfig, application: str, common: dict[str, Any], *, conn_id: str, master: str,
+                     pod_base: str | None, run_id: str) -> tuple[Any, str]:  # fmt: skip
+    """Profile ``kubernetes``: cluster mode, the driver in a pod of the image, the jobs from the image."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    k8s = cfg.cluster.kubernetes
+    if not master.startswith("k8s://"):
         raise ValueError(
             f"pipeline {cfg.name!r}: cluster.profile kubernetes needs a k8s://https://... master, but Spark "
             f"connection {conn_id!r} names {master!r}"
