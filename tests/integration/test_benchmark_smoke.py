@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from include import settings
 from include.tooling import benchmark
 
 pytestmark = [pytest.mark.integration, pytest.mark.full]
@@ -33,7 +34,9 @@ def _median(cell: str) -> float:
     return float(cell.split(" (")[0].replace(",", ""))
 
 
-def test_benchmark_measures_all_three_jobs(bootstrap: str, tmp_path: Path, capsys) -> None:
+def test_benchmark_measures_all_three_jobs(bootstrap: str, tmp_path: Path, capsys, monkeypatch) -> None:
+    # The jobs' logs go under KDE_VAR_DIR, never beside the report (which lives in docs/).
+    monkeypatch.setattr(settings, "VAR_DIR", tmp_path / "var")
     output = tmp_path / "ingest.md"
     code = benchmark.main([
         "--bootstrap-servers", bootstrap, "--parts", "throughput", "--records", str(RECORDS), "--partitions", "2",
@@ -58,8 +61,9 @@ def test_benchmark_measures_all_three_jobs(bootstrap: str, tmp_path: Path, capsy
 
     assert re.search(r"^\| project / plain \| [0-9.]+ \| [0-9.]+ \|$", markdown, re.M)
     assert re.search(r"^\| project / ceiling \| [0-9.]+ \| [0-9.]+ \|$", markdown, re.M)
-    assert (tmp_path / "ingest-logs" / "rep1-plain.log").exists()
-    assert (tmp_path / "ingest-logs" / "rep1-project-summary.json").exists()
+    logs = tmp_path / "var" / "benchmark" / "ingest-logs"
+    assert (logs / "rep1-plain.log").exists()
+    assert (logs / "rep1-project-summary.json").exists()
 
 
 def _section_rows(markdown: str, heading: str) -> list[list[str]]:

@@ -46,7 +46,9 @@ def test_two_workers_share_the_ingestion_and_every_record_lands_once(tmp_path, u
     p = Pipeline(tmp_path, name, topic, bootstrap, airflow_home, warm=warm_airflow)
     p.write(
         kafka={"connection_id": "kafka_default", "topics": [topic], "max_offsets_per_trigger": MAX_PER_BATCH},
-        cluster={"profile": "local_standalone", "workers": 2, "worker_cores": 1, "worker_memory": "512m"},
+        # A cluster is what this test proves: local mode is never chosen for it.
+        cluster={"profile": "local_standalone", "workers": 2, "worker_cores": 1, "worker_memory": "512m",
+                 "local_max_records": 0},
     )
     produce_numbered(bootstrap, topic, PARTITIONS, RECORDS)
 
