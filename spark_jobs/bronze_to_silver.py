@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from include.contract import jobs as contract
-from include.contract.errors import PipelineError, TransformError, batch_failure
+from include.contract.errors import TransformError, batch_failure
 from include.contract.history import read_until
 from include.contract.jobs import TransformArgs, quarantine_app_id
 from include.contract.transform_spec import (
@@ -56,6 +56,7 @@ from include.contract.transform_spec import (
 )
 from include.readers import spark_checkpoint
 from spark_jobs.job_common import (
+    BatchWriter,
     JobStep,
     PhaseTimer,
     apply_table_properties,
@@ -340,7 +341,7 @@ def add_fields(spark, path: str, added: list[FieldSpec], metadata: dict) -> None
 # --------------------------------------------------------------------------- the batch writer
 
 
-class SilverBatchWriter:
+class SilverBatchWriter(BatchWriter):
     """``foreachBatch`` sink: quarantine append, then one silver commit per micro-batch."""
 
     def __init__(self, spark, cfg: TransformConfig, plan: TransformPlan, checkpoint: Path,
@@ -354,20 +355,10 @@ class SilverBatchWriter:
         self.fields = fields
         self.summary = summary
         self.values = values
-        #: The error a batch raised, kept as it was: Spark re-raises it as a JVM trace.
-        self.error: PipelineError | None = None
 
     def _already_committed(self, batch_id: int) -> bool:
         last = self.last
         return last is not None and last.epoch == self.plan.epoch and batch_id <= last.batch_id
-
-    def __call__(self, df, batch_id: int) -> None:
-        try:
-            self._write(df, batch_id)
-        except PipelineError as exc:
-            # Spark hands the job only a JVM trace of this; the job's top level reports the error itself.
-            self.error = exc
-            raise
 
     def _write(self, df, batch_id: int) -> None:
         """One micro-batch: decode → quarantine → classify → commit, each step timed; then the commit confirmed."""
@@ -446,7 +437,7 @@ class SilverBatchWriter:
                         ", ".join(f"{f.name} {f.type}" for f in new.added))  # fmt: skip
             decoded = silver_rules.decode(bronze, spec, self.fields, value_plan)
         if new.refused:
-            allowed = [f.name for f in self.fields] + [n for n, why in new.ignored.items() if why.startswith("only null")]
+            allowed = [f.name for f in self.fields] + list(new.waiting)
             log.warning("batch %s: records with new fields beyond transform.limits.new_columns (%s a run) go to "
                         "quarantine", batch_id, spec.limits.new_columns)  # fmt: skip
             decoded = silver_rules.refuse_new_fields(decoded, allowed, spec.limits.new_columns)

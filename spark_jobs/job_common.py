@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from include import settings
-from include.contract.jobs import ContractArgumentParser
-from include.contract.jobs import positive as positive  # the jobs' argparse type, by its old name
+from include.contract.errors import PipelineError
 
 log = logging.getLogger("kde_jobs")
 
@@ -89,6 +88,29 @@ def txn_versions(spark, snapshot) -> dict[str, int]:
         text = jvm.org.apache.spark.sql.delta.util.JsonUtils.mapper().writeValueAsString(crc.get().setTransactions().get())
         return {t["appId"]: int(t["version"]) for t in json.loads(text)}
     return {str(k): int(v) for k, v in jvm.scala.jdk.javaapi.CollectionConverters.asJava(snapshot.transactions()).items()}
+
+
+class BatchWriter:
+    """A ``foreachBatch`` sink that keeps the :class:`PipelineError` a batch raised.
+
+    Spark re-raises a batch's exception to the job only as a JVM trace; the
+    job's top level reports the kept error itself, fields and all
+    (:func:`include.contract.errors.batch_failure`). Subclasses write a batch
+    in :meth:`_write`.
+    """
+
+    #: The error a batch raised, as it was raised.
+    error: PipelineError | None = None
+
+    def __call__(self, df, batch_id: int) -> None:
+        try:
+            self._write(df, batch_id)
+        except PipelineError as exc:
+            self.error = exc
+            raise
+
+    def _write(self, df, batch_id: int) -> None:
+        raise NotImplementedError
 
 
 class PhaseTimer:
@@ -246,10 +268,6 @@ def confirm_newest_commit(spark, path: str, parse: Parser, epoch: int, batch_id:
             f"(version {row['version']}) is not that batch; another writer is using the table"
         )
     return int(row["version"]), row["operation"], dict(row["operationMetrics"] or {})
-
-
-#: A job's argparser (the contract's: a bad argument raises the job's error instead of exiting).
-JobArgumentParser = ContractArgumentParser
 
 
 def parse_table_properties(pairs: list[str], flag: str = "--table-property") -> dict[str, str]:

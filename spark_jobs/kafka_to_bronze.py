@@ -29,7 +29,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from include.contract import jobs as contract
-from include.contract.errors import IngestionError, KafkaSourceError, PipelineError, batch_failure
+from include.contract.errors import IngestionError, KafkaSourceError, batch_failure
 from include.contract.manual_ops import REBUILD_CHECKPOINT, action_hint
 from include.contract.offsets import (
     BronzeCommit,
@@ -57,6 +57,7 @@ from spark_jobs.ingest_plan import (
     stats_from_files,
 )
 from spark_jobs.job_common import (
+    BatchWriter,
     JobStep,
     WrittenFile,
     apply_table_properties,
@@ -222,7 +223,7 @@ BRONZE_COLUMNS = (
 )  # fmt: skip
 
 
-class BronzeBatchWriter:
+class BronzeBatchWriter(BatchWriter):
     """``foreachBatch`` sink: one idempotent Delta commit per micro-batch, with its offsets."""
 
     def __init__(self, spark, cfg: IngestConfig, plan: CheckpointPlan, checkpoint: Path,
@@ -235,20 +236,10 @@ class BronzeBatchWriter:
         self.positions: PositionMap = dict(table.next_offsets) if table else {}
         self.app_id = txn_app_id(cfg.pipeline, plan.epoch)
         self.summary = summary
-        #: The error a batch raised, kept as it was: Spark re-raises it as a JVM trace.
-        self.error: PipelineError | None = None
 
     def _already_committed(self, batch_id: int) -> bool:
         last = self.last_commit
         return last is not None and last.epoch == self.plan.epoch and batch_id <= last.batch_id
-
-    def __call__(self, df, batch_id: int) -> None:
-        try:
-            self._write(df, batch_id)
-        except PipelineError as exc:
-            # Spark hands the job only a JVM trace of this; the job's top level reports the error itself.
-            self.error = exc
-            raise
 
     def _write(self, df, batch_id: int) -> None:
         started = time.monotonic()

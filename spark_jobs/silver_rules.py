@@ -531,13 +531,16 @@ class NewFields:
     ``transform.limits.field_names`` names, each with why it stays out.
     ``unknown``: how many distinct names stay out in all (named or not).
     ``refused``: records carrying a usable new name beyond the run's column
-    cap go to quarantine (:func:`refuse_new_fields`).
+    cap go to quarantine (:func:`refuse_new_fields`). ``waiting``: usable
+    names with only nulls so far, to be added once a value shows a type (never
+    refused meanwhile).
     """
 
     added: list[FieldSpec]
     ignored: dict[str, str]
     unknown: int
     refused: bool
+    waiting: tuple[str, ...] = ()
 
 
 def plan_new_fields(decoded, spec: TransformSpec, fields: Sequence[FieldSpec], *,
@@ -576,7 +579,7 @@ def plan_new_fields(decoded, spec: TransformSpec, fields: Sequence[FieldSpec], *
     # are refused by one exact filter, whatever this sample holds.
     refused = spec.new_fields == "add" and (len(usable) > budget or len(names) < total)
     usable = usable[:budget]
-    added = []
+    added, waiting = [], []
     if usable:
         parsed = F.try_parse_json(F.col("_text"))  # parsed again only here: a new field is rare
         row = (
@@ -588,10 +591,11 @@ def plan_new_fields(decoded, spec: TransformSpec, fields: Sequence[FieldSpec], *
             inferred = infer_type(row[name])
             if inferred is None:
                 ignored[name] = "only null values so far; added once a value shows its type"
+                waiting.append(name)
             else:
                 added.append(FieldSpec(name=name, type=inferred))
     named = dict(sorted(ignored.items())[: limits.field_names])
-    return NewFields(added=added, ignored=named, unknown=total - len(added), refused=refused)
+    return NewFields(added=added, ignored=named, unknown=total - len(added), refused=refused, waiting=tuple(waiting))
 
 
 def refuse_new_fields(decoded, allowed: Sequence[str], cap: int):

@@ -74,7 +74,7 @@ from pathlib import Path
 
 from include import settings
 from include.contract.errors import PipelineError
-from include.contract.jobs import IngestArgs, IngestSummary
+from include.contract.jobs import IngestArgs, IngestSummary, positive
 from include.readers.kafka_admin import create_topic, delete_topic, watermarks
 from include.spark.spark_submit import submit_environment
 from include.tooling import airflow_local, local_kafka
@@ -113,7 +113,6 @@ from include.tooling.benchmark_runs import (
     render_side_by_side_markdown,
 )
 from include.tooling.job_submit import submit_command
-from spark_jobs.job_common import positive
 
 #: The parts of the benchmark, as ``--parts`` names them, in the order they run.
 PARTS = ("throughput", "batches", "runs", "silver", "crossover", "maintenance", "formats", "monitor")

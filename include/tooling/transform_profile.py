@@ -34,11 +34,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from include.config import load_pipeline
-from include.contract.jobs import IngestArgs
+from include.contract.jobs import IngestArgs, positive
 from include.readers.kafka_admin import create_topic
 from include.settings import LAKEHOUSE_ROOT_ENV
 from include.tooling import demo, local_kafka
-from spark_jobs.job_common import positive
 
 
 def _silver_commit(spark, path: str) -> dict:

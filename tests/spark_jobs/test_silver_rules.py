@@ -159,7 +159,7 @@ def test_new_fields_are_planned_by_policy(spark):
     assert {f.name: f.type for f in added} == {"coupon": "string", "weight": "double", "tags": "json"}
     assert set(ignored) == {"bad-name", "Amount", "empty"}
     assert "differs only in case" in ignored["Amount"]
-    assert (new.unknown, new.refused) == (3, False)
+    assert (new.unknown, new.refused, new.waiting) == (3, False, ("empty",))
     ignoring = silver_rules.plan_new_fields(decoded, SPEC, SPEC.fields)
     assert set(ignoring.ignored) == {"coupon", "weight", "tags", "empty", "bad-name", "Amount"}
     assert (ignoring.added, ignoring.unknown, ignoring.refused) == ([], 6, False)
