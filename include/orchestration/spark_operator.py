@@ -424,9 +424,9 @@ class SparkJobOperator(BaseOperator):
         self.master = master
         self._hook = None
 
-    def job_args(self, context: Any, folder: Path, summary_path: Path) -> tuple[list[str], list[Path]]:
-        """The job's arguments, and the credentials files it wrote (all in the run folder's ``secrets/``,
-        which the submit removes whatever ends it)."""
+    def job_args(self, context: Any, folder: Path, summary_path: Path) -> list[str]:
+        """The job's arguments; credentials it needs go to the run folder's ``secrets/``
+        (:func:`include.orchestration.pipeline_run.write_secret`), which the submit removes whatever ends it."""
         raise NotImplementedError
 
     def summary_line(self, summary: dict) -> str:
@@ -437,10 +437,9 @@ class SparkJobOperator(BaseOperator):
         """The job this run submits (a path under the project root)."""
         return self.application
 
-    def submission(self, context: Any, folder: Path, summary_path: Path) -> tuple[str, list[str], list[Path]]:
-        """The application to submit, its arguments, and the credentials files written for it (see :meth:`job_args`)."""
-        args, private = self.job_args(context, folder, summary_path)
-        return self.application_for(context), args, private
+    def submission(self, context: Any, folder: Path, summary_path: Path) -> tuple[str, list[str]]:
+        """The application to submit and its arguments (see :meth:`job_args`)."""
+        return self.application_for(context), self.job_args(context, folder, summary_path)
 
     def done_despite(self, exc: BaseException, summary_path: Path) -> bool:
         """Whether this task's step finished although the application failed after it (default: never)."""
@@ -505,7 +504,7 @@ class SparkJobOperator(BaseOperator):
         try:
             # Inside the block that removes them: a submission that fails half way (a missing registry
             # connection after the Kafka options were written) leaves no credentials file behind.
-            application, args, _ = self.submission(context, folder, summary_path)
+            application, args = self.submission(context, folder, summary_path)
             self._hook, app_path = submit_hook(
                 cfg, application=application, application_args=args, name=f"{self.job_name}:{cfg.name}",
                 run_master=self.master, pod_base=pod_base, run_id=context["run_id"],
@@ -615,14 +614,14 @@ class IngestOperator(SparkJobOperator):
 
         return BACKFILL_APPLICATION if self._plan(context).get("action") in BACKFILL_ACTIONS else APPLICATION
 
-    def job_args(self, context: Any, folder: Path, summary_path: Path) -> tuple[list[str], list[Path]]:
+    def job_args(self, context: Any, folder: Path, summary_path: Path) -> list[str]:
         from include.contract import manual_ops
         from include.readers import connections
 
         cfg = self.pipeline
         plan = self._plan(context)
         client = connections.kafka_client_config(cfg.kafka.connection_id)
-        options_file, private = self._kafka_options(folder, client)
+        options_file = self._kafka_options(folder, client)
         run_type = job_run_type(context)
         if plan.get("action") in manual_ops.BACKFILL_ACTIONS:
             request_file = folder / "backfill-request.json"
@@ -633,7 +632,7 @@ class IngestOperator(SparkJobOperator):
                 request_file=str(request_file), run_id=context["run_id"],
                 run_type="backfill" if run_type == "backfill" else "manual", summary_path=str(summary_path),
                 kafka_options_file=options_file or None,
-            ).to_args(), private  # fmt: skip
+            ).to_args()  # fmt: skip
         preflight = context["ti"].xcom_pull(task_ids=self.preflight_task_id) or {}
         preflight_file = folder / "preflight.json"
         preflight_file.write_text(json.dumps(preflight.get("job_file") or {}))
@@ -644,24 +643,24 @@ class IngestOperator(SparkJobOperator):
                                        summary_path=str(summary_path))  # fmt: skip
         return replace(args, kafka_options_file=options_file or None, preflight_file=str(preflight_file),
                        rebuild_checkpoint=f"asked{who}: {plan.get('reason', '')}" if rebuild else None,
-                       ).to_args(), private  # fmt: skip
+                       ).to_args()  # fmt: skip
 
     def submission(self, context: Any, folder: Path, summary_path: Path) -> tuple[str, list[str], list[Path]]:
         """With a transform, or maintenance due: the run's application runs this step, then the transform,
         then the maintenance (one driver, one session); the transform and maintain tasks report theirs.
         Otherwise this step's job alone."""
-        application, args, private = super().submission(context, folder, summary_path)
+        application, args = super().submission(context, folder, summary_path)
         cfg = self.pipeline
         later = []
         if cfg.transform is not None:
             later.append((self.transform_task_id, TRANSFORM_APPLICATION, TRANSFORM_ERROR_FILE,
-                          lambda summary: transform_job_args(cfg, folder, context["run_id"], summary, private)))  # fmt: skip
+                          lambda summary: transform_job_args(cfg, folder, context["run_id"], summary)))  # fmt: skip
         if maintenance_due(context, self.preflight_task_id):
             later.append((self.maintain_task_id, MAINTAIN_APPLICATION, MAINTAIN_ERROR_FILE,
                           lambda summary: maintain_job_args(cfg, context["run_id"], summary)))  # fmt: skip
         self._later = bool(later)
         if not later:
-            return application, args, private
+            return application, args
         steps: list[dict] = [{"job": Path(application).stem, "args": args}]
         for task_id, later_app, error_file, job_args in later:
             later_summary, error_path = folder / f"{task_id}-summary.json", folder / error_file
@@ -672,7 +671,7 @@ class IngestOperator(SparkJobOperator):
         steps_file = folder / "steps.json"
         steps_file.write_text(json.dumps({"pipeline": cfg.name, "steps": steps}, indent=2))
         self.log.info("one Spark application for %s (%s)", " then ".join(s_["job"] for s_ in steps), steps_file)
-        return RUN_STEPS_APPLICATION, StepsArgs(steps_file=str(steps_file)).to_args(), private
+        return RUN_STEPS_APPLICATION, StepsArgs(steps_file=str(steps_file)).to_args()
 
     def done_despite(self, exc: BaseException, summary_path: Path) -> bool:
         """The application failed after this step wrote its summary (so after its last commit): the
@@ -683,8 +682,8 @@ class IngestOperator(SparkJobOperator):
                          "stands as the summary says, and each later task submits its step alone", exc)  # fmt: skip
         return True
 
-    def _kafka_options(self, folder: Path, client: dict[str, str]) -> tuple[str | None, list[Path]]:
-        """Where the job reads its Kafka options, and the private files to delete after the submit.
+    def _kafka_options(self, folder: Path, client: dict[str, str]) -> str | None:
+        """Where the job reads its Kafka options.
 
         Client-mode profiles: a file only its owner can read in the run folder,
         from ``kafka.options`` and the connection's Java-compatible settings.
@@ -696,12 +695,12 @@ class IngestOperator(SparkJobOperator):
         cfg = self.pipeline
         k8s = cfg.cluster.kubernetes
         if cfg.cluster.profile == "kubernetes" and k8s is not None:
-            return kafka_options_path(k8s), []
+            return kafka_options_path(k8s)
         from include.orchestration import pipeline_run
 
         options = {**cfg.kafka.options, **connections.spark_kafka_options(client, cfg.kafka.connection_id)}
         options_file = pipeline_run.write_secret(folder, "kafka-options.json", json.dumps(options))
-        return str(options_file), [options_file]
+        return str(options_file)
 
     def summary_line(self, summary: dict) -> str:
         s = ingest_step_summary(summary)
@@ -773,9 +772,8 @@ class TransformOperator(LaterStepOperator):
     error_file = TRANSFORM_ERROR_FILE
     after_failure = "bronze keeps what ingest committed"
 
-    def job_args(self, context: Any, folder: Path, summary_path: Path) -> tuple[list[str], list[Path]]:
-        private: list[Path] = []
-        return transform_job_args(self.pipeline, folder, context["run_id"], summary_path, private), private
+    def job_args(self, context: Any, folder: Path, summary_path: Path) -> list[str]:
+        return transform_job_args(self.pipeline, folder, context["run_id"], summary_path)
 
     def summary_line(self, summary: dict) -> str:
         return "SUMMARY transform: " + transform_summary_text(summary)
@@ -797,8 +795,8 @@ class MaintainOperator(LaterStepOperator):
         super().__init__(**kwargs)
         self.preflight_task_id = preflight_task_id
 
-    def job_args(self, context: Any, folder: Path, summary_path: Path) -> tuple[list[str], list[Path]]:
-        return maintain_job_args(self.pipeline, context["run_id"], summary_path), []
+    def job_args(self, context: Any, folder: Path, summary_path: Path) -> list[str]:
+        return maintain_job_args(self.pipeline, context["run_id"], summary_path)
 
     def summary_line(self, summary: dict) -> str:
         return "SUMMARY maintain: " + maintain_summary_text(summary)
@@ -839,12 +837,11 @@ def maintain_summary_text(s: dict) -> str:
     return "; ".join(parts) or "no table"
 
 
-def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_path: Path,
-                       private: list[Path] | None = None) -> list[str]:  # fmt: skip
+def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_path: Path) -> list[str]:
     """``bronze_to_silver``'s arguments for this run; its spec goes in a file of the run folder.
 
-    With a schema registry, its URL and credentials (from the Airflow connection) go in a file only its
-    owner reads, added to ``private`` so the caller deletes it after the submit.
+    With a schema registry, its URL and credentials (from the Airflow connection) go to the run folder's
+    owner-only ``secrets/`` (:func:`include.orchestration.pipeline_run.write_secret`), which the submit removes.
     """
     if cfg.transform is None:
         raise ValueError(f"pipeline {cfg.name!r} has no transform section")
@@ -865,8 +862,6 @@ def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_p
             connections.mask(settings["password"])
         registry_file = pipeline_run.write_secret(folder, "schema-registry.json", json.dumps(settings))
         registry = str(registry_file)
-        if private is not None:
-            private.append(registry_file)
     t = cfg.tables
     return TransformArgs(
         pipeline=cfg.name, bronze_path=t.bronze_path, silver_path=t.silver_path, quarantine_path=t.quarantine_path,
