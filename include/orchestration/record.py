@@ -229,7 +229,8 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
         "check_continuity": _xcom(ti, CHECK_CONTINUITY_TASK),
         "continuity_failed": _xcom(ti, CHECK_CONTINUITY_TASK, "failed_report"),
         "maintain": _xcom(ti, MAINTAIN_TASK),
-        **{f"{task}_error": _xcom(ti, task, ERROR_XCOM_KEY) for task in JOB_TASKS},
+        # Only a job task that failed left an error: one XCom read each, not one per job task.
+        **{f"{task}_error": _xcom(ti, task, ERROR_XCOM_KEY) for task in JOB_TASKS if states.get(task) == "failed"},
     }
     xcoms["maintain_ledger"] = maintain_ledger(cfg)
     lag_after = None
