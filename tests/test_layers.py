@@ -24,7 +24,7 @@ ROOT = settings.PROJECT_ROOT
 #: Bottom to top. A module may import from its own layer and any layer before it.
 LAYERS = ("contract", "config", "readers", "spark", "orchestration", "monitoring", "tooling")
 #: Modules directly under include/ that every layer may use.
-BASE = {"include", "include.settings", "include.ports"}
+BASE = {"include", "include.settings", "include.ports", "include.private_files"}
 #: The only part of include/ that may import spark_jobs: dev code that drives the jobs, never shipped in
 #: the Airflow image and never imported by a DAG, the plugin or a task.
 MAY_IMPORT_JOBS = "include.tooling"

@@ -34,6 +34,7 @@ from include.contract.preflight import (
 from include.contract.table_stand import PositionUnknownError
 from include.contract.transform_spec import SilverStand
 from include.orchestration import run_lock
+from include.private_files import write_private
 from include.readers import delta_progress, kafka_state, run_ledger, spark_checkpoint
 from include.readers.delta_progress import TableProgress
 
@@ -71,18 +72,9 @@ def secrets_dir(folder: Path) -> Path:
 
 
 def write_secret(folder: Path, name: str, text: str) -> Path:
-    """Write ``text`` to the credentials file ``name`` of the run folder ``folder``, readable by its owner only.
-
-    Created exclusively and without following a link: a file or link left in
-    its place is removed first, never written through (it could be a link to
-    a file elsewhere, or keep a mode others can read).
-    """
-    path = secrets_dir(folder) / name
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    return path
+    """Write ``text`` to the credentials file ``name`` of the run folder ``folder``, readable by its owner only
+    (:func:`include.private_files.write_private`)."""
+    return write_private(secrets_dir(folder) / name, text)
 
 
 def remove_secrets(folder: Path) -> bool:

@@ -55,6 +55,7 @@ from typing import Any
 
 from include.contract.errors import PipelineError
 from include.ports import free_port
+from include.private_files import write_private
 from include.spark.spark_submit import spark_home
 
 HOST = "127.0.0.1"
@@ -67,7 +68,8 @@ DAEMON_JIT_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 #: Environment variable every process of a cluster inherits, set to its cluster id.
 MARKER_ENV = "KDE_SPARK_CLUSTER_ID"
 STATE_FILE = "cluster.json"
-#: The cluster's shared secret, in its run folder (owner-only); see :func:`auth_secret`.
+#: The cluster's shared secret, in its run folder (owner-only); a job's driver reads it through
+#: :func:`include.settings.spark_secret`.
 SECRET_FILE = "auth-secret"
 #: Where Spark's master, workers and executors look for the secret when their configuration has none.
 SECRET_ENV = "_SPARK_AUTH_SECRET"
@@ -471,30 +473,11 @@ def start_standalone(
 
 
 def _new_secret(run_dir: Path) -> str:
-    """A fresh secret for the cluster in ``run_dir``, written to its :data:`SECRET_FILE` readable by the owner only.
-
-    Created exclusively and without following a link: a file or link left in
-    its place (a failed earlier start) is removed first, never written through.
-    """
-    path = run_dir / SECRET_FILE
-    path.unlink(missing_ok=True)
+    """A fresh secret for the cluster in ``run_dir``, written to its :data:`SECRET_FILE` readable by the owner only
+    (:func:`include.private_files.write_private`)."""
     secret = secrets.token_hex(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secret)
+    write_private(run_dir / SECRET_FILE, secret)
     return secret
-
-
-def auth_secret(run_dir: str | Path) -> str | None:
-    """The secret of the cluster whose state is in ``run_dir``; ``None`` when it has none (stopped, or local mode).
-
-    A job's driver sets it as ``spark.authenticate.secret`` in its session, so
-    that it never appears on a command line.
-    """
-    try:
-        return (Path(run_dir) / SECRET_FILE).read_text().strip() or None
-    except FileNotFoundError:
-        return None
 
 
 def _refuse_to_start(run_dir: Path, workers: int, worker_cores: int) -> None:

@@ -180,11 +180,11 @@ def test_a_new_secret_is_owner_only_and_replaces_a_link_instead_of_writing_throu
     secret = spark_cluster._new_secret(tmp_path)
     path = tmp_path / spark_cluster.SECRET_FILE
     assert not path.is_symlink() and path.stat().st_mode & 0o777 == 0o600
-    assert spark_cluster.auth_secret(tmp_path) == secret and len(secret) == 64
+    assert (tmp_path / spark_cluster.SECRET_FILE).read_text() == secret and len(secret) == 64
     assert target.read_text() == "keep"
     assert spark_cluster._new_secret(tmp_path) != secret
     spark_cluster.remove_scratch(tmp_path)
-    assert spark_cluster.auth_secret(tmp_path) is None
+    assert not (tmp_path / spark_cluster.SECRET_FILE).exists()
 
 
 def test_cluster_json_round_trip_ignores_bookkeeping():
@@ -477,7 +477,7 @@ def test_one_worker_runs_a_job_and_stop_kills_executors_and_python_workers(tmp_p
         out = tmp_path / "driver.out"
         # A copy outside the run folder: this test counts what still mentions the folder, not the driver.
         secret_copy = tmp_path / "driver-secret"
-        secret_copy.write_text(spark_cluster.auth_secret(run_dir) or "")
+        secret_copy.write_text((run_dir / spark_cluster.SECRET_FILE).read_text())
         env = {**submit_environment(), "SPARK_LOCAL_IP": "127.0.0.1", "KDE_SPARK_SECRET_FILE": str(secret_copy)}
         cmd = [
             spark_submit_binary(), "--master", cluster.master_url,
@@ -546,7 +546,7 @@ def test_the_cluster_takes_only_applications_that_know_its_secret_and_no_command
     drivers: list[subprocess.Popen] = []
     try:
         secret_file = run_dir / spark_cluster.SECRET_FILE
-        secret = spark_cluster.auth_secret(run_dir)
+        secret = (run_dir / spark_cluster.SECRET_FILE).read_text()
         assert secret and secret_file.stat().st_mode & 0o777 == 0o600
         for pid in running_processes(run_dir):
             assert secret.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes(), pid
