@@ -64,7 +64,7 @@ _MIN_CALL_S = 0.5
 OUT_OF_TIME = "skipped: out of time"
 
 
-class _LedgerCache:
+class LedgerCache:
     """The rows the page last read of each ledger, with the ledger version they were read at.
 
     Pages refresh every 30 s and any signed-in user may ask: a view of an
@@ -96,7 +96,7 @@ class _LedgerCache:
 
 
 #: One per process: the monitoring plugin's web server keeps it across requests.
-LEDGER_CACHE = _LedgerCache()
+LEDGER_CACHE = LedgerCache()
 
 
 class _NoConnection(RuntimeError):

@@ -79,13 +79,13 @@ def run_monitor_bench(work: Path, params: MonitorParams) -> MonitorReport:
     for size in params.sizes:
         path = work / f"ledger-{size}"
         build_ledger(path, size, params.rows_per_append)
-        warm = monitor._LedgerCache()
+        warm = monitor.LedgerCache()
         shown = len(warm.recent_runs(str(path)))
         if shown != min(size, monitor.HISTORY_RUNS):
             raise RuntimeError(f"the page read {shown} runs of a ledger of {size}")
         report.read_ms[size] = {
             "whole ledger": _median_ms(lambda p=path: run_ledger.read_runs(p), params.repetitions),
-            "page, first view": _median_ms(lambda p=path: monitor._LedgerCache().recent_runs(str(p)),
+            "page, first view": _median_ms(lambda p=path: monitor.LedgerCache().recent_runs(str(p)),
                                            params.repetitions),  # fmt: skip
             "page, unchanged ledger": _median_ms(lambda p=path, c=warm: c.recent_runs(str(p)), params.repetitions),
         }

@@ -231,7 +231,7 @@ def _ledger_of(tmp_path, runs: int) -> str:
 def test_the_page_reads_only_the_newest_runs_and_the_columns_it_shows(tmp_path, monkeypatch):
     monkeypatch.setattr(monitor, "HISTORY_RUNS", 3)
     path = _ledger_of(tmp_path, 5)
-    rows = monitor._LedgerCache().recent_runs(path)
+    rows = monitor.LedgerCache().recent_runs(path)
     assert [r["run_id"] for r in rows] == ["r4", "r3", "r2"]
     assert "tasks_json" not in rows[0] and rows[0]["rows"] == 4
     # r0's backfill lies beyond the runs searched, so the page no longer lists it.
@@ -243,17 +243,17 @@ def test_an_unchanged_ledger_is_not_read_again_and_a_new_run_shows_at_once(tmp_p
     reads = []
     real = run_ledger.newest_runs
     monkeypatch.setattr(run_ledger, "newest_runs", lambda *a, **k: reads.append(a) or real(*a, **k))
-    cache = monitor._LedgerCache()
+    cache = monitor.LedgerCache()
     first = cache.recent_runs(path)
     assert cache.recent_runs(path) is first and len(reads) == 1
     run_ledger.append_run(path, {"pipeline": "p", "run_id": "r9", "outcome": "failed",
                                  "finished_at": T0 + timedelta(hours=1)})  # fmt: skip
     assert [r["run_id"] for r in cache.recent_runs(path)] == ["r9", "r1", "r0"] and len(reads) == 2
-    assert monitor._LedgerCache().recent_runs(str(tmp_path / "none")) == []
+    assert monitor.LedgerCache().recent_runs(str(tmp_path / "none")) == []
 
 
 def test_the_cache_holds_a_bounded_number_of_ledgers(tmp_path):
-    cache = monitor._LedgerCache(size=2)
+    cache = monitor.LedgerCache(size=2)
     paths = [_ledger_of(tmp_path / str(i), 1) for i in range(3)]
     for path in paths:
         cache.recent_runs(path)
