@@ -176,6 +176,18 @@ def fake_ti() -> type[FakeTI]:
     return FakeTI
 
 
+@pytest.fixture
+def cds_cache(tmp_path, monkeypatch) -> Path:
+    """An empty cache folder and one fixed jar, with the archives on: what the class-data-sharing archive's
+    path and flags are computed from, so its tests never see the project's own cache or jars."""
+    from include.spark import jvm_deps
+
+    monkeypatch.setattr(settings, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(jvm_deps, "spark_jars", lambda: [Path("/jars/delta-spark_2.13-4.4.0.jar")])
+    monkeypatch.delenv(settings.CDS_ENV, raising=False)
+    return tmp_path
+
+
 def pytest_configure(config) -> None:
     os.environ.setdefault("KDE_CACHE_DIR", str(settings.CACHE_DIR))
     controller = getattr(config, "workerinput", None) is None  # not an xdist worker

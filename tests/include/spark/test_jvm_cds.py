@@ -7,29 +7,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from include import settings
 from include.spark import jvm_cds, jvm_deps
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setattr(settings, "CACHE_DIR", tmp_path)
-    monkeypatch.setattr(jvm_deps, "spark_jars", lambda: [Path("/jars/delta-spark_2.13-4.4.0.jar")])
-    monkeypatch.delenv(settings.CDS_ENV, raising=False)
-    return tmp_path
-
-
-def test_without_an_archive_no_archive_is_named_and_only_a_short_job_gets_c1_and_the_serial_collector(cache):
+def test_without_an_archive_no_archive_is_named_and_only_a_short_job_gets_c1_and_the_serial_collector(cds_cache):
     assert jvm_cds.driver_options(short_job=False) == ""
     assert jvm_cds.driver_options(short_job=True) == (
         "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC")
 
 
-def test_a_matching_archive_is_named_and_java_may_still_refuse_it_quietly(cache):
+def test_a_matching_archive_is_named_and_java_may_still_refuse_it_quietly(cds_cache):
     path = jvm_cds.archive_path()
-    assert path is not None and path.parent == cache / "cds"
+    assert path is not None and path.parent == cds_cache / "cds"
     path.parent.mkdir()
     path.write_bytes(b"x")
     opts = jvm_cds.driver_options(short_job=False)
@@ -37,7 +27,7 @@ def test_a_matching_archive_is_named_and_java_may_still_refuse_it_quietly(cache)
     assert "TieredStopAtLevel" not in opts
 
 
-def test_an_empty_or_foreign_archive_is_not_named(cache, monkeypatch):
+def test_an_empty_or_foreign_archive_is_not_named(cds_cache, monkeypatch):
     path = jvm_cds.archive_path()
     path.parent.mkdir()
     path.write_bytes(b"")
@@ -49,7 +39,7 @@ def test_an_empty_or_foreign_archive_is_not_named(cache, monkeypatch):
     assert "SharedArchiveFile" not in jvm_cds.driver_options(short_job=False)
 
 
-def test_the_switch_turns_every_flag_off(cache, monkeypatch):
+def test_the_switch_turns_every_flag_off(cds_cache, monkeypatch):
     path = jvm_cds.archive_path()
     path.parent.mkdir()
     path.write_bytes(b"x")

@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from include import settings
 from include.spark import jvm_deps
 from include.tooling import jvm_cds_build
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setattr(settings, "CACHE_DIR", tmp_path)
-    monkeypatch.setattr(jvm_deps, "spark_jars", lambda: [Path("/jars/delta-spark_2.13-4.4.0.jar")])
-    monkeypatch.delenv(settings.CDS_ENV, raising=False)
-    return tmp_path
-
-
-def test_a_failed_build_says_why_and_fails_nothing(cache, monkeypatch, capsys):
+def test_a_failed_build_says_why_and_fails_nothing(cds_cache, monkeypatch, capsys):
     import subprocess
 
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "no JVM today"))
@@ -27,7 +16,7 @@ def test_a_failed_build_says_why_and_fails_nothing(cache, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "the training run failed (exit 1; its output ends:" in err and "no JVM today" in err
     assert jvm_cds_build.main([]) == 0
-    assert not list((cache / "cds").glob("*.jsa"))
+    assert not list((cds_cache / "cds").glob("*.jsa"))
 
 
 @pytest.mark.parametrize("module", [jvm_cds_build, jvm_deps])
