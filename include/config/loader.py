@@ -48,6 +48,8 @@ _TABLE_LOCATIONS = (
     ("quarantine_path", ("quarantine",), "the quarantine table", False),
     ("transform_checkpoint_root", ("_checkpoints", "silver"), "the transform checkpoint folder", True),
 )
+#: What each key of :data:`_TABLE_LOCATIONS` is, as messages name it.
+_LOCATION_NAMES = {key: what for key, _, what, _ in _TABLE_LOCATIONS}
 #: Table locations the pods of profile ``kubernetes`` read or write: key, and
 #: whether a URI is allowed (checkpoints are read with local file I/O).
 _POD_LOCATIONS = (
@@ -132,19 +134,13 @@ def _check_apart(shown: str, mine: list[tuple[str, str]], claimed: list[tuple[st
     """
     for location, key in mine:
         for other, other_key, pipeline, file in claimed:
-            if location == other:
-                relation = "the same location as"
-            elif _is_within(location, other):
-                relation = "inside"
-            elif _is_within(other, location):
-                relation = "a folder holding"
-            else:
+            relation = _relation(location, other)
+            if relation is None:
                 continue
-            what = next(w for k, _, w, _ in _TABLE_LOCATIONS if k == key)
             raise PipelineConfigError(
                 shown,
                 f"tables.{key}",
-                f"expected {what} apart from every location of the other pipelines (neither inside the other), "
+                f"expected {_LOCATION_NAMES[key]} apart from every location of the other pipelines (neither inside the other), "
                 f"got {location!r}, {relation} tables.{other_key} {other!r} of pipeline {pipeline!r} ({file}); "
                 "give each pipeline its own folders",
             )
@@ -287,17 +283,15 @@ def _tables(section: TablesSection, name: str, shown: str) -> TablesConfig:
             explicit.add(key)
     for j, (key, _, _, key_is_folder) in enumerate(_TABLE_LOCATIONS):
         for other, _, _, other_is_folder in _TABLE_LOCATIONS[:j]:
-            here, there = locations[key], locations[other]
-            if not (_is_within(here, there) or _is_within(there, here)):
+            if _relation(locations[key], locations[other]) is None:
                 continue
             blamed, against, is_folder = key, other, key_is_folder
             if key not in explicit and other in explicit:  # report the key the file set
                 blamed, against, is_folder = other, key, other_is_folder
-            what = next(w for k, _, w, _ in _TABLE_LOCATIONS if k == against)
             raise PipelineConfigError(
                 shown,
                 f"tables.{blamed}",
-                f"expected {'a folder' if is_folder else 'a location'} apart from {what} "
+                f"expected {'a folder' if is_folder else 'a location'} apart from {_LOCATION_NAMES[against]} "
                 f"(neither inside the other), got {locations[blamed]!r} with tables.{against} "
                 f"{locations[against]!r}",
             )
@@ -364,6 +358,17 @@ def _join_location(root: str, *parts: str) -> str:
     if _URI.match(root):
         return "/".join((root.rstrip("/"), *parts))
     return str(Path(root, *parts))
+
+
+def _relation(location: str, other: str) -> str | None:
+    """How ``location`` lies to ``other`` when they overlap (the same, inside, or holding it); ``None`` when apart."""
+    if location == other:
+        return "the same location as"
+    if _is_within(location, other):
+        return "inside"
+    if _is_within(other, location):
+        return "a folder holding"
+    return None
 
 
 def _is_within(inner: str, outer: str) -> bool:
