@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -709,28 +708,6 @@ def recorded_jobs(run_folder: str | Path) -> list[int]:
         if pid not in found:
             found.add(pid)
             todo.extend(children.get(pid, ()))
-    return sorted(found)
-
-
-def processes_naming(folder: str | Path) -> list[int]:
-    """Pids of live processes (zombies aside) whose command line names ``folder``: a run's job processes.
-
-    A job's driver is started with its run folder's files (arguments, summary)
-    on its command line, so this finds it, and its Python side, without a
-    pid file that a killed process could not have cleaned up.
-    """
-    # The folder itself or a path inside it; not a sibling whose name it begins (run-1 vs run-10).
-    needle = re.compile(re.escape(str(Path(folder).resolve()).encode()) + rb"(?:/|\0|$)")
-    found = []
-    for stat in _all_stats():
-        if stat.state == "Z" or stat.pid == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{stat.pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if needle.search(cmdline):
-            found.append(stat.pid)
     return sorted(found)
 
 

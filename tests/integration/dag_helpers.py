@@ -12,6 +12,7 @@ from include.readers import run_ledger
 from include.spark import spark_cluster
 from include.tooling import airflow_local, local_kafka
 from include.tooling.warm_airflow import WarmAirflow, WarmCommand
+from tests.processes import processes_naming
 
 ORDERS_TRANSFORM = {
     "schema": {
@@ -125,4 +126,4 @@ def assert_no_cluster_left(p: Pipeline) -> None:
         scratch += [d for d in (folder / "cluster" / "local", folder / "cluster" / "tmp") if d.exists()]
         assert scratch == [], f"the teardown left its cluster's scratch in {folder}"
         assert not (folder / "scratch").exists(), f"a job task left its driver's scratch in {folder}"
-    assert spark_cluster.processes_naming(p.var) == [], "a Spark process of this test is still running"
+    assert processes_naming(p.var) == [], "a Spark process of this test is still running"

@@ -19,6 +19,7 @@ import pytest
 from include import settings
 from include.orchestration import pipeline_run, run_lock
 from include.spark import spark_cluster
+from tests.processes import processes_naming
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 
@@ -120,12 +121,12 @@ def test_a_run_taking_the_lock_from_a_dead_run_first_stops_that_runs_job(cfg):
 def test_processes_naming_a_folder_are_found_by_their_command_line(tmp_path):
     job = _job_of(tmp_path / "run-1")
     try:
-        assert spark_cluster.processes_naming(tmp_path / "run-1") == [job.pid]
-        assert spark_cluster.processes_naming(tmp_path / "run-2") == []
+        assert processes_naming(tmp_path / "run-1") == [job.pid]
+        assert processes_naming(tmp_path / "run-2") == []
     finally:
         job.kill()
         job.wait()
-    assert spark_cluster.processes_naming(tmp_path / "run-1") == []
+    assert processes_naming(tmp_path / "run-1") == []
 
 
 #: A driver that starts a child of its own, as spark-submit's JVM starts the Python driver.
@@ -146,7 +147,7 @@ def test_only_recorded_jobs_and_what_they_started_are_stopped_never_a_reader_of_
             assert time.monotonic() < deadline, "the job's child never started"
             time.sleep(0.05)
         (child,) = set(spark_cluster.recorded_jobs(folder)) - {job.pid}
-        assert reader.pid in spark_cluster.processes_naming(folder)
+        assert reader.pid in processes_naming(folder)
         message = pipeline_run.stop_leftovers(cfg, "manual__dead")
         assert message is not None and str(job.pid) in message
         assert job.wait(10) == -signal.SIGKILL
