@@ -18,7 +18,7 @@ pipeline says so, append bad records to quarantine (idempotent
 one commit carrying the batch's counts → write the run summary.
 
 Exactly once: a batch's silver commit is its completion mark, and carries
-where the transform stands as a txn action (:func:`include.contract.transform_spec.silver_app_id`),
+where the transform stands as a txn action (:func:`include.contract.jobs.silver_app_id`),
 which log checkpoints keep after Delta's log cleanup removed the commit. A
 batch Spark replays after a crash is skipped when silver already has its
 commit; a quarantine append it repeats is dropped by Delta (same app id and
@@ -38,7 +38,7 @@ from pathlib import Path
 from include.contract import jobs as contract
 from include.contract.errors import TransformError, batch_failure
 from include.contract.history import read_until
-from include.contract.jobs import TransformArgs, quarantine_app_id
+from include.contract.jobs import TransformArgs, quarantine_app_id, silver_app_id
 from include.contract.transform_spec import (
     COUNT_KEYS,
     SCHEMA_KIND,
@@ -49,7 +49,6 @@ from include.contract.transform_spec import (
     TransformSpec,
     newest_silver_commit,
     resolve_silver_stand,
-    silver_app_id,
     silver_epochs,
     silver_history_covered,
     silver_txn_version,

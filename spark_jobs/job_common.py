@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 from include import settings
 from include.contract.errors import PipelineError
+from include.contract.jobs import bronze_app_id
 
 log = logging.getLogger("kde_jobs")
 
@@ -160,7 +161,6 @@ def read_table_stand(spark, path: str, pipeline: str, partitions: dict[str, list
 
     from include.contract import table_stand
     from include.contract.history import FIRST_READ, read_until
-    from include.contract.offsets import txn_app_id
 
     if not DeltaTable.isDeltaTable(spark, path):
         return None
@@ -180,7 +180,7 @@ def read_table_stand(spark, path: str, pipeline: str, partitions: dict[str, list
     )
     return table_stand.resolve(
         pipeline=pipeline, state=state, history=entries, has_rows=_num_files(snapshot) > 0,
-        txn_seen=lambda c: txn_app_id(c.pipeline, c.epoch) in txns, path=path,
+        txn_seen=lambda c: bronze_app_id(c.pipeline, c.epoch) in txns, path=path,
     )  # fmt: skip
 
 

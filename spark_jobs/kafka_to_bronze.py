@@ -30,6 +30,7 @@ from urllib.parse import unquote
 
 from include.contract import jobs as contract
 from include.contract.errors import IngestionError, KafkaSourceError, batch_failure
+from include.contract.jobs import bronze_app_id
 from include.contract.manual_ops import REBUILD_CHECKPOINT, action_hint
 from include.contract.offsets import (
     BronzeCommit,
@@ -41,7 +42,6 @@ from include.contract.offsets import (
     positions_from_json,
     positions_to_json,
     skip_gaps,
-    txn_app_id,
 )
 from include.contract.table_stand import PositionUnknownError, stand_actions
 from include.readers import spark_checkpoint
@@ -234,7 +234,7 @@ class BronzeBatchWriter(BatchWriter):
         self.checkpoint = checkpoint
         self.last_commit = table
         self.positions: PositionMap = dict(table.next_offsets) if table else {}
-        self.app_id = txn_app_id(cfg.pipeline, plan.epoch)
+        self.app_id = bronze_app_id(cfg.pipeline, plan.epoch)
         self.summary = summary
 
     def _already_committed(self, batch_id: int) -> bool:

@@ -57,7 +57,12 @@ def bronze_app_prefix(pipeline: str) -> str:
 
 
 def bronze_app_id(pipeline: str, epoch: int) -> str:
-    """Delta ``txnAppId`` of one checkpoint epoch of a pipeline's ingestion (see ``offsets.txn_app_id``)."""
+    """Delta ``txnAppId`` of one checkpoint epoch of a pipeline's ingestion.
+
+    A new checkpoint restarts Spark's batch ids at 0; Delta silently skips a
+    write whose ``txnVersion`` is not above the one recorded for its app id,
+    so each checkpoint epoch gets its own app id.
+    """
     return f"{bronze_app_prefix(pipeline)}:epoch-{epoch}"
 
 
@@ -68,7 +73,14 @@ QUARANTINE_APP_PREFIX = "kde-quarantine"
 
 
 def silver_app_id(pipeline: str, epoch: int) -> str:
-    """Delta ``txnAppId`` of every silver batch commit of one transform epoch."""
+    """Delta ``txnAppId`` of every silver batch commit of one transform epoch.
+
+    Its version (``transform_spec.silver_txn_version``) is where silver stands
+    in bronze: part of the table's state, so Delta's log cleanup never removes
+    it. One app id per epoch, because a new epoch may restart inside the
+    version the last one ended in (its versions must only grow under one app
+    id, or Delta skips the write).
+    """
     return f"{SILVER_APP_PREFIX}.{pipeline}.e{epoch}"
 
 

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from include.contract.errors import PipelineError
-from include.contract.jobs import bronze_app_id
 
 #: Marks our commit metadata, and its version, among other writers' commits.
 COMMIT_FORMAT = "kafka-delta-elt/bronze-commit"
@@ -314,16 +313,6 @@ class BronzeCommit:
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CommitMetadataError(f"{where}: malformed bronze commit metadata: {exc!r}") from exc
-
-
-def txn_app_id(pipeline: str, epoch: int) -> str:
-    """Delta ``txnAppId`` for one checkpoint epoch of a pipeline's ingestion.
-
-    A new checkpoint restarts Spark's batch ids at 0; Delta silently skips a
-    write whose ``txnVersion`` is not above the one recorded for its app id,
-    so each checkpoint gets its own app id.
-    """
-    return bronze_app_id(pipeline, epoch)
 
 
 #: Marks the metadata of a backfill's commit; such a commit is not progress of the chain.

@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from include.contract.jobs import bronze_app_prefix
-from include.contract.offsets import BronzeCommit, OffsetError, PositionMap, flatten, txn_app_id
+from include.contract.jobs import bronze_app_id, bronze_app_prefix
+from include.contract.offsets import BronzeCommit, OffsetError, PositionMap, flatten
 
 #: ``app id -> version`` of the table's state, or ``None`` when it has none for that id.
 Probe = Callable[[str], "int | None"]
@@ -92,7 +92,7 @@ def stand_actions(
     ``batch_id`` is -1 for a commit that only fixes a starting position.
     ``read_version`` is the table version the commit's transaction read
     (-1 for a new table): a RESTORE committed after it undid this commit.
-    The epoch's own app id (:func:`include.contract.offsets.txn_app_id`) is kept too,
+    The epoch's own app id (:func:`include.contract.jobs.bronze_app_id`) is kept too,
     so Delta's own idempotency check sees the batch.
     """
     actions = [
@@ -101,7 +101,7 @@ def stand_actions(
         (commit_version_app_id(pipeline), read_version + 1),
     ]
     if batch_id >= 0:
-        actions.append((txn_app_id(pipeline, epoch), batch_id))
+        actions.append((bronze_app_id(pipeline, epoch), batch_id))
     for topic, parts in sorted(next_offsets.items()):
         actions.append((partitions_app_id(pipeline, topic), max(parts) + 1 if parts else 0))
         actions += [(next_app_id(pipeline, topic, p), int(o)) for p, o in sorted(parts.items())]

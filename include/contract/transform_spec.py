@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
-from include.contract import jobs
 from include.contract.jobs import SILVER_APP_PREFIX
 
 #: Simple field types and what a JSON value must be to take them.
@@ -395,19 +394,6 @@ class SilverCommit:
 #: Bits of a silver txn version that hold the batch id; the bronze version sits above them.
 BATCH_BITS = 24
 MAX_BATCH_ID = (1 << BATCH_BITS) - 1
-SILVER_TXN_PREFIX = SILVER_APP_PREFIX
-
-
-def silver_app_id(pipeline: str, epoch: int) -> str:
-    """The Delta ``txnAppId`` every silver batch commit of one transform epoch carries.
-
-    Its version (:func:`silver_txn_version`) is where silver stands in bronze:
-    part of the table's state, so Delta's log cleanup never removes it, unlike
-    the commit's ``userMetadata``. One app id per epoch, because a new epoch
-    may restart inside the version the last one ended in (its versions must
-    only grow under one app id, or Delta skips the write).
-    """
-    return jobs.silver_app_id(pipeline, epoch)
 
 
 def silver_txn_version(bronze_version: int, batch_id: int) -> int:
@@ -500,7 +486,7 @@ class SilverStand:
 
 def silver_epochs(app_ids: dict[str, int], pipeline: str) -> dict[int, int]:
     """Epoch -> txn version of the silver position actions among a table's txn actions."""
-    prefix = f"{SILVER_TXN_PREFIX}.{pipeline}.e"
+    prefix = f"{SILVER_APP_PREFIX}.{pipeline}.e"
     return {
         int(a[len(prefix) :]): v
         for a, v in app_ids.items()

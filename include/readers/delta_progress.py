@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from include.contract import table_stand
 from include.contract.history import FIRST_READ, Verdict, read_until
-from include.contract.offsets import BackfillCommit, BronzeCommit, PositionMap, txn_app_id
+from include.contract.jobs import bronze_app_id, silver_app_id
+from include.contract.offsets import BackfillCommit, BronzeCommit, PositionMap
 from include.contract.table_stand import HistoryEntry, Restore, Stand, history_entries
 from include.contract.transform_spec import (
     SilverCommit,
     SilverStand,
     newest_silver_commit,
     resolve_silver_stand,
-    silver_app_id,
     silver_history_covered,
 )
 from include.readers import delta_log
@@ -155,7 +155,7 @@ def read_progress(path: TableRef, pipeline: str, topics: Mapping[str, Iterable[i
         pipeline=pipeline, state=state, history=entries,
         # Only a table whose state holds no stand may be one that has rows but no position: only then the files.
         has_rows=state is not None or _has_rows(_open(table, storage_options)),
-        txn_seen=lambda c: probe(txn_app_id(c.pipeline, c.epoch)) is not None,
+        txn_seen=lambda c: probe(bronze_app_id(c.pipeline, c.epoch)) is not None,
         path=_where(path),
     )  # fmt: skip
     return None if stand is None else TableProgress(_where(path), version, stand)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from include.contract import table_stand
-from include.contract.offsets import txn_app_id
+from include.contract.jobs import bronze_app_id
 from include.readers import delta_log
 from include.readers.delta_progress import read_progress
 from spark_jobs.ingest_plan import parse_config
@@ -27,7 +27,7 @@ def _app_ids(pipeline: str, topic: str, partitions: int) -> list[str]:
         table_stand.epoch_app_id(pipeline), table_stand.batch_app_id(pipeline),
         table_stand.commit_version_app_id(pipeline), table_stand.partitions_app_id(pipeline, topic),
         table_stand.topic_id_app_id(pipeline, topic),
-        *(txn_app_id(pipeline, e) for e in range(3)),
+        *(bronze_app_id(pipeline, e) for e in range(3)),
         *(table_stand.next_app_id(pipeline, topic, p) for p in range(partitions)),
     ]  # fmt: skip
 

@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from include.contract.offsets import BronzeCommit, txn_app_id
+from include.contract.jobs import bronze_app_id
+from include.contract.offsets import BronzeCommit
 from include.ports import free_port
 from include.readers import spark_checkpoint
 from include.readers.delta_progress import read_progress
@@ -222,7 +223,7 @@ def test_deleted_checkpoint_resumes_at_table_offsets_with_new_epoch(spark, boots
     assert progress.commit.extra["checkpoint_rebuilt"]["reason"] == "no checkpoint found"
     from deltalake import DeltaTable
 
-    assert DeltaTable(str(lake / "bronze")).transaction_version(txn_app_id(unique_name, second.epoch)) == 0
+    assert DeltaTable(str(lake / "bronze")).transaction_version(bronze_app_id(unique_name, second.epoch)) == 0
     _assert_exactly_once(spark, lake, bootstrap, topic, 150)
 
     produce_numbered(bootstrap, topic, 3, 30, start=150)

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from include.contract.jobs import bronze_app_id
 from include.contract.offsets import (
     COMMIT_FORMAT,
     COMMIT_FORMAT_VERSION,
@@ -19,7 +20,6 @@ from include.contract.offsets import (
     positions_from_json,
     positions_to_json,
     skip_gaps,
-    txn_app_id,
 )
 
 # --------------------------------------------------------------------------- OffsetRange
@@ -411,9 +411,9 @@ def test_from_user_metadata_non_object_next_offsets_names_delta_version(next_off
 
 
 def test_txn_app_id_differs_per_epoch_and_pipeline():
-    assert txn_app_id("orders", 1) == "kafka-delta-elt:orders:bronze:epoch-1"
-    assert txn_app_id("orders", 2) == "kafka-delta-elt:orders:bronze:epoch-2"
-    ids = {txn_app_id(p, e) for p in ("orders", "payments") for e in (1, 2, 10)}
+    assert bronze_app_id("orders", 1) == "kafka-delta-elt:orders:bronze:epoch-1"
+    assert bronze_app_id("orders", 2) == "kafka-delta-elt:orders:bronze:epoch-2"
+    ids = {bronze_app_id(p, e) for p in ("orders", "payments") for e in (1, 2, 10)}
     assert len(ids) == 6
 
 

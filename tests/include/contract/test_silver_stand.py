@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from include.contract.jobs import silver_app_id
 from include.contract.transform_spec import (
     MAX_BATCH_ID,
     BronzePosition,
@@ -11,7 +12,6 @@ from include.contract.transform_spec import (
     SilverRestore,
     SilverStand,
     resolve_silver_stand,
-    silver_app_id,
     silver_epochs,
     silver_history_covered,
     silver_txn_version,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from include.contract import table_stand
-from include.contract.offsets import BronzeCommit, OffsetRange, txn_app_id
+from include.contract.jobs import bronze_app_id
+from include.contract.offsets import BronzeCommit, OffsetRange
 from include.contract.table_stand import (
     HistoryEntry,
     PositionUnknownError,
@@ -43,7 +44,7 @@ def test_actions_round_trip_through_the_state():
     assert (state.epoch, state.batch_id, state.commit_version) == (3, 7, 41)
     assert state.next_offsets == {"t": {0: 10, 1: 20}, "u": {0: 5}}
     assert state.topic_id_fingerprints == {"t": table_stand.topic_id_fingerprint("abc")}
-    assert _state(actions)[txn_app_id(P, 3)] == 7  # Delta's own idempotency still sees the batch
+    assert _state(actions)[bronze_app_id(P, 3)] == 7  # Delta's own idempotency still sees the batch
 
 
 def test_partitions_kafka_no_longer_has_are_read_from_the_recorded_count():
@@ -56,7 +57,7 @@ def test_partitions_kafka_no_longer_has_are_read_from_the_recorded_count():
 def test_a_position_commit_has_no_batch_and_no_epoch_txn():
     actions = dict(stand_actions(pipeline=P, epoch=2, batch_id=-1, read_version=-1, next_offsets={"t": {0: 50}},
                                  topic_ids={}))  # fmt: skip
-    assert txn_app_id(P, 2) not in actions
+    assert bronze_app_id(P, 2) not in actions
     state = read_state(actions.get, P, {"t": [0]})
     assert (state.batch_id, state.commit_version, state.next_offsets) == (-1, -1, {"t": {0: 50}})
 
