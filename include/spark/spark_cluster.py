@@ -72,12 +72,10 @@ STATE_FILE = "cluster.json"
 SECRET_FILE = "auth-secret"
 #: Where Spark's master, workers and executors look for the secret when their configuration has none.
 SECRET_ENV = "_SPARK_AUTH_SECRET"
-#: What a daemon keeps of the calling environment: enough to run Java and Python, and the folders the
-#: deployment lives in (no secret; they tell an operator's tools whose processes these are), nothing of
-#: Airflow's.
+#: What a daemon keeps of the calling environment: enough to run Java and Python, nothing of Airflow's
+#: or the project's (a cluster's processes are found through its run folder: :func:`running_processes`).
 _KEPT_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "JAVA_HOME", "VIRTUAL_ENV",
-                       "PYTHONPATH", "PYTHONHASHSEED", "LD_LIBRARY_PATH", "KDE_VAR_DIR", "KDE_CACHE_DIR",
-                       "KDE_LAKEHOUSE_ROOT", "KDE_PIPELINES_DIR"})  # fmt: skip
+                       "PYTHONPATH", "PYTHONHASHSEED", "LD_LIBRARY_PATH"})  # fmt: skip
 
 #: Processes started by this Python process, so their exit codes can be read
 #: while starting and they are reaped (not left as zombies) when stopped.
