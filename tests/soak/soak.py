@@ -39,6 +39,7 @@ from pathlib import Path
 
 from include.readers import kafka_state, run_ledger
 from include.readers.kafka_admin import create_topic, watermarks
+from include.spark import spark_cluster
 from include.tooling import airflow_local, local_kafka
 from include.tooling.warm_airflow import WarmAirflow, WarmCommand
 from tests.integration.dag_helpers import ORDERS_TRANSFORM, STANDALONE, Pipeline
@@ -80,20 +81,28 @@ def _classify(cmdline: str) -> str:
 
 
 def soak_processes(var: Path, server: str | None = None) -> dict[int, tuple[str, str]]:
-    """Live processes started for the soak's runs (their environment names ``var``): pid -> (kind, cmdline).
+    """Live processes started for the soak's runs (their environment names ``var``, or they belong to one of its
+    runs' clusters): pid -> (kind, cmdline).
 
     Processes with the warm Airflow server's command line ``server`` are left out: the server lives
     the whole soak, and the commands it forks carry its environment and command line (the soak holds
     each one's handle and waits for its end). The Spark processes those commands start carry the
     run's own environment, so they are found.
     """
-    marker = f"KDE_VAR_DIR={var}".encode()
+    # A run's cluster daemons and executors start with a minimal environment (no KDE_VAR_DIR): they carry
+    # their cluster's id instead, which its state file in the run folder names.
+    markers = {f"KDE_VAR_DIR={var}".encode()}
+    for state in var.glob(f"runs/*/*/cluster/{spark_cluster.STATE_FILE}"):
+        try:
+            markers.add(f"{spark_cluster.MARKER_ENV}={json.loads(state.read_text())['cluster_id']}".encode())
+        except (OSError, ValueError, KeyError):
+            continue
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            if marker not in (entry / "environ").read_bytes().split(b"\0"):
+            if markers.isdisjoint((entry / "environ").read_bytes().split(b"\0")):
                 continue
             cmdline = _cmdline(int(entry.name))
             stat = (entry / "stat").read_text()
@@ -129,14 +138,22 @@ class Producer:
         self._idle = threading.Event()
         self._idle.set()
         self._stop = False
+        #: Records left before this resume's budget is spent (``None``: no budget).
+        self._left: int | None = None
+        # resume() and the loop's "budget spent: idle" step exclude each other, so a resume is never
+        # followed by a stale idle mark that would let pause() return in the middle of a batch.
+        self._budget_lock = threading.Lock()
         self._plain = None
         self._tx = None
         self._thread = threading.Thread(target=self._loop, name="soak-producer", daemon=True)
         self._thread.start()
 
-    def resume(self) -> None:
-        self._idle.clear()
-        self._run.set()
+    def resume(self, budget: int | None = None) -> None:
+        """Write until :meth:`pause`, or until ``budget`` more records are written (then idle)."""
+        with self._budget_lock:
+            self._left = budget
+            self._idle.clear()
+            self._run.set()
 
     def pause(self, timeout_s: float = 120) -> None:
         self._run.clear()
@@ -175,7 +192,16 @@ class Producer:
                 self._idle.set()
                 self._run.wait()
                 continue
+            with self._budget_lock:
+                spent = self._left is not None and self._left <= 0
+                if spent:
+                    self._idle.set()
+            if spent:
+                time.sleep(0.05)
+                continue
             batch = [self._record() for _ in range(self.rng.randrange(5, 25))]
+            if self._left is not None:
+                self._left -= len(batch)
             transactional = self.rng.random() < 0.25
             try:
                 if transactional:
@@ -273,12 +299,16 @@ class Soak:
     """The soak's broker, pipeline, producer and Airflow home, and how a fault is run and checked."""
 
     def __init__(self, root: Path, seed: int, *, log=print, recovery_bounce: float = 0.75,
-                 early_companions: bool = False) -> None:  # fmt: skip
+                 early_companions: bool = False, round_records: int | None = None) -> None:  # fmt: skip
         """``recovery_bounce``: the share of rounds whose first recovery run gets a broker bounce.
         ``early_companions``: the faults a run may live through come in its first seconds, before the
-        fault that ends it is likely to (the smoke, where a companion that misses costs a round)."""
+        fault that ends it is likely to (the smoke, where a companion that misses costs a round).
+        ``round_records``: at most this many records produced per faulted run (``None``: as many as the
+        run lasts). Records still arrive while the run runs; the cap keeps a slow machine's longer runs
+        from meeting ever larger backlogs, which made the smoke's cost follow the machine's load."""
         self.root, self.seed, self.log = root, seed, log
         self.recovery_bounce, self.early_companions = recovery_bounce, early_companions
+        self.round_records = round_records
         self.name = f"soak_{seed % 100000}"
         self.topic = f"soak-{seed % 100000}.orders"
         self.broker_dir = root / "kafka"
@@ -364,7 +394,7 @@ class Soak:
         rng = random.Random(self.seed * 1000 + step)
         self.write_pipeline(STANDALONE if set(kinds) & CLUSTER_FAULTS or rng.random() < 0.1 else None)
         results = [FaultResult(kind, step, injected=False, detail="") for kind in kinds]
-        self.producer.resume()
+        self.producer.resume(self.round_records)
         time.sleep(rng.uniform(0.5, 1.5))  # so the run finds a backlog and does not skip
         try:
             if kinds == ["lock_holder"]:

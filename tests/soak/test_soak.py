@@ -65,6 +65,11 @@ def _report(soak: Soak, record_property) -> None:
 SMOKE_TIMEOUT_S = 30 * 60
 
 
+#: Records produced per faulted run of the smoke, at most: several micro-batches (the soak pipeline reads
+#: 250 a batch) for the faults to land between, whatever the run's length.
+SMOKE_ROUND_RECORDS = 1_500
+
+
 @pytest.mark.timeout(SMOKE_TIMEOUT_S)
 def test_each_fault_kind_once_loses_and_duplicates_nothing(tmp_path_factory, record_property):
     """The fault smoke of ``make test``: every kind hits a real DAG run, and everything is exact after them.
@@ -76,7 +81,8 @@ def test_each_fault_kind_once_loses_and_duplicates_nothing(tmp_path_factory, rec
     exact checks come once, after the last. The slice and the long soak
     recover and check after each round, and bounce the broker in recovery runs.
     """
-    soak = Soak(tmp_path_factory.mktemp("smoke"), SLICE_SEED, recovery_bounce=0.0, early_companions=True)
+    soak = Soak(tmp_path_factory.mktemp("smoke"), SLICE_SEED, recovery_bounce=0.0, early_companions=True,
+                round_records=SMOKE_ROUND_RECORDS)
     try:
         _play(soak, smoke_rounds(SLICE_SEED), len(FAULTS), set(FAULTS), stacked=True)
     finally:
