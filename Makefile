@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup cds-driver cds-kafka test-tools browser-tools demo ui test test-all test-cpu soak lint typecheck bench profile-transform lock clean
+.PHONY: setup test-tools browser-tools demo ui test test-all test-cpu soak lint typecheck bench profile-transform lock clean
 
 # uv installs the same locked set as pip (constraints.txt), in about half pip's time with no cache.
 # --compile-bytecode as pip does: with PYTHONDONTWRITEBYTECODE set (as on CI) every process would
@@ -24,15 +24,10 @@ $(STAMP): requirements.txt constraints.txt
 
 # Python packages into .venv, JVM jars (Kafka broker, Spark connector, Delta) into .cache, and
 # class-data-sharing archives for the Spark driver (about 30 s) and for Kafka's broker and tools
-# (about 20 s), each built once and never failing setup. The two archives are trained by independent
-# JVMs that each keep about one core busy, so they are built side by side.
+# (about 20 s), each built once and never failing setup
 setup: $(STAMP)
 	$(PY) -m include.spark.jvm_deps
-	@$(MAKE) --no-print-directory -j2 cds-driver cds-kafka
-
-cds-driver:
 	$(PY) -m include.tooling.jvm_cds_build
-cds-kafka:
 	$(PY) -m include.tooling.local_kafka archive
 
 # Debian packages the tests use (never a downloaded browser): docker-compose for the Compose
