@@ -6,6 +6,8 @@ import os
 import re
 from pathlib import Path
 
+from include.spark import spark_cluster
+
 
 def processes_naming(folder: str | Path) -> list[int]:
     """Pids of live processes (zombies aside) whose command line names ``folder`` or a path inside it.
@@ -16,15 +18,13 @@ def processes_naming(folder: str | Path) -> list[int]:
     # The folder itself or a path inside it; not a sibling whose name it begins (run-1 vs run-10).
     needle = re.compile(re.escape(str(Path(folder).resolve()).encode()) + rb"(?:/|\0|$)")
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
+    for stat in spark_cluster.process_stats():
+        if stat.state == "Z" or stat.pid == os.getpid():
             continue
         try:
-            if Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                continue
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except (OSError, IndexError):
+            cmdline = Path(f"/proc/{stat.pid}/cmdline").read_bytes()
+        except OSError:
             continue
         if needle.search(cmdline):
-            found.append(int(entry))
+            found.append(stat.pid)
     return sorted(found)

@@ -162,7 +162,8 @@ def _read_stat(pid: int) -> _ProcStat | None:
         return None
 
 
-def _all_stats() -> list[_ProcStat]:
+def process_stats() -> list[_ProcStat]:
+    """Every live process's ``/proc/<pid>/stat`` fields (pid, state, parent, group, session, start time)."""
     stats = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -575,7 +576,7 @@ def _reap() -> None:
 def _find(state: Mapping[str, Any]) -> list[_ProcStat]:
     _reap()
     marker = f"{MARKER_ENV}={state['cluster_id']}".encode()
-    return _members(state, _all_stats(), lambda pid: _environ_has(pid, marker))
+    return _members(state, process_stats(), lambda pid: _environ_has(pid, marker))
 
 
 def running_processes(run_dir: str | Path) -> list[int]:
@@ -697,7 +698,7 @@ def recorded_jobs(run_folder: str | Path) -> list[int]:
     if not roots:
         return []
     children: dict[int, list[int]] = {}
-    for stat in _all_stats():
+    for stat in process_stats():
         if stat.state != "Z":
             children.setdefault(stat.ppid, []).append(stat.pid)
     found, todo = set(), list(roots)
