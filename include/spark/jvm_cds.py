@@ -52,13 +52,11 @@ def java_fingerprint(*parts: str) -> str | None:
 
 def fingerprint() -> str | None:
     """What the driver archive must have been built from to be used now; ``None`` without Java or jars."""
-    import pyspark
-
     try:
         jars = jvm_deps.spark_jars()
     except Exception:  # noqa: BLE001 - no jars yet: nothing to archive against
         return None
-    return java_fingerprint(pyspark.__version__, *sorted(j.name for j in jars))
+    return java_fingerprint(jvm_deps.pyspark_version(), *sorted(j.name for j in jars))
 
 
 def sharing_flags(path: Path | None) -> list[str]:

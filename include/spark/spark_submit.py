@@ -116,9 +116,7 @@ def package_py_files(target_dir: Path | None = None) -> Path:
 
 def spark_home() -> Path:
     """The Spark distribution inside the installed pyspark package."""
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
+    return jvm_deps.pyspark_dir()
 
 
 def spark_submit_binary() -> str:

@@ -255,17 +255,24 @@ def _stop_with_stacks(pid: int, log_file: Path) -> None:
 
 
 def _serve(socket_path: str, parent_pid: int) -> None:
-    # What every `airflow dags test` imports before its run starts; nothing of this project.
+    # What every `airflow dags test` imports before its run starts, and what its tasks import (Airflow's
+    # migration check, delta-rs's writer, which takes pandas, the Spark provider); nothing of this project.
     import airflow.__main__  # noqa: F401
     import airflow.api_fastapi.execution_api.app  # noqa: F401
     import airflow.cli.commands.dag_command  # noqa: F401
     import airflow.sdk.definitions.dag  # noqa: F401
     import airflow.sdk.execution_time.supervisor  # noqa: F401
     import airflow.sdk.execution_time.task_runner  # noqa: F401
+    import alembic.runtime.environment  # noqa: F401
+    import alembic.runtime.migration  # noqa: F401
     import confluent_kafka  # noqa: F401
     import deltalake  # noqa: F401
+    import pandas  # noqa: F401
     import pyarrow  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
     import yaml  # noqa: F401
+    from airflow.providers.apache.spark.hooks import spark_submit  # noqa: F401
+    from airflow.providers.standard.operators import trigger_dagrun  # noqa: F401
 
     _build_execution_api()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
