@@ -47,6 +47,7 @@ _TABLE_LOCATIONS = (
     ("silver_path", ("silver",), "the silver table", False),
     ("quarantine_path", ("quarantine",), "the quarantine table", False),
     ("transform_checkpoint_root", ("_checkpoints", "silver"), "the transform checkpoint folder", True),
+    ("lock_path", ("_lock",), "the run lock folder", True),
 )
 #: What each key of :data:`_TABLE_LOCATIONS` is, as messages name it.
 _LOCATION_NAMES = {key: what for key, _, what, _ in _TABLE_LOCATIONS}

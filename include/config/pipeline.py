@@ -128,6 +128,7 @@ class TablesConfig:
     silver_path: str
     quarantine_path: str
     transform_checkpoint_root: str
+    lock_path: str
     log_retention_days: int = DEFAULT_LOG_RETENTION_DAYS
     deleted_file_retention_days: int = DEFAULT_DELETED_FILE_RETENTION_DAYS
 

@@ -220,6 +220,12 @@ class TablesSection(_Section):
         "Folder holding the transform job's checkpoints. Default: "
         "<lakehouse_root>/<name>/_checkpoints/silver."
     )
+    lock_path: Annotated[str, _text("a folder path")] = _optional(
+        "Folder holding the pipeline's run lock (one run at a time, whichever Airflow worker runs it). "
+        "Default: <lakehouse_root>/<name>/_lock. Every worker that runs the pipeline must see the same "
+        "folder, as it sees the tables: a shared or mounted filesystem that refuses to create a name "
+        "twice (local disks, NFS)."
+    )
     log_retention_days: Annotated[int, *_integer(1)] = Field(
         default=DEFAULT_LOG_RETENTION_DAYS,
         description="Days Delta keeps each table's commit files (delta.logRetentionDuration of bronze, "

@@ -20,6 +20,7 @@ from include import settings
 from include.config import PipelineConfig
 from include.contract import continuity, manual_ops, table_stand
 from include.contract.continuity import ContinuityReport, TransformCheck, check_run
+from include.contract.errors import PipelineError
 from include.contract.manual_ops import RunRequest
 from include.contract.offsets import PositionMap, positions_from_json, positions_to_json
 from include.contract.preflight import (
@@ -123,7 +124,7 @@ def prune_run_folders(cfg: PipelineConfig, *, keep: Iterable[str] = (), now: flo
     if not runs.is_dir():
         return []
     protected = {run_folder_name(run_id) for run_id in keep}
-    holder = run_lock.holder(run_lock.lock_path(settings.VAR_DIR, cfg.name)) or {}
+    holder = run_lock.holder(lock_folder(cfg)) or {}
     if holder.get("run_id"):
         protected.add(run_folder_name(str(holder["run_id"])))
     now = time.time() if now is None else now
@@ -141,6 +142,18 @@ def prune_run_folders(cfg: PipelineConfig, *, keep: Iterable[str] = (), now: flo
     return removed[::-1]
 
 
+def lock_folder(cfg: PipelineConfig) -> Path:
+    """The folder of the pipeline's run lock (``tables.lock_path``); a URI is refused, naming the fix."""
+    location = cfg.tables.lock_path
+    if "://" in location and not location.startswith("file://"):
+        raise PipelineError(
+            f"pipeline {cfg.name!r}: tables.lock_path {location!r} is on an object store, where the run lock "
+            "cannot be kept yet; set tables.lock_path to a folder every Airflow worker that runs the "
+            "pipeline mounts (a shared filesystem such as NFS)"
+        )
+    return Path(location.removeprefix("file://"))
+
+
 def take_lock(cfg: PipelineConfig, *, dag_id: str, run_id: str,
               run_state: Callable[[str, str], str | None]) -> tuple[dict | None, str | None]:  # fmt: skip
     """Take the pipeline's run lock for ``run_id`` (see :mod:`include.orchestration.run_lock`).
@@ -150,12 +163,13 @@ def take_lock(cfg: PipelineConfig, *, dag_id: str, run_id: str,
     taken, ``None`` and, when it was taken over from a run that never gave it
     back, a line saying what that run left running and was stopped.
     """
-    lock = run_lock.lock_path(settings.VAR_DIR, cfg.name)
+    lock = lock_folder(cfg)
     holder = run_lock.acquire(lock, dag_id=dag_id, run_id=run_id, run_state=run_state)
     if holder is not None:
         return holder, (
-            f"waiting: run {holder.get('run_id')} of pipeline {cfg.name} holds {lock} since {holder.get('since')}, "
-            "and Airflow says that run is still queued or running. If no process runs it any more (a lost "
+            f"waiting: run {holder.get('run_id')} of pipeline {cfg.name} holds the lock in {lock} (epoch "
+            f"{holder.get('epoch')}, host {holder.get('host')}) since {holder.get('since')}, and Airflow says "
+            "that run is still queued or running. If no process runs it any more (a lost "
             "worker, a killed `airflow dags test`), mark it failed (the run's page in the UI: Mark Run as "
             "Failed): this run then takes the lock over and first stops what the dead run left running here"
         )

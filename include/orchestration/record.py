@@ -208,7 +208,6 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
     """Task body of ``record_run``: write the ledger row, then end as the run went."""
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-    from include import settings
     from include.orchestration import pipeline_run, run_lock
     from include.orchestration.spark_operator import job_run_type
     from include.readers import connections, run_ledger
@@ -260,7 +259,7 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
         if pipeline_run.remove_secrets(pipeline_run.run_dir(cfg, run_id)):
             print("record_run: removed the credentials files a killed submit left")
         # Whatever happened, the next run of this pipeline may go (include/orchestration/run_lock.py).
-        released = run_lock.release(run_lock.lock_path(settings.VAR_DIR, cfg.name), run_id=run_id)
+        released = run_lock.release(pipeline_run.lock_folder(cfg), run_id=run_id)
         print(f"pipeline lock {'released' if released else 'was not held by this run'}")
     try:
         pruned = pipeline_run.prune_run_folders(cfg, keep=[run_id])

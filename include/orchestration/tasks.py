@@ -111,7 +111,7 @@ def check_request(
     the reason in XCom ``refused``.
     """
     from include.contract import manual_ops
-    from include.orchestration import pipeline_run
+    from include.orchestration import pipeline_run, run_lock
     from include.readers import connections
 
     try:
@@ -137,7 +137,8 @@ def check_request(
     text = plan["describe"]
     if request.is_backfill:
         text += f"; {len(plan['ranges'])} ranges, {plan['offsets']} offsets to re-read"
-    print(f"SUMMARY check_request: {text}; lock {cfg.name}.lock.json taken")
+    held = run_lock.holder(pipeline_run.lock_folder(cfg)) or {}
+    print(f"SUMMARY check_request: {text}; lock epoch {held.get('epoch')} taken")
     return PokeReturnValue(is_done=True, xcom_value=plan)
 
 

@@ -95,14 +95,19 @@ class Pipeline:
         return run_ledger.read_runs(self.lake / self.name / "_runs")
 
     def bronze_keys(self) -> list[tuple[int, int]]:
-        from deltalake import DeltaTable
-
-        table = DeltaTable(str(self.lake / self.name / "bronze")).to_pyarrow_table(columns=["partition", "offset"])
-        return list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True))
+        return bronze_keys_of(self.lake / self.name / "bronze")
 
     def run_dirs(self) -> list[Path]:
         root = self.var / "runs" / self.name
         return sorted(root.iterdir()) if root.exists() else []
+
+
+def bronze_keys_of(path: Path) -> list[tuple[int, int]]:
+    """Every (partition, offset) row of the bronze table at ``path``, duplicates kept."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(path)).to_pyarrow_table(columns=["partition", "offset"])
+    return list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True))
 
 
 def group_lags(bootstrap: str, group: str) -> dict[int, str]:

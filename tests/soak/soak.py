@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from include.orchestration import run_lock
 from include.readers import kafka_state, run_ledger
 from include.readers.kafka_admin import create_topic, watermarks
 from include.spark import spark_cluster
@@ -527,13 +528,12 @@ class Soak:
 
     def _lock_holder_round(self, rng: random.Random, result: FaultResult) -> None:
         holder, _ = self.pipeline.start()
-        lock = self.var / "locks" / f"{self.name}.lock.json"
+        lock = self.pipeline.lake / self.name / "_lock"  # tables.lock_path's default
         run_id = None
         deadline = time.monotonic() + 120
         while holder.poll() is None and time.monotonic() < deadline and run_id is None:
-            try:
-                run_id = json.loads(lock.read_text()).get("run_id")
-            except (OSError, ValueError):
+            run_id = (run_lock.holder(lock) or {}).get("run_id")
+            if run_id is None:
                 time.sleep(0.05)
         if run_id is None:
             result.detail = f"the holder never took the lock; exit {self._finish(holder)}"

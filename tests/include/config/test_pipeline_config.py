@@ -124,6 +124,7 @@ def test_example_file_loads_with_its_declared_values():
             silver_path=str(lake / "demo_orders" / "silver"),
             quarantine_path=str(lake / "demo_orders" / "quarantine"),
             transform_checkpoint_root=str(lake / "demo_orders" / "_checkpoints" / "silver"),
+            lock_path=str(lake / "demo_orders" / "_lock"),
         ),
         schedule="*/10 * * * *",
         source_path="include/pipelines/demo_orders.yaml",
@@ -775,7 +776,7 @@ def test_default_paths_hang_off_var_lakehouse(tmp_path):
     assert cfg.tables == TablesConfig(
         str(root), str(root / "orders" / "bronze"), str(root / "orders" / "_checkpoints" / "bronze"),
         str(root / "orders" / "_runs"), str(root / "orders" / "silver"), str(root / "orders" / "quarantine"),
-        str(root / "orders" / "_checkpoints" / "silver"),
+        str(root / "orders" / "_checkpoints" / "silver"), str(root / "orders" / "_lock"),
     )
 
 
@@ -801,14 +802,14 @@ def test_uri_lakehouse_root_is_kept_as_a_uri(tmp_path):
     assert cfg.tables == TablesConfig(
         "s3a://bucket/lake", "s3a://bucket/lake/orders/bronze", "s3a://bucket/lake/orders/_checkpoints/bronze",
         "s3a://bucket/lake/orders/_runs", "s3a://bucket/lake/orders/silver", "s3a://bucket/lake/orders/quarantine",
-        "s3a://bucket/lake/orders/_checkpoints/silver",
+        "s3a://bucket/lake/orders/_checkpoints/silver", "s3a://bucket/lake/orders/_lock",
     )
 
 
 def test_each_derived_path_can_be_overridden(tmp_path):
     data = _config(**{"tables.lakehouse_root": "/lake", "tables.bronze_path": "/tables/orders_raw"})
     cfg = load_pipeline(_write(tmp_path, data))
-    silver = ("/lake/orders/silver", "/lake/orders/quarantine", "/lake/orders/_checkpoints/silver")
+    silver = ("/lake/orders/silver", "/lake/orders/quarantine", "/lake/orders/_checkpoints/silver", "/lake/orders/_lock")
     assert cfg.tables == TablesConfig(
         "/lake", "/tables/orders_raw", "/lake/orders/_checkpoints/bronze", "/lake/orders/_runs", *silver
     )
@@ -826,7 +827,7 @@ def test_each_derived_path_can_be_overridden(tmp_path):
     cfg = load_pipeline(_write(tmp_path, data))
     assert cfg.tables == TablesConfig(
         "/lake", "/lake/orders/bronze", "/lake/orders/_checkpoints/bronze", "/lake/orders/_runs",
-        "/gold/orders", "/q/orders", "/cp/orders_silver",
+        "/gold/orders", "/q/orders", "/cp/orders_silver", "/lake/orders/_lock",
     )
 
 

@@ -107,7 +107,7 @@ def test_a_run_taking_the_lock_from_a_dead_run_first_stops_that_runs_job(cfg):
                            "cluster [])")  # fmt: skip
         assert dead_job.wait(10) == -signal.SIGKILL
         assert other_job.poll() is None
-        assert run_lock.holder(run_lock.lock_path(settings.VAR_DIR, "orders"))["run_id"] == "manual__next"
+        assert run_lock.holder(pipeline_run.lock_folder(cfg))["run_id"] == "manual__next"
 
         # A retry of the same task takes its own lock again; nothing is left to stop.
         _, message = pipeline_run.take_lock(cfg, dag_id="orders", run_id="manual__next", run_state=lambda _dag, run: states.get(run))

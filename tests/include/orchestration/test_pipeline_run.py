@@ -83,7 +83,7 @@ def test_the_calling_run_the_lock_holder_and_a_folder_just_written_are_never_rem
     (busy / "ingest.log").write_text("still writing")  # a minute ago: its run may still be going
     os.utime(busy / "ingest.log", (NOW - 60, NOW - 60))
     gone = _folder(cfg, "manual__gone", 30 * DAY)
-    lock = run_lock.lock_path(settings.VAR_DIR, cfg.name)
+    lock = pipeline_run.lock_folder(cfg)
     assert run_lock.acquire(lock, dag_id=cfg.name, run_id="manual__holder", run_state=lambda d, r: None) is None
     assert pipeline_run.prune_run_folders(cfg, keep=["manual__mine"], now=NOW) == [gone.name]
     assert mine.exists() and holder.exists() and busy.exists() and not gone.exists()
@@ -91,3 +91,39 @@ def test_the_calling_run_the_lock_holder_and_a_folder_just_written_are_never_rem
 
 def test_no_runs_folder_yet_removes_nothing(cfg):
     assert pipeline_run.prune_run_folders(cfg, now=NOW) == []
+
+
+# --------------------------------------------------------------------------- the run lock's place
+
+
+def test_a_run_on_another_worker_finds_the_lock_taken(make_pipeline, tmp_path, monkeypatch):
+    """Two workers: each its own KDE_VAR_DIR (its local disk), one lakehouse. The second must wait."""
+    cfg = make_pipeline()
+    running = {"scheduled__1"}
+
+    def run_state(_dag: str, run: str) -> str | None:
+        return "running" if run in running else None
+
+    monkeypatch.setattr(settings, "VAR_DIR", tmp_path / "worker-1")
+    assert pipeline_run.take_lock(cfg, dag_id="orders", run_id="scheduled__1", run_state=run_state) == (None, None)
+    monkeypatch.setattr(settings, "VAR_DIR", tmp_path / "worker-2")
+    holder, message = pipeline_run.take_lock(cfg, dag_id="orders_backfill", run_id="backfill__2",
+                                             run_state=run_state)  # fmt: skip
+    assert holder is not None and holder["run_id"] == "scheduled__1" and holder["epoch"] == 1
+    assert message.startswith(f"waiting: run scheduled__1 of pipeline {cfg.name} holds the lock in "
+                              f"{cfg.tables.lock_path} (epoch 1, host ")  # fmt: skip
+    assert pipeline_run.lock_folder(cfg) == pipeline_run.Path(cfg.tables.lock_path)
+    assert not (tmp_path / "worker-1" / "locks").exists() and not (tmp_path / "worker-2" / "locks").exists()
+
+
+def test_a_lock_path_on_an_object_store_is_refused_naming_the_setting_and_the_fix(make_pipeline):
+    from include.contract.errors import PipelineError
+
+    cfg = make_pipeline(tables={"lakehouse_root": "s3a://bucket/lake"})
+    with pytest.raises(PipelineError) as refused:
+        pipeline_run.take_lock(cfg, dag_id="orders", run_id="r1", run_state=lambda _d, _r: None)
+    assert str(refused.value) == (
+        f"pipeline {cfg.name!r}: tables.lock_path 's3a://bucket/lake/{cfg.name}/_lock' is on an object store, "
+        "where the run lock cannot be kept yet; set tables.lock_path to a folder every Airflow worker that "
+        "runs the pipeline mounts (a shared filesystem such as NFS)"
+    )

@@ -1,4 +1,4 @@
-"""The per-pipeline run lock, with a fake Airflow (a ``run_state`` callable) and a tmp folder."""
+"""The per-pipeline run lock, with a fake Airflow (a ``run_state`` callable) and a tmp folder as its storage."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from include.orchestration.run_lock import acquire, holder, lock_path, release
+from include.orchestration import run_lock
+from include.orchestration.run_lock import acquire, holder, release
 
 DAG = "orders_dag"
 
@@ -29,12 +30,50 @@ class FakeAirflow:
 
 @pytest.fixture
 def lock(tmp_path) -> Path:
-    return lock_path(tmp_path, "orders")
+    return tmp_path / "orders" / "_lock"
 
 
-def test_lock_path_is_per_pipeline(tmp_path):
-    assert lock_path(tmp_path, "orders") == tmp_path / "locks" / "orders.lock.json"
-    assert lock_path(tmp_path, "orders") != lock_path(tmp_path, "payments")
+def _write_epoch(lock: Path, epoch: int, content: str | bytes) -> Path:
+    """A holder's record as another writer (or a hand) left it."""
+    lock.mkdir(parents=True, exist_ok=True)
+    path = lock / f"{epoch:020d}.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return path
+
+
+def test_each_taking_is_a_new_epoch_file_and_a_release_a_marker_beside_it(lock):
+    acquire(lock, dag_id=DAG, run_id="r1", run_state=FakeAirflow())
+    assert sorted(p.name for p in lock.iterdir()) == ["00000000000000000001.json"]
+    assert holder(lock)["epoch"] == 1
+    release(lock, run_id="r1")
+    acquire(lock, dag_id=DAG, run_id="r2", run_state=FakeAirflow())
+    assert sorted(p.name for p in lock.iterdir()) == [
+        "00000000000000000001.json", "00000000000000000001.released", "00000000000000000002.json"]
+    assert holder(lock)["epoch"] == 2 and holder(lock)["run_id"] == "r2"
+
+
+def test_epochs_sort_as_numbers_past_ten(lock):
+    for n in range(1, 12):
+        acquire(lock, dag_id=DAG, run_id=f"r{n}", run_state=FakeAirflow())
+        release(lock, run_id=f"r{n}")
+    acquire(lock, dag_id=DAG, run_id="r12", run_state=FakeAirflow(r11="running"))
+    assert holder(lock)["epoch"] == 12
+
+
+def test_old_epochs_are_pruned_by_the_run_that_takes_the_lock(lock):
+    for n in range(1, run_lock.KEEP_EPOCHS + 6):
+        acquire(lock, dag_id=DAG, run_id=f"r{n}", run_state=FakeAirflow())
+        release(lock, run_id=f"r{n}")
+    epochs = sorted({int(p.name.split(".")[0]) for p in lock.iterdir()})
+    newest = run_lock.KEEP_EPOCHS + 5
+    assert epochs == list(range(newest - run_lock.KEEP_EPOCHS + 1, newest + 1))
+
+
+def test_the_record_names_the_worker_that_holds_it(lock):
+    import socket
+
+    acquire(lock, dag_id=DAG, run_id="r1", run_state=FakeAirflow())
+    assert holder(lock)["host"] == socket.gethostname()
 
 
 def test_free_lock_is_taken_and_names_the_run(lock):
@@ -79,10 +118,9 @@ def test_holders_state_is_asked_under_the_holders_own_dag(lock):
 
 
 def test_holder_without_dag_id_is_asked_under_the_callers_dag(lock):
-    lock.parent.mkdir(parents=True)
-    lock.write_text(json.dumps({"run_id": "r1"}))
+    _write_epoch(lock, 1, json.dumps({"run_id": "r1"}))
     airflow = FakeAirflow(r1="queued")
-    assert acquire(lock, dag_id=DAG, run_id="r2", run_state=airflow) == {"run_id": "r1"}
+    assert acquire(lock, dag_id=DAG, run_id="r2", run_state=airflow) == {"run_id": "r1", "epoch": 1}
     assert airflow.asked == [(DAG, "r1")]
 
 
@@ -108,7 +146,7 @@ def test_take_over_records_only_the_last_holder(lock):
 def test_release_by_the_holder_frees_the_lock(lock):
     acquire(lock, dag_id=DAG, run_id="r1", run_state=FakeAirflow())
     assert release(lock, run_id="r1") is True
-    assert not lock.exists()
+    assert holder(lock) is None and (lock / "00000000000000000001.released").is_file()
     assert release(lock, run_id="r1") is False
     airflow = FakeAirflow(r1="running")
     assert acquire(lock, dag_id=DAG, run_id="r2", run_state=airflow) is None
@@ -127,28 +165,26 @@ def test_release_of_a_missing_lock_is_false(lock):
 
 
 @pytest.mark.parametrize("content", [b"{not json", b"", b"\xff\xfe\x00garbage"], ids=["broken", "empty", "binary"])
-def test_unreadable_lock_is_taken_over(lock, content):
-    lock.parent.mkdir(parents=True)
-    lock.write_bytes(content)
+def test_unreadable_lock_is_taken_over(lock, content, monkeypatch):
+    monkeypatch.setattr(run_lock, "_WRITE_WAIT_S", 0.2)  # an empty record is waited for, briefly here
+    _write_epoch(lock, 1, content)
     assert holder(lock)["run_id"] is None
     assert "unreadable" in holder(lock)
     airflow = FakeAirflow()
     assert acquire(lock, dag_id=DAG, run_id="r2", run_state=airflow) is None
-    assert holder(lock)["run_id"] == "r2"
+    assert holder(lock)["run_id"] == "r2" and holder(lock)["epoch"] == 2
     assert airflow.asked == []  # nobody to ask about
 
 
 def test_unreadable_lock_shows_its_text(lock):
-    lock.parent.mkdir(parents=True)
-    lock.write_text("{half a lock")
-    assert holder(lock) == {"run_id": None, "unreadable": "{half a lock"}
+    path = _write_epoch(lock, 1, "{half a lock")
+    assert holder(lock) == {"run_id": None, "unreadable": "{half a lock", "epoch": 1}
     assert release(lock, run_id="r1") is False
-    assert lock.exists()
+    assert path.exists()
 
 
 def test_lock_holding_a_json_array_is_taken_over(lock):
-    lock.parent.mkdir(parents=True)
-    lock.write_text("[1, 2]")
+    _write_epoch(lock, 1, "[1, 2]")
     assert acquire(lock, dag_id=DAG, run_id="r2", run_state=FakeAirflow()) is None
     assert holder(lock)["run_id"] == "r2"
 
@@ -160,7 +196,7 @@ def _race(folder: str, name: str, rounds: int, attempts: int, barrier, results) 
     wins: dict[int, list[str]] = {}
     try:
         for n in range(rounds):
-            path = lock_path(Path(folder) / f"round-{n}", "orders")
+            path = Path(folder) / f"round-{n}" / "_lock"
             barrier.wait(timeout=30)
             for i in range(attempts):
                 mine = f"{name}-{n}-{i}"
@@ -194,4 +230,4 @@ def test_two_processes_racing_never_both_win(tmp_path):
     for n in range(rounds):
         winners = found["a"].get(n, []) + found["b"].get(n, [])
         assert len(winners) == 1, f"round {n}: {winners}"
-        assert holder(lock_path(tmp_path / f"round-{n}", "orders"))["run_id"] == winners[0]
+        assert holder(tmp_path / f"round-{n}" / "_lock")["run_id"] == winners[0]

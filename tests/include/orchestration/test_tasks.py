@@ -131,8 +131,8 @@ def _request(cfg, run_id: str = "manual__1", params: dict | None = None, running
     )  # fmt: skip
 
 
-def _lock_holder() -> str | None:
-    return (run_lock.holder(run_lock.lock_path(settings.VAR_DIR, "orders")) or {}).get("run_id")
+def _lock_holder(cfg) -> str | None:
+    return (run_lock.holder(pipeline_run.lock_folder(cfg)) or {}).get("run_id")
 
 
 def test_check_request_takes_the_lock_and_plans_a_normal_run_without_reading_kafka(cfg, monkeypatch, capsys):
@@ -141,8 +141,8 @@ def test_check_request_takes_the_lock_and_plans_a_normal_run_without_reading_kaf
     assert done.is_done is True
     assert done.xcom_value == {"action": "normal", "reason": "", "requested_by": "ann", "describe": "normal run",
                                "ranges": [], "time_range": None, "notes": []}  # fmt: skip
-    assert _lock_holder() == "manual__1"
-    assert "SUMMARY check_request: normal run; lock orders.lock.json taken" in capsys.readouterr().out
+    assert _lock_holder(cfg) == "manual__1"
+    assert "SUMMARY check_request: normal run; lock epoch 1 taken" in capsys.readouterr().out
 
 
 def test_check_request_refuses_bad_params_before_taking_the_lock(cfg):
@@ -150,17 +150,17 @@ def test_check_request_refuses_bad_params_before_taking_the_lock(cfg):
         _request(cfg, params={"action": "rebuild_checkpoint"})
     assert str(ended.value).startswith("pipeline 'orders': the run's params were refused: reason: required")
     assert ended.value.key == "refused" and ended.value.report.startswith("reason: required for action")
-    assert _lock_holder() is None
+    assert _lock_holder(cfg) is None
 
 
 def test_check_request_waits_while_a_live_run_holds_the_lock(cfg, capsys):
     assert _request(cfg, run_id="manual__1").is_done
     waiting = _request(cfg, run_id="manual__2", running=("manual__1",))
     assert waiting.is_done is False and waiting.xcom_value is None
-    assert _lock_holder() == "manual__1"
+    assert _lock_holder(cfg) == "manual__1"
     assert "check_request: waiting: run manual__1 of pipeline orders holds" in capsys.readouterr().out
     # Once that run is over, the waiting run takes the lock.
-    assert _request(cfg, run_id="manual__2").is_done and _lock_holder() == "manual__2"
+    assert _request(cfg, run_id="manual__2").is_done and _lock_holder(cfg) == "manual__2"
 
 
 BACKFILL = {"action": "backfill_offsets", "reason": "replay",
@@ -193,7 +193,7 @@ def test_check_request_refused_by_kafka_names_the_action_and_leaves_the_reason(c
         _request(cfg, params=BACKFILL)
     assert str(ended.value) == "pipeline 'orders': backfill_offsets refused: partition t-0 holds offsets 9 to 12 only"
     assert (ended.value.key, ended.value.report) == ("refused", "partition t-0 holds offsets 9 to 12 only")
-    assert _lock_holder() == "manual__1"  # held until record_run gives it back
+    assert _lock_holder(cfg) == "manual__1"  # held until record_run gives it back
 
 
 # --------------------------------------------------------------------------- wait_for_lag
