@@ -25,8 +25,8 @@ record). The loser reads the winner's record and waits.
 A holder whose run is no longer queued or running (a lost worker, a run
 marked failed by hand) holds nothing: the next run takes over with the next
 epoch and records whom it took over from, so that it can stop what the dead
-run left running first. The epoch numbers every holder apart, so a commit
-can name the holder it was made under.
+run left running first. The epoch numbers the holders apart: a holder's
+record carries it, and a waiting run's log names it.
 """
 
 from __future__ import annotations
