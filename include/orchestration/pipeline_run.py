@@ -21,6 +21,7 @@ from include.config import PipelineConfig
 from include.contract import continuity, manual_ops, table_stand
 from include.contract.continuity import ContinuityReport, TransformCheck, check_run
 from include.contract.errors import PipelineError
+from include.contract.locations import local_path
 from include.contract.manual_ops import RunRequest
 from include.contract.offsets import PositionMap, positions_from_json, positions_to_json
 from include.contract.preflight import (
@@ -144,14 +145,14 @@ def prune_run_folders(cfg: PipelineConfig, *, keep: Iterable[str] = (), now: flo
 
 def lock_folder(cfg: PipelineConfig) -> Path:
     """The folder of the pipeline's run lock (``tables.lock_path``); a URI is refused, naming the fix."""
-    location = cfg.tables.lock_path
-    if "://" in location and not location.startswith("file://"):
+    folder = local_path(cfg.tables.lock_path)
+    if folder is None:
         raise PipelineError(
-            f"pipeline {cfg.name!r}: tables.lock_path {location!r} is on an object store, where the run lock "
-            "cannot be kept yet; set tables.lock_path to a folder every Airflow worker that runs the "
+            f"pipeline {cfg.name!r}: tables.lock_path {cfg.tables.lock_path!r} is on an object store, where the "
+            "run lock cannot be kept yet; set tables.lock_path to a folder every Airflow worker that runs the "
             "pipeline mounts (a shared filesystem such as NFS)"
         )
-    return Path(location.removeprefix("file://"))
+    return folder
 
 
 def take_lock(cfg: PipelineConfig, *, dag_id: str, run_id: str,
@@ -465,10 +466,10 @@ def plan_request(cfg: PipelineConfig, client: dict[str, str], request: RunReques
 
 def checkpoint_position(cfg: PipelineConfig) -> dict | None:
     """Committed offsets of the newest checkpoint epoch, or ``None`` when it is not a local folder."""
-    root = cfg.tables.checkpoint_root
-    if "://" in root and not root.startswith("file://"):
+    root = local_path(cfg.tables.checkpoint_root)
+    if root is None:
         return None
-    epochs = spark_checkpoint.epoch_dirs(Path(root.removeprefix("file://")))
+    epochs = spark_checkpoint.epoch_dirs(root)
     if not epochs:
         return None
     state = spark_checkpoint.read_state(epochs[max(epochs)])

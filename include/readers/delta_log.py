@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from include.contract.locations import local_path
+
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 _CHECKPOINT_PART = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet$")
 #: A V2 checkpoint (``<v>.checkpoint.<uuid>.json|parquet``) names sidecar files: left to delta-rs.
@@ -106,10 +108,9 @@ def _checkpoint_files(names: list[str], latest: int) -> tuple[int, list[str]] | 
 def read(path: str | Path) -> LogView | None:
     """The log of the local Delta table at ``path``; ``None`` when it is not one this reader takes
     (see the module's doc): the caller then opens it with delta-rs."""
-    text = str(path)
-    if "://" in text and not text.startswith("file://"):
+    root = local_path(path)
+    if root is None:
         return None
-    root = Path(text.removeprefix("file://"))
     try:
         names = os.listdir(root / "_delta_log")
     except OSError:
