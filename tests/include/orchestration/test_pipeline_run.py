@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -112,7 +113,7 @@ def test_a_run_on_another_worker_finds_the_lock_taken(make_pipeline, tmp_path, m
     assert holder is not None and holder["run_id"] == "scheduled__1" and holder["epoch"] == 1
     assert message.startswith(f"waiting: run scheduled__1 of pipeline {cfg.name} holds the lock in "
                               f"{cfg.tables.lock_path} (epoch 1, host ")  # fmt: skip
-    assert pipeline_run.lock_folder(cfg) == pipeline_run.Path(cfg.tables.lock_path)
+    assert pipeline_run.lock_folder(cfg) == Path(cfg.tables.lock_path)
     assert not (tmp_path / "worker-1" / "locks").exists() and not (tmp_path / "worker-2" / "locks").exists()
 
 
