@@ -40,6 +40,13 @@ KAFKA_BROKER_VERSION = "4.3.1"
 #: the ones spark-sql-kafka-0-10 4.2.0 calls (checked by the integration tests,
 #: which run every Kafka read through them).
 SPARK_TOKEN_PROVIDER_VERSION = "4.0.0"
+#: hadoop-aws must be the Hadoop that pyspark ships (hadoop-client-api-<version>.jar).
+HADOOP_VERSION = "3.5.0"
+#: The AWS SDK that hadoop-aws 3.5.0 and Spark 4.2.0 were built and tested with.
+AWS_SDK_VERSION = "2.35.4"
+#: The S3-compatible server the tests and ``make demo STORE=s3`` start: 4.0.0 is the first
+#: release whose filesystem stores answer ``If-None-Match: *`` atomically.
+S3PROXY_VERSION = "4.0.0"
 
 #: Overrides the default ``tables.lakehouse_root`` of every pipeline file.
 LAKEHOUSE_ROOT_ENV = "KDE_LAKEHOUSE_ROOT"
@@ -114,7 +121,8 @@ def kafka_sasl_password() -> str:
 
 
 def failpoint() -> str | None:
-    """``KDE_FAILPOINT``: where a Spark job should kill itself (e.g. ``kill-after-bronze-commit:1``), if anywhere."""
+    """``KDE_FAILPOINT``: where a Spark job should kill itself (e.g. ``kill-after-bronze-commit:1``) or stop
+    (``stop-before-bronze-commit:1``), if anywhere."""
     return os.environ.get(FAILPOINT_ENV)
 
 

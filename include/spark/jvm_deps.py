@@ -1,18 +1,24 @@
 """Pinned JVM dependencies, resolved once with Maven into the project's cache.
 
-Two bundles:
+Four bundles:
 
 - ``spark``: the Spark Kafka connector, Delta Lake and Spark's Avro functions, minus every jar that
   pyspark already ships (two copies of a class on one classpath is how
   ``NoSuchMethodError`` happens).
 - ``kafka``: an Apache Kafka broker with its command-line tools
   (``kafka-consumer-groups``, ``kafka-consumer-perf-test`` classes).
+- ``s3``: Hadoop's S3A filesystem (``hadoop-aws``) and the three AWS SDK modules it uses (S3, STS,
+  the transfer manager; about 20 MB instead of the SDK's 600 MB bundle), for a lakehouse on
+  ``s3a://``; minus pyspark's jars as for ``spark``. Resolved on first use only.
+- ``s3proxy``: an S3-compatible server (s3proxy, filesystem backend) that the tests and
+  ``make demo STORE=s3`` start. Resolved on first use only.
 
 The first call runs ``mvn dependency:copy-dependencies`` against Maven's
 default repository, with a private local repository under ``.cache/m2``; a
 marker file then makes every later call offline and instant.
 
-Run ``python -m include.spark.jvm_deps`` to resolve both bundles ahead of time.
+Run ``python -m include.spark.jvm_deps`` to resolve ``spark`` and ``kafka`` ahead of time (what
+``make setup`` does), or ``python -m include.spark.jvm_deps s3 s3proxy`` for the others.
 """
 
 from __future__ import annotations
@@ -77,7 +83,23 @@ BUNDLES: dict[str, tuple[Artifact, ...]] = {
         # The broker logs through slf4j 1.7; without a binding its log is lost.
         Artifact("org.apache.logging.log4j", "log4j-slf4j-impl", "2.25.4"),
     ),
+    "s3": (
+        Artifact("org.apache.hadoop", "hadoop-aws", settings.HADOOP_VERSION,
+                 exclusions=(("software.amazon.awssdk", "bundle"),)),  # fmt: skip
+        *(Artifact("software.amazon.awssdk", module, settings.AWS_SDK_VERSION)
+          for module in ("s3", "sts", "s3-transfer-manager")),  # fmt: skip
+    ),
+    "s3proxy": (
+        Artifact("org.gaul", "s3proxy", settings.S3PROXY_VERSION),
+        # Maven's nearest-wins picks jclouds' jackson-annotations 2.18; s3proxy's Jackson 3 needs the
+        # 2.22 its BOM names (JsonSerializeAs).
+        Artifact("com.fasterxml.jackson.core", "jackson-annotations", "2.22"),
+    ),
 }
+#: What ``make setup`` resolves; the others on first use.
+SETUP_BUNDLES = ("spark", "kafka")
+#: Bundles whose jars join pyspark's on one classpath: a jar pyspark ships is left out.
+_ON_PYSPARK = ("spark", "s3")
 
 #: Jars Maven resolves for the spark bundle that must not join pyspark's own:
 #: commons-logging clashes with pyspark's jcl-over-slf4j; shims and
@@ -200,7 +222,7 @@ def _download(bundle: str, target: Path) -> None:
                 f"({', '.join(a.coordinate for a in BUNDLES[bundle])}): "
                 + ("\n".join(errors) or proc.stderr[-2000:])
             )
-    if bundle == "spark":
+    if bundle in _ON_PYSPARK:
         shipped = _pyspark_artifact_ids()
         for jar in staging.glob("*.jar"):
             name = artifact_id_of(jar.name)
@@ -214,18 +236,29 @@ def spark_jars() -> list[Path]:
     return resolve("spark")
 
 
+def s3_jars() -> list[Path]:
+    """Jars to add to ``spark.jars`` for a lakehouse on ``s3a://``: S3A and the AWS SDK's S3 modules."""
+    return resolve("s3")
+
+
 def kafka_classpath() -> str:
     """Classpath for running the Kafka broker and Kafka's command-line tools."""
     return ":".join(str(p) for p in resolve("kafka"))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``make setup``: resolve every bundle ahead of time."""
+    """``make setup``: resolve the bundles every run needs ahead of time (or those named)."""
     # No options, but --help must explain instead of starting Maven downloads,
     # and a mistyped option must be refused rather than ignored.
-    argparse.ArgumentParser(prog="python -m include.spark.jvm_deps", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)  # fmt: skip
-    for name in BUNDLES:
+    p = argparse.ArgumentParser(prog="python -m include.spark.jvm_deps", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("bundles", nargs="*", metavar="BUNDLE",
+                   help=f"bundles to resolve, of {', '.join(BUNDLES)} (default: {' '.join(SETUP_BUNDLES)})")  # fmt: skip
+    names = p.parse_args(argv).bundles or SETUP_BUNDLES
+    unknown = [n for n in names if n not in BUNDLES]
+    if unknown:
+        p.error(f"unknown bundle(s) {', '.join(unknown)}; expected some of {', '.join(BUNDLES)}")
+    for name in names:
         jars = resolve(name)
         print(f"{name}: {len(jars)} jars in {jars[0].parent}")
     return 0
