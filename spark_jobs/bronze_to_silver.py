@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from include.contract import jobs as contract
-from include.contract.errors import TransformError, batch_failure
+from include.contract.errors import StaleLockError, TransformError, batch_failure
 from include.contract.history import read_until
 from include.contract.jobs import TransformArgs, quarantine_app_id, silver_app_id
 from include.contract.transform_spec import (
@@ -59,6 +59,7 @@ from spark_jobs.job_common import (
     JobStep,
     PhaseTimer,
     apply_table_properties,
+    check_fence,
     confirm_newest_commit,
     delta_snapshot,
     failpoint,
@@ -91,6 +92,13 @@ class TransformConfig:
     table_properties: dict[str, str] = field(default_factory=dict)
     #: The schema registry's URL and credentials (``--registry-file``, a private file), when the spec names one.
     registry_file: str | None = None
+    #: The run lock's epoch this run holds (``--lock-epoch``), or ``None`` outside a DAG run.
+    lock_epoch: int | None = None
+
+    @property
+    def fence(self) -> tuple[str, int] | None:
+        """``(pipeline, lock epoch)`` checked before each write to silver and quarantine, or ``None``."""
+        return (self.pipeline, self.lock_epoch) if self.lock_epoch is not None else None
 
 
 def parse_config(argv: list[str]) -> TransformConfig:
@@ -106,7 +114,7 @@ def parse_config(argv: list[str]) -> TransformConfig:
         raise TransformError(str(exc)) from None
     return TransformConfig(a.pipeline, a.bronze_path, a.silver_path, a.quarantine_path, a.checkpoint_root,
                            spec, a.run_id, a.summary_path, a.max_files_per_trigger, properties,
-                           a.registry_file)  # fmt: skip
+                           a.registry_file, a.lock_epoch)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- checkpoint plan
@@ -397,6 +405,9 @@ class SilverBatchWriter(BatchWriter):
                     f"batch {batch_id}: read {read} bronze records but accounted for {commit.accounted} "
                     f"({counts}); refusing to commit"
                 )
+            # Silver's MERGE and quarantine's append carry one txn action each (their own app ids): the
+            # lock's epoch is checked just before them instead.
+            check_fence(self.spark, self.cfg.silver_path, self.cfg.fence)
             self._write_quarantine(quarantine, commit, batch_id)
             timer.lap("quarantine_write")
             self._commit(classified, commit, end, batch_id, touches_existing=touches_existing, adds_keys=adds_keys)
@@ -498,6 +509,7 @@ class SilverBatchWriter(BatchWriter):
         """The batch's new bad records, appended to quarantine idempotently (its txn app id and the batch id)."""
         if not commit.counts["quarantined"]:
             return
+        check_fence(self.spark, self.cfg.quarantine_path, self.cfg.fence)
         (
             quarantine.write.format("delta").mode("append")
             .option("txnAppId", quarantine_app_id(self.cfg.pipeline, self.plan.epoch))
@@ -662,7 +674,7 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
         except Exception as exc:  # StreamingQueryException carries the batch's cause
             raise batch_failure(TransformError, "transform", cfg.pipeline, writer.error, exc) from exc
     for path in (cfg.silver_path, cfg.quarantine_path):
-        properties_set = apply_table_properties(spark, path, cfg.table_properties)
+        properties_set = apply_table_properties(spark, path, cfg.table_properties, cfg.fence)
         if properties_set:
             log.info("%s table properties set: %s", path, ", ".join(f"{k}={cfg.table_properties[k]}" for k in properties_set))
     summary.duration_s = time.monotonic() - started
@@ -692,7 +704,7 @@ def _describe(summary: TransformSummary) -> str:
 
 #: The job as a step of a run's Spark application (``spark_jobs/run_steps.py``).
 STEP = JobStep("bronze_to_silver", parse=parse_config, bad_argument=TransformError,
-               run=run, failure=(TransformError,), describe=_describe)  # fmt: skip
+               run=run, failure=(TransformError, StaleLockError), describe=_describe)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

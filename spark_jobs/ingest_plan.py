@@ -77,6 +77,13 @@ class IngestConfig:
     position_reset: dict | None = None
     #: Delta table properties bronze carries (``--table-property``: the pipeline's retention).
     table_properties: dict[str, str] = field(default_factory=dict)
+    #: The run lock's epoch this run holds (``--lock-epoch``), or ``None`` outside a DAG run.
+    lock_epoch: int | None = None
+
+    @property
+    def fence(self) -> tuple[str, int] | None:
+        """``(pipeline, lock epoch)`` every bronze commit of this run carries, or ``None``."""
+        return (self.pipeline, self.lock_epoch) if self.lock_epoch is not None else None
 
     def source_options(self) -> dict[str, str]:
         """Options for ``readStream.format("kafka")`` (without the starting offsets).
@@ -135,6 +142,7 @@ def parse_config(argv: list[str]) -> IngestConfig:
         rebuild_reason=(args.rebuild_checkpoint or "").strip() or None,
         position_reset=reset,
         table_properties=properties,
+        lock_epoch=args.lock_epoch,
     )
 
 

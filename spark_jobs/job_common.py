@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from include import settings
-from include.contract.errors import PipelineError
-from include.contract.jobs import bronze_app_id
+from include.contract.errors import PipelineError, StaleLockError
+from include.contract.jobs import bronze_app_id, lock_app_id
 
 log = logging.getLogger("kde_jobs")
 
@@ -89,6 +89,47 @@ def txn_versions(spark, snapshot) -> dict[str, int]:
         text = jvm.org.apache.spark.sql.delta.util.JsonUtils.mapper().writeValueAsString(crc.get().setTransactions().get())
         return {t["appId"]: int(t["version"]) for t in json.loads(text)}
     return {str(k): int(v) for k, v in jvm.scala.jdk.javaapi.CollectionConverters.asJava(snapshot.transactions()).items()}
+
+
+#: ``(pipeline, lock epoch)`` of the run a job works for; ``None`` when it runs outside a DAG run's lock.
+Fence = tuple[str, int] | None
+
+
+def stale_lock(path: str, fence: Fence, table_epoch: int | None) -> StaleLockError | None:
+    """The error when the table at ``path`` records a newer lock epoch than ``fence``'s, else ``None``."""
+    if fence is None or table_epoch is None or table_epoch <= fence[1]:
+        return None
+    pipeline, epoch = fence
+    error = StaleLockError(
+        f"{path}: this run holds the run lock of pipeline {pipeline!r} at epoch {epoch}, but the table records "
+        f"epoch {table_epoch}: a later run took the lock over (Airflow said this run was no longer running), "
+        "so this run's commit was refused and it writes nothing more. Nothing to repair: the later run goes on "
+        "from where the table stands. Find out why this run was taken for dead (a lost worker, a run marked "
+        "failed by hand) in the later run's check_request log",
+        pipeline=pipeline, table=path, action="none: the run holding the lock carries on",
+    )  # fmt: skip
+    error.lock_epoch, error.table_epoch = epoch, table_epoch
+    return error
+
+
+def check_fence(spark, path: str, fence: Fence, snapshot=None) -> None:
+    """Refuse (:class:`StaleLockError`) to write to ``path`` when the table records a newer lock epoch.
+
+    For commits that cannot carry the epoch themselves (MERGE, OPTIMIZE): a
+    check just before the commit. Bronze's own batch commits carry it
+    atomically (:func:`commit_with_stand`).
+    """
+    if fence is None:
+        return
+    from delta.tables import DeltaTable
+
+    if snapshot is None:
+        if not DeltaTable.isDeltaTable(spark, path):
+            return
+        snapshot = delta_snapshot(spark, path)
+    error = stale_lock(path, fence, txn_versions(spark, snapshot).get(lock_app_id(fence[0])))
+    if error is not None:
+        raise error
 
 
 class BatchWriter:
@@ -197,7 +238,7 @@ Finish = Callable[[int, list[WrittenFile]], tuple[str, list[tuple[str, int]]]]
 
 
 def commit_with_stand(spark, path: str, df, *, finish: Finish, idempotency: tuple[str, int] | None,
-                      schema=None) -> int | None:  # fmt: skip
+                      schema=None, fence: Fence = None) -> int | None:  # fmt: skip
     """Append ``df`` (or nothing, for ``None``) to the Delta table at ``path`` in one commit with txn actions.
 
     The rows are read once: Delta writes the files (collecting each file's
@@ -213,14 +254,24 @@ def commit_with_stand(spark, path: str, df, *, finish: Finish, idempotency: tupl
     A table that does not exist yet is created by this commit, with the
     schema of ``df`` (or ``schema``, a PySpark ``StructType``, when there are
     no rows), all columns nullable as Delta's writer makes them.
+    ``fence`` ``(pipeline, lock epoch)``: the commit carries the epoch, and is
+    refused (:class:`StaleLockError`) when the table records a newer one, or
+    when a commit carrying one wins the race against it.
     Returns the committed table version.
     """
     jvm = spark.sparkContext._jvm
     delta = jvm.org.apache.spark.sql.delta
     txn = delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
+    versions = txn_versions(spark, txn.snapshot()) if idempotency is not None or fence is not None else {}
+    if fence is not None:
+        error = stale_lock(path, fence, versions.get(lock_app_id(fence[0])))
+        if error is not None:
+            raise error
+        # A concurrent commit that carries a lock epoch (a takeover's fence) now fails this one.
+        txn.readTxn().addOne(lock_app_id(fence[0]))
     if idempotency is not None:
         app, version = idempotency
-        if txn_versions(spark, txn.snapshot()).get(app, -1) >= version:
+        if versions.get(app, -1) >= version:
             return None
         # As txn.txnVersion would: a concurrent commit of the same app id now fails this one.
         txn.readTxn().addOne(app)
@@ -242,6 +293,8 @@ def commit_with_stand(spark, path: str, df, *, finish: Finish, idempotency: tupl
             raise RuntimeError(f"{path}: Delta's writer returned a {action.getClass().getSimpleName()} for an append")
         written.append(WrittenFile(str(action.path()), action.stats()))
     user_metadata, txns = finish(int(txn.readVersion()), written)
+    if fence is not None:
+        txns = [*txns, (lock_app_id(fence[0]), fence[1])]
     now = jvm.scala.Some(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
     marks = [delta.actions.SetTransaction(app, int(v), now) for app, v in txns]
     none = jvm.scala.Option.empty()
@@ -249,7 +302,12 @@ def commit_with_stand(spark, path: str, df, *, finish: Finish, idempotency: tupl
         jvm.org.apache.spark.sql.SaveMode.Append, none, none, jvm.scala.Some(user_metadata),
         none, none, none, none, none,
     )  # fmt: skip
-    return int(txn.commit(files.toList().appendedAll(_jvm_seq(jvm, marks)), operation))
+    try:
+        return int(txn.commit(files.toList().appendedAll(_jvm_seq(jvm, marks)), operation))
+    except Exception as exc:
+        if fence is not None and "ConcurrentTransactionException" in str(exc):
+            check_fence(spark, path, fence)  # raises when a newer epoch's commit won the race
+        raise
 
 
 def confirm_newest_commit(spark, path: str, parse: Parser, epoch: int, batch_id: int,
@@ -282,12 +340,13 @@ def parse_table_properties(pairs: list[str], flag: str = "--table-property") -> 
     return found
 
 
-def apply_table_properties(spark, path: str, properties: dict[str, str]) -> list[str]:
+def apply_table_properties(spark, path: str, properties: dict[str, str], fence: Fence = None) -> list[str]:
     """Set ``properties`` on the Delta table at ``path`` where they differ, in one commit; returns the keys set.
 
     Nothing is written when the table carries them already (or does not
     exist yet: the next run sets them). The commit holds no progress, as
     every reader of where a table stands expects of other writers' commits.
+    ``fence``: refused when the table records a newer lock epoch (:func:`check_fence`).
     """
     from delta.tables import DeltaTable
 
@@ -295,6 +354,7 @@ def apply_table_properties(spark, path: str, properties: dict[str, str]) -> list
         return []
     jvm = spark.sparkContext._jvm
     snapshot = delta_snapshot(spark, path)
+    check_fence(spark, path, fence, snapshot)
     current = dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(snapshot.metadata().configuration()))
     changed = {k: v for k, v in properties.items() if current.get(k) != v}
     if changed:
@@ -335,6 +395,15 @@ def failpoint(stage: str, batch_id: int) -> None:
         if point.startswith("kill-driver"):
             os.kill(os.getpid(), signal.SIGKILL)
         os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def stop_point(stage: str, batch_id: int) -> None:
+    """Stop this driver process (SIGSTOP) if ``KDE_FAILPOINT`` is ``stop-before-<stage>-commit:<batch_id>``:
+    a worker paused in the middle of a commit, until something sends it SIGCONT."""
+    if settings.failpoint() == f"stop-before-{stage}-commit:{batch_id}":
+        log.warning("failpoint stop-before-%s-commit:%s: stopping the driver before its commit", stage, batch_id)
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def write_failure(job: str, cfg: Any, exc: BaseException) -> None:

@@ -33,12 +33,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from include.contract import jobs as contract
-from include.contract.errors import BackfillError
+from include.contract.errors import BackfillError, StaleLockError
 from include.contract.jobs import BackfillArgs, ContractArgumentParser
 from include.contract.offsets import BackfillCommit, BackfillRange, OffsetError, PositionMap
 from spark_jobs.ingest_plan import JobConfigError, read_kafka_options_file
 from spark_jobs.job_common import (
     JobStep,
+    check_fence,
     job_main,
     read_table_stand,
     with_user_metadata,
@@ -94,6 +95,8 @@ class BackfillConfig:
     #: Kafka client settings from ``--kafka-options-file``, applied as ``kafka.<name>``; they may hold
     #: secrets (a JAAS config, a private key), so the config's repr leaves them out.
     kafka_options: dict[str, str] = field(default_factory=dict, repr=False)
+    #: The run lock's epoch this run holds (``--lock-epoch``), or ``None`` outside a DAG run.
+    lock_epoch: int | None = None
 
     def window_micros(self) -> tuple[int, int] | None:
         """``[from, to)`` of the time window in microseconds since the epoch, or ``None``."""
@@ -135,7 +138,7 @@ def parse_config(argv: list[str]) -> BackfillConfig:
         pipeline=args.pipeline, bootstrap_servers=args.bootstrap_servers, bronze_path=args.bronze_path,
         ranges=ranges, action=action, reason=reason, requested_by=data.get("requested_by"),
         time_range=time_range, run_id=args.run_id, run_type=args.run_type, summary_path=args.summary_path,
-        kafka_options=read_kafka_options_file(args.kafka_options_file),
+        kafka_options=read_kafka_options_file(args.kafka_options_file), lock_epoch=args.lock_epoch,
     )  # fmt: skip
 
 
@@ -256,6 +259,9 @@ def run(spark, cfg: BackfillConfig) -> dict:
                                f"t.offset = s.offset AND {_range_filter(ranges, 't.')}")
                         .whenNotMatchedInsertAll()
                     )  # fmt: skip
+                    # A MERGE commit carries one txn action only: the lock is checked just before it.
+                    check_fence(spark, cfg.bronze_path,
+                                (cfg.pipeline, cfg.lock_epoch) if cfg.lock_epoch is not None else None)  # fmt: skip
                     try:
                         with_user_metadata(spark, result.to_user_metadata(), merge.execute)
                     except merge_conflicts() as exc:
@@ -306,7 +312,7 @@ def run(spark, cfg: BackfillConfig) -> dict:
 #: The job as a step of a run's Spark application (``spark_jobs/run_steps.py``).
 STEP = JobStep(
     "kafka_backfill", parse=parse_config, bad_argument=JobConfigError, run=run,
-    failure=(BackfillError, OffsetError),
+    failure=(BackfillError, OffsetError, StaleLockError),
     describe=lambda s: f"read={s['read']} inserted={s['inserted']} present={s['present']} version={s['bronze_version']}",
 )  # fmt: skip
 

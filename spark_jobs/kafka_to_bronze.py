@@ -29,7 +29,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from include.contract import jobs as contract
-from include.contract.errors import IngestionError, KafkaSourceError, batch_failure
+from include.contract.errors import IngestionError, KafkaSourceError, StaleLockError, batch_failure
 from include.contract.jobs import bronze_app_id
 from include.contract.manual_ops import REBUILD_CHECKPOINT, action_hint
 from include.contract.offsets import (
@@ -65,6 +65,7 @@ from spark_jobs.job_common import (
     failpoint,
     job_main,
     read_table_stand,
+    stop_point,
     write_summary,
 )
 
@@ -314,6 +315,7 @@ class BronzeBatchWriter(BatchWriter):
                 extra=extra,
             )
             phases["stats"] = time.monotonic() - started - sum(phases.values())
+            stop_point("bronze", batch_id)  # a paused worker, for the lock-fencing test: files written, not committed
             return decided["commit"].to_user_metadata(), stand_actions(
                 pipeline=self.cfg.pipeline, epoch=epoch, batch_id=batch_id, read_version=read_version,
                 next_offsets=next_positions, topic_ids=self.cfg.topic_ids,
@@ -322,7 +324,7 @@ class BronzeBatchWriter(BatchWriter):
         phases["check"] = time.monotonic() - started
         version = commit_with_stand(
             self.spark, self.cfg.bronze_path, bronze_rows(df, run_id, batch_id, epoch), finish=finish,
-            idempotency=(self.app_id, batch_id),
+            idempotency=(self.app_id, batch_id), fence=self.cfg.fence,
         )  # fmt: skip
         if version is None:
             log.warning("batch %s of epoch %s: the table's txn already holds it; skipping its replay",
@@ -400,7 +402,7 @@ def record_position(spark, cfg: IngestConfig, partitions: dict[str, list[int]], 
             pipeline=cfg.pipeline, epoch=epoch, batch_id=-1, read_version=read_version,
             next_offsets=positions, topic_ids=cfg.topic_ids,
         )),
-        idempotency=None, schema=bronze_schema(spark, cfg),
+        idempotency=None, schema=bronze_schema(spark, cfg), fence=cfg.fence,
     )  # fmt: skip
     log.warning("position set (epoch %s): %s: %s", epoch, note.get("reason"), positions_to_json(positions))
     return commit, CheckpointPlan(epoch, json.dumps(resume_offsets(positions, partitions)))
@@ -509,7 +511,7 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
         if b.batch_id in triggers:
             b.phases["trigger"] = triggers[b.batch_id]
     summary.next_offsets = writer.positions
-    properties_set = apply_table_properties(spark, cfg.bronze_path, cfg.table_properties)
+    properties_set = apply_table_properties(spark, cfg.bronze_path, cfg.table_properties, cfg.fence)
     if properties_set:
         log.info("bronze table properties set: %s", ", ".join(f"{k}={cfg.table_properties[k]}" for k in properties_set))
     summary.duration_s = time.monotonic() - started
@@ -522,7 +524,7 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
 #: The job as a step of a run's Spark application (``spark_jobs/run_steps.py``).
 STEP = JobStep(
     "kafka_to_bronze", parse=parse_config, bad_argument=JobConfigError, run=run,
-    failure=(KafkaSourceError, IngestionError, OffsetError),
+    failure=(KafkaSourceError, IngestionError, OffsetError, StaleLockError),
     describe=lambda s: f"epoch={s.epoch} rows={s.rows} batches={len(s.batches)} duration={s.duration_s:.1f}s",
 )  # fmt: skip
 

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from include.contract import jobs as contract
-from include.contract.errors import MaintenanceConfigError, MaintenanceError
+from include.contract.errors import MaintenanceConfigError, MaintenanceError, StaleLockError
 from include.contract.jobs import MAINTAINED_TABLES, ContractArgumentParser, MaintainArgs
-from spark_jobs.job_common import JobStep, delta_snapshot, job_main, write_summary
+from spark_jobs.job_common import JobStep, check_fence, delta_snapshot, job_main, write_summary
 
 #: The tables a pipeline may maintain, in the order they are done.
 TABLES = MAINTAINED_TABLES
@@ -60,6 +60,8 @@ class MaintenanceConfig:
     checkpoint: bool = True
     run_id: str = "manual"
     summary_path: str | None = None
+    #: The run lock's epoch this run holds (``--lock-epoch``), or ``None`` outside a DAG run.
+    lock_epoch: int | None = None
 
 
 def _pair(option: str, text: str) -> tuple[str, str]:
@@ -89,7 +91,7 @@ def parse_config(argv: list[str]) -> MaintenanceConfig:
     return MaintenanceConfig(
         pipeline=a.pipeline, tables={t: given[t] for t in TABLES if t in given}, zorder_by=zorder,
         optimize=a.optimize, vacuum=a.vacuum, checkpoint=a.checkpoint,
-        run_id=a.run_id, summary_path=a.summary_path,
+        run_id=a.run_id, summary_path=a.summary_path, lock_epoch=a.lock_epoch,
     )  # fmt: skip
 
 
@@ -133,7 +135,9 @@ def maintain_table(spark, name: str, path: str, cfg: MaintenanceConfig) -> dict:
     from delta.tables import DeltaTable
 
     started = time.monotonic()
-    version_before = int(delta_snapshot(spark, path).version())
+    snapshot = delta_snapshot(spark, path)
+    check_fence(spark, path, (cfg.pipeline, cfg.lock_epoch) if cfg.lock_epoch is not None else None, snapshot)
+    version_before = int(snapshot.version())
     files_before, bytes_before = _detail(spark, path)
     out: dict[str, Any] = {"path": path, "version_before": version_before, "files_before": files_before,
                            "bytes_before": bytes_before}  # fmt: skip
@@ -217,7 +221,7 @@ def describe(summary: dict) -> str:
 
 STEP = JobStep(
     "maintain_tables", parse=parse_config, bad_argument=MaintenanceConfigError, run=run,
-    failure=(MaintenanceError,), describe=describe,
+    failure=(MaintenanceError, StaleLockError), describe=describe,
 )  # fmt: skip
 
 

@@ -60,6 +60,16 @@ def schema_registry(tmp_path_factory) -> Iterator:
 
 
 @pytest.fixture(scope="session")
+def s3_server(tmp_path_factory) -> Iterator:
+    """A real S3-compatible server (s3proxy on a folder), started once per session when asked for."""
+    from include.tooling import local_s3
+
+    server = local_s3.start(tmp_path_factory.mktemp("s3"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def bootstrap(kafka_broker) -> str:
     """The broker's bootstrap address, e.g. ``127.0.0.1:40123``."""
     return kafka_broker.bootstrap_servers

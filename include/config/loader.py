@@ -299,6 +299,7 @@ def _tables(section: TablesSection, name: str, shown: str) -> TablesConfig:
     return TablesConfig(
         lakehouse_root=root,
         **locations,
+        storage_connection_id=section.storage_connection_id,
         log_retention_days=section.log_retention_days,
         deleted_file_retention_days=section.deleted_file_retention_days,
     )

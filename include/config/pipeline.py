@@ -129,6 +129,7 @@ class TablesConfig:
     quarantine_path: str
     transform_checkpoint_root: str
     lock_path: str
+    storage_connection_id: str = "aws_default"
     log_retention_days: int = DEFAULT_LOG_RETENTION_DAYS
     deleted_file_retention_days: int = DEFAULT_DELETED_FILE_RETENTION_DAYS
 

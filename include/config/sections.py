@@ -220,11 +220,19 @@ class TablesSection(_Section):
         "Folder holding the transform job's checkpoints. Default: "
         "<lakehouse_root>/<name>/_checkpoints/silver."
     )
-    lock_path: Annotated[str, _text("a folder path")] = _optional(
-        "Folder holding the pipeline's run lock (one run at a time, whichever Airflow worker runs it). "
-        "Default: <lakehouse_root>/<name>/_lock. Every worker that runs the pipeline must see the same "
-        "folder, as it sees the tables: a shared or mounted filesystem that refuses to create a name "
-        "twice (local disks, NFS)."
+    lock_path: Annotated[str, _text("a folder path or URI")] = _optional(
+        "Folder or object-store prefix holding the pipeline's run lock (one run at a time, whichever Airflow "
+        "worker runs it). Default: <lakehouse_root>/<name>/_lock. Every worker that runs the pipeline must "
+        "reach the same one, as it reaches the tables: a shared or mounted filesystem that refuses to create "
+        "a name twice (local disks, NFS), or an s3a:// (s3://) prefix of a store that refuses a PUT with "
+        "If-None-Match: * when the name exists (AWS S3 does), reached with tables.storage_connection_id."
+    )
+    storage_connection_id: Annotated[str, _text("an Airflow connection id")] = Field(
+        default="aws_default",
+        description="Airflow connection (type aws) with which the Airflow side reaches locations on an object "
+        "store (s3a:// or s3://): login and password are the access key pair; its extra may hold "
+        "aws_session_token, endpoint_url (an S3-compatible store), region_name and config_kwargs "
+        '{"s3": {"addressing_style": "path"}}. Unused while every location is a local path.',
     )
     log_retention_days: Annotated[int, *_integer(1)] = Field(
         default=DEFAULT_LOG_RETENTION_DAYS,

@@ -221,6 +221,17 @@ class MaintenanceError(PipelineError, RuntimeError):
     """Maintenance could not be done, or wrote a commit that could pass for progress."""
 
 
+class StaleLockError(PipelineError, RuntimeError):
+    """A newer run holds the pipeline's lock: this run's commit was refused, and it wrote nothing more.
+
+    ``lock_epoch`` is the epoch this run took; ``table_epoch`` the newer one the table carries.
+    """
+
+    extra_fields = ("lock_epoch", "table_epoch")
+    lock_epoch: int | None = None
+    table_epoch: int | None = None
+
+
 class StepsFileError(PipelineError, ValueError):
     """The ``--steps-file`` argument or the file it names cannot be used; the message names the argument or field."""
 

@@ -66,6 +66,17 @@ def bronze_app_id(pipeline: str, epoch: int) -> str:
     return f"{bronze_app_prefix(pipeline)}:epoch-{epoch}"
 
 
+def lock_app_id(pipeline: str) -> str:
+    """Delta ``txnAppId`` whose version is the newest run-lock epoch that wrote to a table of ``pipeline``.
+
+    The fencing token: a job refuses to commit to a table that records a
+    newer epoch than its own (a run that took the lock over wrote there), and
+    a bronze commit carries its epoch under this id atomically. Outside the
+    ``...:bronze:`` app ids, which say where bronze stands.
+    """
+    return f"kafka-delta-elt:{pipeline}:lock"
+
+
 #: Stem of the silver app ids: ``kde-silver.<pipeline>.e<epoch>``.
 SILVER_APP_PREFIX = "kde-silver"
 #: Stem of the quarantine app ids: ``kde-quarantine.<pipeline>.e<epoch>``.
@@ -148,6 +159,11 @@ def _arg(
     if isinstance(default, (list, tuple, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def _lock_epoch() -> Any:
+    """``--lock-epoch``: the run lock's epoch the run holds; the job refuses to commit where a newer one wrote."""
+    return _arg(default=None, parse=positive(int), help="the run lock's epoch this run holds")
 
 
 def _flag(name: str, kind: str) -> str:
@@ -270,6 +286,7 @@ class IngestArgs(JobArgs):
     run_id: str = _arg(default="manual")
     run_type: str = _arg(default="manual", choices=RUN_TYPES)
     summary_path: str | None = _arg(default=None, help="write the run summary JSON here")
+    lock_epoch: int | None = _lock_epoch()
     table_property: tuple[str, ...] = _arg(
         kind="list",
         default=(),
@@ -360,6 +377,7 @@ class BackfillArgs(JobArgs):
     run_id: str = _arg(default="manual")
     run_type: str = _arg(default="manual", choices=BACKFILL_RUN_TYPES)
     summary_path: str | None = _arg(default=None)
+    lock_epoch: int | None = _lock_epoch()
     admin_timeout_s: float | None = _arg(default=None, parse=positive(float), help="default 30")
     kafka_options_file: str | None = _arg(default=None)
 
@@ -379,6 +397,7 @@ class TransformArgs(JobArgs):
     spec_file: str = _arg()
     run_id: str = _arg()
     summary_path: str | None = _arg(default=None)
+    lock_epoch: int | None = _lock_epoch()
     max_files_per_trigger: int | None = _arg(default=None, parse=positive(int))
     table_property: tuple[str, ...] = _arg(kind="list", default=(), metavar="KEY=VALUE")
     registry_file: str | None = _arg(
@@ -406,6 +425,7 @@ class MaintainArgs(JobArgs):
     checkpoint: bool = _arg(kind="off", default=True)
     run_id: str = _arg(default="manual")
     summary_path: str | None = _arg(default=None)
+    lock_epoch: int | None = _lock_epoch()
 
     @classmethod
     def for_tables(
@@ -419,6 +439,7 @@ class MaintainArgs(JobArgs):
         checkpoint: bool,
         run_id: str,
         summary_path: str,
+        lock_epoch: int | None = None,
     ) -> MaintainArgs:
         """The arguments for ``tables`` (name -> location); Z-order columns of other tables are left out."""
         return cls(
@@ -430,6 +451,7 @@ class MaintainArgs(JobArgs):
             checkpoint=checkpoint,
             run_id=run_id,
             summary_path=summary_path,
+            lock_epoch=lock_epoch,
         )
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Callable, Iterable
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -143,42 +143,120 @@ def prune_run_folders(cfg: PipelineConfig, *, keep: Iterable[str] = (), now: flo
     return removed[::-1]
 
 
-def lock_folder(cfg: PipelineConfig) -> Path:
-    """The folder of the pipeline's run lock (``tables.lock_path``); a URI is refused, naming the fix."""
-    folder = local_path(cfg.tables.lock_path)
-    if folder is None:
+def lock_folder(cfg: PipelineConfig) -> Path | run_lock.ObjectStoreFolder:
+    """Where the pipeline's run lock is kept (``tables.lock_path``): a folder, or a prefix of an S3 store
+    reached with the connection ``tables.storage_connection_id``. Another URI is refused, naming the fix."""
+    from include.readers import connections, object_store
+
+    location = cfg.tables.lock_path
+    folder = local_path(location)
+    if folder is not None:
+        return folder
+    if object_store.scheme_of(location) not in object_store.S3_SCHEMES:
         raise PipelineError(
-            f"pipeline {cfg.name!r}: tables.lock_path {cfg.tables.lock_path!r} is on an object store, where the "
-            "run lock cannot be kept yet; set tables.lock_path to a folder every Airflow worker that runs the "
-            "pipeline mounts (a shared filesystem such as NFS)"
-        )
-    return folder
+            f"pipeline {cfg.name!r}: tables.lock_path {location!r} is on a store where the run lock cannot be "
+            f"kept yet (only S3 and S3-compatible stores, {' or '.join(s + '://' for s in object_store.S3_SCHEMES)}, "
+            "and filesystems); set tables.lock_path to an s3a:// prefix or to a folder every Airflow worker "
+            "that runs the pipeline mounts"
+        )  # fmt: skip
+    s3 = object_store.s3_settings(cfg.tables.storage_connection_id)
+    for secret in s3.secrets():
+        connections.mask(secret)
+    return run_lock.ObjectStoreFolder(location, *s3.obstore_args())
+
+
+@dataclass(frozen=True)
+class LockClaim:
+    """What :func:`take_lock` found: the epoch this run holds, or the live run it waits for."""
+
+    #: The lock's epoch this run holds, which its Spark jobs carry (``--lock-epoch``); ``None`` while waiting.
+    epoch: int | None
+    #: The live holder's record while this run waits, else ``None``.
+    holder: dict | None = None
+    #: A line for the task log: what to do about the holder, or what a takeover stopped and fenced.
+    message: str | None = None
 
 
 def take_lock(cfg: PipelineConfig, *, dag_id: str, run_id: str,
-              run_state: Callable[[str, str], str | None]) -> tuple[dict | None, str | None]:  # fmt: skip
+              run_state: Callable[[str, str], str | None]) -> LockClaim:  # fmt: skip
     """Take the pipeline's run lock for ``run_id`` (see :mod:`include.orchestration.run_lock`).
 
-    Returns ``(holder, message)``: while another run holds the lock, that
-    run's holder record and a line that says what to do if it is dead; once
-    taken, ``None`` and, when it was taken over from a run that never gave it
-    back, a line saying what that run left running and was stopped.
+    While another run holds the lock: its holder record and a line that says
+    what to do if it is dead. Once taken over from a run that never gave it
+    back: first what that run left running here is stopped, then each of the
+    pipeline's tables is fenced (:func:`fence_tables`), so that none of that
+    run's jobs can commit any more wherever it runs.
     """
     lock = lock_folder(cfg)
-    holder = run_lock.acquire(lock, dag_id=dag_id, run_id=run_id, run_state=run_state)
-    if holder is not None:
-        return holder, (
-            f"waiting: run {holder.get('run_id')} of pipeline {cfg.name} holds the lock in {lock} (epoch "
-            f"{holder.get('epoch')}, host {holder.get('host')}) since {holder.get('since')}, and Airflow says "
+    record = run_lock.acquire(lock, dag_id=dag_id, run_id=run_id, run_state=run_state)
+    if record.get("run_id") != run_id:
+        return LockClaim(None, record, (
+            f"waiting: run {record.get('run_id')} of pipeline {cfg.name} holds the lock in {lock} (epoch "
+            f"{record.get('epoch')}, host {record.get('host')}) since {record.get('since')}, and Airflow says "
             "that run is still queued or running. If no process runs it any more (a lost "
             "worker, a killed `airflow dags test`), mark it failed (the run's page in the UI: Mark Run as "
             "Failed): this run then takes the lock over and first stops what the dead run left running here"
-        )
-    dead = (run_lock.holder(lock) or {}).get("took_over_from") or {}
+        ))  # fmt: skip
+    epoch = int(record["epoch"])
+    dead = record.get("took_over_from") or {}
     if not dead.get("run_id"):
-        return None, None
+        return LockClaim(epoch)
     stopped = stop_leftovers(cfg, dead["run_id"])
-    return None, f"took the lock over from run {dead['run_id']} ({stopped or 'it left no process running here'})"
+    fenced = fence_tables(cfg.name, pipeline_tables(cfg), epoch)
+    return LockClaim(epoch, None, (
+        f"took the lock over from run {dead['run_id']} (epoch {dead.get('epoch')}, host {dead.get('host')}): "
+        f"{stopped or 'it left no process running here'}; "
+        + (f"fenced {', '.join(fenced)} at epoch {epoch}: no job of that run can commit there any more"
+           if fenced else f"no table to fence at epoch {epoch}")
+    ))  # fmt: skip
+
+
+#: Tries of one table's fence commit, each after reading the table again.
+FENCE_ATTEMPTS = 3
+
+
+def pipeline_tables(cfg: PipelineConfig) -> dict[str, str]:
+    """The pipeline's tables (name -> location): bronze, and silver and quarantine with a transform."""
+    t = cfg.tables
+    return {"bronze": t.bronze_path, **({"silver": t.silver_path, "quarantine": t.quarantine_path}
+                                       if cfg.transform is not None else {})}  # fmt: skip
+
+
+def fence_tables(pipeline: str, tables: Mapping[str, str], epoch: int) -> list[str]:
+    """Mark each existing table of ``tables`` (name -> location) with lock epoch ``epoch``; returns those marked.
+
+    One commit per table holding only a txn action (app id
+    :func:`include.contract.jobs.lock_app_id`, version ``epoch``) and no
+    data: from then on a job of an earlier epoch refuses to commit there, and
+    one whose commit races this one loses it (Delta's conflict check on that
+    app id). A table already at ``epoch`` or later is left as it is.
+    """
+    from deltalake import CommitProperties, DeltaTable, Transaction
+
+    from include.contract.jobs import lock_app_id
+
+    app = lock_app_id(pipeline)
+    fenced = []
+    for name, path in tables.items():
+        if not DeltaTable.is_deltatable(path):
+            continue
+        for attempt in range(1, FENCE_ATTEMPTS + 1):
+            table = DeltaTable(path)
+            if (table.transaction_version(app) or 0) >= epoch:
+                break
+            try:
+                table.create_write_transaction(
+                    [], "append", table.schema(), partition_by=table.metadata().partition_columns or None,
+                    commit_properties=CommitProperties(app_transactions=[Transaction(app, epoch)]),
+                )  # fmt: skip
+            except Exception:
+                # The stale run's commit carrying its epoch won the race: read the table again and fence after it.
+                if attempt == FENCE_ATTEMPTS:
+                    raise
+                continue
+            fenced.append(name)
+            break
+    return fenced
 
 
 def stop_leftovers(cfg: PipelineConfig, run_id: str, *, timeout_s: float = 30) -> str | None:

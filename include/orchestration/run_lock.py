@@ -17,16 +17,21 @@ Each taking of the lock is an *epoch*: a file ``<epoch>.json`` (zero-padded,
 so names sort as numbers) naming the run, created only if no file has that
 name. The newest epoch holds the lock until its ``<epoch>.released`` marker
 exists. Two runs that find epoch N free both try to create N + 1, and the
-filesystem lets exactly one of them: the record is written to a private
-file first and then hard-linked to its name, which fails if the name exists
-(atomic on local and NFS filesystems, and a reader never sees half a
-record). The loser reads the winner's record and waits.
+storage lets exactly one of them. On a filesystem (:class:`LocalFolder`) the
+record is written to a private file first and then hard-linked to its name,
+which fails if the name exists (atomic on local and NFS filesystems, and a
+reader never sees half a record). On an object store
+(:class:`ObjectStoreFolder`) it is a ``PUT`` with ``If-None-Match: *``, which
+S3 (and S3-compatible stores that implement it) refuse with ``412`` when the
+name exists. The loser reads the winner's record and waits.
 
 A holder whose run is no longer queued or running (a lost worker, a run
 marked failed by hand) holds nothing: the next run takes over with the next
 epoch and records whom it took over from, so that it can stop what the dead
 run left running first. The epoch numbers the holders apart: a holder's
-record carries it, and a waiting run's log names it.
+record carries it, and a waiting run's log names it. It is also the fencing
+token: the run hands it to its Spark jobs, and a table that a later epoch has
+written to refuses the commits of an earlier one (see ``docs/guarantees.md``).
 """
 
 from __future__ import annotations
@@ -50,21 +55,137 @@ _DIGITS = 20
 _WRITE_WAIT_S = 5.0
 
 
-def _record_file(folder: Path, epoch: int) -> Path:
-    return folder / f"{epoch:0{_DIGITS}d}.json"
+def _record_name(epoch: int) -> str:
+    return f"{epoch:0{_DIGITS}d}.json"
 
 
-def _released_file(folder: Path, epoch: int) -> Path:
-    return folder / f"{epoch:0{_DIGITS}d}.released"
+def _released_name(epoch: int) -> str:
+    return f"{epoch:0{_DIGITS}d}.released"
 
 
-def _read(path: Path) -> dict:
-    deadline = time.monotonic() + _WRITE_WAIT_S
-    while True:
-        text = path.read_text(errors="replace")
-        if text or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)  # created by exclusive open and not written yet (no hard links here)
+class LocalFolder:
+    """The lock in a folder of a filesystem every worker mounts (a local disk, NFS)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def prepare(self) -> None:
+        """Create the folder if it is not there."""
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def names(self) -> set[str] | None:
+        """The folder's file names; ``None`` when it does not exist."""
+        try:
+            return set(os.listdir(self.path))
+        except FileNotFoundError:
+            return None
+
+    def read(self, name: str) -> str:
+        """A file's text; a file created without a hard link (see :meth:`create`) is waited for until written."""
+        deadline = time.monotonic() + _WRITE_WAIT_S
+        while True:
+            text = (self.path / name).read_text(errors="replace")
+            if text or time.monotonic() > deadline:
+                return text
+            time.sleep(0.05)
+
+    def create(self, name: str, text: str) -> bool:
+        """Create ``name`` holding ``text`` unless it exists; ``True`` when this call created it."""
+        path = self.path / name
+        tmp = path.with_name(f".{name}.{uuid.uuid4().hex}.tmp")
+        tmp.write_text(text)
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+                raise
+            # A filesystem without hard links: an exclusive create, written after (readers wait for it).
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "w") as out:
+                out.write(text)
+            return True
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def remove(self, name: str) -> None:
+        """Delete ``name`` if it is there."""
+        (self.path / name).unlink(missing_ok=True)
+
+
+class ObjectStoreFolder:
+    """The lock under a prefix of an object store (``s3a://bucket/...``), which every worker and cluster reaches.
+
+    A create is a ``PUT`` with ``If-None-Match: *``: the store lets exactly
+    one of two concurrent creates of a name succeed (the other gets ``412``),
+    and a ``PUT`` is never seen half written. ``config`` and ``client_options``
+    are obstore's (:meth:`include.readers.object_store.S3Settings.obstore_args`).
+    """
+
+    def __init__(self, uri: str, config: dict[str, str], client_options: dict[str, str] | None = None) -> None:
+        from obstore.store import from_url
+
+        self.uri = uri.rstrip("/")
+        self.store = from_url(self.uri, config=config, client_options=client_options or {})
+
+    def __str__(self) -> str:
+        return self.uri
+
+    def prepare(self) -> None:
+        """Nothing: a prefix exists once an object is under it."""
+
+    def names(self) -> set[str] | None:
+        """The names under the prefix; ``None`` when there is none."""
+        import obstore
+
+        found = {str(meta["path"]).rsplit("/", 1)[-1] for batch in obstore.list(self.store) for meta in batch}
+        return found or None
+
+    def read(self, name: str) -> str:
+        """An object's text."""
+        import obstore
+
+        return bytes(obstore.get(self.store, name).bytes()).decode(errors="replace")
+
+    def create(self, name: str, text: str) -> bool:
+        """Create ``name`` holding ``text`` unless it exists; ``True`` when this call created it."""
+        import obstore
+        from obstore.exceptions import AlreadyExistsError
+
+        try:
+            obstore.put(self.store, name, text.encode(), mode="create")
+        except AlreadyExistsError:
+            return False
+        return True
+
+    def remove(self, name: str) -> None:
+        """Delete ``name`` (a missing one is no error)."""
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        try:
+            obstore.delete(self.store, name)
+        except NotFoundError:
+            pass
+
+
+#: Where a lock is kept: a folder path, or one of the folder classes above.
+Folder = Path | LocalFolder | ObjectStoreFolder
+
+
+def _folder(folder: Folder) -> LocalFolder | ObjectStoreFolder:
+    return LocalFolder(folder) if isinstance(folder, Path) else folder
+
+
+def _parse(text: str) -> dict:
     try:
         data = json.loads(text)
     except ValueError:
@@ -73,61 +194,39 @@ def _read(path: Path) -> dict:
     return data if isinstance(data, dict) else {"run_id": None, "unreadable": text[:200]}
 
 
-def _newest(folder: Path) -> tuple[int, dict, bool] | None:
+def _newest(folder: LocalFolder | ObjectStoreFolder) -> tuple[int, dict, bool] | None:
     """The newest epoch, its record and whether it was released; ``None`` when the lock was never taken."""
-    try:
-        names = set(os.listdir(folder))
-    except FileNotFoundError:
+    names = folder.names()
+    if not names:
         return None
     epochs = [int(n[:-5]) for n in names if n.endswith(".json") and len(n) == _DIGITS + 5 and n[:-5].isdigit()]
     if not epochs:
         return None
     epoch = max(epochs)
-    released = _released_file(folder, epoch).name in names
-    return epoch, {**_read(_record_file(folder, epoch)), "epoch": epoch}, released
+    released = _released_name(epoch) in names
+    return epoch, {**_parse(folder.read(_record_name(epoch))), "epoch": epoch}, released
 
 
-def _create(path: Path, record: dict) -> bool:
-    """Create ``path`` holding ``record`` unless it exists; ``True`` when this call created it."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(json.dumps(record))
-    try:
-        os.link(tmp, path)
-        return True
-    except FileExistsError:
-        return False
-    except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
-            raise
-        # A filesystem without hard links: an exclusive create, written after (readers wait for it).
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w") as out:
-            out.write(json.dumps(record))
-        return True
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def holder(folder: Path) -> dict | None:
+def holder(folder: Folder) -> dict | None:
     """Who holds the lock now (its record, with its ``epoch``), or ``None``."""
-    newest = _newest(folder)
+    newest = _newest(_folder(folder))
     if newest is None or newest[2]:
         return None
     return newest[1]
 
 
-def acquire(folder: Path, *, dag_id: str, run_id: str, run_state: Callable[[str, str], str | None]) -> dict | None:
-    """Take the lock for ``run_id``; returns ``None`` when taken, else the live holder's record.
+def acquire(folder: Folder, *, dag_id: str, run_id: str, run_state: Callable[[str, str], str | None]) -> dict:
+    """Take the lock for ``run_id``; returns the holder's record after the call, with its ``epoch``.
 
-    ``run_state(dag_id, run_id)`` is the holder run's state in Airflow, or
-    ``None`` when Airflow does not know the run (then it holds nothing).
-    Taking a lock one already holds succeeds and keeps its epoch (a retried
-    task); what it took over from stays recorded, so a retry still stops it.
+    That is this run's own record when it took the lock (its ``run_id`` is
+    ``run_id``), else the live holder's. ``run_state(dag_id, run_id)`` is the
+    holder run's state in Airflow, or ``None`` when Airflow does not know the
+    run (then it holds nothing). Taking a lock one already holds succeeds and
+    keeps its epoch (a retried task); what it took over from stays recorded,
+    so a retry still stops it.
     """
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = _folder(folder)
+    folder.prepare()
     while True:
         newest = _newest(folder)
         epoch, took_over_from = 0, None
@@ -135,7 +234,7 @@ def acquire(folder: Path, *, dag_id: str, run_id: str, run_state: Callable[[str,
             epoch, current, released = newest
             if not released:
                 if current.get("run_id") == run_id:
-                    return None
+                    return current
                 state = None
                 if current.get("run_id"):
                     state = run_state(current.get("dag_id") or dag_id, current["run_id"])
@@ -146,24 +245,25 @@ def acquire(folder: Path, *, dag_id: str, run_id: str, run_state: Callable[[str,
                       "host": socket.gethostname(), "pid": os.getpid()}  # fmt: skip
         if took_over_from is not None:
             mine["took_over_from"] = took_over_from
-        if _create(_record_file(folder, epoch + 1), mine):
+        if folder.create(_record_name(epoch + 1), json.dumps(mine)):
             _prune(folder, epoch + 1)
-            return None
+            return {**mine, "epoch": epoch + 1}
         # Another run created epoch + 1 first: judge its record as any holder's.
 
 
-def release(folder: Path, *, run_id: str) -> bool:
+def release(folder: Folder, *, run_id: str) -> bool:
     """Give the lock back if ``run_id`` holds it; ``True`` when it did."""
+    folder = _folder(folder)
     newest = _newest(folder)
     if newest is None or newest[2] or newest[1].get("run_id") != run_id:
         return False
     epoch = newest[0]
-    return _create(_released_file(folder, epoch), {"run_id": run_id, "at": datetime.now(UTC).isoformat()})
+    return folder.create(_released_name(epoch), json.dumps({"run_id": run_id, "at": datetime.now(UTC).isoformat()}))
 
 
-def _prune(folder: Path, newest: int) -> None:
+def _prune(folder: LocalFolder | ObjectStoreFolder, newest: int) -> None:
     """Remove the files of epochs :data:`KEEP_EPOCHS` or more before ``newest`` (all released or taken over)."""
-    for name in os.listdir(folder):
+    for name in folder.names() or ():
         stem = name.split(".", 1)[0]
         if stem.isdigit() and len(stem) == _DIGITS and int(stem) <= newest - KEEP_EPOCHS:
-            (folder / name).unlink(missing_ok=True)
+            folder.remove(name)

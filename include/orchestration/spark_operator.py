@@ -536,6 +536,11 @@ class SparkJobOperator(BaseOperator):
                     if failure is None:
                         raise
                     self._report_failure(context, failure)
+                    if lost_lock(failure):
+                        from airflow.sdk.exceptions import AirflowFailException
+
+                        # A retry would hold the same stale epoch: fail at once, the later run carries on.
+                        raise AirflowFailException(str(failure)) from failure
                     raise failure from exc
             finally:
                 if in_pod and pod_base:
@@ -631,7 +636,7 @@ class IngestOperator(SparkJobOperator):
                 pipeline=cfg.name, bootstrap_servers=client["bootstrap.servers"], bronze_path=cfg.tables.bronze_path,
                 request_file=str(request_file), run_id=context["run_id"],
                 run_type="backfill" if run_type == "backfill" else "manual", summary_path=str(summary_path),
-                kafka_options_file=options_file or None,
+                lock_epoch=plan.get("lock_epoch"), kafka_options_file=options_file or None,
             ).to_args()  # fmt: skip
         preflight = context["ti"].xcom_pull(task_ids=self.preflight_task_id) or {}
         preflight_file = folder / "preflight.json"
@@ -642,6 +647,7 @@ class IngestOperator(SparkJobOperator):
                                        run_type="rebuild_checkpoint" if rebuild else run_type,
                                        summary_path=str(summary_path))  # fmt: skip
         return replace(args, kafka_options_file=options_file or None, preflight_file=str(preflight_file),
+                       lock_epoch=plan.get("lock_epoch"),
                        rebuild_checkpoint=f"asked{who}: {plan.get('reason', '')}" if rebuild else None,
                        ).to_args()  # fmt: skip
 
@@ -654,10 +660,12 @@ class IngestOperator(SparkJobOperator):
         later = []
         if cfg.transform is not None:
             later.append((self.transform_task_id, TRANSFORM_APPLICATION, TRANSFORM_ERROR_FILE,
-                          lambda summary: transform_job_args(cfg, folder, context["run_id"], summary)))  # fmt: skip
+                          lambda summary: transform_job_args(cfg, folder, context["run_id"], summary,
+                                                             held_epoch(context))))  # fmt: skip
         if maintenance_due(context, self.preflight_task_id):
             later.append((self.maintain_task_id, MAINTAIN_APPLICATION, MAINTAIN_ERROR_FILE,
-                          lambda summary: maintain_job_args(cfg, context["run_id"], summary)))  # fmt: skip
+                          lambda summary: maintain_job_args(cfg, context["run_id"], summary,
+                                                            held_epoch(context))))  # fmt: skip
         self._later = bool(later)
         if not later:
             return application, args
@@ -750,6 +758,10 @@ class LaterStepOperator(SparkJobOperator):
                 failure = PipelineError.from_dict(data) if isinstance(data, dict) else PipelineError(
                     str(error.get("error")), pipeline=self.pipeline.name)  # fmt: skip
                 self._report_failure(context, failure)
+                if lost_lock(failure):
+                    from airflow.sdk.exceptions import AirflowFailException
+
+                    raise AirflowFailException(str(failure)) from failure
                 # An AirflowException (the task may retry: alone, the step may pass) caused by the step's own error.
                 raise AirflowException(
                     f"{self.task_id} of pipeline {self.pipeline.name!r} failed in the run's Spark application: "
@@ -773,7 +785,7 @@ class TransformOperator(LaterStepOperator):
     after_failure = "bronze keeps what ingest committed"
 
     def job_args(self, context: Any, folder: Path, summary_path: Path) -> list[str]:
-        return transform_job_args(self.pipeline, folder, context["run_id"], summary_path)
+        return transform_job_args(self.pipeline, folder, context["run_id"], summary_path, held_epoch(context))
 
     def summary_line(self, summary: dict) -> str:
         return "SUMMARY transform: " + transform_summary_text(summary)
@@ -796,7 +808,7 @@ class MaintainOperator(LaterStepOperator):
         self.preflight_task_id = preflight_task_id
 
     def job_args(self, context: Any, folder: Path, summary_path: Path) -> list[str]:
-        return maintain_job_args(self.pipeline, context["run_id"], summary_path)
+        return maintain_job_args(self.pipeline, context["run_id"], summary_path, held_epoch(context))
 
     def summary_line(self, summary: dict) -> str:
         return "SUMMARY maintain: " + maintain_summary_text(summary)
@@ -816,13 +828,30 @@ def maintenance_due(context: Any, preflight_task_id: str) -> str | None:
     return ((preflight.get("maintenance") or {}) if isinstance(preflight, dict) else {}).get("due")
 
 
-def maintain_job_args(cfg: PipelineConfig, run_id: str, summary_path: Path) -> list[str]:
+def lost_lock(failure: PipelineError) -> bool:
+    """Whether a job failed because a later run took the pipeline's lock over (itself, or its failed batch)."""
+    from include.contract.errors import StaleLockError
+
+    cause = getattr(failure, "cause", None)
+    return isinstance(failure, StaleLockError) or isinstance(cause, dict) and cause.get("class") == "StaleLockError"
+
+
+def held_epoch(context: Any) -> int | None:
+    """The run lock's epoch this DAG run took (``check_request``'s XCom), which its jobs carry as ``--lock-epoch``."""
+    ti = context.get("ti")
+    plan = ti.xcom_pull(task_ids=CHECK_REQUEST_TASK) if ti is not None else None
+    epoch = plan.get("lock_epoch") if isinstance(plan, dict) else None
+    return int(epoch) if epoch is not None else None
+
+
+def maintain_job_args(cfg: PipelineConfig, run_id: str, summary_path: Path, lock_epoch: int | None = None) -> list[str]:
     """``maintain_tables``' arguments for this run: the pipeline's tables and what its ``maintenance`` asks."""
-    t, m = cfg.tables, cfg.maintenance
-    tables = {"bronze": t.bronze_path, **({"silver": t.silver_path, "quarantine": t.quarantine_path}
-                                         if cfg.transform is not None else {})}  # fmt: skip
-    return MaintainArgs.for_tables(cfg.name, tables, zorder_by=m.zorder_by, optimize=m.optimize, vacuum=m.vacuum,
-                                   checkpoint=m.checkpoint, run_id=run_id, summary_path=str(summary_path)).to_args()  # fmt: skip
+    from include.orchestration.pipeline_run import pipeline_tables
+
+    m = cfg.maintenance
+    return MaintainArgs.for_tables(cfg.name, pipeline_tables(cfg), zorder_by=m.zorder_by, optimize=m.optimize, vacuum=m.vacuum,
+                                   checkpoint=m.checkpoint, run_id=run_id, summary_path=str(summary_path),
+                                   lock_epoch=lock_epoch).to_args()  # fmt: skip
 
 
 def maintain_summary_text(s: dict) -> str:
@@ -837,7 +866,8 @@ def maintain_summary_text(s: dict) -> str:
     return "; ".join(parts) or "no table"
 
 
-def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_path: Path) -> list[str]:
+def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_path: Path,
+                       lock_epoch: int | None = None) -> list[str]:  # fmt: skip
     """``bronze_to_silver``'s arguments for this run; its spec goes in a file of the run folder.
 
     With a schema registry, its URL and credentials (from the Airflow connection) go to the run folder's
@@ -867,7 +897,7 @@ def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_p
         pipeline=cfg.name, bronze_path=t.bronze_path, silver_path=t.silver_path, quarantine_path=t.quarantine_path,
         checkpoint_root=t.transform_checkpoint_root, spec_file=str(spec_file), run_id=run_id,
         summary_path=str(summary_path), table_property=tuple(f"{k}={v}" for k, v in t.retention_properties().items()),
-        registry_file=registry,
+        registry_file=registry, lock_epoch=lock_epoch,
     ).to_args()  # fmt: skip
 
 

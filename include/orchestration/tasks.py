@@ -111,7 +111,7 @@ def check_request(
     the reason in XCom ``refused``.
     """
     from include.contract import manual_ops
-    from include.orchestration import pipeline_run, run_lock
+    from include.orchestration import pipeline_run
     from include.readers import connections
 
     try:
@@ -120,10 +120,10 @@ def check_request(
     except manual_ops.RequestError as exc:
         raise FailTask(f"pipeline {cfg.name!r}: the run's params were refused: {exc}", key="refused",
                        report=str(exc)) from None  # fmt: skip
-    holder, message = pipeline_run.take_lock(cfg, dag_id=dag_id, run_id=run_id, run_state=run_state)
-    if message:
-        print(f"check_request: {message}")
-    if holder is not None:
+    claim = pipeline_run.take_lock(cfg, dag_id=dag_id, run_id=run_id, run_state=run_state)
+    if claim.message:
+        print(f"check_request: {claim.message}")
+    if claim.epoch is None:
         return PokeReturnValue(is_done=False)
     try:
         # Only a backfill plans against Kafka; a normal run reads it in wait_for_lag.
@@ -137,9 +137,8 @@ def check_request(
     text = plan["describe"]
     if request.is_backfill:
         text += f"; {len(plan['ranges'])} ranges, {plan['offsets']} offsets to re-read"
-    held = run_lock.holder(pipeline_run.lock_folder(cfg)) or {}
-    print(f"SUMMARY check_request: {text}; lock epoch {held.get('epoch')} taken")
-    return PokeReturnValue(is_done=True, xcom_value=plan)
+    print(f"SUMMARY check_request: {text}; lock epoch {claim.epoch} taken")
+    return PokeReturnValue(is_done=True, xcom_value={**plan, "lock_epoch": claim.epoch})
 
 
 def wait_for_lag(cfg: PipelineConfig, *, plan: dict | None) -> PokeReturnValue:

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from include.orchestration import run_lock
+from include.settings import FAILPOINT_ENV
 from include.tooling import airflow_local
 from tests.integration.dag_helpers import bronze_keys_of
 from tests.kafka_helpers import produce_numbered
@@ -41,11 +42,13 @@ class Worker:
         self.logs = root / f"worker-{n}" / "logs"
         self.logs.mkdir(parents=True)
 
-    def start(self, dag_id: str, name: str) -> tuple[subprocess.Popen, Path]:
-        """``airflow dags test`` in a session of its own, so that the worker's death can take all of it."""
+    def start(self, dag_id: str, name: str, conf: dict | None = None, **env: str) -> tuple[subprocess.Popen, Path]:
+        """``airflow dags test`` (with the trigger form's ``conf``) in a session of its own, so that the
+        worker's death can take all of it."""
         log = self.logs / f"{name}.log"
+        command = airflow_local.airflow_command("dags", "test", dag_id, *(["-c", json.dumps(conf)] if conf else []))
         with log.open("wb") as out:
-            proc = subprocess.Popen(airflow_local.airflow_command("dags", "test", dag_id), env=self.env,
+            proc = subprocess.Popen(command, env={**self.env, **env},
                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         return proc, log
 
@@ -62,21 +65,51 @@ def _epoch(lock: Path, epoch: int, suffix: str = "json") -> dict:
     return json.loads((lock / f"{epoch:020d}.{suffix}").read_text())
 
 
+class Deployment:
+    """Two workers of one Airflow deployment, a pipeline of one topic (3 partitions), its lakehouse."""
+
+    def __init__(self, tmp_path: Path, bootstrap: str, make_topic, unique_name: str) -> None:
+        self.name = unique_name.replace("-", "_")
+        self.topic = make_topic(f"{unique_name}.events", 3)
+        self.lake, pipelines, self.database = tmp_path / "lake", tmp_path / "pipelines", tmp_path / "airflow.db"
+        pipelines.mkdir()
+        (pipelines / f"{self.name}.yaml").write_text(yaml.safe_dump({
+            "name": self.name, "schedule": None, "retries": 0, "data_loss_policy": "fail", "tags": ["test"],
+            "kafka": {"connection_id": "kafka_default", "topics": [self.topic], "max_offsets_per_trigger": 100},
+            "lag": {"min_records": 1, "max_wait_minutes": 1},
+        }))  # fmt: skip
+        self.one, self.two = (Worker(tmp_path, n, database=self.database, lake=self.lake, pipelines=pipelines,
+                                     bootstrap=bootstrap) for n in (1, 2))  # fmt: skip
+        airflow_local.migrate(self.one.env)
+        self.lock = self.lake / self.name / "_lock"
+
+    def bronze_is_kafka(self, produced: int) -> bool:
+        """Whether bronze holds offsets 0 .. produced / 3 of each partition, once each."""
+        expected = sorted((p, o) for p in range(3) for o in range(produced // 3))
+        return sorted(bronze_keys_of(self.lake / self.name / "bronze")) == expected
+
+    def in_its_job(self, worker: Worker, proc: subprocess.Popen, log: Path) -> None:
+        """Wait until ``worker``'s run has its Spark driver up, then a few seconds more: inside its batches."""
+        deadline = time.monotonic() + 300
+        while not [pid for pid in processes_naming(worker.var)
+                   if b"SparkSubmit" in Path(f"/proc/{pid}/cmdline").read_bytes()]:  # fmt: skip
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(0.2)
+        time.sleep(3)
+
+    def mark_failed(self, run_id: str) -> None:
+        """What the scheduler does once a lost worker's task stops heartbeating (or a user, by hand)."""
+        with sqlite3.connect(self.database, timeout=60) as db:
+            db.execute("UPDATE task_instance SET state = 'failed' WHERE dag_id = ? AND run_id = ? AND state NOT IN "
+                       "('success', 'failed', 'skipped', 'upstream_failed')", (self.name, run_id))  # fmt: skip
+            db.execute("UPDATE dag_run SET state = 'failed' WHERE dag_id = ? AND run_id = ?", (self.name, run_id))
+
+
 def test_two_workers_never_run_one_pipeline_at_once_and_a_lost_workers_lock_is_taken_over(
     tmp_path, bootstrap, make_topic, unique_name
 ):
-    name = unique_name.replace("-", "_")
-    topic = make_topic(f"{unique_name}.events", 3)
-    lake, pipelines, database = tmp_path / "lake", tmp_path / "pipelines", tmp_path / "airflow.db"
-    pipelines.mkdir()
-    (pipelines / f"{name}.yaml").write_text(yaml.safe_dump({
-        "name": name, "schedule": None, "retries": 0, "data_loss_policy": "fail", "tags": ["test"],
-        "kafka": {"connection_id": "kafka_default", "topics": [topic], "max_offsets_per_trigger": 100},
-        "lag": {"min_records": 1, "max_wait_minutes": 1},
-    }))  # fmt: skip
-    one, two = (Worker(tmp_path, n, database=database, lake=lake, pipelines=pipelines, bootstrap=bootstrap)
-                for n in (1, 2))  # fmt: skip
-    airflow_local.migrate(one.env)
+    d = Deployment(tmp_path, bootstrap, make_topic, unique_name)
+    name, topic, lock, one, two = d.name, d.topic, d.lock, d.one, d.two
     produced = produce_numbered(bootstrap, topic, 3, 900)
 
     # A run on each worker, started together: one holds the lock, the other waits for it.
@@ -85,38 +118,77 @@ def test_two_workers_never_run_one_pipeline_at_once_and_a_lost_workers_lock_is_t
     second, second_log = two.start(name, "second")
     assert first.wait(600) == 0, first_log.read_text()[-4000:]
     assert second.wait(600) == 0, second_log.read_text()[-4000:]
-    lock = lake / name / "_lock"
     taken, given_back, next_taken = _epoch(lock, 1), _epoch(lock, 1, "released"), _epoch(lock, 2)
     assert datetime.fromisoformat(given_back["at"]) <= datetime.fromisoformat(next_taken["since"]), (
         "the two runs held the lock at once")
     assert given_back["run_id"] == taken["run_id"] != next_taken["run_id"]
     waited = next(text for text in (first_log.read_text(), second_log.read_text()) if next_taken["run_id"] in text)
     assert f"check_request: waiting: run {taken['run_id']} of pipeline {name} holds the lock in {lock} (epoch 1" in waited
-    assert sorted(bronze_keys_of(lake / name / "bronze")) == sorted(
-        (p, o) for p in range(3) for o in range(produced // 3)
-    ), "bronze is not exactly what Kafka holds"
+    assert d.bronze_is_kafka(produced), "bronze is not exactly what Kafka holds"
 
     # The holder's worker dies mid-run; Airflow marks its run failed; the next run, elsewhere, takes over.
     more = produce_numbered(bootstrap, topic, 3, 3000, start=900)
     lost, lost_log = one.start(name, "lost")
-    deadline = time.monotonic() + 300
-    while not [pid for pid in processes_naming(one.var) if b"SparkSubmit" in Path(f"/proc/{pid}/cmdline").read_bytes()]:
-        assert lost.poll() is None and time.monotonic() < deadline, lost_log.read_text()[-4000:]
-        time.sleep(0.2)
-    time.sleep(3)  # inside the job's batches
+    d.in_its_job(one, lost, lost_log)
     held = run_lock.holder(lock)
     assert held is not None and held["epoch"] == 3, held
     one.die(lost)
-    with sqlite3.connect(database, timeout=60) as db:
-        db.execute("UPDATE task_instance SET state = 'failed' WHERE dag_id = ? AND run_id = ? AND state NOT IN "
-                   "('success', 'failed', 'skipped', 'upstream_failed')", (name, held["run_id"]))  # fmt: skip
-        db.execute("UPDATE dag_run SET state = 'failed' WHERE dag_id = ? AND run_id = ?", (name, held["run_id"]))
+    d.mark_failed(held["run_id"])
     after, after_log = two.start(name, "after")
     assert after.wait(600) == 0, after_log.read_text()[-4000:]
     text = after_log.read_text()
     assert f"took the lock over from run {held['run_id']}" in text
     assert _epoch(lock, 4)["took_over_from"]["run_id"] == held["run_id"]
     assert run_lock.holder(lock) is None  # given back
-    assert sorted(bronze_keys_of(lake / name / "bronze")) == sorted(
-        (p, o) for p in range(3) for o in range((produced + more) // 3)
-    ), "bronze is not exactly what Kafka holds after the takeover"
+    assert d.bronze_is_kafka(produced + more), "bronze is not exactly what Kafka holds after the takeover"
+
+
+def test_a_paused_worker_that_wakes_after_a_takeover_commits_nothing(tmp_path, bootstrap, make_topic, unique_name):
+    """A worker stops (a VM paused, a long GC, a network partition) in the middle of a bronze commit, and
+    Airflow gives up on it; the run that takes over fences the tables. When the paused driver wakes, its
+    commit is refused, not merely unlikely: the kill of the first test cannot reach a driver on another
+    machine. The run that takes over rebuilds the checkpoint (a new epoch, so a new app id for its batches):
+    without the fence nothing else would refuse the woken commit, which holds records the new run wrote too.
+    (Stopped inside its commit by the job's own failpoint: a stop at a random moment mostly lands between
+    batches, where Spark's checkpoint refuses the woken query first.)"""
+    from deltalake import DeltaTable
+
+    d = Deployment(tmp_path, bootstrap, make_topic, unique_name)
+    produced = produce_numbered(bootstrap, d.topic, 3, 300)
+    first, first_log = d.one.start(d.name, "first")
+    assert first.wait(600) == 0, first_log.read_text()[-4000:]
+    bronze = str(d.lake / d.name / "bronze")
+    produced += produce_numbered(bootstrap, d.topic, 3, 3000, start=300)
+    paused, paused_log = d.one.start(d.name, "paused", **{FAILPOINT_ENV: "stop-before-bronze-commit:5"})
+    deadline = time.monotonic() + 300
+    while "failpoint stop-before-bronze-commit:5" not in paused_log.read_text(errors="replace"):
+        assert paused.poll() is None and time.monotonic() < deadline, paused_log.read_text()[-4000:]
+        time.sleep(0.2)
+    stopped_at = DeltaTable(bronze).version()
+    frozen = processes_naming(d.one.var)
+    os.killpg(paused.pid, signal.SIGSTOP)
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    held = run_lock.holder(d.lock)
+    assert held is not None and held["epoch"] == 2, held
+    try:
+        d.mark_failed(held["run_id"])
+        after, after_log = d.two.start(d.name, "after", {"action": "rebuild_checkpoint", "reason": "takeover"})
+        assert after.wait(600) == 0, after_log.read_text()[-4000:]
+        assert "fenced bronze at epoch 3: no job of that run can commit there any more" in after_log.read_text()
+        assert d.bronze_is_kafka(produced), "bronze is not exactly what Kafka holds after the takeover"
+        fenced_version = DeltaTable(bronze).version()
+        assert fenced_version > stopped_at
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+        os.killpg(paused.pid, signal.SIGCONT)
+    try:
+        paused.wait(300)
+    finally:
+        if paused.poll() is None:
+            d.one.die(paused)
+    text = paused_log.read_text()
+    assert "StaleLockError" in text and "at epoch 2, but the table records epoch 3" in text, text[-6000:]
+    assert DeltaTable(bronze).version() == fenced_version, "the woken driver committed to bronze"
+    assert d.bronze_is_kafka(produced), "the woken driver changed bronze"

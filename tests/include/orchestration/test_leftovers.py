@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -89,29 +90,36 @@ def _job_of(run_folder: Path, name: str = "ingest") -> subprocess.Popen:
 
 def test_a_run_taking_the_lock_from_a_dead_run_first_stops_that_runs_job(cfg):
     states = {"manual__dead": "running"}
-    holder, message = pipeline_run.take_lock(cfg, dag_id="orders", run_id="manual__dead", run_state=lambda _dag, run: states.get(run))
-    assert (holder, message) == (None, None)
+
+    def take(run_id: str) -> pipeline_run.LockClaim:
+        return pipeline_run.take_lock(cfg, dag_id="orders", run_id=run_id, run_state=lambda _dag, run: states.get(run))
+
+    assert take("manual__dead") == pipeline_run.LockClaim(1)
     dead_job = _job_of(pipeline_run.run_dir(cfg, "manual__dead"))
     other_job = _job_of(pipeline_run.run_dir(cfg, "manual__deadline"))  # a prefix of its name is not its folder
     try:
-        holder, message = pipeline_run.take_lock(cfg, dag_id="orders", run_id="manual__next", run_state=lambda _dag, run: states.get(run))
-        assert holder["run_id"] == "manual__dead"
-        assert "Mark Run as Failed" in message and "manual__dead" in message
+        claim = take("manual__next")
+        assert claim.epoch is None and claim.holder["run_id"] == "manual__dead"
+        assert "Mark Run as Failed" in claim.message and "manual__dead" in claim.message
         assert dead_job.poll() is None, "a live holder's job is never touched"
 
         states["manual__dead"] = "failed"  # what the scheduler does once the dead task's heartbeat times out
-        holder, message = pipeline_run.take_lock(cfg, dag_id="orders", run_id="manual__next", run_state=lambda _dag, run: states.get(run))
-        assert holder is None
-        assert message == (f"took the lock over from run manual__dead (run manual__dead died without its "
-                           f"teardown; stopped its job processes [{dead_job.pid}] and 0 processes of its "
-                           "cluster [])")  # fmt: skip
+        claim = take("manual__next")
+        host = socket.gethostname()
+        assert claim.epoch == 2 and claim.holder is None
+        assert claim.message == (f"took the lock over from run manual__dead (epoch 1, host {host}): run "
+                                 f"manual__dead died without its teardown; stopped its job processes "
+                                 f"[{dead_job.pid}] and 0 processes of its cluster []; no table to fence at "
+                                 "epoch 2")  # fmt: skip
         assert dead_job.wait(10) == -signal.SIGKILL
         assert other_job.poll() is None
         assert run_lock.holder(pipeline_run.lock_folder(cfg))["run_id"] == "manual__next"
 
-        # A retry of the same task takes its own lock again; nothing is left to stop.
-        _, message = pipeline_run.take_lock(cfg, dag_id="orders", run_id="manual__next", run_state=lambda _dag, run: states.get(run))
-        assert message == "took the lock over from run manual__dead (it left no process running here)"
+        # A retry of the same task takes its own lock again, at its epoch; nothing is left to stop.
+        claim = take("manual__next")
+        assert claim.epoch == 2
+        assert claim.message == (f"took the lock over from run manual__dead (epoch 1, host {host}): it left no "
+                                 "process running here; no table to fence at epoch 2")  # fmt: skip
     finally:
         for proc in (dead_job, other_job):
             proc.kill()

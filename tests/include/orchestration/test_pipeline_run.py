@@ -85,7 +85,7 @@ def test_the_calling_run_the_lock_holder_and_a_folder_just_written_are_never_rem
     os.utime(busy / "ingest.log", (NOW - 60, NOW - 60))
     gone = _folder(cfg, "manual__gone", 30 * DAY)
     lock = pipeline_run.lock_folder(cfg)
-    assert run_lock.acquire(lock, dag_id=cfg.name, run_id="manual__holder", run_state=lambda d, r: None) is None
+    assert run_lock.acquire(lock, dag_id=cfg.name, run_id="manual__holder", run_state=lambda d, r: None)["epoch"] == 1
     assert pipeline_run.prune_run_folders(cfg, keep=["manual__mine"], now=NOW) == [gone.name]
     assert mine.exists() and holder.exists() and busy.exists() and not gone.exists()
 
@@ -106,25 +106,26 @@ def test_a_run_on_another_worker_finds_the_lock_taken(make_pipeline, tmp_path, m
         return "running" if run in running else None
 
     monkeypatch.setattr(settings, "VAR_DIR", tmp_path / "worker-1")
-    assert pipeline_run.take_lock(cfg, dag_id="orders", run_id="scheduled__1", run_state=run_state) == (None, None)
+    assert pipeline_run.take_lock(cfg, dag_id="orders", run_id="scheduled__1", run_state=run_state) == \
+        pipeline_run.LockClaim(1)
     monkeypatch.setattr(settings, "VAR_DIR", tmp_path / "worker-2")
-    holder, message = pipeline_run.take_lock(cfg, dag_id="orders_backfill", run_id="backfill__2",
-                                             run_state=run_state)  # fmt: skip
-    assert holder is not None and holder["run_id"] == "scheduled__1" and holder["epoch"] == 1
-    assert message.startswith(f"waiting: run scheduled__1 of pipeline {cfg.name} holds the lock in "
+    claim = pipeline_run.take_lock(cfg, dag_id="orders_backfill", run_id="backfill__2", run_state=run_state)
+    assert claim.epoch is None and claim.holder["run_id"] == "scheduled__1" and claim.holder["epoch"] == 1
+    assert claim.message.startswith(f"waiting: run scheduled__1 of pipeline {cfg.name} holds the lock in "
                               f"{cfg.tables.lock_path} (epoch 1, host ")  # fmt: skip
     assert pipeline_run.lock_folder(cfg) == Path(cfg.tables.lock_path)
     assert not (tmp_path / "worker-1" / "locks").exists() and not (tmp_path / "worker-2" / "locks").exists()
 
 
-def test_a_lock_path_on_an_object_store_is_refused_naming_the_setting_and_the_fix(make_pipeline):
+def test_a_lock_path_on_a_store_without_conditional_creates_here_is_refused_naming_the_fix(make_pipeline):
     from include.contract.errors import PipelineError
 
-    cfg = make_pipeline(tables={"lakehouse_root": "s3a://bucket/lake"})
+    cfg = make_pipeline(tables={"lakehouse_root": "abfss://lake@account.dfs.core.windows.net/lake"})
     with pytest.raises(PipelineError) as refused:
         pipeline_run.take_lock(cfg, dag_id="orders", run_id="r1", run_state=lambda _d, _r: None)
     assert str(refused.value) == (
-        f"pipeline {cfg.name!r}: tables.lock_path 's3a://bucket/lake/{cfg.name}/_lock' is on an object store, "
-        "where the run lock cannot be kept yet; set tables.lock_path to a folder every Airflow worker that "
-        "runs the pipeline mounts (a shared filesystem such as NFS)"
+        f"pipeline {cfg.name!r}: tables.lock_path 'abfss://lake@account.dfs.core.windows.net/lake/{cfg.name}"
+        "/_lock' is on a store where the run lock cannot be kept yet (only S3 and S3-compatible stores, s3:// "
+        "or s3a://, and filesystems); set tables.lock_path to an s3a:// prefix or to a folder every Airflow "
+        "worker that runs the pipeline mounts"
     )

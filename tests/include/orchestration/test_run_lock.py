@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 from datetime import datetime
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 
 from include.orchestration import run_lock
 from include.orchestration.run_lock import acquire, holder, release
+from tests.lock_race import Rounds, race_for_lock
 
 DAG = "orders_dag"
 
@@ -78,8 +78,9 @@ def test_the_record_names_the_worker_that_holds_it(lock):
 
 def test_free_lock_is_taken_and_names_the_run(lock):
     airflow = FakeAirflow()
-    assert acquire(lock, dag_id=DAG, run_id="r1", run_state=airflow) is None
+    mine = acquire(lock, dag_id=DAG, run_id="r1", run_state=airflow)
     held = holder(lock)
+    assert mine == held and held["epoch"] == 1
     assert (held["dag_id"], held["run_id"], held["pid"]) == (DAG, "r1", os.getpid())
     assert datetime.fromisoformat(held["since"]).utcoffset().total_seconds() == 0
     assert "took_over_from" not in held
@@ -104,7 +105,7 @@ def test_second_run_waits_while_the_holder_is_active(lock, state):
 def test_second_run_takes_over_from_a_finished_or_unknown_holder(lock, state):
     acquire(lock, dag_id=DAG, run_id="r1", run_state=FakeAirflow())
     before = holder(lock)
-    assert acquire(lock, dag_id=DAG, run_id="r2", run_state=FakeAirflow(r1=state)) is None
+    assert acquire(lock, dag_id=DAG, run_id="r2", run_state=FakeAirflow(r1=state))["epoch"] == 2
     now = holder(lock)
     assert now["run_id"] == "r2"
     assert now["took_over_from"] == before
@@ -127,7 +128,7 @@ def test_holder_without_dag_id_is_asked_under_the_callers_dag(lock):
 def test_same_run_takes_its_lock_again(lock):
     acquire(lock, dag_id=DAG, run_id="r1", run_state=FakeAirflow())
     airflow = FakeAirflow(r1="running")
-    assert acquire(lock, dag_id=DAG, run_id="r1", run_state=airflow) is None
+    assert acquire(lock, dag_id=DAG, run_id="r1", run_state=airflow)["epoch"] == 1
     assert airflow.asked == []
     held = holder(lock)
     assert held["run_id"] == "r1"
@@ -149,7 +150,7 @@ def test_release_by_the_holder_frees_the_lock(lock):
     assert holder(lock) is None and (lock / "00000000000000000001.released").is_file()
     assert release(lock, run_id="r1") is False
     airflow = FakeAirflow(r1="running")
-    assert acquire(lock, dag_id=DAG, run_id="r2", run_state=airflow) is None
+    assert acquire(lock, dag_id=DAG, run_id="r2", run_state=airflow)["run_id"] == "r2"
     assert "took_over_from" not in holder(lock)
     assert airflow.asked == []
 
@@ -171,7 +172,7 @@ def test_unreadable_lock_is_taken_over(lock, content, monkeypatch):
     assert holder(lock)["run_id"] is None
     assert "unreadable" in holder(lock)
     airflow = FakeAirflow()
-    assert acquire(lock, dag_id=DAG, run_id="r2", run_state=airflow) is None
+    assert acquire(lock, dag_id=DAG, run_id="r2", run_state=airflow)["run_id"] == "r2"
     assert holder(lock)["run_id"] == "r2" and holder(lock)["epoch"] == 2
     assert airflow.asked == []  # nobody to ask about
 
@@ -185,49 +186,16 @@ def test_unreadable_lock_shows_its_text(lock):
 
 def test_lock_holding_a_json_array_is_taken_over(lock):
     _write_epoch(lock, 1, "[1, 2]")
-    assert acquire(lock, dag_id=DAG, run_id="r2", run_state=FakeAirflow()) is None
+    assert acquire(lock, dag_id=DAG, run_id="r2", run_state=FakeAirflow())["run_id"] == "r2"
     assert holder(lock)["run_id"] == "r2"
 
 
 # --------------------------------------------------------------------------- two processes
 
 
-def _race(folder: str, name: str, rounds: int, attempts: int, barrier, results) -> None:
-    wins: dict[int, list[str]] = {}
-    try:
-        for n in range(rounds):
-            path = Path(folder) / f"round-{n}" / "_lock"
-            barrier.wait(timeout=30)
-            for i in range(attempts):
-                mine = f"{name}-{n}-{i}"
-
-                def run_state(dag_id: str, run_id: str, mine: str = mine) -> str | None:
-                    return None if run_id == mine else "running"  # every other run is live
-
-                if acquire(path, dag_id=DAG, run_id=mine, run_state=run_state) is None:
-                    wins.setdefault(n, []).append(mine)
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the test
-        barrier.abort()
-        results.put((name, wins, repr(exc)))
-        return
-    results.put((name, wins, None))
-
-
 def test_two_processes_racing_never_both_win(tmp_path):
-    rounds, attempts = 10, 40
-    ctx = multiprocessing.get_context("fork")
-    barrier, results = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_race, args=(str(tmp_path), name, rounds, attempts, barrier, results))
-             for name in ("a", "b")]  # fmt: skip
-    for p in procs:
-        p.start()
-    reports = [results.get(timeout=60) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
-    assert [(name, error) for name, _, error in reports if error] == []
-    assert [p.exitcode for p in procs] == [0, 0]
-    found = {name: wins for name, wins, _ in reports}
+    rounds = 10
+    winners = race_for_lock(Rounds(str(tmp_path)), rounds=rounds, attempts=40)
     for n in range(rounds):
-        winners = found["a"].get(n, []) + found["b"].get(n, [])
-        assert len(winners) == 1, f"round {n}: {winners}"
-        assert holder(tmp_path / f"round-{n}" / "_lock")["run_id"] == winners[0]
+        assert len(winners[n]) == 1, f"round {n}: {winners[n]}"
+        assert holder(tmp_path / f"round-{n}" / "_lock")["run_id"] == winners[n][0]

@@ -140,7 +140,7 @@ def test_check_request_takes_the_lock_and_plans_a_normal_run_without_reading_kaf
     done = _request(cfg)
     assert done.is_done is True
     assert done.xcom_value == {"action": "normal", "reason": "", "requested_by": "ann", "describe": "normal run",
-                               "ranges": [], "time_range": None, "notes": []}  # fmt: skip
+                               "ranges": [], "time_range": None, "notes": [], "lock_epoch": 1}  # fmt: skip
     assert _lock_holder(cfg) == "manual__1"
     assert "SUMMARY check_request: normal run; lock epoch 1 taken" in capsys.readouterr().out
 

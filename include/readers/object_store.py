@@ -1,0 +1,109 @@
+"""How the Airflow side reaches a pipeline location on an object store: an Airflow connection of type ``aws``.
+
+The pipeline file names the connection (``tables.storage_connection_id``,
+default ``aws_default``); the connection holds every secret, so none is in
+the pipeline file, on a command line or in a log. Its fields, as the Amazon
+provider reads them (the provider itself is not needed):
+
+- login and password: the access key id and the secret access key (or
+  ``aws_access_key_id`` / ``aws_secret_access_key`` in the extra);
+- extra ``aws_session_token``: temporary credentials;
+- extra ``endpoint_url`` (or ``service_config.s3.endpoint_url``, which wins):
+  an S3-compatible store instead of AWS;
+- extra ``region_name``;
+- extra ``config_kwargs: {"s3": {"addressing_style": "virtual"}}``: requests
+  to ``bucket.host`` instead of ``host/bucket`` (path style, the default here,
+  which most S3-compatible stores need and AWS serves too).
+
+The same settings serve delta-rs (the tables) and obstore (the run lock):
+both are the ``object_store`` library underneath, with the same keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from include.readers.connections import ConnectionConfigError, _get_connection
+
+#: URI schemes of the object stores a location may name (S3 and S3-compatible stores).
+S3_SCHEMES = ("s3", "s3a")
+
+
+def scheme_of(location: str) -> str | None:
+    """The URI scheme of ``location`` (``s3a``), or ``None`` for a local path or ``file://`` URI."""
+    head, sep, _ = location.partition("://")
+    return head.lower() if sep and head.lower() != "file" else None
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """What reaching an S3 or S3-compatible store takes; the secrets are left out of ``repr``."""
+
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    endpoint: str | None = None
+    region: str | None = None
+    #: ``bucket.host/key`` requests instead of ``host/bucket/key`` (``object_store``'s default, which most
+    #: S3-compatible stores need; AWS serves both).
+    virtual_hosted: bool = False
+
+    def secrets(self) -> list[str]:
+        """The values a log must never show."""
+        return [v for v in (self.secret_access_key, self.session_token) if v]
+
+    def obstore_args(self) -> tuple[dict[str, str], dict[str, str]]:
+        """``(config, client_options)`` of an obstore store: the client's options (plain HTTP) apart."""
+        config = self.object_store_options()
+        client = {"allow_http": config.pop("aws_allow_http")} if "aws_allow_http" in config else {}
+        return config, client
+
+    def object_store_options(self) -> dict[str, str]:
+        """Options for ``object_store`` in one mapping, as delta-rs takes them (``storage_options``)."""
+        options = {
+            "aws_access_key_id": self.access_key_id,
+            "aws_secret_access_key": self.secret_access_key,
+            "aws_session_token": self.session_token,
+            "aws_endpoint": self.endpoint,
+            "aws_region": self.region,
+        }
+        out = {k: v for k, v in options.items() if v}
+        out["aws_virtual_hosted_style_request"] = "true" if self.virtual_hosted else "false"
+        if self.endpoint and self.endpoint.lower().startswith("http://"):
+            out["aws_allow_http"] = "true"
+        return out
+
+
+def s3_settings(conn_id: str, *, get_connection: Callable[[str], Any] = _get_connection) -> S3Settings:
+    """The S3 settings of the Airflow connection ``conn_id``; raises :class:`ConnectionConfigError` naming
+    the connection and the field when one is malformed."""
+    conn = get_connection(conn_id)
+    extra = conn.extra_dejson or {}
+    if not isinstance(extra, dict):
+        raise ConnectionConfigError(f"Airflow connection {conn_id!r}: expected its extra to be a JSON object")
+    service = ((extra.get("service_config") or {}).get("s3") or {}) if isinstance(extra.get("service_config"),
+                                                                                  dict) else {}  # fmt: skip
+    kwargs = extra.get("config_kwargs") or {}
+    style = ((kwargs.get("s3") or {}) if isinstance(kwargs, dict) else {}).get("addressing_style", "auto")
+    if style not in ("auto", "path", "virtual"):
+        raise ConnectionConfigError(
+            f"Airflow connection {conn_id!r}: extra config_kwargs.s3.addressing_style is {style!r}; expected "
+            "'path', 'virtual' or 'auto'"
+        )
+    key = conn.login or extra.get("aws_access_key_id")
+    secret = conn.password or extra.get("aws_secret_access_key")
+    if bool(key) != bool(secret):
+        raise ConnectionConfigError(
+            f"Airflow connection {conn_id!r}: has an access key id but no secret access key, or the other way "
+            "round; set both (login and password) or neither (the worker's own AWS credentials)"
+        )
+    return S3Settings(
+        access_key_id=str(key) if key else None,
+        secret_access_key=str(secret) if secret else None,
+        session_token=extra.get("aws_session_token") or None,
+        endpoint=service.get("endpoint_url") or extra.get("endpoint_url") or None,
+        region=extra.get("region_name") or None,
+        virtual_hosted=style == "virtual",
+    )

@@ -1,0 +1,136 @@
+"""The run lock's epoch as a fencing token, with real Kafka, Spark and Delta.
+
+A run that took the lock over fences the pipeline's tables
+(``pipeline_run.fence_tables``, through delta-rs as ``check_request`` does);
+a job of the run it took over from must then commit nothing more, whether it
+reaches its commit after the fence or races it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from include.contract.errors import IngestionError, StaleLockError, TransformError
+from include.contract.jobs import lock_app_id
+from include.orchestration.pipeline_run import fence_tables
+from spark_jobs import bronze_to_silver, kafka_to_bronze, maintain_tables
+from spark_jobs.ingest_plan import parse_config
+from tests.integration.test_transform_silver import order, transform_args
+from tests.kafka_helpers import produce, produce_numbered, read_all
+
+pytestmark = pytest.mark.integration
+
+
+def _ingest(spark, bootstrap, lake, name, topic, epoch: int):
+    return kafka_to_bronze.run(spark, parse_config([
+        "--pipeline", name, "--bootstrap-servers", bootstrap, "--topics", topic,
+        "--bronze-path", str(lake / "bronze"), "--checkpoint-root", str(lake / "checkpoints" / "bronze"),
+        "--lock-epoch", str(epoch),
+    ]))  # fmt: skip
+
+
+def _bronze(spark, lake) -> list[tuple[int, int]]:
+    rows = spark.read.format("delta").load(str(lake / "bronze")).select("partition", "offset").collect()
+    return sorted((r["partition"], r["offset"]) for r in rows)
+
+
+def _version(spark, path) -> int:
+    from delta.tables import DeltaTable
+
+    return int(DeltaTable.forPath(spark, str(path)).history(1).collect()[0]["version"])
+
+
+def _refused(error: BaseException, *, mine: int, table: int) -> StaleLockError:
+    """The stale-lock error a job's failure carries (itself, or as its failed batch's cause)."""
+    from include.contract.errors import PipelineError
+
+    cause = getattr(error, "cause", None)
+    stale = PipelineError.from_dict(cause) if cause else error
+    assert isinstance(stale, StaleLockError), error
+    assert (stale.lock_epoch, stale.table_epoch) == (mine, table)
+    assert f"holds the run lock of pipeline {stale.pipeline!r} at epoch {mine}, but the table records epoch {table}" \
+        in str(stale)  # fmt: skip
+    return stale
+
+
+def test_after_a_takeover_fence_the_older_epochs_ingest_commits_nothing_and_the_newer_one_goes_on(
+    spark, bootstrap, make_topic, unique_name, lake
+):
+    topic = make_topic(unique_name, partitions=2)
+    produce_numbered(bootstrap, topic, 2, 200)
+    assert _ingest(spark, bootstrap, lake, unique_name, topic, epoch=1).rows == 200
+    from deltalake import DeltaTable
+
+    assert DeltaTable(str(lake / "bronze")).transaction_version(lock_app_id(unique_name)) == 1
+
+    # Epoch 2 takes the lock over: its check_request fences bronze before any job of its own runs.
+    assert fence_tables(unique_name, {"bronze": str(lake / "bronze"), "silver": str(lake / "silver")}, 2) == ["bronze"]
+    assert fence_tables(unique_name, {"bronze": str(lake / "bronze")}, 2) == [], "a table fenced already is left"
+    fenced_at = _version(spark, lake / "bronze")
+    produce_numbered(bootstrap, topic, 2, 50, start=200)
+
+    with pytest.raises(IngestionError) as refused:
+        _ingest(spark, bootstrap, lake, unique_name, topic, epoch=1)
+    stale = _refused(refused.value, mine=1, table=2)
+    assert stale.table == str(lake / "bronze")
+    assert _version(spark, lake / "bronze") == fenced_at, "the stale run committed to bronze"
+    assert len(_bronze(spark, lake)) == 200
+
+    # The run holding epoch 2 reads on from where bronze stands, the stale run's batch included.
+    assert _ingest(spark, bootstrap, lake, unique_name, topic, epoch=2).rows == 50
+    assert _bronze(spark, lake) == sorted((p, o) for p, o, _ in read_all(bootstrap, topic))
+
+
+@pytest.mark.full
+def test_an_older_epochs_commit_that_races_the_fence_loses(spark, bootstrap, make_topic, unique_name, lake,
+                                                          monkeypatch):  # fmt: skip
+    """The fence lands after the stale job read the table and before it commits: Delta's conflict check on
+    the lock's app id refuses the stale commit (the job must not treat it as a commit to retry)."""
+    topic = make_topic(unique_name, partitions=1)
+    produce_numbered(bootstrap, topic, 1, 30)
+    _ingest(spark, bootstrap, lake, unique_name, topic, epoch=1)
+    produce_numbered(bootstrap, topic, 1, 20, start=30)
+    decide = kafka_to_bronze.stand_actions
+
+    def fence_meanwhile(**kwargs):
+        # Called once the batch's files are written, inside the open transaction: the takeover's fence
+        # commits in between, from delta-rs, as another worker's check_request would.
+        fence_tables(unique_name, {"bronze": str(lake / "bronze")}, 2)
+        return decide(**kwargs)
+
+    monkeypatch.setattr(kafka_to_bronze, "stand_actions", fence_meanwhile)
+    with pytest.raises(IngestionError) as refused:
+        _ingest(spark, bootstrap, lake, unique_name, topic, epoch=1)
+    _refused(refused.value, mine=1, table=2)
+    assert len(_bronze(spark, lake)) == 30
+
+
+@pytest.mark.full
+def test_the_transform_and_maintenance_of_an_older_epoch_refuse_a_fenced_table(spark, bootstrap, make_topic,
+                                                                               unique_name, lake):  # fmt: skip
+    topic = make_topic(unique_name, partitions=1)
+    produce(bootstrap, topic, [(0, b"o1", order("o1", 1)), (0, b"o2", order("o2", 2, amount=-1))])
+    _ingest(spark, bootstrap, lake, unique_name, topic, epoch=1)
+    first = bronze_to_silver.parse_config([*transform_args(lake, unique_name), "--lock-epoch", "1"])
+    assert bronze_to_silver.run(spark, first).to_json()["upserted"] == 1
+    tables = {name: str(lake / name) for name in ("bronze", "silver", "quarantine")}
+    assert fence_tables(unique_name, tables, 2) == ["bronze", "silver", "quarantine"]
+    silver_at = _version(spark, lake / "silver")
+
+    produce(bootstrap, topic, [(0, b"o3", order("o3", 3))])
+    _ingest(spark, bootstrap, lake, unique_name, topic, epoch=2)
+    stale = bronze_to_silver.parse_config([*transform_args(lake, unique_name, run_id="run-2"), "--lock-epoch", "1"])
+    with pytest.raises(TransformError) as refused:
+        bronze_to_silver.run(spark, stale)
+    assert _refused(refused.value, mine=1, table=2).table == str(lake / "silver")
+    assert _version(spark, lake / "silver") == silver_at
+
+    maintain = maintain_tables.parse_config([
+        "--pipeline", unique_name, *(f"--table={n}={p}" for n, p in tables.items()), "--lock-epoch", "1",
+    ])  # fmt: skip
+    with pytest.raises(StaleLockError):
+        maintain_tables.run(spark, maintain)
+    assert _version(spark, lake / "silver") == silver_at
+
+    current = bronze_to_silver.parse_config([*transform_args(lake, unique_name, run_id="run-3"), "--lock-epoch", "2"])
+    assert bronze_to_silver.run(spark, current).to_json()["upserted"] == 1

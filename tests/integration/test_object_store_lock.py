@@ -1,0 +1,83 @@
+"""The run lock on an object store: a real S3-compatible server (s3proxy), reached as an Airflow ``aws``
+connection describes it, with the lock's conditional creates racing between two processes."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from include.orchestration import pipeline_run, run_lock
+from include.readers.object_store import s3_settings
+from include.tooling import local_s3
+from tests.lock_race import Rounds, race_for_lock
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def bucket(s3_server, monkeypatch) -> str:
+    """A new bucket, and the Airflow connection ``aws_test`` to the server (an environment variable, as
+    a deployment may define it)."""
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_TEST", json.dumps({
+        "conn_type": "aws", "login": local_s3.ACCESS_KEY, "password": local_s3.SECRET_KEY,
+        "extra": s3_server.connection_extra(),
+    }))  # fmt: skip
+    return s3_server.create_bucket(f"b-{uuid.uuid4().hex[:12]}")
+
+
+def _options(s3_server) -> tuple[dict[str, str], dict[str, str]]:
+    return s3_settings("aws_test").obstore_args()
+
+
+def test_the_store_refuses_a_second_create_of_a_name_and_lists_what_was_written(s3_server, bucket):
+    folder = run_lock.ObjectStoreFolder(f"{bucket}/orders/_lock", *_options(s3_server))
+    assert folder.names() is None
+    assert folder.create("00000000000000000001.json", '{"run_id": "r1"}') is True
+    assert folder.create("00000000000000000001.json", '{"run_id": "r2"}') is False
+    assert folder.read("00000000000000000001.json") == '{"run_id": "r1"}'
+    assert folder.names() == {"00000000000000000001.json"}
+    folder.remove("00000000000000000001.json")
+    folder.remove("00000000000000000001.json")  # gone already: no error
+    assert folder.names() is None
+
+
+def test_a_wrong_secret_is_refused_by_the_store(s3_server, bucket):
+    config, client = _options(s3_server)
+    folder = run_lock.ObjectStoreFolder(f"{bucket}/orders/_lock", {**config, "aws_secret_access_key": "nope"}, client)
+    with pytest.raises(Exception, match="403|SignatureDoesNotMatch"):
+        folder.create("00000000000000000001.json", "{}")
+
+
+def test_two_processes_racing_for_an_object_store_lock_never_both_win(s3_server, bucket):
+    rounds = 6
+    folder_of = Rounds(bucket, *_options(s3_server))
+    winners = race_for_lock(folder_of, rounds=rounds, attempts=15)
+    for n in range(rounds):
+        assert len(winners[n]) == 1, f"round {n}: {winners[n]}"
+        assert run_lock.holder(folder_of(n))["run_id"] == winners[n][0]
+
+
+def test_a_pipeline_with_its_lock_on_the_store_takes_waits_and_releases(s3_server, bucket, make_pipeline,
+                                                                       monkeypatch):  # fmt: skip
+    from include.readers import connections
+
+    cfg = make_pipeline(tables={"lakehouse_root": f"{bucket}/lake", "storage_connection_id": "aws_test"})
+    masked: list[str] = []
+    monkeypatch.setattr(connections, "mask", masked.append)
+    states = {"scheduled__1": "running"}
+
+    def run_state(_dag: str, run: str) -> str | None:
+        return states.get(run)
+
+    assert pipeline_run.take_lock(cfg, dag_id="orders", run_id="scheduled__1", run_state=run_state).epoch == 1
+    assert masked == [local_s3.SECRET_KEY]
+    waiting = pipeline_run.take_lock(cfg, dag_id="orders", run_id="backfill__2", run_state=run_state)
+    assert waiting.epoch is None and waiting.holder["run_id"] == "scheduled__1"
+    assert f"holds the lock in {bucket}/lake/{cfg.name}/_lock (epoch 1" in waiting.message
+    lock = pipeline_run.lock_folder(cfg)
+    assert run_lock.release(lock, run_id="scheduled__1") is True
+    assert pipeline_run.take_lock(cfg, dag_id="orders", run_id="backfill__2", run_state=run_state).epoch == 2
+    assert sorted(lock.names()) == ["00000000000000000001.json", "00000000000000000001.released",
+                                    "00000000000000000002.json"]  # fmt: skip
