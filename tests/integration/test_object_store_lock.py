@@ -13,7 +13,8 @@ from include.readers.object_store import s3_settings
 from include.tooling import local_s3
 from tests.lock_race import Rounds, race_for_lock
 
-pytestmark = pytest.mark.integration
+# Full tier: the first use resolves s3proxy (about 100 MB from Maven) on a fresh machine.
+pytestmark = [pytest.mark.integration, pytest.mark.full]
 
 
 @pytest.fixture
