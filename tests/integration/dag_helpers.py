@@ -84,12 +84,12 @@ class Pipeline:
         proc = airflow_local.dags_test(self.environment(**env), self.name, conf, log_file=log, warm=self.warm)
         return proc, log.read_text()
 
-    def start(self) -> tuple[subprocess.Popen | WarmCommand, Path]:
-        """Start one DAG run (``airflow dags test``) in the background, forked from :attr:`warm` when set;
-        (the process or forked command, its log file)."""
+    def start(self, **env: str) -> tuple[subprocess.Popen | WarmCommand, Path]:
+        """Start one DAG run (``airflow dags test``, with ``env`` added) in the background, forked from
+        :attr:`warm` when set; (the process or forked command, its log file)."""
         self.runs += 1
         log = self.var / f"dag-run-{self.runs}.log"
-        return airflow_local.start_dags_test(self.environment(), self.name, log_file=log, warm=self.warm), log
+        return airflow_local.start_dags_test(self.environment(**env), self.name, log_file=log, warm=self.warm), log
 
     def ledger(self) -> list[dict]:
         return run_ledger.read_runs(self.lake / self.name / "_runs")

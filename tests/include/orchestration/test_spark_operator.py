@@ -20,15 +20,18 @@ from include.orchestration.spark_operator import (
     _k8s_label_value,
     driver_pod_kill_command,
     driver_scratch,
+    held_epoch,
     image_uri,
     job_run_type,
     job_spark_conf,
     k8s_pod_base,
     kafka_options_path,
     kubernetes_conf,
+    lost_lock,
     maintain_job_args,
     maintain_summary_text,
     maintenance_due,
+    transform_job_args,
     transform_summary_text,
 )
 from include.spark import spark_submit
@@ -165,6 +168,31 @@ def test_maintain_job_args_name_the_pipelines_tables_and_what_its_maintenance_tu
     assert "--no-vacuum" in args and "--no-optimize" not in args and "--no-checkpoint" not in args
     assert args[0] == "--pipeline=orders" and "--run-id=r1" in args
     assert f"--summary-path={tmp_path / 'maintain-summary.json'}" in args
+
+
+def test_every_job_carries_the_lock_epoch_check_request_took_and_a_job_failing_on_a_stale_one_is_not_retried(
+    make_pipeline, tmp_path, fake_ti
+):
+    from include.contract.errors import IngestionError, StaleLockError, TransformError
+    from include.contract.jobs import MaintainArgs, TransformArgs
+
+    cfg = make_pipeline()
+    context = {"ti": fake_ti(check_request={"action": "normal", "lock_epoch": 7}), "run_id": "r1"}
+    assert held_epoch(context) == 7
+    assert held_epoch({"ti": fake_ti()}) is None  # check_request never finished: no epoch, no fence
+    maintain = MaintainArgs.from_args(maintain_job_args(cfg, "r1", tmp_path / "m.json", held_epoch(context)))
+    assert maintain.lock_epoch == 7
+    transform_cfg = make_pipeline(name="orders_t", transform={
+        "schema": {"id": {"type": "string"}, "at": {"type": "timestamp"}}, "key": "id", "ordering": "at"})
+    transform = TransformArgs.from_args(transform_job_args(transform_cfg, tmp_path, "r1", tmp_path / "t.json", 7))
+    assert transform.lock_epoch == 7
+
+    stale = StaleLockError("refused", pipeline="orders")
+    assert lost_lock(stale)
+    wrapped = IngestionError("ingestion failed", pipeline="orders")
+    wrapped.cause = stale.to_dict()
+    assert lost_lock(wrapped)
+    assert not lost_lock(TransformError("a batch failed", pipeline="orders"))
 
 
 def test_the_maintain_summary_line_gives_each_tables_files_and_megabytes_or_why_not():
