@@ -51,7 +51,7 @@ ACTIVE_STATES = ("queued", "running")
 #: Released epochs older than this many before the newest are removed by the run that takes the lock.
 KEEP_EPOCHS = 20
 _DIGITS = 20
-#: How long a reader waits for a record created without a hard link (see :func:`_create`) to be written.
+#: How long a reader waits for a record created without a hard link (see :meth:`LocalFolder.create`) to be written.
 _WRITE_WAIT_S = 5.0
 
 
