@@ -63,6 +63,7 @@ from spark_jobs.job_common import (
     confirm_newest_commit,
     delta_snapshot,
     failpoint,
+    fence_of,
     history_rows,
     job_main,
     parse_table_properties,
@@ -98,7 +99,7 @@ class TransformConfig:
     @property
     def fence(self) -> tuple[str, int] | None:
         """``(pipeline, lock epoch)`` checked before each write to silver and quarantine, or ``None``."""
-        return (self.pipeline, self.lock_epoch) if self.lock_epoch is not None else None
+        return fence_of(self.pipeline, self.lock_epoch)
 
 
 def parse_config(argv: list[str]) -> TransformConfig:

@@ -25,7 +25,7 @@ from include.contract.offsets import (
     skip_gaps,
 )
 from include.readers.spark_checkpoint import CheckpointState
-from spark_jobs.job_common import parse_table_properties
+from spark_jobs.job_common import fence_of, parse_table_properties
 
 #: Kafka consumer settings the bronze job reads with unless the pipeline's ``kafka.options`` set
 #: them. Spark's Kafka source asks its consumer for records one ``poll`` at a time, and Kafka's
@@ -83,7 +83,7 @@ class IngestConfig:
     @property
     def fence(self) -> tuple[str, int] | None:
         """``(pipeline, lock epoch)`` every bronze commit of this run carries, or ``None``."""
-        return (self.pipeline, self.lock_epoch) if self.lock_epoch is not None else None
+        return fence_of(self.pipeline, self.lock_epoch)
 
     def source_options(self) -> dict[str, str]:
         """Options for ``readStream.format("kafka")`` (without the starting offsets).

@@ -95,6 +95,11 @@ def txn_versions(spark, snapshot) -> dict[str, int]:
 Fence = tuple[str, int] | None
 
 
+def fence_of(pipeline: str, lock_epoch: int | None) -> Fence:
+    """The fence of a job given ``--lock-epoch`` (``None`` without one: a job run by hand)."""
+    return (pipeline, lock_epoch) if lock_epoch is not None else None
+
+
 def stale_lock(path: str, fence: Fence, table_epoch: int | None) -> StaleLockError | None:
     """The error when the table at ``path`` records a newer lock epoch than ``fence``'s, else ``None``."""
     if fence is None or table_epoch is None or table_epoch <= fence[1]:
@@ -302,11 +307,12 @@ def commit_with_stand(spark, path: str, df, *, finish: Finish, idempotency: tupl
         jvm.org.apache.spark.sql.SaveMode.Append, none, none, jvm.scala.Some(user_metadata),
         none, none, none, none, none,
     )  # fmt: skip
+    from delta.exceptions import ConcurrentTransactionException  # its import makes py4j raise it
+
     try:
         return int(txn.commit(files.toList().appendedAll(_jvm_seq(jvm, marks)), operation))
-    except Exception as exc:
-        if fence is not None and "ConcurrentTransactionException" in str(exc):
-            check_fence(spark, path, fence)  # raises when a newer epoch's commit won the race
+    except ConcurrentTransactionException:
+        check_fence(spark, path, fence)  # raises when a newer epoch's commit won the race
         raise
 
 

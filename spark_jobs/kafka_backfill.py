@@ -40,6 +40,7 @@ from spark_jobs.ingest_plan import JobConfigError, read_kafka_options_file
 from spark_jobs.job_common import (
     JobStep,
     check_fence,
+    fence_of,
     job_main,
     read_table_stand,
     with_user_metadata,
@@ -260,8 +261,7 @@ def run(spark, cfg: BackfillConfig) -> dict:
                         .whenNotMatchedInsertAll()
                     )  # fmt: skip
                     # A MERGE commit carries one txn action only: the lock is checked just before it.
-                    check_fence(spark, cfg.bronze_path,
-                                (cfg.pipeline, cfg.lock_epoch) if cfg.lock_epoch is not None else None)  # fmt: skip
+                    check_fence(spark, cfg.bronze_path, fence_of(cfg.pipeline, cfg.lock_epoch))
                     try:
                         with_user_metadata(spark, result.to_user_metadata(), merge.execute)
                     except merge_conflicts() as exc:

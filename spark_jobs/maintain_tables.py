@@ -36,7 +36,7 @@ from typing import Any
 from include.contract import jobs as contract
 from include.contract.errors import MaintenanceConfigError, MaintenanceError, StaleLockError
 from include.contract.jobs import MAINTAINED_TABLES, ContractArgumentParser, MaintainArgs
-from spark_jobs.job_common import JobStep, check_fence, delta_snapshot, job_main, write_summary
+from spark_jobs.job_common import JobStep, check_fence, delta_snapshot, fence_of, job_main, write_summary
 
 #: The tables a pipeline may maintain, in the order they are done.
 TABLES = MAINTAINED_TABLES
@@ -136,7 +136,7 @@ def maintain_table(spark, name: str, path: str, cfg: MaintenanceConfig) -> dict:
 
     started = time.monotonic()
     snapshot = delta_snapshot(spark, path)
-    check_fence(spark, path, (cfg.pipeline, cfg.lock_epoch) if cfg.lock_epoch is not None else None, snapshot)
+    check_fence(spark, path, fence_of(cfg.pipeline, cfg.lock_epoch), snapshot)
     version_before = int(snapshot.version())
     files_before, bytes_before = _detail(spark, path)
     out: dict[str, Any] = {"path": path, "version_before": version_before, "files_before": files_before,

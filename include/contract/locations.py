@@ -5,6 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def scheme_of(location: str) -> str | None:
+    """The URI scheme of ``location`` (``s3a``), or ``None`` for a local path or a ``file://`` URI."""
+    head, sep, _ = location.partition("://")
+    return head.lower() if sep and head.lower() != "file" else None
+
+
 def local_path(location: str | Path) -> Path | None:
     """The local folder a location names (a path, or a ``file://`` URI); ``None`` for any other URI."""
     text = str(location)

@@ -21,7 +21,7 @@ from include.config import PipelineConfig
 from include.contract import continuity, manual_ops, table_stand
 from include.contract.continuity import ContinuityReport, TransformCheck, check_run
 from include.contract.errors import PipelineError
-from include.contract.locations import local_path
+from include.contract.locations import local_path, scheme_of
 from include.contract.manual_ops import RunRequest
 from include.contract.offsets import PositionMap, positions_from_json, positions_to_json
 from include.contract.preflight import (
@@ -152,7 +152,7 @@ def lock_folder(cfg: PipelineConfig) -> Path | run_lock.ObjectStoreFolder:
     folder = local_path(location)
     if folder is not None:
         return folder
-    if object_store.scheme_of(location) not in object_store.S3_SCHEMES:
+    if scheme_of(location) not in object_store.S3_SCHEMES:
         raise PipelineError(
             f"pipeline {cfg.name!r}: tables.lock_path {location!r} is on a store where the run lock cannot be "
             f"kept yet (only S3 and S3-compatible stores, {' or '.join(s + '://' for s in object_store.S3_SCHEMES)}, "
@@ -232,6 +232,7 @@ def fence_tables(pipeline: str, tables: Mapping[str, str], epoch: int) -> list[s
     app id). A table already at ``epoch`` or later is left as it is.
     """
     from deltalake import CommitProperties, DeltaTable, Transaction
+    from deltalake.exceptions import CommitFailedError
 
     from include.contract.jobs import lock_app_id
 
@@ -249,7 +250,7 @@ def fence_tables(pipeline: str, tables: Mapping[str, str], epoch: int) -> list[s
                     [], "append", table.schema(), partition_by=table.metadata().partition_columns or None,
                     commit_properties=CommitProperties(app_transactions=[Transaction(app, epoch)]),
                 )  # fmt: skip
-            except Exception:
+            except CommitFailedError:
                 # The stale run's commit carrying its epoch won the race: read the table again and fence after it.
                 if attempt == FENCE_ATTEMPTS:
                     raise

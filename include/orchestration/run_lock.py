@@ -194,9 +194,9 @@ def _parse(text: str) -> dict:
     return data if isinstance(data, dict) else {"run_id": None, "unreadable": text[:200]}
 
 
-def _newest(folder: LocalFolder | ObjectStoreFolder) -> tuple[int, dict, bool] | None:
-    """The newest epoch, its record and whether it was released; ``None`` when the lock was never taken."""
-    names = folder.names()
+def _newest(folder: LocalFolder | ObjectStoreFolder, names: set[str] | None) -> tuple[int, dict, bool] | None:
+    """The newest epoch among ``names`` (the folder's listing), its record and whether it was released;
+    ``None`` when the lock was never taken."""
     if not names:
         return None
     epochs = [int(n[:-5]) for n in names if n.endswith(".json") and len(n) == _DIGITS + 5 and n[:-5].isdigit()]
@@ -209,7 +209,8 @@ def _newest(folder: LocalFolder | ObjectStoreFolder) -> tuple[int, dict, bool] |
 
 def holder(folder: Folder) -> dict | None:
     """Who holds the lock now (its record, with its ``epoch``), or ``None``."""
-    newest = _newest(_folder(folder))
+    folder = _folder(folder)
+    newest = _newest(folder, folder.names())
     if newest is None or newest[2]:
         return None
     return newest[1]
@@ -228,7 +229,8 @@ def acquire(folder: Folder, *, dag_id: str, run_id: str, run_state: Callable[[st
     folder = _folder(folder)
     folder.prepare()
     while True:
-        newest = _newest(folder)
+        names = folder.names()
+        newest = _newest(folder, names)
         epoch, took_over_from = 0, None
         if newest is not None:
             epoch, current, released = newest
@@ -246,7 +248,7 @@ def acquire(folder: Folder, *, dag_id: str, run_id: str, run_state: Callable[[st
         if took_over_from is not None:
             mine["took_over_from"] = took_over_from
         if folder.create(_record_name(epoch + 1), json.dumps(mine)):
-            _prune(folder, epoch + 1)
+            _prune(folder, names or set(), epoch + 1)
             return {**mine, "epoch": epoch + 1}
         # Another run created epoch + 1 first: judge its record as any holder's.
 
@@ -254,16 +256,17 @@ def acquire(folder: Folder, *, dag_id: str, run_id: str, run_state: Callable[[st
 def release(folder: Folder, *, run_id: str) -> bool:
     """Give the lock back if ``run_id`` holds it; ``True`` when it did."""
     folder = _folder(folder)
-    newest = _newest(folder)
+    newest = _newest(folder, folder.names())
     if newest is None or newest[2] or newest[1].get("run_id") != run_id:
         return False
     epoch = newest[0]
     return folder.create(_released_name(epoch), json.dumps({"run_id": run_id, "at": datetime.now(UTC).isoformat()}))
 
 
-def _prune(folder: LocalFolder | ObjectStoreFolder, newest: int) -> None:
-    """Remove the files of epochs :data:`KEEP_EPOCHS` or more before ``newest`` (all released or taken over)."""
-    for name in folder.names() or ():
+def _prune(folder: LocalFolder | ObjectStoreFolder, names: set[str], newest: int) -> None:
+    """Remove the files among ``names`` of epochs :data:`KEEP_EPOCHS` or more before ``newest`` (all released
+    or taken over); files written after that listing are younger still."""
+    for name in names:
         stem = name.split(".", 1)[0]
         if stem.isdigit() and len(stem) == _DIGITS and int(stem) <= newest - KEEP_EPOCHS:
             folder.remove(name)

@@ -536,11 +536,7 @@ class SparkJobOperator(BaseOperator):
                     if failure is None:
                         raise
                     self._report_failure(context, failure)
-                    if lost_lock(failure):
-                        from airflow.sdk.exceptions import AirflowFailException
-
-                        # A retry would hold the same stale epoch: fail at once, the later run carries on.
-                        raise AirflowFailException(str(failure)) from failure
+                    raise_if_lock_lost(failure)
                     raise failure from exc
             finally:
                 if in_pod and pod_base:
@@ -658,14 +654,13 @@ class IngestOperator(SparkJobOperator):
         application, args = super().submission(context, folder, summary_path)
         cfg = self.pipeline
         later = []
+        epoch = self._plan(context).get("lock_epoch")
         if cfg.transform is not None:
             later.append((self.transform_task_id, TRANSFORM_APPLICATION, TRANSFORM_ERROR_FILE,
-                          lambda summary: transform_job_args(cfg, folder, context["run_id"], summary,
-                                                             held_epoch(context))))  # fmt: skip
+                          lambda summary: transform_job_args(cfg, folder, context["run_id"], summary, epoch)))  # fmt: skip
         if maintenance_due(context, self.preflight_task_id):
             later.append((self.maintain_task_id, MAINTAIN_APPLICATION, MAINTAIN_ERROR_FILE,
-                          lambda summary: maintain_job_args(cfg, context["run_id"], summary,
-                                                            held_epoch(context))))  # fmt: skip
+                          lambda summary: maintain_job_args(cfg, context["run_id"], summary, epoch)))  # fmt: skip
         self._later = bool(later)
         if not later:
             return application, args
@@ -758,10 +753,7 @@ class LaterStepOperator(SparkJobOperator):
                 failure = PipelineError.from_dict(data) if isinstance(data, dict) else PipelineError(
                     str(error.get("error")), pipeline=self.pipeline.name)  # fmt: skip
                 self._report_failure(context, failure)
-                if lost_lock(failure):
-                    from airflow.sdk.exceptions import AirflowFailException
-
-                    raise AirflowFailException(str(failure)) from failure
+                raise_if_lock_lost(failure)
                 # An AirflowException (the task may retry: alone, the step may pass) caused by the step's own error.
                 raise AirflowException(
                     f"{self.task_id} of pipeline {self.pipeline.name!r} failed in the run's Spark application: "
@@ -834,6 +826,14 @@ def lost_lock(failure: PipelineError) -> bool:
 
     cause = getattr(failure, "cause", None)
     return isinstance(failure, StaleLockError) or isinstance(cause, dict) and cause.get("class") == "StaleLockError"
+
+
+def raise_if_lock_lost(failure: PipelineError) -> None:
+    """End the task without a retry when its job lost the lock: a retry would hold the same stale epoch."""
+    if lost_lock(failure):
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(str(failure)) from failure
 
 
 def held_epoch(context: Any) -> int | None:

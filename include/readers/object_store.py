@@ -31,12 +31,6 @@ from include.readers.connections import ConnectionConfigError, _get_connection
 S3_SCHEMES = ("s3", "s3a")
 
 
-def scheme_of(location: str) -> str | None:
-    """The URI scheme of ``location`` (``s3a``), or ``None`` for a local path or ``file://`` URI."""
-    head, sep, _ = location.partition("://")
-    return head.lower() if sep and head.lower() != "file" else None
-
-
 @dataclass(frozen=True)
 class S3Settings:
     """What reaching an S3 or S3-compatible store takes; the secrets are left out of ``repr``."""

@@ -27,7 +27,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from pathlib import Path
 from include import settings
 from include.contract.errors import PipelineError
 from include.ports import free_port
+from include.tooling import java_server
 
 APICURIO_VERSION = "2.4.2.Final"
 #: The Quarkus version Apicurio's parent POM of that release builds with.
@@ -211,13 +211,7 @@ class LocalRegistry:
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Stop the server (its schemas are gone with it)."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        java_server.stop(self.process, timeout_s)
 
 
 def start(log_dir: Path, *, port: int | None = None, timeout_s: float = 90.0) -> LocalRegistry:
@@ -226,25 +220,12 @@ def start(log_dir: Path, *, port: int | None = None, timeout_s: float = 90.0) ->
     port = port or free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / "registry.log"
-    java = shutil.which("java") or "java"
-    cmd = [java, "-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+    cmd = [java_server.java(), "-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
            "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={port}", "-jar", str(jar)]  # fmt: skip
-    with log.open("ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=log_dir, start_new_session=True)
-    registry = LocalRegistry(port, proc, log)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RegistryError(f"the schema registry exited with {proc.returncode}; its log {log}:\n"
-                                + log.read_text(errors="replace")[-2000:])  # fmt: skip
-        try:
-            if _request(f"{registry.url}/subjects")[0] == 200:
-                return registry
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.3)
-    registry.stop()
-    raise RegistryError(f"the schema registry did not answer on port {port} within {timeout_s:.0f}s; see {log}")
+    registry = LocalRegistry(port, java_server.launch(cmd, cwd=log_dir, log=log), log)
+    java_server.wait_ready(registry.process, lambda: _request(f"{registry.url}/subjects")[0] == 200,
+                           name="the schema registry", port=port, log=log, timeout_s=timeout_s, error=RegistryError)
+    return registry
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,17 +21,16 @@ key pair, so the credential path is exercised as against S3 itself.
 from __future__ import annotations
 
 import argparse
-import shutil
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from include import settings
 from include.contract.errors import PipelineError
 from include.ports import free_port
+from include.tooling import java_server
 
 #: The key pair the local server accepts (a test server's, not a secret).
 ACCESS_KEY = "kde-local"
@@ -69,13 +68,7 @@ class LocalS3:
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Stop the server; its folder stays."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        java_server.stop(self.process, timeout_s)
 
 
 def _answers(port: int) -> bool:
@@ -106,23 +99,13 @@ def start(root: Path, *, port: int | None = None, timeout_s: float = 60.0) -> Lo
         f"jclouds.credential={SECRET_KEY}",
     ]) + "\n")  # fmt: skip
     log = root / "s3proxy.log"
-    java = shutil.which("java") or "java"
     # A small heap and the client compiler: a test server's load is light, its start should be quick.
-    cmd = [java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-DLOG_LEVEL=warn",
+    cmd = [java_server.java(), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-DLOG_LEVEL=warn",
            "-cp", classpath, "org.gaul.s3proxy.Main", "--properties", str(conf)]  # fmt: skip
-    with log.open("ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=root, start_new_session=True)
-    server = LocalS3(port, data, proc, log)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise ObjectStoreServerError(f"s3proxy exited with {proc.returncode}; its log {log}:\n"
-                                         + log.read_text(errors="replace")[-2000:])  # fmt: skip
-        if _answers(port):
-            return server
-        time.sleep(0.2)
-    server.stop()
-    raise ObjectStoreServerError(f"s3proxy did not answer on port {port} within {timeout_s:.0f}s; see {log}")
+    server = LocalS3(port, data, java_server.launch(cmd, cwd=root, log=log), log)
+    java_server.wait_ready(server.process, lambda: _answers(port), name="s3proxy", port=port, log=log,
+                           timeout_s=timeout_s, error=ObjectStoreServerError, interval_s=0.2)
+    return server
 
 
 def main(argv: list[str] | None = None) -> int:

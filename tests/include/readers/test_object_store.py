@@ -6,8 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from include.contract.locations import scheme_of
 from include.readers.connections import ConnectionConfigError
-from include.readers.object_store import S3Settings, s3_settings, scheme_of
+from include.readers.object_store import S3Settings, s3_settings
 
 
 def _conn(login=None, password=None, **extra):

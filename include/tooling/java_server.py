@@ -1,0 +1,51 @@
+"""A local Java server of the demo and the tests (the schema registry, the S3-compatible store): started in a
+session of its own with its output in a log, waited for until it answers, and stopped."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+
+def java() -> str:
+    """The ``java`` on PATH."""
+    return shutil.which("java") or "java"
+
+
+def launch(cmd: Sequence[str], *, cwd: Path, log: Path) -> subprocess.Popen:
+    """Start ``cmd`` in ``cwd``, in a session of its own, appending its output to ``log``."""
+    with log.open("ab") as out:
+        return subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True)
+
+
+def stop(process: subprocess.Popen, timeout_s: float = 15.0) -> None:
+    """Terminate the server, and kill it if it has not ended within ``timeout_s``."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def wait_ready(process: subprocess.Popen, ready: Callable[[], bool], *, name: str, port: int, log: Path,
+               timeout_s: float, error: type[Exception], interval_s: float = 0.3) -> None:  # fmt: skip
+    """Return once ``ready()``; raise ``error`` (with the log's tail) if the server exits first, or (after
+    stopping it) if ``timeout_s`` passes. ``ready`` may raise ``OSError`` or ``ValueError`` while it starts."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise error(f"{name} exited with {process.returncode}; its log {log}:\n"
+                        + log.read_text(errors="replace")[-2000:])  # fmt: skip
+        try:
+            if ready():
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(interval_s)
+    stop(process)
+    raise error(f"{name} did not answer on port {port} within {timeout_s:.0f}s; see {log}")
