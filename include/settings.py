@@ -21,6 +21,7 @@ imports only the standard library.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -71,6 +72,9 @@ FAILPOINT_ENV = "KDE_FAILPOINT"
 #: The file holding the secret of the run's transient Spark cluster, set by the submitting task for
 #: the job's driver (include/spark/spark_cluster.py).
 SPARK_SECRET_FILE_ENV = "KDE_SPARK_SECRET_FILE"
+#: Names the owner-only JSON file of the object store's Hadoop secrets (``fs.s3a.access.key`` ...) a job's
+#: driver builds its session with.
+STORAGE_SECRETS_FILE_ENV = "KDE_STORAGE_SECRETS_FILE"
 
 
 def lakehouse_root_override() -> str | None:
@@ -136,3 +140,15 @@ def spark_secret() -> str | None:
         return Path(path).read_text().strip() or None
     except FileNotFoundError:
         return None
+
+
+def storage_secrets() -> dict[str, str]:
+    """The object store's Hadoop secrets from the file ``KDE_STORAGE_SECRETS_FILE`` names; empty without one."""
+    path = os.environ.get(STORAGE_SECRETS_FILE_ENV)
+    if not path:
+        return {}
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return {}
+    return {str(k): str(v) for k, v in data.items()}

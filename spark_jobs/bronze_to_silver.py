@@ -60,6 +60,7 @@ from spark_jobs.job_common import (
     PhaseTimer,
     apply_table_properties,
     check_fence,
+    checkpoint_files,
     confirm_newest_commit,
     delta_snapshot,
     failpoint,
@@ -129,17 +130,17 @@ class DeltaCheckpointState:
     pending_batch: int | None
 
 
-def read_checkpoint(path: Path) -> DeltaCheckpointState | None:
+def read_checkpoint(path: str, files: spark_checkpoint.Files = spark_checkpoint.LOCAL) -> DeltaCheckpointState | None:
     """The state of the checkpoint folder ``path``; ``None`` when no query ever ran there."""
-    progress = spark_checkpoint.batch_progress(path)
+    progress = spark_checkpoint.batch_progress(path, files)
     return None if progress is None else DeltaCheckpointState(*progress)
 
 
-def batch_end(path: Path, batch_id: int) -> BronzePosition:
+def batch_end(path: str, batch_id: int, files: spark_checkpoint.Files = spark_checkpoint.LOCAL) -> BronzePosition:
     """The bronze position a batch of the checkpoint at ``path`` reads up to (``offsets/<batch_id>``)."""
-    f = Path(path) / "offsets" / str(batch_id)
+    f = spark_checkpoint.child(path, "offsets", str(batch_id))
     try:
-        lines = [ln for ln in f.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        lines = [ln for ln in files.read_bytes(f).decode("utf-8").splitlines() if ln.strip()]
         data = json.loads(lines[-1])
         return BronzePosition(int(data["reservoirVersion"]), int(data["index"]))
     except (OSError, ValueError, KeyError, IndexError) as exc:
@@ -352,13 +353,15 @@ def add_fields(spark, path: str, added: list[FieldSpec], metadata: dict) -> None
 class SilverBatchWriter(BatchWriter):
     """``foreachBatch`` sink: quarantine append, then one silver commit per micro-batch."""
 
-    def __init__(self, spark, cfg: TransformConfig, plan: TransformPlan, checkpoint: Path,
+    def __init__(self, spark, cfg: TransformConfig, plan: TransformPlan, checkpoint: str,
                  last: SilverStand | SilverCommit | None, fields: list[FieldSpec], summary: TransformSummary,
-                 values: ValueSchemas | None = None) -> None:  # fmt: skip
+                 values: ValueSchemas | None = None,
+                 files: spark_checkpoint.Files = spark_checkpoint.LOCAL) -> None:  # fmt: skip
         self.spark = spark
         self.cfg = cfg
         self.plan = plan
         self.checkpoint = checkpoint
+        self.files = files
         self.last = last
         self.fields = fields
         self.summary = summary
@@ -377,8 +380,8 @@ class SilverBatchWriter(BatchWriter):
             log.warning("batch %s of epoch %s is already in silver; skipping its replay", batch_id, self.plan.epoch)
             self.summary.batches.append(BatchResult(batch_id, None, True, time.monotonic() - started))
             return
-        start = batch_end(self.checkpoint, batch_id - 1) if batch_id > 0 else self.plan.start
-        end = batch_end(self.checkpoint, batch_id)
+        start = batch_end(self.checkpoint, batch_id - 1, self.files) if batch_id > 0 else self.plan.start
+        end = batch_end(self.checkpoint, batch_id, self.files)
         timer = PhaseTimer()
         cached = [df.persist(StorageLevel.MEMORY_AND_DISK)]
         try:
@@ -633,8 +636,9 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
         log.warning("silver's batch commit of epoch %s batch %s is no longer in its log (log cleanup); "
                     "the transform stands at bronze version %s as silver's state records",
                     last.epoch, last.batch_id, last.bronze_end.version)  # fmt: skip
-    root = Path(cfg.checkpoint_root)
-    checkpoints, damaged = spark_checkpoint.read_epochs(root, read_checkpoint)
+    root = cfg.checkpoint_root
+    files = checkpoint_files(spark, root)
+    checkpoints, damaged = spark_checkpoint.read_epochs(root, read_checkpoint, files)
     plan = plan_transform(last, checkpoints, damaged)
     rebuilt = None
     if plan.rebuilt_reason:
@@ -652,7 +656,7 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
         fields = ensure_silver(spark, cfg.silver_path, cfg.spec)
         phases["silver_schema"] = time.monotonic() - started - sum(phases.values())
         checkpoint = spark_checkpoint.epoch_dir(root, plan.epoch)
-        writer = SilverBatchWriter(spark, cfg, plan, checkpoint, last, fields, summary, values)
+        writer = SilverBatchWriter(spark, cfg, plan, checkpoint, last, fields, summary, values, files)
         # A DELETE or UPDATE of bronze rows (e.g. an erasure request) rewrites files; without this
         # the stream stops for good at such a commit. Its rows were read when they first came.
         reader = (
@@ -666,7 +670,7 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
             reader.load(cfg.bronze_path)
             .writeStream.queryName(f"bronze_to_silver:{cfg.pipeline}:{uuid.uuid4().hex[:8]}")
             .foreachBatch(writer)
-            .option("checkpointLocation", str(checkpoint))
+            .option("checkpointLocation", checkpoint)
             .trigger(availableNow=True)
             .start()
         )

@@ -42,7 +42,7 @@ def build_session(app_name: str):
 
     On a run's transient cluster, the cluster's secret is set here, in the
     session's configuration: on the spark-submit command line ``ps`` would
-    show it to every local user.
+    show it to every local user. So are an object store's keys.
     """
     from pyspark.sql import SparkSession
 
@@ -56,7 +56,63 @@ def build_session(app_name: str):
     secret = settings.spark_secret()
     if secret is not None:
         builder = builder.config("spark.authenticate", "true").config("spark.authenticate.secret", secret)
+    # The object store's keys, for the driver and (in the Hadoop configuration Spark ships) the executors.
+    for key, value in settings.storage_secrets().items():
+        builder = builder.config(f"spark.hadoop.{key}", value)
     return builder.getOrCreate()
+
+
+class HadoopFiles:
+    """Checkpoint reads (:class:`include.readers.spark_checkpoint.Files`) through the job's Hadoop filesystem:
+    what an object-store checkpoint takes, with the credentials the session was built with."""
+
+    def __init__(self, spark) -> None:
+        self._jvm = spark.sparkContext._jvm
+        self._conf = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def _fs(self, path: str):
+        p = self._jvm.org.apache.hadoop.fs.Path(path)
+        return p.getFileSystem(self._conf), p
+
+    def exists(self, path: str) -> bool:
+        """Whether a file or folder (a key or a prefix, on an object store) is at ``path``."""
+        fs, p = self._fs(path)
+        return bool(fs.exists(p))
+
+    def children(self, path: str) -> list[tuple[str, bool]]:
+        """``(name, is_folder)`` of each entry under ``path``; empty when there is none."""
+        from py4j.protocol import Py4JJavaError
+
+        fs, p = self._fs(path)
+        try:
+            return [(s.getPath().getName(), bool(s.isDirectory())) for s in fs.listStatus(p)]
+        except Py4JJavaError as exc:
+            if "FileNotFoundException" in exc.java_exception.getClass().getName():
+                return []
+            raise
+
+    def read_bytes(self, path: str) -> bytes:
+        """The whole file; a Hadoop error becomes :class:`OSError` naming the file."""
+        from py4j.protocol import Py4JJavaError
+
+        fs, p = self._fs(path)
+        try:
+            stream = fs.open(p)
+            try:
+                return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+            finally:
+                stream.close()
+        except Py4JJavaError as exc:
+            raise OSError(f"{path}: {exc.java_exception.toString()}") from None
+
+
+def checkpoint_files(spark, root: str):
+    """How a job reads the checkpoints under ``root``: local file reads for a folder, the session's Hadoop
+    filesystem for an object store."""
+    from include.contract.locations import local_path
+    from include.readers import spark_checkpoint
+
+    return spark_checkpoint.LOCAL if local_path(root) is not None else HadoopFiles(spark)
 
 
 def _jvm_seq(jvm, items: list):

@@ -25,7 +25,6 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from urllib.parse import unquote
 
 from include.contract import jobs as contract
@@ -61,6 +60,7 @@ from spark_jobs.job_common import (
     JobStep,
     WrittenFile,
     apply_table_properties,
+    checkpoint_files,
     commit_with_stand,
     failpoint,
     job_main,
@@ -227,12 +227,14 @@ BRONZE_COLUMNS = (
 class BronzeBatchWriter(BatchWriter):
     """``foreachBatch`` sink: one idempotent Delta commit per micro-batch, with its offsets."""
 
-    def __init__(self, spark, cfg: IngestConfig, plan: CheckpointPlan, checkpoint: Path,
-                 table: BronzeCommit | None, summary: RunSummary) -> None:  # fmt: skip
+    def __init__(self, spark, cfg: IngestConfig, plan: CheckpointPlan, checkpoint: str,
+                 table: BronzeCommit | None, summary: RunSummary,
+                 files: spark_checkpoint.Files = spark_checkpoint.LOCAL) -> None:  # fmt: skip
         self.spark = spark
         self.cfg = cfg
         self.plan = plan
         self.checkpoint = checkpoint
+        self.files = files
         self.last_commit = table
         self.positions: PositionMap = dict(table.next_offsets) if table else {}
         self.app_id = bronze_app_id(cfg.pipeline, plan.epoch)
@@ -253,14 +255,14 @@ class BronzeBatchWriter(BatchWriter):
                 BatchRecord(batch_id, 0, [], None, True, time.monotonic() - started)
             )
             return
-        end = spark_checkpoint.batch_offsets(self.checkpoint, batch_id)
+        end = spark_checkpoint.batch_offsets(self.checkpoint, batch_id, self.files)
         if end is None:
             raise OffsetError(f"{self.checkpoint}: no offsets/{batch_id} for the running batch",
                               pipeline=self.cfg.pipeline, table=self.cfg.bronze_path)
         start = (
-            spark_checkpoint.batch_offsets(self.checkpoint, batch_id - 1)
+            spark_checkpoint.batch_offsets(self.checkpoint, batch_id - 1, self.files)
             if batch_id > 0
-            else spark_checkpoint.initial_offsets(self.checkpoint)
+            else spark_checkpoint.initial_offsets(self.checkpoint, self.files)
         )
         gaps = self.cfg.accepted_gaps if batch_id == 0 and self.plan.rebuilt_reason else ()
         if gaps:
@@ -450,8 +452,9 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
             pipeline=cfg.pipeline, table=cfg.bronze_path, version=stand.restore.version,
         )
     table = stand.commit if stand is not None else None
-    root = Path(cfg.checkpoint_root)
-    checkpoints, damaged = spark_checkpoint.read_epochs(root, spark_checkpoint.read_state)
+    root = cfg.checkpoint_root
+    files = checkpoint_files(spark, root)
+    checkpoints, damaged = spark_checkpoint.read_epochs(root, spark_checkpoint.read_state, files)
     position_set = None
     if reset is not None:
         table, plan = record_position(spark, cfg, partitions, checkpoints, table,
@@ -486,7 +489,7 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
                                 "positions": positions_to_json(position_set.next_offsets)}  # fmt: skip
     summary.phases_s = phases
     phases["plan"] = time.monotonic() - started - sum(phases.values())
-    writer = BronzeBatchWriter(spark, cfg, plan, checkpoint, table, summary)
+    writer = BronzeBatchWriter(spark, cfg, plan, checkpoint, table, summary, files)
     # Session settings reach the Parquet writer through the Hadoop configuration Delta's writeFiles builds.
     for column in NO_DICTIONARY_COLUMNS:
         spark.conf.set(f"parquet.enable.dictionary#{column}", "false")
@@ -497,7 +500,7 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
         reader.load()
         .writeStream.queryName(f"kafka_to_bronze:{cfg.pipeline}:{uuid.uuid4().hex[:8]}")
         .foreachBatch(writer)
-        .option("checkpointLocation", str(checkpoint))
+        .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()
     )

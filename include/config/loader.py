@@ -51,14 +51,13 @@ _TABLE_LOCATIONS = (
 )
 #: What each key of :data:`_TABLE_LOCATIONS` is, as messages name it.
 _LOCATION_NAMES = {key: what for key, _, what, _ in _TABLE_LOCATIONS}
-#: Table locations the pods of profile ``kubernetes`` read or write: key, and
-#: whether a URI is allowed (checkpoints are read with local file I/O).
+#: Table locations the pods of profile ``kubernetes`` read or write: each a URI, or a path on the shared volume.
 _POD_LOCATIONS = (
-    ("bronze_path", True),
-    ("checkpoint_root", False),
-    ("silver_path", True),
-    ("quarantine_path", True),
-    ("transform_checkpoint_root", False),
+    "bronze_path",
+    "checkpoint_root",
+    "silver_path",
+    "quarantine_path",
+    "transform_checkpoint_root",
 )
 
 
@@ -309,16 +308,15 @@ def _check_pods_reach(shown: str, tables: TablesConfig, kafka: KafkaConfig, k8s:
     """Profile ``kubernetes``: what the driver pod reads is in the image, the shared volume or a secret."""
     if k8s.shared_dir is None:  # ClusterConfig already refused it
         return
-    for key, uri_ok in _POD_LOCATIONS:
+    for key in _POD_LOCATIONS:
         location = getattr(tables, key)
-        if uri_ok and _URI.match(location):
+        if _URI.match(location):
             continue
         if not _is_within(location, k8s.shared_dir):
-            allowed = "a URI or a path" if uri_ok else "a path"
             raise PipelineConfigError(
                 shown,
                 f"tables.{key}",
-                f"expected {allowed} inside cluster.kubernetes.shared_dir {k8s.shared_dir!r} with profile "
+                f"expected a URI or a path inside cluster.kubernetes.shared_dir {k8s.shared_dir!r} with profile "
                 "kubernetes (the driver and executor pods see only that volume), got "
                 f"{_describe(location)}",
             )

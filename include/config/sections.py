@@ -481,8 +481,8 @@ class KubernetesConfig(_Section):
         default=None,
         description="Required with profile kubernetes: absolute path where that volume is mounted, the "
         "same on the Airflow workers and in the pods. Run files live in <shared_dir>/runs/<name>/<run>. "
-        "tables.checkpoint_root and tables.transform_checkpoint_root must lie inside it, and so must "
-        "tables.bronze_path, silver_path and quarantine_path unless they are URIs.",
+        "tables.bronze_path, silver_path, quarantine_path, checkpoint_root and transform_checkpoint_root must "
+        "lie inside it unless they are URIs.",
     )
     kafka_options_secret: Annotated[str, _matching(_K8S_SUBDOMAIN, _K8S_NAME)] | None = Field(
         default=None,

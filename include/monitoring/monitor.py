@@ -34,6 +34,7 @@ from typing import Any
 from include.config import PipelineConfig
 from include.contract.errors import PipelineError
 from include.contract.preflight import measure_lag
+from include.orchestration.pipeline_run import TableOptions
 from include.readers import delta_progress, kafka_state, run_ledger
 
 #: The whole Kafka part of one snapshot must finish within this many seconds.
@@ -77,17 +78,21 @@ class LedgerCache:
         self._lock = threading.Lock()
         self._rows: dict[str, tuple[int, list[dict[str, Any]]]] = {}
 
-    def recent_runs(self, path: str) -> list[dict[str, Any]]:
+    def recent_runs(self, path: str, *, storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:
         """The newest :data:`HISTORY_RUNS` runs of the ledger at ``path`` (only :data:`LEDGER_COLUMNS`), newest
-        first; the caller must not change them (they are shared with later views)."""
-        version = run_ledger.ledger_version(path)
+        first; the caller must not change them (they are shared with later views).
+
+        ``storage_options``: delta-rs options of a ledger on an object store (``None``: a local one).
+        """
+        version = run_ledger.ledger_version(path, storage_options=storage_options)
         if version is None:
             return []
         with self._lock:
             hit = self._rows.get(path)
         if hit is not None and hit[0] == version:
             return hit[1]
-        rows = run_ledger.newest_runs(path, files=HISTORY_RUNS, columns=LEDGER_COLUMNS, limit=HISTORY_RUNS)
+        rows = run_ledger.newest_runs(path, files=HISTORY_RUNS, columns=LEDGER_COLUMNS, limit=HISTORY_RUNS,
+                                      storage_options=storage_options)  # fmt: skip
         with self._lock:
             if path not in self._rows and len(self._rows) >= self._size:
                 self._rows.pop(next(iter(self._rows)))
@@ -238,15 +243,29 @@ def last_ingested(bronze_path: str, next_offsets: Mapping[tuple[str, int], int],
     return found
 
 
-def maintenance_view(cfg: PipelineConfig, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Files per table now (delta-rs; ``None``: no table yet) and the newest run that maintained each."""
+def view_options(cfg: PipelineConfig, get_connection: Callable[[str], Any] | None = None) -> TableOptions:
+    """The delta-rs options of ``cfg``'s tables for one page view, the connection looked up as Airflow's server
+    processes do (:func:`include.readers.connections.server_connection`: the page is not a task)."""
+    from include.readers.connections import server_connection
+
+    return TableOptions(cfg, get_connection=get_connection or server_connection)
+
+
+def maintenance_view(cfg: PipelineConfig, rows: list[dict[str, Any]], *,
+                     options: TableOptions | None = None) -> dict[str, Any]:  # fmt: skip
+    """Files per table now (delta-rs; ``None``: no table yet) and the newest run that maintained each.
+
+    ``options``: the view's :func:`view_options` (``None``: made here).
+    """
+    options = options or view_options(cfg)
     paths = {"bronze": cfg.tables.bronze_path, "ledger": cfg.tables.ledger_path}
     if cfg.transform is not None:
         paths.update(silver=cfg.tables.silver_path, quarantine=cfg.tables.quarantine_path)
     files: dict[str, int | None] = {}
     for name, path in paths.items():
         try:
-            files[name] = delta_progress.file_count(path)
+            # The table names are TablesConfig's fields without "_path".
+            files[name] = delta_progress.file_count(path, storage_options=options(f"{name}_path"))
         except Exception:  # noqa: BLE001 - a table the page cannot open shows no count
             files[name] = None
     last: dict[str, dict[str, Any]] = {}
@@ -302,13 +321,15 @@ def pipeline_snapshot(
     scheduler: SchedulerView | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    get_connection: Callable[[str], Any] | None = None,
 ) -> dict[str, Any]:
     """Everything the page shows about one pipeline (see the module docstring).
 
     ``kafka_config`` is the connection's confluent-kafka settings, or ``None``
     with ``kafka_error`` saying why there are none (e.g. a missing
     connection). No exception escapes for a source that fails; it is reported
-    in the snapshot instead.
+    in the snapshot instead. ``get_connection`` looks up the connection of
+    tables on an object store (default: as Airflow's server processes do).
     """
     started = time.monotonic()
     scheduler = scheduler or SchedulerView()
@@ -328,13 +349,18 @@ def pipeline_snapshot(
         "links": {"dag": dag_link(cfg.name), "last_run": None},
     }
 
+    # One connection lookup for the view's every table on an object store; a failed one shows in each section.
+    options = view_options(cfg, get_connection)
     progress = None
     try:
+        bronze_options = options("bronze_path")
         # Kafka is read after the table (it may be down): the configured topics, and what the newest
         # commit names, are looked up in the table's state.
-        progress = delta_progress.read_progress(cfg.tables.bronze_path, cfg.name, {t: () for t in cfg.kafka.topics})
+        progress = delta_progress.read_progress(cfg.tables.bronze_path, cfg.name, {t: () for t in cfg.kafka.topics},
+                                                storage_options=bronze_options)  # fmt: skip
         # The table is opened a second time only when it holds none of our commits (or is absent).
-        version = progress.table_version if progress else delta_progress.table_version(cfg.tables.bronze_path)
+        version = progress.table_version if progress \
+            else delta_progress.table_version(cfg.tables.bronze_path, storage_options=bronze_options)  # fmt: skip
         snap["table"] = {"ok": True, "error": None, "exists": version is not None, "version": version,
                          "epoch": progress.epoch if progress else None,
                          "position_from": progress.stand.source if progress else None,
@@ -344,7 +370,7 @@ def pipeline_snapshot(
                          "epoch": None, "position_from": None, "restored": None}  # fmt: skip
 
     try:
-        rows = LEDGER_CACHE.recent_runs(str(cfg.tables.ledger_path))
+        rows = LEDGER_CACHE.recent_runs(str(cfg.tables.ledger_path), storage_options=options("ledger_path"))
         snap["ledger"] = {"ok": True, "error": None}
     except Exception as exc:  # noqa: BLE001
         rows = []
@@ -354,10 +380,10 @@ def pipeline_snapshot(
     if snap["last_run"]:
         snap["links"]["last_run"] = snap["last_run"]["link"]
     snap["gaps"], snap["manual_actions"] = _history(rows)
-    snap["maintenance"] = maintenance_view(cfg, rows)
+    snap["maintenance"] = maintenance_view(cfg, rows, options=options)
 
     table_next = progress.next_offsets if progress else None
-    _kafka_part(snap, cfg, kafka_config, kafka_error, table_next, timeout_s, now)
+    _kafka_part(snap, cfg, kafka_config, kafka_error, table_next, timeout_s, now, options)
     snap["health"] = _health(snap)
     snap["checked_at"] = now().isoformat()
     snap["elapsed_s"] = round(time.monotonic() - started, 3)
@@ -366,7 +392,7 @@ def pipeline_snapshot(
 
 def _kafka_part(snap: dict[str, Any], cfg: PipelineConfig, config: Mapping[str, str] | None, error: str | None,
                 table_next: Mapping[str, Mapping[int, int]] | None, timeout_s: float,
-                now: Callable[[], datetime]) -> None:  # fmt: skip
+                now: Callable[[], datetime], options: TableOptions) -> None:  # fmt: skip
     """Fill ``kafka``, ``partitions``, ``lag`` and ``open_gaps``; on failure, from the table alone.
 
     ``timeout_s`` bounds the Kafka calls together, counted from the first of them: the table's
@@ -377,7 +403,7 @@ def _kafka_part(snap: dict[str, Any], cfg: PipelineConfig, config: Mapping[str, 
     stamps: dict[tuple[str, int], datetime | None] = {}
     if positions:
         try:
-            stamps = last_ingested(cfg.tables.bronze_path, positions)
+            stamps = last_ingested(cfg.tables.bronze_path, positions, storage_options=options("bronze_path"))
         except Exception as exc:  # noqa: BLE001 - the timestamps are a nicety; the offsets still show
             snap["table"]["error"] = f"last ingested timestamps: {type(exc).__name__}: {exc}"
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from include import settings
 from include.config import PipelineConfig
@@ -165,6 +166,54 @@ def lock_folder(cfg: PipelineConfig) -> Path | run_lock.ObjectStoreFolder:
     return run_lock.ObjectStoreFolder(location, *s3.obstore_args())
 
 
+def table_options(cfg: PipelineConfig, location: str, *, what: str = "location",
+                  get_connection: Callable[[str], Any] | None = None) -> dict[str, str] | None:  # fmt: skip
+    """delta-rs ``storage_options`` for ``location``, one of ``cfg``'s tables: ``None`` for a local path (no
+    connection looked up), else the S3 settings of the connection ``tables.storage_connection_id``.
+
+    ``what`` names the location's key in the error raised for a store this version cannot reach;
+    ``get_connection`` looks the connection up (default: the Task SDK's, as in a task).
+    """
+    from include.readers import connections, object_store
+
+    return object_store.location_options(location, cfg.tables.storage_connection_id, what=what,
+                                         get_connection=get_connection or connections._get_connection)  # fmt: skip
+
+
+class TableOptions:
+    """:func:`table_options` of one pipeline's tables, by :class:`~include.config.pipeline.TablesConfig` field.
+
+    The connection is looked up at the first table on an object store, and only once: a lookup is a round
+    trip to Airflow's metadata database or API, so one of these serves a whole task (or page view), not one
+    table read. A pipeline whose tables are all local never looks a connection up. A failed lookup is not
+    tried again: each later table on the store raises the same error.
+    """
+
+    def __init__(self, cfg: PipelineConfig, *, get_connection: Callable[[str], Any] | None = None) -> None:
+        self._cfg = cfg
+        self._get_connection = get_connection
+        self._found: dict[str, Any] = {}
+        self._failed: dict[str, Exception] = {}
+
+    def _connection(self, conn_id: str) -> Any:
+        from include.readers import connections
+
+        if conn_id in self._failed:
+            raise self._failed[conn_id]
+        if conn_id not in self._found:
+            try:
+                self._found[conn_id] = (self._get_connection or connections._get_connection)(conn_id)
+            except Exception as exc:
+                self._failed[conn_id] = exc
+                raise
+        return self._found[conn_id]
+
+    def __call__(self, key: str) -> dict[str, str] | None:
+        """The options of the location ``tables.<key>`` (e.g. ``"bronze_path"``): ``None`` for a local path."""
+        return table_options(self._cfg, getattr(self._cfg.tables, key), what=f"tables.{key}",
+                             get_connection=self._connection)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class LockClaim:
     """What :func:`take_lock` found: the epoch this run holds, or the live run it waits for."""
@@ -202,7 +251,9 @@ def take_lock(cfg: PipelineConfig, *, dag_id: str, run_id: str,
     if not dead.get("run_id"):
         return LockClaim(epoch)
     stopped = stop_leftovers(cfg, dead["run_id"])
-    fenced = fence_tables(cfg.name, pipeline_tables(cfg), epoch)
+    tables, options = pipeline_tables(cfg), TableOptions(cfg)
+    # pipeline_tables names each table after its TablesConfig field (bronze: bronze_path).
+    fenced = fence_tables(cfg.name, tables, epoch, storage_options={name: options(f"{name}_path") for name in tables})
     return LockClaim(epoch, None, (
         f"took the lock over from run {dead['run_id']} (epoch {dead.get('epoch')}, host {dead.get('host')}): "
         f"{stopped or 'it left no process running here'}; "
@@ -222,7 +273,8 @@ def pipeline_tables(cfg: PipelineConfig) -> dict[str, str]:
                                        if cfg.transform is not None else {})}  # fmt: skip
 
 
-def fence_tables(pipeline: str, tables: Mapping[str, str], epoch: int) -> list[str]:
+def fence_tables(pipeline: str, tables: Mapping[str, str], epoch: int, *,
+                 storage_options: Mapping[str, dict[str, str] | None] | None = None) -> list[str]:  # fmt: skip
     """Mark each existing table of ``tables`` (name -> location) with lock epoch ``epoch``; returns those marked.
 
     One commit per table holding only a txn action (app id
@@ -230,6 +282,8 @@ def fence_tables(pipeline: str, tables: Mapping[str, str], epoch: int) -> list[s
     data: from then on a job of an earlier epoch refuses to commit there, and
     one whose commit races this one loses it (Delta's conflict check on that
     app id). A table already at ``epoch`` or later is left as it is.
+    ``storage_options``: the delta-rs options of the tables on an object store, by name (:class:`TableOptions`);
+    a table it leaves out is local.
     """
     from deltalake import CommitProperties, DeltaTable, Transaction
     from deltalake.exceptions import CommitFailedError
@@ -239,10 +293,11 @@ def fence_tables(pipeline: str, tables: Mapping[str, str], epoch: int) -> list[s
     app = lock_app_id(pipeline)
     fenced = []
     for name, path in tables.items():
-        if not DeltaTable.is_deltatable(path):
+        options = (storage_options or {}).get(name)
+        if not DeltaTable.is_deltatable(path, storage_options=options):
             continue
         for attempt in range(1, FENCE_ATTEMPTS + 1):
-            table = DeltaTable(path)
+            table = DeltaTable(path, storage_options=options)
             if (table.transaction_version(app) or 0) >= epoch:
                 break
             try:
@@ -313,27 +368,36 @@ def run_backlog(plan: dict | None, preflight: dict | None) -> int | None:
     return int(lag) if isinstance(lag, int) else None
 
 
-def read_progress(cfg: PipelineConfig, topics: dict) -> TableProgress | None:
-    """Where bronze stands for ``cfg``'s pipeline, looking at the partitions Kafka has now (``topics``)."""
+def read_progress(cfg: PipelineConfig, topics: dict, *, options: TableOptions | None = None) -> TableProgress | None:
+    """Where bronze stands for ``cfg``'s pipeline, looking at the partitions Kafka has now (``topics``).
+
+    ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here).
+    """
+    options = options or TableOptions(cfg)
     return delta_progress.read_progress(
-        cfg.tables.bronze_path, cfg.name, {t: list(s.partitions) for t, s in topics.items()}
+        cfg.tables.bronze_path, cfg.name, {t: list(s.partitions) for t, s in topics.items()},
+        storage_options=options("bronze_path"),
     )
 
 
-def snapshot(cfg: PipelineConfig, client: dict[str, str]) -> tuple[LagReport, TableProgress | None, dict]:
+def snapshot(cfg: PipelineConfig, client: dict[str, str], *,
+             options: TableOptions | None = None) -> tuple[LagReport, TableProgress | None, dict]:  # fmt: skip
     """Lag of the table against Kafka, with the age of the oldest pending record.
 
     A table whose position cannot be read, or was restored, is reported on
     the lag report (:attr:`LagReport.position_problem`), for the preflight
     to refuse with the action that fixes it; the lag is then not measured.
+    ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here).
     """
+    options = options or TableOptions(cfg)
     topics = kafka_state.read_topics(
         client, topics=cfg.kafka.topics, pattern=cfg.kafka.topic_pattern, timeout_s=KAFKA_TIMEOUT_S
     )
     try:
-        progress = read_progress(cfg, topics)
+        progress = read_progress(cfg, topics, options=options)
     except PositionUnknownError as exc:
-        return LagReport((), delta_progress.table_version(cfg.tables.bronze_path), position_problem=str(exc)), None, topics
+        version = delta_progress.table_version(cfg.tables.bronze_path, storage_options=options("bronze_path"))
+        return LagReport((), version, position_problem=str(exc)), None, topics
     return lag_report(cfg, client, topics, progress), progress, topics
 
 
@@ -357,7 +421,8 @@ def lag_report(cfg: PipelineConfig, client: dict[str, str], topics: dict, progre
 
 
 def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunRequest | None = None, *,
-                  ledger_rows: list[dict] | None = None) -> tuple[PreflightReport, LagReport, TableProgress | None]:  # fmt: skip
+                  ledger_rows: list[dict] | None = None,
+                  options: TableOptions | None = None) -> tuple[PreflightReport, LagReport, TableProgress | None]:  # fmt: skip
     """The preflight verdict for the table and Kafka as they are now, for what the run was asked to do.
 
     ``acknowledge_gap`` turns the data loss found now into gaps recorded with
@@ -365,12 +430,14 @@ def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunReque
     backfill leaves the table's position alone, so only findings that make
     its offsets meaningless (a recreated or missing topic) stop it.
     ``ledger_rows``: :func:`preflight_ledger`'s rows, read by the caller.
+    ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here).
     """
-    report, progress, topics = snapshot(cfg, client)
+    options = options or TableOptions(cfg)
+    report, progress, topics = snapshot(cfg, client, options=options)
     recorded = recorded_topic_ids(progress, topics)
     action = request.action if request else manual_ops.NORMAL
     acknowledging = action == manual_ops.ACKNOWLEDGE_GAP
-    reset, refusal = position_choice(cfg, report, progress, request)
+    reset, refusal = position_choice(cfg, report, progress, request, options=options)
     table_next = progress.next_offsets if progress else None
     if reset is not None:
         table_next = positions_from_json(reset["positions"])
@@ -383,7 +450,7 @@ def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunReque
         dag_id=cfg.name,
     )
     if reset is None and refusal is None and (report.position_problem is None):
-        refusal = ledger_witness(cfg, table_next, ledger_rows)
+        refusal = ledger_witness(cfg, table_next, ledger_rows, options=options)
     if refusal is not None:
         verdict = replace(verdict, findings=(*verdict.findings, refusal), blocking=(*verdict.blocking, refusal))
     if reset is not None:
@@ -412,28 +479,32 @@ WITNESS_COLUMNS = ("run_id", "finished_at", "outcome", "partitions_json")
 WITNESS_FILES = 20
 
 
-def preflight_ledger(cfg: PipelineConfig) -> list[dict]:
+def preflight_ledger(cfg: PipelineConfig, *, options: TableOptions | None = None) -> list[dict]:
     """The ledger rows the preflight needs, read once: for the witness and for whether maintenance is due.
 
     Newest first; the columns of both, from as many of the newest files as
     the larger of the two reads (more rows than ``every_runs`` never change
     whether maintenance is due: see :func:`include.contract.maintenance.due`).
+    ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here).
     """
     from include.contract import maintenance
 
     files = max(WITNESS_FILES, cfg.maintenance.every_runs or 0)
     columns = tuple(dict.fromkeys(WITNESS_COLUMNS + maintenance.LEDGER_COLUMNS))
-    return run_ledger.newest_runs(cfg.tables.ledger_path, files=files, columns=columns)
+    return run_ledger.newest_runs(cfg.tables.ledger_path, files=files, columns=columns,
+                                  storage_options=(options or TableOptions(cfg))("ledger_path"))  # fmt: skip
 
 
-def ledger_witness(cfg: PipelineConfig, table_next: PositionMap | None,
-                   rows: list[dict] | None = None) -> Finding | None:  # fmt: skip
+def ledger_witness(cfg: PipelineConfig, table_next: PositionMap | None, rows: list[dict] | None = None, *,
+                   options: TableOptions | None = None) -> Finding | None:  # fmt: skip
     """The run ledger's last successful run against where the table stands now (see :func:`ledger_overlap`).
 
     ``rows``: the ledger's newest rows with :data:`WITNESS_COLUMNS`, already read (``None``: read here).
+    ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here, if the ledger is read).
     """
     if rows is None:
-        rows = run_ledger.newest_runs(cfg.tables.ledger_path, files=WITNESS_FILES, columns=WITNESS_COLUMNS)
+        rows = run_ledger.newest_runs(cfg.tables.ledger_path, files=WITNESS_FILES, columns=WITNESS_COLUMNS,
+                                      storage_options=(options or TableOptions(cfg))("ledger_path"))  # fmt: skip
     for row in rows:  # newest first
         if row["outcome"] != "success":
             continue
@@ -447,13 +518,14 @@ def ledger_witness(cfg: PipelineConfig, table_next: PositionMap | None,
     return None
 
 
-def position_choice(cfg: PipelineConfig, report: LagReport, progress: TableProgress | None,
-                    request: RunRequest | None) -> tuple[dict | None, Finding | None]:  # fmt: skip
+def position_choice(cfg: PipelineConfig, report: LagReport, progress: TableProgress | None, request: RunRequest | None,
+                    *, options: TableOptions | None = None) -> tuple[dict | None, Finding | None]:  # fmt: skip
     """Where a position action asks the table to stand (the job's ``position_reset``), or the refusal.
 
     With no such action, a table whose position is unusable is refused,
     naming the action that fixes it; an action the table's state does not
     call for is refused too (it would move a good position).
+    ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here, if bronze is read).
     """
     action = request.action if request else manual_ops.NORMAL
     restore = progress.restore if progress is not None else None
@@ -472,7 +544,8 @@ def position_choice(cfg: PipelineConfig, report: LagReport, progress: TableProgr
     who = f" by {request.requested_by}" if request.requested_by else ""
     why = f"{action}{who}: {request.reason}"
     if action == manual_ops.REESTABLISH_POSITION and (unknown or restore is not None):
-        positions = delta_progress.positions_from_rows(cfg.tables.bronze_path)
+        positions = delta_progress.positions_from_rows(
+            cfg.tables.bronze_path, storage_options=(options or TableOptions(cfg))("bronze_path"))
         return {"action": action, "reason": why, "positions": positions_to_json(positions)}, None
     if action == manual_ops.REREAD_AFTER_RESTORE and restore is not None and restore.restored_commit is not None:
         version, commit = restore.restored_commit
@@ -496,9 +569,13 @@ def position_choice(cfg: PipelineConfig, report: LagReport, progress: TableProgr
     ))  # fmt: skip
 
 
-def plan_request(cfg: PipelineConfig, client: dict[str, str], request: RunRequest) -> dict:
+def plan_request(cfg: PipelineConfig, client: dict[str, str], request: RunRequest, *,
+                 options: TableOptions | None = None) -> dict:  # fmt: skip
     """What the run will do (XCom of ``check_request``): for a backfill, its offset ranges, checked
-    against the pipeline, Kafka and the table; raises :class:`manual_ops.RequestError`."""
+    against the pipeline, Kafka and the table; raises :class:`manual_ops.RequestError`.
+
+    ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here, if bronze is read).
+    """
     plan: dict = {
         "action": request.action, "reason": request.reason, "requested_by": request.requested_by,
         "describe": request.describe(), "ranges": [], "time_range": None, "notes": [],
@@ -507,7 +584,7 @@ def plan_request(cfg: PipelineConfig, client: dict[str, str], request: RunReques
         return plan
     topics = kafka_state.read_topics(client, topics=cfg.kafka.topics, pattern=cfg.kafka.topic_pattern,
                                      timeout_s=KAFKA_TIMEOUT_S)  # fmt: skip
-    progress = read_progress(cfg, topics)
+    progress = read_progress(cfg, topics, options=options)
     table_next = progress.next_offsets if progress else None
     names = sorted(set(table_next or {}) - set(topics))
     if names:  # topics the table read that no longer match: asked for by name, so their absence shows
@@ -557,13 +634,17 @@ def checkpoint_position(cfg: PipelineConfig) -> dict | None:
 
 def check_continuity(cfg: PipelineConfig, client: dict[str, str], *, run_id: str, version_before: int | None,
                      start: PositionMap | None, job_summary: dict | None, transform_before: dict | None = None,
-                     transform_summary: dict | None = None) -> ContinuityReport:  # fmt: skip
+                     transform_summary: dict | None = None, options: TableOptions | None = None) -> ContinuityReport:  # fmt: skip
     """Check the commits this run wrote (the Delta log after ``version_before``).
 
     ``start`` is where the table stood at ``version_before`` (from the preflight).
+    ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here).
     """
-    bronze = delta_progress.opened(cfg.tables.bronze_path)  # once: every read below sees one version
-    _, commits = delta_progress.commits_since(bronze, version_before)
+    options = options or TableOptions(cfg)
+    bronze_options = options("bronze_path")
+    # Opened once: every read below sees one version.
+    bronze = delta_progress.opened(cfg.tables.bronze_path, storage_options=bronze_options)
+    _, commits = delta_progress.commits_since(bronze, version_before, storage_options=bronze_options)
 
     def count(topic: str, partition: int, frm: int, until: int) -> int:
         return kafka_state.count_records(client, topic, partition, frm, until, timeout_s=KAFKA_TIMEOUT_S)
@@ -580,44 +661,55 @@ def check_continuity(cfg: PipelineConfig, client: dict[str, str], *, run_id: str
     )
     if backfill:
         report.backfill = continuity.check_backfill(
-            run_id=run_id, commits=delta_progress.backfill_commits_since(bronze, version_before),
+            run_id=run_id, commits=delta_progress.backfill_commits_since(bronze, version_before,
+                                                                         storage_options=bronze_options),
             expected=job_summary, count_records=count,
         )  # fmt: skip
     if cfg.transform is not None:
         report.transform = check_transform(cfg, before=transform_before or {}, job_summary=transform_summary,
-                                           bronze=bronze)  # fmt: skip
+                                           bronze=bronze, options=options)  # fmt: skip
     return report
 
 
-def transform_versions(cfg: PipelineConfig) -> dict:
+def transform_versions(cfg: PipelineConfig, *, options: TableOptions | None = None) -> dict:
     """Silver's and quarantine's versions now, and where the transform stands: where the run's transform check starts.
 
     The stand comes from silver's state, so the check can chain the run's first
     batch to it even when log cleanup has removed the batch commit before it.
+    ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here).
     """
-    silver = delta_progress.opened(cfg.tables.silver_path)
-    stand = delta_progress.silver_stand(silver, cfg.name)
+    options = options or TableOptions(cfg)
+    silver_options = options("silver_path")
+    silver = delta_progress.opened(cfg.tables.silver_path, storage_options=silver_options)
+    stand = delta_progress.silver_stand(silver, cfg.name, storage_options=silver_options)
     return {
-        "silver_version": delta_progress.table_version(silver),
-        "quarantine_version": delta_progress.table_version(cfg.tables.quarantine_path),
+        "silver_version": delta_progress.table_version(silver, storage_options=silver_options),
+        "quarantine_version": delta_progress.table_version(cfg.tables.quarantine_path,
+                                                           storage_options=options("quarantine_path")),
         "silver_stand": stand.to_json() if stand is not None else None,
     }
 
 
 def check_transform(cfg: PipelineConfig, *, before: dict, job_summary: dict | None,
-                    bronze: delta_progress.TableRef | None = None) -> TransformCheck:  # fmt: skip
+                    bronze: delta_progress.TableRef | None = None,
+                    options: TableOptions | None = None) -> TransformCheck:  # fmt: skip
     """Check the silver batches written since ``before`` (:func:`transform_versions` of the preflight).
 
     ``bronze`` is bronze :func:`include.readers.delta_progress.opened` by the caller (``None``: opened here).
+    ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here).
     """
+    options = options or TableOptions(cfg)
     bronze = cfg.tables.bronze_path if bronze is None else bronze
-    previous, commits = delta_progress.silver_commits_since(cfg.tables.silver_path, before.get("silver_version"))
+    bronze_options = options("bronze_path")
+    previous, commits = delta_progress.silver_commits_since(cfg.tables.silver_path, before.get("silver_version"),
+                                                            storage_options=options("silver_path"))  # fmt: skip
     if commits:  # only the bronze versions the batches read: cost follows the run, not the history
         since = min(c.bronze_start.version for c in commits)
-        bronze_version, rows = delta_progress.bronze_rows_by_version(bronze, since)
+        bronze_version, rows = delta_progress.bronze_rows_by_version(bronze, since, storage_options=bronze_options)
     else:
-        bronze_version, rows = delta_progress.bronze_data_version(bronze), {}
-    quarantined = delta_progress.quarantine_rows_since(cfg.tables.quarantine_path, before.get("quarantine_version"))
+        bronze_version, rows = delta_progress.bronze_data_version(bronze, storage_options=bronze_options), {}
+    quarantined = delta_progress.quarantine_rows_since(cfg.tables.quarantine_path, before.get("quarantine_version"),
+                                                       storage_options=options("quarantine_path"))  # fmt: skip
     stand = before.get("silver_stand")
     return continuity.check_transform(
         previous=previous, commits=commits, bronze_rows=rows, bronze_version=bronze_version,
@@ -626,15 +718,17 @@ def check_transform(cfg: PipelineConfig, *, before: dict, job_summary: dict | No
     )  # fmt: skip
 
 
-def mirror_offsets(cfg: PipelineConfig, client: dict[str, str]) -> tuple[dict[str, dict[str, int]], LagReport]:
+def mirror_offsets(cfg: PipelineConfig, client: dict[str, str], *,
+                   options: TableOptions | None = None) -> tuple[dict[str, dict[str, int]], LagReport]:  # fmt: skip
     """Commit the table's next offsets as the pipeline's consumer-group offsets; returns them and the lag after.
 
     The lag comes from the same read of Kafka and of the table, so
     ``record_run`` need not open bronze and ask Kafka once more.
+    ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here).
     """
     topics = kafka_state.read_topics(client, topics=cfg.kafka.topics, pattern=cfg.kafka.topic_pattern,
                                      timeout_s=KAFKA_TIMEOUT_S)  # fmt: skip
-    progress = read_progress(cfg, topics)
+    progress = read_progress(cfg, topics, options=options)
     lag = lag_report(cfg, client, topics, progress)
     if progress is None:
         return {}, lag
@@ -679,11 +773,13 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def maintenance_due(cfg: PipelineConfig, part: str, now: datetime, newest: list[dict] | None = None) -> str | None:
+def maintenance_due(cfg: PipelineConfig, part: str, now: datetime, newest: list[dict] | None = None, *,
+                    options: TableOptions | None = None) -> str | None:  # fmt: skip
     """Why ``part`` (:data:`include.contract.maintenance.PARTS`) of the pipeline's maintenance is due in the
     run starting ``now``, from the run ledger; ``None`` when it is not (or the pipeline is never maintained).
 
     ``newest``: the ledger's newest rows already read (:func:`preflight_ledger`), at least ``every_runs`` files'.
+    ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here, if the ledger is read).
     """
     from include.contract import maintenance
 
@@ -691,17 +787,20 @@ def maintenance_due(cfg: PipelineConfig, part: str, now: datetime, newest: list[
     if not m.enabled:
         return None
     path = cfg.tables.ledger_path
+    options = options or TableOptions(cfg)
     if newest is not None:
         rows = list(newest)
     elif m.every_runs:
-        rows = run_ledger.newest_runs(path, files=m.every_runs, columns=maintenance.LEDGER_COLUMNS)
+        rows = run_ledger.newest_runs(path, files=m.every_runs, columns=maintenance.LEDGER_COLUMNS,
+                                      storage_options=options("ledger_path"))  # fmt: skip
     else:
         rows = []
     window = m.window
     opened = window.opened(now) if window is not None else None
     if opened is not None:  # and every run since the window opened
         seen = {r["run_id"] for r in rows}
-        since = run_ledger.runs_since(path, opened, columns=maintenance.LEDGER_COLUMNS)
+        since = run_ledger.runs_since(path, opened, columns=maintenance.LEDGER_COLUMNS,
+                                      storage_options=options("ledger_path"))  # fmt: skip
         rows += [r for r in since if r["run_id"] not in seen]
         rows.sort(key=lambda r: r["finished_at"] or datetime.min.replace(tzinfo=UTC), reverse=True)
     return maintenance.due(part, rows, every_runs=m.every_runs, window=window, now=now)

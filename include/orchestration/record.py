@@ -9,7 +9,7 @@ do, successful otherwise, and only then with an Asset event for the bronze table
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from include.config import PipelineConfig
 from include.contract.errors import ERROR_XCOM_KEY, PipelineError
@@ -27,6 +27,9 @@ from include.contract.jobs import (
     TransformSummary,
     ingest_step_summary,
 )
+
+if TYPE_CHECKING:
+    from include.orchestration.pipeline_run import TableOptions
 
 #: Task states that make a run a failure (the record task itself excluded).
 _FAILED = ("failed", "upstream_failed")
@@ -156,24 +159,26 @@ def _maintenance(preflight: dict, tables: dict | None, ledger: dict | None, stat
     return out
 
 
-def maintain_ledger(cfg: PipelineConfig) -> dict | None:
+def maintain_ledger(cfg: PipelineConfig, *, options: TableOptions | None = None) -> dict | None:
     """The ledger's maintenance when due (:mod:`include.contract.maintenance`), before the run's row is written.
 
     A failure is recorded (``{"error": ...}``) and never stops the row: the
     ledger stays correct without maintenance, and it stays due.
+    ``options``: the task's :class:`~include.orchestration.pipeline_run.TableOptions` (``None``: made here).
     """
     from include.orchestration import pipeline_run
     from include.readers import run_ledger
 
+    options = options or pipeline_run.TableOptions(cfg)
     try:
-        due = pipeline_run.maintenance_due(cfg, "ledger", pipeline_run.utcnow())
+        due = pipeline_run.maintenance_due(cfg, "ledger", pipeline_run.utcnow(), options=options)
     except Exception as exc:  # noqa: BLE001 - the row must be written whatever the ledger's state
         print(f"ledger maintenance not checked: {exc}")
         return None
     if not due:
         return None
     try:
-        result = run_ledger.maintain(cfg.tables.ledger_path)
+        result = run_ledger.maintain(cfg.tables.ledger_path, storage_options=options("ledger_path"))
     except Exception as exc:  # noqa: BLE001 - see above
         result = {"path": cfg.tables.ledger_path, "error": f"{type(exc).__name__}: {exc}"}
         print(f"ledger maintenance failed ({result['error']}); it stays due for the next run")
@@ -214,6 +219,8 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
 
     ti = context["ti"]
     run_id = context["run_id"]
+    # One connection lookup for every table this task reads and writes (none when they are all local).
+    options = pipeline_run.TableOptions(cfg)
     states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[run_id]).get(run_id, {})
     xcoms = {
         "check_request": _xcom(ti, CHECK_REQUEST_TASK),
@@ -231,7 +238,7 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
         # Only a job task that failed left an error: one XCom read each, not one per job task.
         **{f"{task}_error": _xcom(ti, task, ERROR_XCOM_KEY) for task in JOB_TASKS if states.get(task) == "failed"},
     }
-    xcoms["maintain_ledger"] = maintain_ledger(cfg)
+    xcoms["maintain_ledger"] = maintain_ledger(cfg, options=options)
     lag_after = None
     ran = states.get(WAIT_FOR_LAG_TASK) == "success"
     mirrored = _xcom(ti, MIRROR_OFFSETS_TASK) if states.get(MIRROR_OFFSETS_TASK) == "success" else None
@@ -243,7 +250,7 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
     else:
         try:
             client = connections.kafka_client_config(cfg.kafka.connection_id)
-            lag_after = pipeline_run.snapshot(cfg, client)[0].to_json(pipeline_run.utcnow())
+            lag_after = pipeline_run.snapshot(cfg, client, options=options)[0].to_json(pipeline_run.utcnow())
         except Exception as exc:  # noqa: BLE001 - the record must be written even when Kafka is down
             print(f"lag after the run not measured: {exc}")
     dag_run = context["dag_run"]
@@ -253,7 +260,8 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
         params={k: v for k, v in (context.get("params") or {}).items()},
     )  # fmt: skip
     try:
-        version = run_ledger.append_run(cfg.tables.ledger_path, row, properties=cfg.tables.retention_properties())
+        version = run_ledger.append_run(cfg.tables.ledger_path, row, properties=cfg.tables.retention_properties(),
+                                        storage_options=options("ledger_path"))  # fmt: skip
     finally:
         # A job task killed during its submit could not remove its credentials; no later step needs them.
         if pipeline_run.remove_secrets(pipeline_run.run_dir(cfg, run_id)):

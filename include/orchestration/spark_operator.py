@@ -35,7 +35,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -254,6 +254,49 @@ def _remove_scratch(folder: Path) -> None:
         folder.parent.rmdir()
 
 
+@dataclass(frozen=True)
+class StorageSubmit:
+    """How a job reaches tables on an object store: S3A's settings, none of them secret, on the command line,
+    and its key pair in an owner-only file whose path the driver finds in its environment
+    (:func:`include.settings.storage_secrets`)."""
+
+    hadoop: dict[str, str]
+    secrets_file: Path | None = None
+
+    def apply(self, conf: dict[str, str], env: dict[str, str] | None) -> None:
+        """Add the settings to a submit's ``conf``, and the secrets file to the driver's ``env``."""
+        from include import settings
+
+        conf.update({f"spark.hadoop.{k}": v for k, v in self.hadoop.items()})
+        if self.secrets_file is not None and env is not None:
+            env[settings.STORAGE_SECRETS_FILE_ENV] = str(self.secrets_file)
+
+
+def spark_locations(cfg: PipelineConfig) -> dict[str, str]:
+    """The locations a pipeline's Spark jobs read and write, by their key in the pipeline file."""
+    t = cfg.tables
+    return {"tables.bronze_path": t.bronze_path, "tables.checkpoint_root": t.checkpoint_root,
+            "tables.silver_path": t.silver_path, "tables.quarantine_path": t.quarantine_path,
+            "tables.transform_checkpoint_root": t.transform_checkpoint_root}  # fmt: skip
+
+
+def storage_submit(cfg: PipelineConfig, folder: Path) -> StorageSubmit | None:
+    """What a job of ``cfg`` needs for its tables on an object store (``None``: all local, no connection read).
+
+    The key pair of ``tables.storage_connection_id`` goes to the run folder ``folder``'s ``secrets/``, which
+    the submit removes whatever ends it.
+    """
+    from include.orchestration import pipeline_run
+    from include.readers import object_store
+
+    store = object_store.store_settings(spark_locations(cfg), cfg.tables.storage_connection_id)
+    if store is None:
+        return None
+    secrets = store.hadoop_secrets()
+    path = pipeline_run.write_secret(folder, "object-store.json", json.dumps(secrets)) if secrets else None
+    return StorageSubmit(store.hadoop_options(), path)
+
+
 def submit_hook(
     cfg: PipelineConfig,
     *,
@@ -269,6 +312,7 @@ def submit_hook(
     backlog: int | None = None,
     scratch_dir: Path | None = None,
     cluster_dir: Path | None = None,
+    storage: StorageSubmit | None = None,
 ) -> tuple[Any, str]:
     """The Spark provider's hook for one job of this pipeline, and the application path it submits.
 
@@ -280,7 +324,8 @@ def submit_hook(
     started (``local_standalone``; default ``cluster.workers``) and ``backlog`` the records it was
     sized for (see :func:`job_spark_conf`). ``scratch_dir``: the driver's scratch folder
     (``local_standalone``; see :func:`driver_scratch`). ``cluster_dir``: the run's cluster folder, whose
-    secret the driver joins with (``local_standalone``). Nothing runs: ``hook.submit(application)``
+    secret the driver joins with (``local_standalone``). ``storage``: how the job reaches tables on an
+    object store (:func:`storage_submit`). Nothing runs: ``hook.submit(application)``
     does, and ``hook._build_spark_submit_command(application)`` shows the
     command it would run.
     """
@@ -292,7 +337,7 @@ def submit_hook(
     if cfg.cluster.profile == "local_standalone":
         return _local_standalone_hook(cfg, application, common, run_master=run_master, jars=jars,
                                       py_files=py_files, workers=workers, backlog=backlog,
-                                      scratch_dir=scratch_dir, cluster_dir=cluster_dir)  # fmt: skip
+                                      scratch_dir=scratch_dir, cluster_dir=cluster_dir, storage=storage)  # fmt: skip
     from include.readers import connections
 
     conn_id = cfg.cluster.master_connection_id or ""
@@ -300,11 +345,19 @@ def submit_hook(
     master = connections.spark_master(conn_id)
     if master.startswith("k8s://"):
         _require_kubernetes_provider(cfg, master)
+    if storage is not None and storage.secrets_file is not None and (
+            cfg.cluster.profile == "kubernetes" or master.startswith(("yarn", "k8s://"))):
+        raise PipelineError(
+            f"pipeline {cfg.name!r}: its tables are on an object store and Airflow connection "
+            f"{cfg.tables.storage_connection_id!r} holds a key pair, but a driver on {master} cannot be handed "
+            "it safely; leave the connection's login and password empty so that Spark's S3A uses the cluster's "
+            "own credentials (instance profile, IRSA), keeping the endpoint and region in its extra"
+        )  # fmt: skip
     if cfg.cluster.profile == "existing_master":
         return _existing_master_hook(cfg, application, common, conn_id=conn_id, master=master, jars=jars,
-                                     py_files=py_files)  # fmt: skip
+                                     py_files=py_files, storage=storage)  # fmt: skip
     return _kubernetes_hook(cfg, application, common, conn_id=conn_id, master=master, pod_base=pod_base,
-                            run_id=run_id)  # fmt: skip
+                            run_id=run_id, storage=storage)  # fmt: skip
 
 
 def _local_env() -> dict[str, str]:
@@ -316,7 +369,8 @@ def _local_env() -> dict[str, str]:
 
 def _local_standalone_hook(cfg: PipelineConfig, application: str, common: dict[str, Any], *, run_master: str | None,
                            jars: str | None, py_files: str | None, workers: int | None, backlog: int | None,
-                           scratch_dir: Path | None, cluster_dir: Path | None) -> tuple[Any, str]:  # fmt: skip
+                           scratch_dir: Path | None, cluster_dir: Path | None,
+                           storage: StorageSubmit | None = None) -> tuple[Any, str]:  # fmt: skip
     """Profile ``local_standalone``: client mode against this run's own cluster (or local mode), on 127.0.0.1."""
     from include import settings
     from include.spark.spark_cluster import SECRET_FILE
@@ -332,12 +386,15 @@ def _local_standalone_hook(cfg: PipelineConfig, application: str, common: dict[s
         # The driver joins the run's cluster with its secret (include/spark/spark_cluster.py).
         env[settings.SPARK_SECRET_FILE_ENV] = str(Path(cluster_dir) / SECRET_FILE)
     conf = job_spark_conf(cfg, transient=True, workers=workers, backlog=backlog)
+    if storage is not None:
+        storage.apply(conf, env)
     hook = _hook_class()(master=run_master, conf=conf, jars=jars, py_files=py_files, env_vars=env, **common)
     return hook, str(settings.PROJECT_ROOT / application)
 
 
 def _existing_master_hook(cfg: PipelineConfig, application: str, common: dict[str, Any], *, conn_id: str,
-                          master: str, jars: str | None, py_files: str | None) -> tuple[Any, str]:  # fmt: skip
+                          master: str, jars: str | None, py_files: str | None,
+                          storage: StorageSubmit | None = None) -> tuple[Any, str]:  # fmt: skip
     """Profile ``existing_master``: client mode against the Spark connection's master (standalone, yarn or
     ``k8s://``, whose executor pods need ``cluster.kubernetes.image``)."""
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -359,14 +416,17 @@ def _existing_master_hook(cfg: PipelineConfig, application: str, common: dict[st
     # On yarn and k8s the hook would turn env_vars into the application master's or driver pod's
     # environment; this machine's paths mean nothing there, and the local driver finds its Spark by itself.
     env = None if master.startswith(("yarn", "k8s://")) else _local_env()
+    if storage is not None:
+        storage.apply(conf, env)
     hook = SparkSubmitHook(conn_id=conn_id, conf=conf, deploy_mode="client", jars=jars, py_files=py_files,
                            env_vars=env, **common)  # fmt: skip
     return hook, str(settings.PROJECT_ROOT / application)
 
 
 def _kubernetes_hook(cfg: PipelineConfig, application: str, common: dict[str, Any], *, conn_id: str, master: str,
-                     pod_base: str | None, run_id: str) -> tuple[Any, str]:  # fmt: skip
-    """Profile ``kubernetes``: cluster mode, the driver in a pod of the image, the jobs from the image."""
+                     pod_base: str | None, run_id: str, storage: StorageSubmit | None = None) -> tuple[Any, str]:  # fmt: skip
+    """Profile ``kubernetes``: cluster mode, the driver in a pod of the image, the jobs from the image (whose
+    jars must include S3A's for tables on an object store)."""
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
     k8s = cfg.cluster.kubernetes
@@ -379,6 +439,8 @@ def _kubernetes_hook(cfg: PipelineConfig, application: str, common: dict[str, An
         raise ValueError(f"pipeline {cfg.name!r}: profile kubernetes needs cluster.kubernetes, a pod name and a run id")
     conf = {**job_spark_conf(cfg, transient=False, kubernetes_master=True),
             **kubernetes_conf(cfg, pod_base=pod_base, run_id=run_id)}  # fmt: skip
+    if storage is not None:
+        storage.apply(conf, None)
     # No env_vars: the hook would send this machine's SPARK_HOME to the driver pod.
     hook = SparkSubmitHook(conn_id=conn_id, conf=conf, deploy_mode="cluster", jars=None,
                            py_files=image_uri(k8s, "kde_jobs.zip"), env_vars=None, **common)  # fmt: skip
@@ -505,13 +567,16 @@ class SparkJobOperator(BaseOperator):
             # Inside the block that removes them: a submission that fails half way (a missing registry
             # connection after the Kafka options were written) leaves no credentials file behind.
             application, args = self.submission(context, folder, summary_path)
+            storage = storage_submit(cfg, folder)
+            # S3A and its AWS SDK modules only for a pipeline whose tables are on an object store.
+            jars = [*jvm_deps.spark_jars(), *(jvm_deps.s3_jars() if storage is not None else ())]
             self._hook, app_path = submit_hook(
                 cfg, application=application, application_args=args, name=f"{self.job_name}:{cfg.name}",
                 run_master=self.master, pod_base=pod_base, run_id=context["run_id"],
-                jars=None if in_pod else ",".join(str(j) for j in jvm_deps.spark_jars()),
+                jars=None if in_pod else ",".join(str(j) for j in jars),
                 py_files=None if in_pod else str(package_py_files()), workers=started.get("workers"),
                 backlog=started.get("backlog"), scratch_dir=scratch,
-                cluster_dir=pipeline_run.run_dir(cfg, context["run_id"]) / "cluster",
+                cluster_dir=pipeline_run.run_dir(cfg, context["run_id"]) / "cluster", storage=storage,
             )  # fmt: skip
             self.log.info("submitting %s for pipeline %s to %s (profile %s)", app_path, cfg.name,
                           self._hook._connection["master"], cfg.cluster.profile)  # fmt: skip

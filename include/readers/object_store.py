@@ -21,11 +21,12 @@ both are the ``object_store`` library underneath, with the same keys.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from include.readers.connections import ConnectionConfigError, _get_connection
+from include.contract.locations import scheme_of
+from include.readers.connections import ConnectionConfigError, _get_connection, mask
 
 #: URI schemes of the object stores a location may name (S3 and S3-compatible stores).
 S3_SCHEMES = ("s3", "s3a")
@@ -69,6 +70,37 @@ class S3Settings:
             out["aws_allow_http"] = "true"
         return out
 
+    def hadoop_options(self) -> dict[str, str]:
+        """The settings for Spark's S3A connector (``fs.s3a.*``, which also serves ``s3://``) but its secrets.
+
+        Nothing here is secret: it may go on a spark-submit command line.
+        """
+        options = {
+            # Hadoop maps only s3a:// to S3A; delta-rs and the pipeline file accept s3:// as the same store.
+            "fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+            "fs.s3a.path.style.access": "false" if self.virtual_hosted else "true",
+        }
+        if self.session_token:
+            options["fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+        if self.endpoint:
+            options["fs.s3a.endpoint"] = self.endpoint
+            plain = self.endpoint.lower().startswith("http://")
+            options["fs.s3a.connection.ssl.enabled"] = "false" if plain else "true"
+        if self.region:
+            options["fs.s3a.endpoint.region"] = self.region
+        return options
+
+    def hadoop_secrets(self) -> dict[str, str]:
+        """The S3A credentials (``fs.s3a.access.key`` ...); empty without a key pair, when S3A's own chain
+        applies (environment, instance profile)."""
+        secrets = {}
+        if self.access_key_id and self.secret_access_key:
+            secrets["fs.s3a.access.key"] = self.access_key_id
+            secrets["fs.s3a.secret.key"] = self.secret_access_key
+        if self.session_token:
+            secrets["fs.s3a.session.token"] = self.session_token
+        return secrets
+
 
 def s3_settings(conn_id: str, *, get_connection: Callable[[str], Any] = _get_connection) -> S3Settings:
     """The S3 settings of the Airflow connection ``conn_id``; raises :class:`ConnectionConfigError` naming
@@ -101,3 +133,39 @@ def s3_settings(conn_id: str, *, get_connection: Callable[[str], Any] = _get_con
         region=extra.get("region_name") or None,
         virtual_hosted=style == "virtual",
     )
+
+
+def store_settings(locations: Mapping[str, str], conn_id: str, *,
+                   get_connection: Callable[[str], Any] = _get_connection) -> S3Settings | None:  # fmt: skip
+    """The S3 settings that reach ``locations`` (what each is -> where), their secrets masked in task logs;
+    ``None`` when every one is a local path, and no connection is looked up then.
+
+    A location on another store raises :class:`ConnectionConfigError` naming it and the fix: no other store
+    is tested.
+    """
+    on_s3 = False
+    for what, location in locations.items():
+        scheme = scheme_of(location)
+        if scheme is None:
+            continue
+        if scheme not in S3_SCHEMES:
+            raise ConnectionConfigError(
+                f"{what} {location!r} is on a {scheme}:// store, which this version cannot reach yet (only S3 "
+                f"and S3-compatible stores, {' or '.join(s + '://' for s in S3_SCHEMES)}, and filesystems); move "
+                "it to an s3a:// prefix or to a folder every Airflow worker and Spark node mounts"
+            )  # fmt: skip
+        on_s3 = True
+    if not on_s3:
+        return None
+    settings = s3_settings(conn_id, get_connection=get_connection)
+    for secret in settings.secrets():
+        mask(secret)
+    return settings
+
+
+def location_options(location: str, conn_id: str, *, what: str = "location",
+                     get_connection: Callable[[str], Any] = _get_connection) -> dict[str, str] | None:  # fmt: skip
+    """delta-rs ``storage_options`` for ``location``: ``None`` for a local path, the S3 settings of the Airflow
+    connection ``conn_id`` for an ``s3a://`` or ``s3://`` URI (see :func:`store_settings`)."""
+    settings = store_settings({what: location}, conn_id, get_connection=get_connection)
+    return None if settings is None else settings.object_store_options()

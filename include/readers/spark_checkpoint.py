@@ -9,7 +9,9 @@ pending: the next start replays it with the same offsets.
 Each pipeline keeps its checkpoints under one root, one folder per epoch
 (``<root>/epoch=<N>``), so the epoch of a checkpoint is in its path.
 
-Only local (or mounted) paths are read here.
+Paths are strings (or local :class:`~pathlib.Path`). Every read goes
+through a :class:`Files`: :data:`LOCAL` for a folder of this machine, or a
+job's Hadoop filesystem for an object store (``spark_jobs.job_common``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from include.contract.errors import PipelineError
 from include.contract.offsets import PositionMap, positions_from_json
@@ -32,10 +34,48 @@ class CheckpointError(PipelineError, RuntimeError):
     """A checkpoint file exists but cannot be read; the message names the file."""
 
 
-def _read_log_file(path: Path) -> PositionMap:
+class Files(Protocol):
+    """The few reads a checkpoint takes, on whatever filesystem holds it."""
+
+    def exists(self, path: str) -> bool:
+        """Whether a file or folder is at ``path``."""
+        ...
+
+    def children(self, path: str) -> list[tuple[str, bool]]:
+        """``(name, is_folder)`` of each entry of the folder ``path``; empty when there is none."""
+        ...
+
+    def read_bytes(self, path: str) -> bytes:
+        """The whole file at ``path``; raises :class:`OSError` when it cannot be read."""
+        ...
+
+
+class LocalFiles:
+    """:class:`Files` of this machine's filesystem."""
+
+    def exists(self, path: str) -> bool:  # noqa: D102
+        return Path(path).exists()
+
+    def children(self, path: str) -> list[tuple[str, bool]]:  # noqa: D102
+        folder = Path(path)
+        return [(p.name, p.is_dir()) for p in folder.iterdir()] if folder.is_dir() else []
+
+    def read_bytes(self, path: str) -> bytes:  # noqa: D102
+        return Path(path).read_bytes()
+
+
+LOCAL = LocalFiles()
+
+
+def child(path: str | Path, *names: str) -> str:
+    """``path/name/...`` for a local path or a URI alike (``Path`` would fold ``s3a://`` to ``s3a:/``)."""
+    return "/".join([str(path).rstrip("/"), *names])
+
+
+def _read_log_file(path: str, files: Files) -> PositionMap:
     """The Kafka source offsets in an ``offsets/N`` or ``sources/0/0`` file."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = files.read_bytes(path).decode("utf-8", errors="replace")
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot read checkpoint file: {exc}") from exc
     # offsets/N: "v1", batch metadata, then one line per source. sources/0/0 has
@@ -49,18 +89,16 @@ def _read_log_file(path: Path) -> PositionMap:
         raise CheckpointError(f"{path}: malformed Kafka offsets: {exc}") from exc
 
 
-def batch_ids(folder: Path) -> list[int]:
+def batch_ids(folder: str | Path, files: Files = LOCAL) -> list[int]:
     """The batch ids of a checkpoint's ``offsets`` or ``commits`` folder, in order."""
-    if not folder.is_dir():
-        return []
-    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+    return sorted(int(name) for name, is_folder in files.children(str(folder)) if name.isdigit())
 
 
 @dataclass(frozen=True)
 class CheckpointState:
     """Where one checkpoint stands."""
 
-    path: Path
+    path: str
     initial: PositionMap | None
     last_committed_batch: int | None
     committed: PositionMap | None
@@ -73,58 +111,54 @@ class CheckpointState:
         return self.committed if self.committed is not None else self.initial
 
 
-def batch_progress(path: Path) -> tuple[int | None, int | None] | None:
+def batch_progress(path: str | Path, files: Files = LOCAL) -> tuple[int | None, int | None] | None:
     """``(last committed batch, first pending batch after it)`` of the checkpoint at ``path``.
 
     ``None`` if no query ever started there. Independent of the source, so
     the Kafka and the Delta-source checkpoints are read alike.
     """
-    path = Path(path)
-    if not (path / "metadata").exists():
+    if not files.exists(child(path, "metadata")):
         return None
-    offsets = batch_ids(path / "offsets")
-    commits = set(batch_ids(path / "commits"))
+    offsets = batch_ids(child(path, "offsets"), files)
+    commits = set(batch_ids(child(path, "commits"), files))
     committed_ids = [b for b in offsets if b in commits]
     last = committed_ids[-1] if committed_ids else None
     pending_ids = [b for b in offsets if b not in commits and (last is None or b > last)]
     return last, pending_ids[0] if pending_ids else None
 
 
-def read_state(path: Path) -> CheckpointState | None:
+def read_state(path: str | Path, files: Files = LOCAL) -> CheckpointState | None:
     """The state of the Kafka-source checkpoint at ``path``; ``None`` if no query ever started there."""
-    path = Path(path)
-    progress = batch_progress(path)
+    progress = batch_progress(path, files)
     if progress is None:
         return None
     last, pending = progress
-    initial_file = path / "sources" / "0" / "0"
-    initial = _read_log_file(initial_file) if initial_file.exists() else None
     return CheckpointState(
-        path=path,
-        initial=initial,
+        path=str(path),
+        initial=initial_offsets(path, files),
         last_committed_batch=last,
-        committed=_read_log_file(path / "offsets" / str(last)) if last is not None else None,
+        committed=_read_log_file(child(path, "offsets", str(last)), files) if last is not None else None,
         pending_batch=pending,
-        pending=_read_log_file(path / "offsets" / str(pending)) if pending is not None else None,
+        pending=_read_log_file(child(path, "offsets", str(pending)), files) if pending is not None else None,
     )
 
 
-def batch_offsets(path: Path, batch_id: int) -> PositionMap | None:
+def batch_offsets(path: str | Path, batch_id: int, files: Files = LOCAL) -> PositionMap | None:
     """End offsets of ``batch_id`` (``offsets/<batch_id>``), or ``None`` if there is none."""
-    f = Path(path) / "offsets" / str(batch_id)
-    return _read_log_file(f) if f.exists() else None
+    f = child(path, "offsets", str(batch_id))
+    return _read_log_file(f, files) if files.exists(f) else None
 
 
-def initial_offsets(path: Path) -> PositionMap | None:
+def initial_offsets(path: str | Path, files: Files = LOCAL) -> PositionMap | None:
     """The offsets the query in ``path`` started from (``sources/0/0``)."""
-    f = Path(path) / "sources" / "0" / "0"
-    return _read_log_file(f) if f.exists() else None
+    f = child(path, "sources", "0", "0")
+    return _read_log_file(f, files) if files.exists(f) else None
 
 
-def _log_entry_damage(path: Path, *, binary_prefix: bool = False) -> str | None:
+def _log_entry_damage(path: str, files: Files, *, binary_prefix: bool = False) -> str | None:
     """Why Spark could not parse the metadata-log entry ``path`` ("v1" then JSON lines), or ``None``."""
     try:
-        data = path.read_bytes()
+        data = files.read_bytes(path)
     except OSError as exc:
         return f"{path}: cannot be read ({exc})"
     text = data.decode("utf-8", errors="replace")
@@ -143,50 +177,47 @@ def _log_entry_damage(path: Path, *, binary_prefix: bool = False) -> str | None:
     return None
 
 
-def damage(path: Path) -> str | None:
+def damage(path: str | Path, files: Files = LOCAL) -> str | None:
     """Why Spark could not resume the checkpoint at ``path``, naming the file and what is wrong; ``None`` if whole.
 
     Checks what a restart reads: ``metadata``, the newest two ``offsets``
     entries, the newest ``commits`` entry and ``sources/0/0``. A truncated or
     garbled file (a full disk, a bad copy) makes Spark fail on every start.
     """
-    path = Path(path)
-    meta = path / "metadata"
-    if meta.exists():
+    meta = child(path, "metadata")
+    if files.exists(meta):
         try:
-            json.loads(meta.read_text(encoding="utf-8").strip().splitlines()[0])
+            json.loads(files.read_bytes(meta).decode("utf-8").strip().splitlines()[0])
         except (OSError, ValueError, IndexError) as exc:
             return f"{meta}: not the query's JSON metadata ({exc})"
-    offsets = batch_ids(path / "offsets")
+    offsets = batch_ids(child(path, "offsets"), files)
     for batch in offsets[-2:]:
-        why = _log_entry_damage(path / "offsets" / str(batch))
+        why = _log_entry_damage(child(path, "offsets", str(batch)), files)
         if why:
             return why
-    commits = batch_ids(path / "commits")
+    commits = batch_ids(child(path, "commits"), files)
     if commits:
-        why = _log_entry_damage(path / "commits" / str(commits[-1]))
+        why = _log_entry_damage(child(path, "commits", str(commits[-1])), files)
         if why:
             return why
-    source = path / "sources" / "0" / "0"
-    if source.exists():
-        return _log_entry_damage(source, binary_prefix=True)
+    source = child(path, "sources", "0", "0")
+    if files.exists(source):
+        return _log_entry_damage(source, files, binary_prefix=True)
     return None
 
 
-def epoch_dirs(root: Path) -> dict[int, Path]:
+def epoch_dirs(root: str | Path, files: Files = LOCAL) -> dict[int, str]:
     """``{epoch: folder}`` for every ``epoch=N`` folder under a pipeline's checkpoint root."""
-    root = Path(root)
-    if not root.is_dir():
-        return {}
     found = {}
-    for p in root.iterdir():
-        m = _EPOCH_DIR.match(p.name)
-        if m and p.is_dir():
-            found[int(m.group(1))] = p
+    for name, is_folder in files.children(str(root)):
+        m = _EPOCH_DIR.match(name)
+        if m and is_folder:
+            found[int(m.group(1))] = child(root, name)
     return found
 
 
-def read_epochs(root: Path, read: Callable[[Path], T]) -> tuple[dict[int, T | None], dict[int, str]]:
+def read_epochs(root: str | Path, read: Callable[[str, Files], T],
+                files: Files = LOCAL) -> tuple[dict[int, T | None], dict[int, str]]:  # fmt: skip
     """Each epoch folder under ``root`` read with ``read``, and why the damaged ones cannot be resumed.
 
     A damaged checkpoint (see :func:`damage`) reads as ``None``, like an empty
@@ -195,11 +226,11 @@ def read_epochs(root: Path, read: Callable[[Path], T]) -> tuple[dict[int, T | No
     """
     states: dict[int, T | None] = {}
     damaged: dict[int, str] = {}
-    for epoch, folder in epoch_dirs(root).items():
-        why = damage(folder)
+    for epoch, folder in epoch_dirs(root, files).items():
+        why = damage(folder, files)
         if why is None:
             try:
-                states[epoch] = read(folder)
+                states[epoch] = read(folder, files)
                 continue
             except CheckpointError as exc:
                 why = str(exc)
@@ -207,6 +238,6 @@ def read_epochs(root: Path, read: Callable[[Path], T]) -> tuple[dict[int, T | No
     return states, damaged
 
 
-def epoch_dir(root: Path, epoch: int) -> Path:
+def epoch_dir(root: str | Path, epoch: int) -> str:
     """The checkpoint folder of ``epoch`` under ``root``."""
-    return Path(root) / f"epoch={epoch}"
+    return child(root, f"epoch={epoch}")

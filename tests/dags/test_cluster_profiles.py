@@ -526,11 +526,12 @@ def test_kubernetes_tables_must_be_reachable_from_the_pods(tmp_path, make_pipeli
     err = _error(make_pipeline, _k8s_cluster(tmp_path))
     assert err.field == "tables.bronze_path"
     assert f"inside cluster.kubernetes.shared_dir {str(tmp_path / 'shared')!r}" in err.problem
-    # Tables may be URIs; checkpoints are read with file I/O and may not.
-    ok = _pipeline(make_pipeline, _k8s_cluster(tmp_path), tables={**_lake(tmp_path), "bronze_path": "s3a://b/bronze"})
-    assert ok.tables.bronze_path == "s3a://b/bronze"
-    err = _error(make_pipeline, _k8s_cluster(tmp_path), tables={**_lake(tmp_path), "checkpoint_root": "s3a://b/ckpt"})
-    assert err.field == "tables.checkpoint_root" and "expected a path inside" in err.problem
+    # Tables and checkpoints may be URIs (the jobs read checkpoints through Hadoop's filesystem).
+    ok = _pipeline(make_pipeline, _k8s_cluster(tmp_path), tables={**_lake(tmp_path), "bronze_path": "s3a://b/bronze",
+                                                                  "checkpoint_root": "s3a://b/ckpt"})  # fmt: skip
+    assert (ok.tables.bronze_path, ok.tables.checkpoint_root) == ("s3a://b/bronze", "s3a://b/ckpt")
+    err = _error(make_pipeline, _k8s_cluster(tmp_path), tables={**_lake(tmp_path), "checkpoint_root": "/elsewhere"})
+    assert err.field == "tables.checkpoint_root" and "expected a URI or a path inside" in err.problem
 
 
 def test_kubernetes_refuses_kafka_options_the_pod_could_not_receive(tmp_path, make_pipeline):

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import subprocess
+import uuid
 from pathlib import Path
 
 import yaml
 
 from include.readers import run_ledger
+from include.readers.object_store import S3Settings
 from include.spark import spark_cluster
-from include.tooling import airflow_local, local_kafka
+from include.tooling import airflow_local, local_kafka, local_s3
 from include.tooling.warm_airflow import WarmAirflow, WarmCommand
 from tests.processes import processes_naming
 
@@ -102,11 +104,11 @@ class Pipeline:
         return sorted(root.iterdir()) if root.exists() else []
 
 
-def bronze_keys_of(path: Path) -> list[tuple[int, int]]:
+def bronze_keys_of(path: Path | str, storage_options: dict[str, str] | None = None) -> list[tuple[int, int]]:
     """Every (partition, offset) row of the bronze table at ``path``, duplicates kept."""
     from deltalake import DeltaTable
 
-    table = DeltaTable(str(path)).to_pyarrow_table(columns=["partition", "offset"])
+    table = DeltaTable(str(path), storage_options=storage_options).to_pyarrow_table(columns=["partition", "offset"])
     return list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True))
 
 
@@ -132,3 +134,50 @@ def assert_no_cluster_left(p: Pipeline) -> None:
         assert scratch == [], f"the teardown left its cluster's scratch in {folder}"
         assert not (folder / "scratch").exists(), f"a job task left its driver's scratch in {folder}"
     assert processes_naming(p.var) == [], "a Spark process of this test is still running"
+
+
+#: The Airflow connection a :class:`StorePipeline` reaches its store with.
+STORE_CONNECTION = "aws_test"
+
+
+class StorePipeline(Pipeline):
+    """A test pipeline whose lakehouse is ``<bucket>/lake`` on the server."""
+
+    def __init__(self, root: Path, name: str, topic: str, bootstrap: str, airflow_home: Path, warm, server) -> None:
+        self.server = server
+        self.bucket = server.create_bucket(f"lake-{uuid.uuid4().hex[:10]}")
+        self.uri = f"{self.bucket}/lake"
+        self.connection = json.dumps({"conn_type": "aws", "login": local_s3.ACCESS_KEY,
+                                      "password": local_s3.SECRET_KEY, "extra": server.connection_extra()})  # fmt: skip
+        super().__init__(root, name, topic, bootstrap, airflow_home, warm=warm)
+
+    def write(self, **changes) -> None:
+        tables = {"lakehouse_root": self.uri, "storage_connection_id": STORE_CONNECTION, **changes.pop("tables", {})}
+        super().write(tables=tables, **changes)
+
+    def environment(self, **env: str) -> dict[str, str]:
+        return super().environment(**{f"AIRFLOW_CONN_{STORE_CONNECTION.upper()}": self.connection, **env})
+
+    @property
+    def options(self) -> dict[str, str]:
+        """The test's own delta-rs options for the server."""
+        return S3Settings(access_key_id=local_s3.ACCESS_KEY, secret_access_key=local_s3.SECRET_KEY,
+                          endpoint=self.server.endpoint, region=local_s3.REGION).object_store_options()  # fmt: skip
+
+    def table(self, name: str):
+        from deltalake import DeltaTable
+
+        return DeltaTable(f"{self.uri}/{self.name}/{name}", storage_options=self.options)
+
+    def ledger(self) -> list[dict]:
+        return run_ledger.read_runs(f"{self.uri}/{self.name}/_runs", storage_options=self.options)
+
+    def bronze_keys(self) -> list[tuple[int, int]]:
+        table = self.table("bronze").to_pyarrow_table(columns=["partition", "offset"])
+        return list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True))
+
+    def files(self, *parts: str) -> Path:
+        """The server's folder behind ``<lake>/<pipeline>/<parts>``."""
+        return self.server.root / self.bucket.removeprefix("s3a://") / "lake" / self.name / Path(*parts)
+
+

@@ -4,8 +4,10 @@ The suite starts a master and two workers with Spark's own classes (as an
 operator's ``start-master.sh`` / ``start-worker.sh`` would; no secret, no
 pipeline code). One DAG run with ``cluster.profile: existing_master`` submits
 its job there in client mode; one executor is killed in the middle of the run.
-The run must land exactly the topic's records, and leave nothing of itself on
-the cluster: no application still running, no executor process.
+The lakehouse is on an object store (a real S3-compatible server, s3proxy),
+so the driver and the executors share nothing but it. The run must land
+exactly the topic's records, and leave nothing of itself on the cluster: no
+application still running, no executor process.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pytest
 
 from include.ports import free_port
 from include.spark.spark_submit import spark_home
-from tests.integration.dag_helpers import Pipeline
+from tests.integration.dag_helpers import StorePipeline
 from tests.kafka_helpers import produce_numbered, read_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.full]
@@ -103,14 +105,14 @@ def cluster(tmp_path) -> Iterator[Cluster]:
 
 
 def test_a_run_on_an_existing_cluster_survives_a_lost_executor_and_leaves_nothing_there(
-    tmp_path, unique_name, bootstrap, airflow_home, warm_airflow, cluster
+    tmp_path, unique_name, bootstrap, airflow_home, warm_airflow, cluster, s3_server
 ):
     from include.readers.kafka_admin import create_topic
 
     name = unique_name.replace("-", "_")
     topic = f"{unique_name}.events"
     create_topic(bootstrap, topic, PARTITIONS)
-    p = Pipeline(tmp_path, name, topic, bootstrap, airflow_home, warm=warm_airflow)
+    p = StorePipeline(tmp_path, name, topic, bootstrap, airflow_home, warm_airflow, s3_server)
     p.write(
         kafka={"connection_id": "kafka_default", "topics": [topic], "max_offsets_per_trigger": 150},
         cluster={"profile": "existing_master", "master_connection_id": "spark_existing", "workers": 2,
@@ -137,3 +139,4 @@ def test_a_run_on_an_existing_cluster_survives_a_lost_executor_and_leaves_nothin
     assert state["activeapps"] == [], state["activeapps"]
     assert [a for a in state["completedapps"] if name in a["name"]], "the run's application never reached the cluster"
     assert cluster.executors() == []
+    assert not p.lake.exists() and p.files("bronze", "_delta_log").is_dir()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -118,7 +119,7 @@ def _newest(folder, kind: str):
     from include.readers import spark_checkpoint
 
     epochs = spark_checkpoint.epoch_dirs(folder)
-    newest = epochs[max(epochs)] / kind
+    newest = Path(epochs[max(epochs)]) / kind
     return newest / str(spark_checkpoint.batch_ids(newest)[-1])
 
 

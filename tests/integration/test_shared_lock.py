@@ -2,8 +2,9 @@
 
 Each worker has its own ``KDE_VAR_DIR`` (its local disk: run folders, logs)
 and its own Airflow home (config, logs), and they share what a Celery
-deployment shares: the metadata database and the tables. Real ``airflow dags
-test`` runs, real Kafka, Spark and Delta.
+deployment shares: the metadata database and the tables, on a shared disk or
+on an object store (a real S3-compatible server, s3proxy). Real ``airflow
+dags test`` runs, real Kafka, Spark and Delta.
 """
 
 from __future__ import annotations
@@ -32,12 +33,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.full]
 class Worker:
     """One Airflow worker of the deployment: its own folders, the shared database and lakehouse."""
 
-    def __init__(self, root: Path, n: int, *, database: Path, lake: Path, pipelines: Path, bootstrap: str) -> None:
+    def __init__(self, root: Path, n: int, *, database: Path, lake: Path, pipelines: Path, bootstrap: str,
+                 env: dict[str, str] | None = None) -> None:  # fmt: skip
         self.var = root / f"worker-{n}" / "var"
         self.env = airflow_local.environment(
             root / f"worker-{n}" / "airflow", kafka_bootstrap=bootstrap, pipelines_dir=pipelines,
             extra={"KDE_LAKEHOUSE_ROOT": str(lake), "KDE_VAR_DIR": str(self.var),
-                   "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{database}?timeout=60"},
+                   "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{database}?timeout=60", **(env or {})},
         )  # fmt: skip
         self.logs = root / f"worker-{n}" / "logs"
         self.logs.mkdir(parents=True)
@@ -60,33 +62,58 @@ class Worker:
         proc.wait(30)
 
 
-def _epoch(lock: Path, epoch: int, suffix: str = "json") -> dict:
+def _epoch(lock: run_lock.Folder, epoch: int, suffix: str = "json") -> dict:
     """An epoch's record (``json``: who took it, since when) or its release marker (``released``: when)."""
-    return json.loads((lock / f"{epoch:020d}.{suffix}").read_text())
+    return json.loads(run_lock._folder(lock).read(f"{epoch:020d}.{suffix}"))
 
 
 class Deployment:
-    """Two workers of one Airflow deployment, a pipeline of one topic (3 partitions), its lakehouse."""
+    """Two workers of one Airflow deployment, a pipeline of one topic (3 partitions), its lakehouse: a folder
+    both workers mount, or (with ``s3_server``) a bucket of that server, reached through an ``aws`` connection."""
 
-    def __init__(self, tmp_path: Path, bootstrap: str, make_topic, unique_name: str) -> None:
+    def __init__(self, tmp_path: Path, bootstrap: str, make_topic, unique_name: str, s3_server=None) -> None:
         self.name = unique_name.replace("-", "_")
         self.topic = make_topic(f"{unique_name}.events", 3)
-        self.lake, pipelines, self.database = tmp_path / "lake", tmp_path / "pipelines", tmp_path / "airflow.db"
+        pipelines, self.database = tmp_path / "pipelines", tmp_path / "airflow.db"
+        self.lake, tables, env, self.options = str(tmp_path / "lake"), {}, {}, None
+        if s3_server is not None:
+            from include.readers.object_store import S3Settings
+            from include.tooling import local_s3
+
+            self.lake = f"{s3_server.create_bucket(f'lake-{self.name[-8:]}')}/lake"
+            tables = {"tables": {"lakehouse_root": self.lake, "storage_connection_id": "aws_test"}}
+            env = {"AIRFLOW_CONN_AWS_TEST": json.dumps({"conn_type": "aws", "login": local_s3.ACCESS_KEY,
+                                                        "password": local_s3.SECRET_KEY,
+                                                        "extra": s3_server.connection_extra()})}  # fmt: skip
+            settings = S3Settings(access_key_id=local_s3.ACCESS_KEY, secret_access_key=local_s3.SECRET_KEY,
+                                  endpoint=s3_server.endpoint, region=local_s3.REGION)  # fmt: skip
+            self.options = settings.object_store_options()
+            self.lock: run_lock.Folder = run_lock.ObjectStoreFolder(f"{self.lake}/{self.name}/_lock",
+                                                                    *settings.obstore_args())  # fmt: skip
+        else:
+            self.lock = Path(self.lake) / self.name / "_lock"
         pipelines.mkdir()
         (pipelines / f"{self.name}.yaml").write_text(yaml.safe_dump({
             "name": self.name, "schedule": None, "retries": 0, "data_loss_policy": "fail", "tags": ["test"],
             "kafka": {"connection_id": "kafka_default", "topics": [self.topic], "max_offsets_per_trigger": 100},
-            "lag": {"min_records": 1, "max_wait_minutes": 1},
+            "lag": {"min_records": 1, "max_wait_minutes": 1}, **tables,
         }))  # fmt: skip
-        self.one, self.two = (Worker(tmp_path, n, database=self.database, lake=self.lake, pipelines=pipelines,
-                                     bootstrap=bootstrap) for n in (1, 2))  # fmt: skip
+        self.one, self.two = (Worker(tmp_path, n, database=self.database, lake=Path(tmp_path / "lake"),
+                                     pipelines=pipelines, bootstrap=bootstrap, env=env) for n in (1, 2))  # fmt: skip
         airflow_local.migrate(self.one.env)
-        self.lock = self.lake / self.name / "_lock"
+
+    @property
+    def lock_location(self) -> str:
+        return f"{self.lake}/{self.name}/_lock"
+
+    @property
+    def bronze(self) -> str:
+        return f"{self.lake}/{self.name}/bronze"
 
     def bronze_is_kafka(self, produced: int) -> bool:
         """Whether bronze holds offsets 0 .. produced / 3 of each partition, once each."""
         expected = sorted((p, o) for p in range(3) for o in range(produced // 3))
-        return sorted(bronze_keys_of(self.lake / self.name / "bronze")) == expected
+        return sorted(bronze_keys_of(self.bronze, self.options)) == expected
 
     def in_its_job(self, worker: Worker, proc: subprocess.Popen, log: Path) -> None:
         """Wait until ``worker``'s run has its Spark driver up, then a few seconds more: inside its batches."""
@@ -105,10 +132,12 @@ class Deployment:
             db.execute("UPDATE dag_run SET state = 'failed' WHERE dag_id = ? AND run_id = ?", (self.name, run_id))
 
 
+@pytest.mark.parametrize("store", ["shared disk", "object store"])
 def test_two_workers_never_run_one_pipeline_at_once_and_a_lost_workers_lock_is_taken_over(
-    tmp_path, bootstrap, make_topic, unique_name
+    tmp_path, bootstrap, make_topic, unique_name, store, request
 ):
-    d = Deployment(tmp_path, bootstrap, make_topic, unique_name)
+    d = Deployment(tmp_path, bootstrap, make_topic, unique_name,
+                   request.getfixturevalue("s3_server") if store == "object store" else None)  # fmt: skip
     name, topic, lock, one, two = d.name, d.topic, d.lock, d.one, d.two
     produced = produce_numbered(bootstrap, topic, 3, 900)
 
@@ -123,7 +152,7 @@ def test_two_workers_never_run_one_pipeline_at_once_and_a_lost_workers_lock_is_t
         "the two runs held the lock at once")
     assert given_back["run_id"] == taken["run_id"] != next_taken["run_id"]
     waited = next(text for text in (first_log.read_text(), second_log.read_text()) if next_taken["run_id"] in text)
-    assert f"check_request: waiting: run {taken['run_id']} of pipeline {name} holds the lock in {lock} (epoch 1" in waited
+    assert f"check_request: waiting: run {taken['run_id']} of pipeline {name} holds the lock in {d.lock_location} (epoch 1" in waited
     assert d.bronze_is_kafka(produced), "bronze is not exactly what Kafka holds"
 
     # The holder's worker dies mid-run; Airflow marks its run failed; the next run, elsewhere, takes over.
@@ -157,7 +186,7 @@ def test_a_paused_worker_that_wakes_after_a_takeover_commits_nothing(tmp_path, b
     produced = produce_numbered(bootstrap, d.topic, 3, 300)
     first, first_log = d.one.start(d.name, "first")
     assert first.wait(600) == 0, first_log.read_text()[-4000:]
-    bronze = str(d.lake / d.name / "bronze")
+    bronze = d.bronze
     produced += produce_numbered(bootstrap, d.topic, 3, 3000, start=300)
     paused, paused_log = d.one.start(d.name, "paused", **{FAILPOINT_ENV: "stop-before-bronze-commit:5"})
     deadline = time.monotonic() + 300

@@ -8,7 +8,7 @@ import pytest
 
 from include.contract.locations import scheme_of
 from include.readers.connections import ConnectionConfigError
-from include.readers.object_store import S3Settings, s3_settings
+from include.readers.object_store import S3Settings, location_options, s3_settings
 
 
 def _conn(login=None, password=None, **extra):
@@ -64,3 +64,129 @@ def test_a_key_without_its_secret_is_refused_naming_the_connection():
 def test_an_unknown_addressing_style_is_refused_naming_the_field():
     with pytest.raises(ConnectionConfigError, match=r"config_kwargs.s3.addressing_style is 'sideways'"):
         _settings(_conn(config_kwargs={"s3": {"addressing_style": "sideways"}}))
+
+
+# --------------------------------------------------------------------------- a location's delta-rs options
+
+
+@pytest.fixture
+def masked(monkeypatch) -> list[str]:
+    """What was handed to Airflow's log masker (recorded, so no global masker state leaks between tests)."""
+    seen: list[str] = []
+    monkeypatch.setattr("airflow.sdk.log.mask_secret", lambda value, name=None: seen.append(value))
+    return seen
+
+
+def _never(conn_id: str):
+    raise AssertionError(f"connection {conn_id!r} looked up for a local location")
+
+
+@pytest.mark.parametrize("location", ["/srv/lake/bronze", "file:///srv/lake/bronze"])
+def test_a_local_location_has_no_options_and_looks_no_connection_up(location, masked):
+    assert location_options(location, "aws_lake", get_connection=_never) is None
+    assert masked == []
+
+
+@pytest.mark.parametrize("location", ["s3a://bucket/lake/bronze", "s3://bucket/lake/bronze"])
+def test_an_s3_location_takes_the_connections_settings_and_masks_its_secrets(location, masked):
+    asked = []
+    conn = _conn("key", "secret-key", endpoint_url="http://minio:9000", aws_session_token="session-token")
+    options = location_options(location, "aws_lake", get_connection=lambda conn_id: asked.append(conn_id) or conn)
+    assert options == {
+        "aws_access_key_id": "key", "aws_secret_access_key": "secret-key", "aws_session_token": "session-token",
+        "aws_endpoint": "http://minio:9000", "aws_virtual_hosted_style_request": "false", "aws_allow_http": "true",
+    }  # fmt: skip
+    assert asked == ["aws_lake"] and masked == ["secret-key", "session-token"]
+
+
+def test_another_store_is_refused_naming_the_location_before_any_lookup(masked):
+    location = "abfss://lake@account.dfs.core.windows.net/bronze"
+    with pytest.raises(ConnectionConfigError, match=r"tables.bronze_path 'abfss://lake@account.*' is on a abfss:// "
+                                                     r"store.*s3a:// prefix"):  # fmt: skip
+        location_options(location, "aws_lake", what="tables.bronze_path", get_connection=_never)
+
+
+def test_a_malformed_connection_is_refused_naming_it(masked):
+    with pytest.raises(ConnectionConfigError, match=r"'aws_lake': has an access key id but no secret"):
+        location_options("s3a://bucket/x", "aws_lake", get_connection=lambda _: _conn("key"))
+    assert masked == []
+
+
+# --------------------------------------------------------------------------- Spark's S3A options
+
+S3A = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+
+
+def test_hadoop_options_default_to_path_style_and_the_workers_own_credentials():
+    assert S3Settings().hadoop_options() == {"fs.s3.impl": S3A, "fs.s3a.path.style.access": "true"}
+    assert S3Settings().hadoop_secrets() == {}
+
+
+def test_hadoop_options_of_an_http_endpoint_turn_ssl_off_and_carry_the_region_but_no_secret():
+    s = _settings(_conn("key", "secret", endpoint_url="http://minio:9000", region_name="eu-west-1"))
+    assert s.hadoop_options() == {
+        "fs.s3.impl": S3A, "fs.s3a.path.style.access": "true", "fs.s3a.endpoint": "http://minio:9000",
+        "fs.s3a.connection.ssl.enabled": "false", "fs.s3a.endpoint.region": "eu-west-1",
+    }  # fmt: skip
+    assert s.hadoop_secrets() == {"fs.s3a.access.key": "key", "fs.s3a.secret.key": "secret"}
+
+
+def test_hadoop_options_of_an_https_endpoint_keep_ssl_and_virtual_hosting_turns_path_style_off():
+    s = _settings(_conn(endpoint_url="HTTPS://s3.example", config_kwargs={"s3": {"addressing_style": "virtual"}}))
+    assert s.hadoop_options() == {
+        "fs.s3.impl": S3A, "fs.s3a.path.style.access": "false", "fs.s3a.endpoint": "HTTPS://s3.example",
+        "fs.s3a.connection.ssl.enabled": "true",
+    }  # fmt: skip
+
+
+def test_a_session_token_selects_the_temporary_credentials_provider():
+    s = _settings(_conn("key", "secret", aws_session_token="token"))
+    assert s.hadoop_options()["fs.s3a.aws.credentials.provider"] == \
+        "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"  # fmt: skip
+    assert s.hadoop_secrets() == {"fs.s3a.access.key": "key", "fs.s3a.secret.key": "secret",
+                                  "fs.s3a.session.token": "token"}  # fmt: skip
+    assert not {"token", "secret"} & set(s.hadoop_options().values())
+
+
+def test_keys_are_set_only_with_a_whole_key_pair():
+    half = S3Settings(access_key_id="key")  # s3_settings refuses this; the options must not carry half of it
+    assert half.hadoop_secrets() == {}
+    assert not {"fs.s3a.access.key", "fs.s3a.secret.key"} & set(half.hadoop_options())
+
+
+# --------------------------------------------------------------------------- a pipeline's tables (pipeline_run)
+
+
+def test_a_local_pipeline_looks_no_connection_up(make_pipeline, masked):
+    from include.orchestration.pipeline_run import TableOptions
+
+    options = TableOptions(make_pipeline(), get_connection=_never)
+    assert [options(k) for k in ("bronze_path", "silver_path", "quarantine_path", "ledger_path")] == [None] * 4
+
+
+def test_a_pipeline_on_s3_looks_its_connection_up_once_for_every_table(make_pipeline, masked):
+    from include.orchestration.pipeline_run import TableOptions
+
+    cfg = make_pipeline(tables={"lakehouse_root": "s3a://bucket/lake", "storage_connection_id": "aws_lake"})
+    asked = []
+    options = TableOptions(cfg, get_connection=lambda conn_id: asked.append(conn_id) or _conn("key", "secret-key"))
+    assert options("bronze_path") == options("ledger_path") == {
+        "aws_access_key_id": "key", "aws_secret_access_key": "secret-key", "aws_virtual_hosted_style_request": "false"}
+    assert asked == ["aws_lake"]
+
+
+def test_a_failed_lookup_is_not_tried_again_and_a_local_table_still_reads(make_pipeline, tmp_path, masked):
+    from include.orchestration.pipeline_run import TableOptions
+
+    cfg = make_pipeline(tables={"lakehouse_root": "s3a://bucket/lake", "ledger_path": str(tmp_path / "runs")})
+    asked = []
+
+    def missing(conn_id: str):
+        asked.append(conn_id)
+        raise ConnectionConfigError(f"Airflow connection {conn_id!r} does not exist")
+
+    options = TableOptions(cfg, get_connection=missing)
+    for key in ("bronze_path", "silver_path"):
+        with pytest.raises(ConnectionConfigError, match="'aws_default' does not exist"):
+            options(key)
+    assert options("ledger_path") is None and asked == ["aws_default"]

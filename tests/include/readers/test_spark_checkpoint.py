@@ -46,8 +46,8 @@ def _offsets_json(positions: dict) -> str:
 class FakeCheckpoint:
     """Writes checkpoint files exactly as Spark lays them out."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path | str) -> None:
+        self.path = path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         (path / "metadata").write_text('{"id":"9a3c1f52-6b7e-4c1d-8f0a-2b5e7d9c4a11"}\n')
 
@@ -96,7 +96,7 @@ def test_folder_without_metadata_is_none(tmp_path):
 def test_metadata_only(ckpt):
     state = read_state(ckpt.path)
     assert state == CheckpointState(
-        path=ckpt.path, initial=None, last_committed_batch=None, committed=None,
+        path=str(ckpt.path), initial=None, last_committed_batch=None, committed=None,
         pending_batch=None, pending=None,
     )  # fmt: skip
     assert state.position is None
@@ -116,7 +116,7 @@ def test_initial_offsets_only(ckpt):
 def test_accepts_str_path(ckpt):
     ckpt.initial({"t1": {"0": 3}})
     state = read_state(str(ckpt.path))
-    assert state.path == ckpt.path
+    assert state.path == str(ckpt.path)
     assert state.initial == {"t1": {0: 3}}
 
 
@@ -346,7 +346,7 @@ def test_epoch_dirs(tmp_path):
     (root / "epoch=").mkdir()
     (root / "old-epoch=4").mkdir()
     (root / "epoch=5.bak").mkdir()
-    assert epoch_dirs(root) == {1: root / "epoch=1", 2: root / "epoch=2", 10: root / "epoch=10"}
+    assert epoch_dirs(root) == {1: f"{root}/epoch=1", 2: f"{root}/epoch=2", 10: f"{root}/epoch=10"}
 
 
 def test_epoch_dirs_missing_root(tmp_path):
@@ -360,20 +360,21 @@ def test_epoch_dirs_empty_root(tmp_path):
 
 
 def test_epoch_dir(tmp_path):
-    assert epoch_dir(tmp_path, 3) == tmp_path / "epoch=3"
-    assert epoch_dir(str(tmp_path), 12) == tmp_path / "epoch=12"
+    assert epoch_dir(tmp_path, 3) == f"{tmp_path}/epoch=3"
+    assert epoch_dir(str(tmp_path) + "/", 12) == f"{tmp_path}/epoch=12"
+    assert epoch_dir("s3a://lake/orders/_checkpoints/bronze", 2) == "s3a://lake/orders/_checkpoints/bronze/epoch=2"
 
 
 def test_epoch_dir_round_trips_through_epoch_dirs(tmp_path):
     for e in (1, 7, 42):
-        epoch_dir(tmp_path, e).mkdir()
+        Path(epoch_dir(tmp_path, e)).mkdir()
     assert epoch_dirs(tmp_path) == {e: epoch_dir(tmp_path, e) for e in (1, 7, 42)}
 
 
 def test_read_state_of_each_epoch(tmp_path):
     FakeCheckpoint(epoch_dir(tmp_path, 1)).initial({"t": {"0": 0}}).offsets(0, {"t": {"0": 5}}).commit(0)
     FakeCheckpoint(epoch_dir(tmp_path, 2)).initial({"t": {"0": 5}})
-    epoch_dir(tmp_path, 3).mkdir()  # created, query never started
+    Path(epoch_dir(tmp_path, 3)).mkdir()  # created, query never started
     states = {e: read_state(p) for e, p in epoch_dirs(tmp_path).items()}
     assert states[1].position == {"t": {0: 5}}
     assert states[1].last_committed_batch == 0
