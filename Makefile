@@ -1,5 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   - local Kafka broker, demo data, the pipeline DAGs end to end, a summary
+#                 (STORE=s3: the lakehouse on a local S3-compatible server)
 #   make test   - the fast tier: ruff, mypy, unit tests, integration tests with real Kafka, Spark, Delta and
 #                 Airflow (one DAG run per DAG shape and trigger-form family) and the fault smoke
 # make test-all runs every test (every DAG-run scenario, the 30-fault soak slice); make soak the long soak.
@@ -44,7 +45,7 @@ browser-tools:
 	  $(APT_INSTALL) chromium chromium-driver >/dev/null; }
 
 demo: setup
-	$(PY) -m include.tooling.demo
+	$(PY) -m include.tooling.demo $(if $(STORE),--store $(STORE))
 
 ui: setup
 	$(PY) -m include.tooling.ui

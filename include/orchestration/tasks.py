@@ -198,9 +198,10 @@ def preflight(cfg: PipelineConfig, *, plan: dict | None) -> dict:
     except connections.ConnectionConfigError as exc:
         raise FailTask(f"pipeline {cfg.name!r}: {exc}") from None
     now = pipeline_run.utcnow()
+    options = pipeline_run.TableOptions(cfg)  # one connection lookup for every table read below
     # One read of the ledger for its witness and for whether maintenance is due (each open of it costs).
-    ledger = pipeline_run.preflight_ledger(cfg)
-    verdict, lag, progress = pipeline_run.run_preflight(cfg, client, request, ledger_rows=ledger)
+    ledger = pipeline_run.preflight_ledger(cfg, options=options)
+    verdict, lag, progress = pipeline_run.run_preflight(cfg, client, request, ledger_rows=ledger, options=options)
     for finding in verdict.findings:
         print(f"preflight {finding.severity}: {finding.message}")
     print(f"SUMMARY {verdict.summary_line()}; {lag.summary_line(now)}")
@@ -210,12 +211,12 @@ def preflight(cfg: PipelineConfig, *, plan: dict | None) -> dict:
         "lag": lag.to_json(now),
         "table_version": progress.table_version if progress else None,
         "table_next": positions_to_json(progress.next_offsets) if progress else None,
-        "transform_before": pipeline_run.transform_versions(cfg) if cfg.transform else None,
+        "transform_before": pipeline_run.transform_versions(cfg, options=options) if cfg.transform else None,
         "maintenance": None,
     }
     if not verdict.ok:
         raise FailTask(verdict.failure_message(cfg.name), key="failed_report", report=result)
-    due = pipeline_run.maintenance_due(cfg, "tables", now, ledger)
+    due = pipeline_run.maintenance_due(cfg, "tables", now, ledger, options=options)
     if due:
         result["maintenance"] = {"due": due}
         print(f"maintenance of bronze{', silver and quarantine' if cfg.transform else ''} is due "

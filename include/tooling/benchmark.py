@@ -67,7 +67,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -77,7 +77,7 @@ from include.contract.errors import PipelineError
 from include.contract.jobs import IngestArgs, IngestSummary, positive
 from include.readers.kafka_admin import create_topic, delete_topic, watermarks
 from include.spark.spark_submit import submit_environment
-from include.tooling import airflow_local, local_kafka
+from include.tooling import airflow_local, local_kafka, local_s3
 from include.tooling.benchmark_formats import (
     FormatsParams,
     FormatsReport,
@@ -115,9 +115,9 @@ from include.tooling.benchmark_runs import (
 from include.tooling.job_submit import submit_command
 
 #: The parts of the benchmark, as ``--parts`` names them, in the order they run.
-PARTS = ("throughput", "batches", "runs", "silver", "crossover", "maintenance", "formats", "monitor")
+PARTS = ("throughput", "batches", "runs", "silver", "store", "crossover", "maintenance", "formats", "monitor")
 #: What ``make bench`` measures unless ``--parts`` says otherwise (maintenance takes about 12 minutes).
-DEFAULT_PARTS = ("throughput", "batches", "runs", "silver", "crossover", "monitor")
+DEFAULT_PARTS = ("throughput", "batches", "runs", "silver", "store", "crossover", "monitor")
 
 JOBS: dict[str, str] = {
     "ceiling": "Kafka consumer-perf-test (ceiling)",
@@ -206,6 +206,8 @@ class BenchmarkReport:
     runs: list[DagRunTiming] = field(default_factory=list)
     #: The silver part: the demo's shape with the pipeline's defaults and with a cluster forced.
     silver: list[DagRunTiming] = field(default_factory=list)
+    #: The store part: the same DAG run with the lakehouse on this disk and on a local S3-compatible server.
+    store: list[DagRunTiming] = field(default_factory=list)
     #: The crossover part: the same backlogs in local mode and on the run's own cluster.
     crossover: list[DagRunTiming] = field(default_factory=list)
     batch_runs: list[BatchRun] = field(default_factory=list)
@@ -607,6 +609,11 @@ def summary_lines(report: BenchmarkReport) -> list[str]:
         if rs:
             lines.append(f"| a bronze + silver DAG run of {p.runs.small_records:,} events, {label}, first task "
                          f"to last | {statistics.median(r.end_to_end_s for r in rs):.1f} s |")  # fmt: skip
+    store = {label: [r.end_to_end_s for r in report.store if r.kind.startswith(f"{label} ")] for label in STORE_MODES}
+    if all(store.values()):
+        disk, s3 = (statistics.median(v) for v in store.values())
+        lines.append(f"| the same DAG run with the lakehouse on a local S3-compatible server / on this disk, first "
+                     f"task to last | {s3:.1f} s / {disk:.1f} s: **{s3 / disk:.2f}x** |")  # fmt: skip
     if report.crossover:
         for verdict in crossover_verdict(report.crossover, CROSSOVER_PAIRS):
             lines.append(f"| where a cluster pays off | {verdict.removeprefix('- ')} |")
@@ -693,6 +700,14 @@ def render_markdown(report: BenchmarkReport) -> str:
             f"The demo's pipeline shape (its transform) on the demo's order events, {p.runs.small_records:,} new "
             "events a run: with no `cluster` section (the defaults decide where the run goes) and with "
             f"`local_max_records: 0` (every run starts its standalone cluster). Median (min–max) of "
+            f"{p.runs.repetitions} run(s), the pipelines taking turns.")  # fmt: skip
+    if report.store:
+        text += "\n" + render_side_by_side_markdown(
+            report.store, list(STORE_MODES), "The lakehouse on this disk and on an object store",
+            f"The demo's pipeline shape with the pipeline defaults, {p.runs.small_records:,} new events a run: bronze, "
+            "silver, quarantine, the run ledger, both checkpoints and the run lock in a folder of this disk, and "
+            "under an `s3a://` prefix of a local S3-compatible server (s3proxy on this disk, so the gap is the "
+            "S3 protocol's requests, not a network's). Median (min–max) of "
             f"{p.runs.repetitions} run(s), the pipelines taking turns.")  # fmt: skip
     if report.crossover:
         text += "\n" + render_side_by_side_markdown(
@@ -851,6 +866,9 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
         if "silver" in params.parts:
             report.silver = _measure_side_by_side(params, bootstrap, f"{topic}-orders", work / "silver", home, created,
                                                   SILVER_MODES, (params.runs.small_records,))  # fmt: skip
+        if "store" in params.parts:
+            home = home or _migrated_home(work / "airflow", bootstrap)
+            report.store = _measure_stores(params, bootstrap, f"{topic}-store", work / "store", home, created)
         if "crossover" in params.parts:
             report.crossover = _measure_side_by_side(params, bootstrap, f"{topic}-crossover", work / "crossover",
                                                      home, created, CROSSOVER_MODES, params.crossover_sizes,
@@ -898,11 +916,30 @@ def _migrated_home(home: Path, bootstrap: str) -> Path:
     return home
 
 
+#: The store part: where each pipeline keeps its lakehouse (``None``: this disk).
+STORE_MODES: dict[str, str | None] = {"local disk": None, "object store": "s3"}
+
+
+def _measure_stores(params: BenchmarkParams, bootstrap: str, topic: str, work: Path, home: Path,
+                    created: list[str]) -> list[DagRunTiming]:  # fmt: skip
+    """The demo's pipeline shape with its defaults, its lakehouse on this disk and on a local S3-compatible
+    server, side by side at the demo's backlog."""
+    _log(f"starting a local S3-compatible server (s3proxy) in {work / 's3'}")
+    server = local_s3.start(work / "s3")
+    try:
+        return _measure_side_by_side(params, bootstrap, topic, work, home, created, dict.fromkeys(STORE_MODES),
+                                     (params.runs.small_records,), stores={"object store": server})  # fmt: skip
+    finally:
+        server.stop()
+
+
 def _measure_side_by_side(params: BenchmarkParams, bootstrap: str, topic: str, work: Path, home: Path,
                           created: list[str], modes: dict[str, dict | None], sizes: Sequence[int],
-                          repetitions: int | None = None) -> list[DagRunTiming]:  # fmt: skip
+                          repetitions: int | None = None, stores: Mapping[str, local_s3.LocalS3] | None = None,
+                          ) -> list[DagRunTiming]:  # fmt: skip
     """Pipelines of the demo's shape (its transform, one cluster section each from ``modes``) on one topic
-    of the demo's order events, side by side at each backlog of ``sizes``."""
+    of the demo's order events, side by side at each backlog of ``sizes``. ``stores``: the object-store
+    server a pipeline keeps its lakehouse on, by label (the others: this disk)."""
     import yaml
 
     from include.tooling import demo
@@ -918,7 +955,7 @@ def _measure_side_by_side(params: BenchmarkParams, bootstrap: str, topic: str, w
 
     benches = {
         label: DagRunBench(work / f"pipeline{i}", bootstrap, topic, params.runs, airflow_home=home, log=_log,
-                           produce=produce, transform=transform,
+                           produce=produce, transform=transform, store=(stores or {}).get(label),
                            cluster=None if cluster is None else {"profile": "local_standalone", **cluster})
         for i, (label, cluster) in enumerate(modes.items())
     }  # fmt: skip

@@ -39,6 +39,7 @@ API server is already running.
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 import statistics
@@ -53,7 +54,7 @@ import yaml
 
 from include.contract.errors import PipelineError
 from include.readers import delta_progress, run_ledger
-from include.tooling import airflow_local
+from include.tooling import airflow_local, local_s3
 
 #: Tasks of a bronze-only pipeline on a transient cluster, in DAG order.
 DAG_TASKS = (
@@ -232,29 +233,37 @@ class DagRunBench:
 
     def __init__(self, work: Path, bootstrap: str, topic: str, params: RunParams, *,
                  airflow_home: Path | None = None, produce: Callable[[int], None], log: Callable[[str], None],
-                 cluster: dict | None = CLUSTER, transform: dict | None = None) -> None:  # fmt: skip
-        """``cluster``: the pipeline file's ``cluster`` section; ``None`` (:data:`DEFAULTS`) leaves it out."""
+                 cluster: dict | None = CLUSTER, transform: dict | None = None,
+                 store: local_s3.LocalS3 | None = None) -> None:  # fmt: skip
+        """``cluster``: the pipeline file's ``cluster`` section; ``None`` (:data:`DEFAULTS`) leaves it out.
+        ``store``: a local S3-compatible server to keep the lakehouse on (a bucket of its own), reached through
+        the Airflow connection ``aws_default``; ``None``: a folder of ``work``."""
         self.work, self.bootstrap, self.topic, self.params = work, bootstrap, topic, params
         self.cluster, self.transform = cluster, transform
         self.name = f"benchmark_{'silver' if transform else 'runs'}_{uuid.uuid4().hex[:8]}"
         self.pipelines = work / "pipelines"
-        self.lake = work / "lake"
         self.var = work / "var"
         self.logs = work / "dag-logs"
-        for folder in (self.pipelines, self.lake, self.var, self.logs):
+        for folder in (self.pipelines, self.var, self.logs):
             folder.mkdir(parents=True, exist_ok=True)
+        #: The lakehouse root (a folder or an ``s3a://`` URI), and delta-rs's options for it.
+        self.lake, self.options, store_env = str(work / "lake"), None, {}
+        if store is not None:
+            self.lake = f"{store.create_bucket(f'bench-{uuid.uuid4().hex[:8]}')}/lake"
+            self.options = store.settings().object_store_options()
+            store_env = {"AIRFLOW_CONN_AWS_DEFAULT": json.dumps(store.connection())}
         self.home = airflow_home or work / "airflow"
         self.env = airflow_local.environment(
             self.home, kafka_bootstrap=bootstrap, pipelines_dir=self.pipelines,
-            extra={"KDE_LAKEHOUSE_ROOT": str(self.lake), "KDE_VAR_DIR": str(self.var)},
+            extra={"KDE_LAKEHOUSE_ROOT": self.lake, "KDE_VAR_DIR": str(self.var), **store_env},
         )  # fmt: skip
         self._produce, self._log = produce, log
         self.runs: list[DagRunTiming] = []
         self._count = 0
 
     @property
-    def bronze(self) -> Path:
-        return self.lake / self.name / "bronze"
+    def bronze(self) -> str:
+        return f"{self.lake}/{self.name}/bronze"
 
     def write_pipeline(self, max_offsets_per_trigger: int | None) -> None:
         """The pipeline file the DAG is built from (read again by every ``dags test``)."""
@@ -279,7 +288,7 @@ class DagRunBench:
 
     def commits(self) -> int:
         """Commits in the bronze table (0 before the first run)."""
-        version = delta_progress.table_version(self.bronze)
+        version = delta_progress.table_version(self.bronze, storage_options=self.options)
         return 0 if version is None else version + 1
 
     def run(self, kind: str, repetition: int, *, expect_rows: int | None) -> DagRunTiming:
@@ -288,7 +297,7 @@ class DagRunBench:
         self._count += 1
         log_file = self.logs / f"run{self._count:03d}-{kind}.log"
         before = self.commits()
-        files = delta_progress.file_count(self.bronze) or 0
+        files = delta_progress.file_count(self.bronze, storage_options=self.options) or 0
         started = time.monotonic()
         proc = airflow_local.dags_test(
             self.env, self.name, log_file=log_file, timeout_s=self.params.timeout_s
@@ -305,7 +314,7 @@ class DagRunBench:
             raise RunBenchmarkError(
                 f"DAG run {self._count} ({kind}): tasks not successful {not_ok}; log {log_file}"
             )
-        latest = run_ledger.read_runs(self.lake / self.name / "_runs", limit=1)
+        latest = run_ledger.read_runs(f"{self.lake}/{self.name}/_runs", limit=1, storage_options=self.options)
         rows = int(latest[0]["rows"] or 0) if latest else 0
         if expect_rows is None:
             ran = {t: x.state for t, x in tasks.items() if x.ran and t in ("start_cluster", "ingest")}

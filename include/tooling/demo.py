@@ -45,7 +45,7 @@ from include.config import load_pipeline
 from include.orchestration.pipeline_run import TableOptions
 from include.readers import run_ledger
 from include.readers.kafka_admin import create_topic
-from include.tooling import airflow_local, local_kafka, local_registry
+from include.tooling import airflow_local, local_kafka, local_registry, local_s3
 
 TOPIC = "demo.orders"
 #: The second pipeline: Avro payments, schemas in a schema registry.
@@ -275,19 +275,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--payments", type=int, default=4000, help="Avro payments before the first run")
     parser.add_argument("--more-payments", type=int, default=1000, help="Avro payments (schema v2) before the second")
     parser.add_argument("--dir", type=Path, default=settings.VAR_DIR / "demo")
+    parser.add_argument("--store", choices=("disk", "s3"), default="disk",
+                        help="where the lakehouse lives: this disk, or a local S3-compatible server (s3proxy, "
+                        "started here) reached through the Airflow connection aws_default (make demo STORE=s3)")  # fmt: skip
     args = parser.parse_args(argv)
 
     workdir: Path = args.dir.resolve()
     if workdir.exists():
         local_kafka.stop(workdir / "kafka")
         shutil.rmtree(workdir)
-    lakehouse = workdir / "lakehouse"
-    os.environ["KDE_LAKEHOUSE_ROOT"] = str(lakehouse)  # before the pipeline files are read
-    cfg, payments_cfg = load_pipeline(PIPELINE_FILE), load_pipeline(PAYMENTS_FILE)
     print(f"starting the local Kafka broker in {workdir / 'kafka'} ...", flush=True)
     broker = local_kafka.start(workdir / "kafka")
-    registry = None
+    registry = store = None
     try:
+        lakehouse, store_env = str(workdir / "lakehouse"), {}
+        if args.store == "s3":
+            store, lakehouse, store_env = _start_store(workdir)
+        os.environ["KDE_LAKEHOUSE_ROOT"] = lakehouse  # before the pipeline files are read
+        cfg, payments_cfg = load_pipeline(PIPELINE_FILE), load_pipeline(PAYMENTS_FILE)
         bootstrap = broker.bootstrap_servers
         print(f"broker ready at {bootstrap}")
         print("starting the local schema registry (Apicurio, Confluent-compatible API) ...", flush=True)
@@ -296,8 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         connection = {"conn_type": "http", "extra": {"url": registry.url}}
         env = airflow_local.environment(
             workdir / "airflow", kafka_bootstrap=bootstrap,
-            extra={"KDE_LAKEHOUSE_ROOT": str(lakehouse), "KDE_VAR_DIR": str(workdir),
-                   f"AIRFLOW_CONN_{REGISTRY_CONNECTION.upper()}": json.dumps(connection)},
+            extra={"KDE_LAKEHOUSE_ROOT": lakehouse, "KDE_VAR_DIR": str(workdir),
+                   f"AIRFLOW_CONN_{REGISTRY_CONNECTION.upper()}": json.dumps(connection), **store_env},
         )  # fmt: skip
         print(f"preparing Airflow's metadata database in {workdir / 'airflow'} ...", flush=True)
         airflow_local.migrate(env)
@@ -347,7 +352,19 @@ def main(argv: list[str] | None = None) -> int:
         if registry is not None:
             registry.stop()
         broker.stop()
-        print("broker and registry stopped")
+        if store is not None:
+            store.stop()
+        print("broker, registry" + (" and object store" if store is not None else "") + " stopped")
+
+
+def _start_store(workdir: Path) -> tuple[local_s3.LocalS3, str, dict[str, str]]:
+    """The local S3-compatible server, the lakehouse's URI on it, and the Airflow connection that reaches it
+    (``aws_default``, the pipelines' default ``tables.storage_connection_id``) as an environment variable."""
+    print(f"starting the local S3-compatible server (s3proxy) in {workdir / 's3'} ...", flush=True)
+    store = local_s3.start(workdir / "s3")
+    lakehouse = f"{store.create_bucket('demo')}/lakehouse"
+    print(f"object store ready at {store.endpoint}; the lakehouse is {lakehouse}")
+    return store, lakehouse, {"AIRFLOW_CONN_AWS_DEFAULT": json.dumps(store.connection())}
 
 
 def _print_pipeline(cfg, runs: list[dict], produced: list[dict[str, int]], total: int, options: TableOptions) -> bool:

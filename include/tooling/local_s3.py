@@ -30,6 +30,7 @@ from pathlib import Path
 from include import settings
 from include.contract.errors import PipelineError
 from include.ports import free_port
+from include.readers.object_store import S3Settings
 from include.tooling import java_server
 
 #: The key pair the local server accepts (a test server's, not a secret).
@@ -65,6 +66,15 @@ class LocalS3:
         """The ``extra`` of an Airflow ``aws`` connection to this server (login and password: the key pair)."""
         return {"endpoint_url": self.endpoint, "region_name": REGION,
                 "config_kwargs": {"s3": {"addressing_style": "path"}}}  # fmt: skip
+
+    def connection(self) -> dict:
+        """An Airflow ``aws`` connection to this server, as ``AIRFLOW_CONN_<ID>`` holds it in JSON."""
+        return {"conn_type": "aws", "login": ACCESS_KEY, "password": SECRET_KEY, "extra": self.connection_extra()}
+
+    def settings(self) -> S3Settings:
+        """What that connection reads as (:func:`include.readers.object_store.s3_settings`)."""
+        return S3Settings(access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY, endpoint=self.endpoint,
+                          region=REGION)  # fmt: skip
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Stop the server; its folder stays."""

@@ -23,6 +23,7 @@ import pytest
 
 from include import settings
 from include.config import PipelineConfigError
+from include.contract.errors import PipelineError
 from include.orchestration import dag_factory, pipeline_run
 from include.orchestration.spark_operator import (
     K8S_PIPELINE_LABEL,
@@ -216,6 +217,74 @@ def test_existing_standalone_master_is_client_mode_whatever_the_connection_says(
     assert "spark.cores.max" not in conf and "spark.driver.host" not in conf
     assert _flag(cmd, "--jars") == ",".join(FAKE_JARS)
     _assert_no_secret(cmd)
+
+
+FAKE_S3_SECRET = "FAKE-s3-secret-4410"
+FAKE_S3_JARS = ["/cache/jars/hadoop-aws.jar", "/cache/jars/s3.jar"]
+
+
+def _on_s3(monkeypatch, **extra: Any) -> dict[str, str]:
+    """An ``aws`` connection to an S3-compatible store, and S3A's jars; the lakehouse URI to use."""
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_LAKE", json.dumps({"conn_type": "aws", "login": "AKIA-lake",
+        "password": FAKE_S3_SECRET, "extra": {"endpoint_url": "http://store:9000", "region_name": "eu-west-1",
+                                               **extra}}))  # fmt: skip
+    monkeypatch.setattr(jvm_deps, "s3_jars", lambda: [Path(j) for j in FAKE_S3_JARS])
+    return {"lakehouse_root": "s3a://lake/prod", "storage_connection_id": "aws_lake"}
+
+
+@pytest.mark.parametrize("profile", [
+    {"profile": "local_standalone"},
+    {"profile": "existing_master", "master_connection_id": "spark_standalone"},
+])  # fmt: skip
+def test_tables_on_s3_add_s3as_jars_and_settings_and_hand_the_key_pair_over_in_an_owner_only_file(
+    tmp_path, make_pipeline, monkeypatch, profile
+):
+    from include.orchestration import spark_operator
+
+    files: list[dict] = []
+    real_submit_hook = spark_operator.submit_hook
+
+    def recording(*args: Any, **kwargs: Any):
+        hook, app = real_submit_hook(*args, **kwargs)
+        secrets = Path(hook._env_vars[settings.STORAGE_SECRETS_FILE_ENV])
+        assert secrets.stat().st_mode & 0o777 == 0o600
+        files.append(json.loads(secrets.read_text()))
+        return hook, app
+
+    monkeypatch.setattr(spark_operator, "submit_hook", recording)
+    cfg = _pipeline(make_pipeline, profile, tables=_on_s3(monkeypatch))
+    run_master = "spark://127.0.0.1:41234" if profile["profile"] == "local_standalone" else None
+    op = IngestOperator(task_id="ingest", pipeline=cfg, master=run_master)
+    cmd, _ = _run(monkeypatch, op)
+    assert _flag(cmd, "--jars") == ",".join(FAKE_JARS + FAKE_S3_JARS)
+    conf = _confs(cmd)
+    assert {k: v for k, v in conf.items() if k.startswith("spark.hadoop.")} == {
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.endpoint": "http://store:9000",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+        "spark.hadoop.fs.s3a.endpoint.region": "eu-west-1",
+    }
+    assert files == [{"fs.s3a.access.key": "AKIA-lake", "fs.s3a.secret.key": FAKE_S3_SECRET}]
+    assert FAKE_S3_SECRET not in " ".join(cmd) + json.dumps(op._hook._env_vars or {})
+    assert not list((tmp_path / "var").rglob("object-store.json")), "the key pair outlived the submit"
+
+
+def test_tables_on_disk_read_no_storage_connection_and_add_no_s3_jar(tmp_path, make_pipeline, monkeypatch):
+    monkeypatch.setattr(jvm_deps, "s3_jars", lambda: pytest.fail("S3A's jars resolved for a local lakehouse"))
+    cfg = _pipeline(make_pipeline, {"profile": "existing_master", "master_connection_id": "spark_standalone"},
+                    tables={"lakehouse_root": str(tmp_path / "lake"), "storage_connection_id": "no_such_conn"})  # fmt: skip
+    cmd, _ = _run(monkeypatch, IngestOperator(task_id="ingest", pipeline=cfg))
+    assert _flag(cmd, "--jars") == ",".join(FAKE_JARS)
+    assert not [k for k in _confs(cmd) if k.startswith("spark.hadoop.fs.s3")]
+
+
+def test_a_key_pair_cannot_reach_a_yarn_driver_so_it_is_refused_naming_the_fix(tmp_path, make_pipeline, monkeypatch):
+    cfg = _pipeline(make_pipeline, {"profile": "existing_master", "master_connection_id": "spark_yarn"},
+                    tables=_on_s3(monkeypatch))  # fmt: skip
+    with pytest.raises(PipelineError, match="leave the connection's login and password empty"):
+        _run(monkeypatch, IngestOperator(task_id="ingest", pipeline=cfg))
+    assert not list((tmp_path / "var").rglob("object-store.json")), "the key pair outlived the refusal"
 
 
 def test_existing_yarn_master_takes_the_queue_and_sends_no_local_environment(tmp_path, make_pipeline, monkeypatch):

@@ -10,9 +10,8 @@ from pathlib import Path
 import yaml
 
 from include.readers import run_ledger
-from include.readers.object_store import S3Settings
 from include.spark import spark_cluster
-from include.tooling import airflow_local, local_kafka, local_s3
+from include.tooling import airflow_local, local_kafka
 from include.tooling.warm_airflow import WarmAirflow, WarmCommand
 from tests.processes import processes_naming
 
@@ -147,8 +146,7 @@ class StorePipeline(Pipeline):
         self.server = server
         self.bucket = server.create_bucket(f"lake-{uuid.uuid4().hex[:10]}")
         self.uri = f"{self.bucket}/lake"
-        self.connection = json.dumps({"conn_type": "aws", "login": local_s3.ACCESS_KEY,
-                                      "password": local_s3.SECRET_KEY, "extra": server.connection_extra()})  # fmt: skip
+        self.connection = json.dumps(server.connection())
         super().__init__(root, name, topic, bootstrap, airflow_home, warm=warm)
 
     def write(self, **changes) -> None:
@@ -160,9 +158,8 @@ class StorePipeline(Pipeline):
 
     @property
     def options(self) -> dict[str, str]:
-        """The test's own delta-rs options for the server."""
-        return S3Settings(access_key_id=local_s3.ACCESS_KEY, secret_access_key=local_s3.SECRET_KEY,
-                          endpoint=self.server.endpoint, region=local_s3.REGION).object_store_options()  # fmt: skip
+        """delta-rs options for the server."""
+        return self.server.settings().object_store_options()
 
     def table(self, name: str):
         from deltalake import DeltaTable

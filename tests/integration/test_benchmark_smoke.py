@@ -145,3 +145,25 @@ def test_benchmark_measures_avro_against_json(bootstrap: str, spark, tmp_path: P
     assert re.search(r"^Avro / JSON records/s: \*\*[0-9.]+\*\*\.$", markdown, re.M)
     assert re.search(r"Both formats gave the same [0-9,]+ silver rows", markdown)
     assert spark.range(3).count() == 3
+
+
+@pytest.mark.timeout(1200)
+def test_benchmark_store_part_runs_one_pipeline_on_disk_and_one_on_the_object_store(
+    bootstrap: str, airflow_home: Path, tmp_path: Path
+) -> None:
+    output = tmp_path / "store.md"
+    code = benchmark.main([
+        "--bootstrap-servers", bootstrap, "--parts", "store", "--small-records", "60", "--run-repetitions", "1",
+        "--airflow-home", str(airflow_home), "--output", str(output), "--work-dir", str(tmp_path / "work"),
+    ])  # fmt: skip
+    assert code == 0
+    markdown = output.read_text()
+    (row,) = _section_rows(markdown, "## The lakehouse on this disk and on an object store")
+    assert row[0] == "60" and float(row[1]) > 0 and float(row[2]) > 0, row
+    assert re.search(r"on a local S3-compatible server / on this disk, first task to last \| [0-9.]+ s / [0-9.]+ s: "
+                     r"\*\*[0-9.]+x\*\*", markdown)  # fmt: skip
+    # Each pipeline's tables are where its label says: one lakehouse folder here, one bucket on the server.
+    lakes = sorted(p.relative_to(tmp_path / "work" / "store") for p in (tmp_path / "work" / "store").glob("*/lake/*"))
+    assert [str(p).split("/")[0] for p in lakes] == ["pipeline0"], lakes
+    buckets = list((tmp_path / "work" / "store" / "s3" / "data").glob("bench-*/lake/*/bronze/_delta_log"))
+    assert len(buckets) == 1, buckets

@@ -21,10 +21,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.full]
 def bucket(s3_server, monkeypatch) -> str:
     """A new bucket, and the Airflow connection ``aws_test`` to the server (an environment variable, as
     a deployment may define it)."""
-    monkeypatch.setenv("AIRFLOW_CONN_AWS_TEST", json.dumps({
-        "conn_type": "aws", "login": local_s3.ACCESS_KEY, "password": local_s3.SECRET_KEY,
-        "extra": s3_server.connection_extra(),
-    }))  # fmt: skip
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_TEST", json.dumps(s3_server.connection()))
     return s3_server.create_bucket(f"b-{uuid.uuid4().hex[:12]}")
 
 

@@ -77,16 +77,10 @@ class Deployment:
         pipelines, self.database = tmp_path / "pipelines", tmp_path / "airflow.db"
         self.lake, tables, env, self.options = str(tmp_path / "lake"), {}, {}, None
         if s3_server is not None:
-            from include.readers.object_store import S3Settings
-            from include.tooling import local_s3
-
             self.lake = f"{s3_server.create_bucket(f'lake-{self.name[-8:]}')}/lake"
             tables = {"tables": {"lakehouse_root": self.lake, "storage_connection_id": "aws_test"}}
-            env = {"AIRFLOW_CONN_AWS_TEST": json.dumps({"conn_type": "aws", "login": local_s3.ACCESS_KEY,
-                                                        "password": local_s3.SECRET_KEY,
-                                                        "extra": s3_server.connection_extra()})}  # fmt: skip
-            settings = S3Settings(access_key_id=local_s3.ACCESS_KEY, secret_access_key=local_s3.SECRET_KEY,
-                                  endpoint=s3_server.endpoint, region=local_s3.REGION)  # fmt: skip
+            env = {"AIRFLOW_CONN_AWS_TEST": json.dumps(s3_server.connection())}
+            settings = s3_server.settings()
             self.options = settings.object_store_options()
             self.lock: run_lock.Folder = run_lock.ObjectStoreFolder(f"{self.lake}/{self.name}/_lock",
                                                                     *settings.obstore_args())  # fmt: skip
