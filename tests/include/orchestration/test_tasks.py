@@ -246,7 +246,7 @@ def _run_preflight(monkeypatch, table_next: dict, kafka: dict[str, TopicState], 
     """``run_preflight`` on fake Kafka numbers through the real rules; returns the requests it was asked."""
     asked = []
 
-    def run_preflight(cfg, client, request, *, ledger_rows=None):
+    def run_preflight(cfg, client, request, *, ledger_rows=None, options=None):
         asked.append(request)
         verdict = preflight_rules(table_next=table_next, recorded_topic_ids={}, kafka=kafka,
                                   configured_topics=cfg.kafka.topics, policy=cfg.data_loss_policy, dag_id=cfg.name)  # fmt: skip
@@ -300,7 +300,7 @@ def test_preflight_reads_the_ledger_once_for_its_witness_and_for_maintenance(cfg
     real = run_ledger.newest_runs
     monkeypatch.setattr(run_ledger, "newest_runs", lambda *a, **k: reads.append(k.get("columns")) or real(*a, **k))
 
-    def run_preflight(cfg_, client, request, *, ledger_rows=None):
+    def run_preflight(cfg_, client, request, *, ledger_rows=None, options=None):
         handed.append(ledger_rows)
         verdict = preflight_rules(table_next={"t": {0: 5}}, recorded_topic_ids={}, kafka=_kafka(p0=(0, 12)),
                                   configured_topics=("t",), policy=cfg.data_loss_policy, dag_id=cfg.name)  # fmt: skip
