@@ -98,6 +98,13 @@ BUNDLES: dict[str, tuple[Artifact, ...]] = {
 }
 #: What ``make setup`` resolves; the others on first use.
 SETUP_BUNDLES = ("spark", "kafka")
+#: What each bundle is for and what its first use downloads, as the resolve announces it.
+BUNDLE_PURPOSE = {
+    "spark": "the jobs' Kafka connector, Delta Lake and spark-avro",
+    "kafka": "the local Kafka broker and Kafka's tools",
+    "s3": "S3A and the AWS SDK's S3 modules, for a pipeline whose tables are on S3 (about 13 MB)",
+    "s3proxy": "the local S3-compatible server of make demo STORE=s3, the store tests and the bench (about 100 MB)",
+}
 #: Bundles whose jars join pyspark's on one classpath: a jar pyspark ships is left out.
 _ON_PYSPARK = ("spark", "s3")
 
@@ -213,7 +220,8 @@ def _download(bundle: str, target: Path) -> None:
             "dependency:copy-dependencies", "-DincludeScope=runtime",
             f"-DoutputDirectory={staging}",
         ]  # fmt: skip
-        print(f"resolving JVM bundle {bundle!r} with Maven (first use only)...", file=sys.stderr)
+        print(f"resolving JVM bundle {bundle!r} ({BUNDLE_PURPOSE.get(bundle, 'jars')}) with Maven, first use only ...",
+              file=sys.stderr)  # fmt: skip
         proc = subprocess.run(cmd, cwd=work_dir, capture_output=True, text=True)
         if proc.returncode != 0:
             errors = [ln for ln in proc.stdout.splitlines() if "ERROR" in ln][:5]
