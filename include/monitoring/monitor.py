@@ -34,8 +34,8 @@ from typing import Any
 from include.config import PipelineConfig
 from include.contract.errors import PipelineError
 from include.contract.preflight import measure_lag
-from include.orchestration.pipeline_run import TableOptions
 from include.readers import delta_progress, kafka_state, run_ledger
+from include.readers.object_store import TableOptions
 
 #: The whole Kafka part of one snapshot must finish within this many seconds.
 DEFAULT_TIMEOUT_S = 5.0

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from include import settings
 from include.config import PipelineConfig
@@ -40,6 +39,7 @@ from include.orchestration import run_lock
 from include.private_files import write_private
 from include.readers import delta_progress, kafka_state, run_ledger, spark_checkpoint
 from include.readers.delta_progress import TableProgress
+from include.readers.object_store import TableOptions
 
 #: Bound on every Kafka call a task makes, so a dead broker fails a task instead of hanging it.
 KAFKA_TIMEOUT_S = 20.0
@@ -164,54 +164,6 @@ def lock_folder(cfg: PipelineConfig) -> Path | run_lock.ObjectStoreFolder:
     for secret in s3.secrets():
         connections.mask(secret)
     return run_lock.ObjectStoreFolder(location, *s3.obstore_args())
-
-
-def table_options(cfg: PipelineConfig, location: str, *, what: str = "location",
-                  get_connection: Callable[[str], Any] | None = None) -> dict[str, str] | None:  # fmt: skip
-    """delta-rs ``storage_options`` for ``location``, one of ``cfg``'s tables: ``None`` for a local path (no
-    connection looked up), else the S3 settings of the connection ``tables.storage_connection_id``.
-
-    ``what`` names the location's key in the error raised for a store this version cannot reach;
-    ``get_connection`` looks the connection up (default: the Task SDK's, as in a task).
-    """
-    from include.readers import connections, object_store
-
-    return object_store.location_options(location, cfg.tables.storage_connection_id, what=what,
-                                         get_connection=get_connection or connections._get_connection)  # fmt: skip
-
-
-class TableOptions:
-    """:func:`table_options` of one pipeline's tables, by :class:`~include.config.pipeline.TablesConfig` field.
-
-    The connection is looked up at the first table on an object store, and only once: a lookup is a round
-    trip to Airflow's metadata database or API, so one of these serves a whole task (or page view), not one
-    table read. A pipeline whose tables are all local never looks a connection up. A failed lookup is not
-    tried again: each later table on the store raises the same error.
-    """
-
-    def __init__(self, cfg: PipelineConfig, *, get_connection: Callable[[str], Any] | None = None) -> None:
-        self._cfg = cfg
-        self._get_connection = get_connection
-        self._found: dict[str, Any] = {}
-        self._failed: dict[str, Exception] = {}
-
-    def _connection(self, conn_id: str) -> Any:
-        from include.readers import connections
-
-        if conn_id in self._failed:
-            raise self._failed[conn_id]
-        if conn_id not in self._found:
-            try:
-                self._found[conn_id] = (self._get_connection or connections._get_connection)(conn_id)
-            except Exception as exc:
-                self._failed[conn_id] = exc
-                raise
-        return self._found[conn_id]
-
-    def __call__(self, key: str) -> dict[str, str] | None:
-        """The options of the location ``tables.<key>`` (e.g. ``"bronze_path"``): ``None`` for a local path."""
-        return table_options(self._cfg, getattr(self._cfg.tables, key), what=f"tables.{key}",
-                             get_connection=self._connection)  # fmt: skip
 
 
 @dataclass(frozen=True)

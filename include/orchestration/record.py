@@ -29,7 +29,7 @@ from include.contract.jobs import (
 )
 
 if TYPE_CHECKING:
-    from include.orchestration.pipeline_run import TableOptions
+    from include.readers.object_store import TableOptions
 
 #: Task states that make a run a failure (the record task itself excluded).
 _FAILED = ("failed", "upstream_failed")
@@ -164,12 +164,12 @@ def maintain_ledger(cfg: PipelineConfig, *, options: TableOptions | None = None)
 
     A failure is recorded (``{"error": ...}``) and never stops the row: the
     ledger stays correct without maintenance, and it stays due.
-    ``options``: the task's :class:`~include.orchestration.pipeline_run.TableOptions` (``None``: made here).
+    ``options``: the task's :class:`~include.readers.object_store.TableOptions` (``None``: made here).
     """
     from include.orchestration import pipeline_run
-    from include.readers import run_ledger
+    from include.readers import object_store, run_ledger
 
-    options = options or pipeline_run.TableOptions(cfg)
+    options = options or object_store.TableOptions(cfg)
     try:
         due = pipeline_run.maintenance_due(cfg, "ledger", pipeline_run.utcnow(), options=options)
     except Exception as exc:  # noqa: BLE001 - the row must be written whatever the ledger's state
@@ -215,12 +215,12 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
 
     from include.orchestration import pipeline_run, run_lock
     from include.orchestration.spark_operator import job_run_type
-    from include.readers import connections, run_ledger
+    from include.readers import connections, object_store, run_ledger
 
     ti = context["ti"]
     run_id = context["run_id"]
     # One connection lookup for every table this task reads and writes (none when they are all local).
-    options = pipeline_run.TableOptions(cfg)
+    options = object_store.TableOptions(cfg)
     states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[run_id]).get(run_id, {})
     xcoms = {
         "check_request": _xcom(ti, CHECK_REQUEST_TASK),

@@ -186,7 +186,7 @@ def preflight(cfg: PipelineConfig, *, plan: dict | None) -> dict:
     from include.contract.manual_ops import RunRequest
     from include.contract.offsets import positions_to_json
     from include.orchestration import pipeline_run
-    from include.readers import connections
+    from include.readers import connections, object_store
 
     plan = plan or {}
     request = RunRequest(plan.get("action", "normal"), plan.get("reason", ""), plan.get("requested_by"))
@@ -198,7 +198,7 @@ def preflight(cfg: PipelineConfig, *, plan: dict | None) -> dict:
     except connections.ConnectionConfigError as exc:
         raise FailTask(f"pipeline {cfg.name!r}: {exc}") from None
     now = pipeline_run.utcnow()
-    options = pipeline_run.TableOptions(cfg)  # one connection lookup for every table read below
+    options = object_store.TableOptions(cfg)  # one connection lookup for every table read below
     # One read of the ledger for its witness and for whether maintenance is due (each open of it costs).
     ledger = pipeline_run.preflight_ledger(cfg, options=options)
     verdict, lag, progress = pipeline_run.run_preflight(cfg, client, request, ledger_rows=ledger, options=options)

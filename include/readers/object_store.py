@@ -169,3 +169,37 @@ def location_options(location: str, conn_id: str, *, what: str = "location",
     connection ``conn_id`` for an ``s3a://`` or ``s3://`` URI (see :func:`store_settings`)."""
     settings = store_settings({what: location}, conn_id, get_connection=get_connection)
     return None if settings is None else settings.object_store_options()
+
+
+class TableOptions:
+    """The delta-rs ``storage_options`` of one pipeline's tables, by their key in ``tables`` (``"bronze_path"``).
+
+    The connection ``tables.storage_connection_id`` is looked up at the first table on an object store, and
+    only once: a lookup is a round trip to Airflow's metadata database or API, so one of these serves a
+    whole task (or page view). A pipeline whose tables are all local never looks a connection up. A failed
+    lookup is not tried again: each later table on the store raises the same error.
+    """
+
+    def __init__(self, cfg: Any, *, get_connection: Callable[[str], Any] | None = None) -> None:
+        """``cfg``: a :class:`~include.config.PipelineConfig`; ``get_connection``: how to look the connection
+        up (default: the Task SDK's, as in a task)."""
+        self._cfg = cfg
+        self._get_connection = get_connection or _get_connection
+        self._found: dict[str, Any] = {}
+        self._failed: dict[str, Exception] = {}
+
+    def _connection(self, conn_id: str) -> Any:
+        if conn_id in self._failed:
+            raise self._failed[conn_id]
+        if conn_id not in self._found:
+            try:
+                self._found[conn_id] = self._get_connection(conn_id)
+            except Exception as exc:
+                self._failed[conn_id] = exc
+                raise
+        return self._found[conn_id]
+
+    def __call__(self, key: str) -> dict[str, str] | None:
+        """The options of the location ``tables.<key>``: ``None`` for a local path."""
+        return location_options(getattr(self._cfg.tables, key), self._cfg.tables.storage_connection_id,
+                                what=f"tables.{key}", get_connection=self._connection)  # fmt: skip

@@ -42,9 +42,9 @@ from typing import Any
 
 from include import settings
 from include.config import load_pipeline
-from include.orchestration.pipeline_run import TableOptions
 from include.readers import run_ledger
 from include.readers.kafka_admin import create_topic
+from include.readers.object_store import TableOptions
 from include.tooling import airflow_local, local_kafka, local_registry, local_s3
 
 TOPIC = "demo.orders"

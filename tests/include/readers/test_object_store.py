@@ -158,14 +158,14 @@ def test_keys_are_set_only_with_a_whole_key_pair():
 
 
 def test_a_local_pipeline_looks_no_connection_up(make_pipeline, masked):
-    from include.orchestration.pipeline_run import TableOptions
+    from include.readers.object_store import TableOptions
 
     options = TableOptions(make_pipeline(), get_connection=_never)
     assert [options(k) for k in ("bronze_path", "silver_path", "quarantine_path", "ledger_path")] == [None] * 4
 
 
 def test_a_pipeline_on_s3_looks_its_connection_up_once_for_every_table(make_pipeline, masked):
-    from include.orchestration.pipeline_run import TableOptions
+    from include.readers.object_store import TableOptions
 
     cfg = make_pipeline(tables={"lakehouse_root": "s3a://bucket/lake", "storage_connection_id": "aws_lake"})
     asked = []
@@ -176,7 +176,7 @@ def test_a_pipeline_on_s3_looks_its_connection_up_once_for_every_table(make_pipe
 
 
 def test_a_failed_lookup_is_not_tried_again_and_a_local_table_still_reads(make_pipeline, tmp_path, masked):
-    from include.orchestration.pipeline_run import TableOptions
+    from include.readers.object_store import TableOptions
 
     cfg = make_pipeline(tables={"lakehouse_root": "s3a://bucket/lake", "ledger_path": str(tmp_path / "runs")})
     asked = []
