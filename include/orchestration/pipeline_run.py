@@ -111,7 +111,8 @@ def _last_write(folder: Path) -> float:
     return newest
 
 
-def prune_run_folders(cfg: PipelineConfig, *, keep: Iterable[str] = (), now: float | None = None) -> list[str]:
+def prune_run_folders(cfg: PipelineConfig, *, keep: Iterable[str] = (), now: float | None = None,
+                      options: TableOptions | None = None) -> list[str]:  # fmt: skip
     """Remove the pipeline's run folders past its retention; returns the folder names removed, oldest first.
 
     A folder goes once it is older than ``maintenance.run_folders_keep_days``
@@ -126,7 +127,7 @@ def prune_run_folders(cfg: PipelineConfig, *, keep: Iterable[str] = (), now: flo
     if not runs.is_dir():
         return []
     protected = {run_folder_name(run_id) for run_id in keep}
-    holder = run_lock.holder(lock_folder(cfg)) or {}
+    holder = run_lock.holder(lock_folder(cfg, options)) or {}
     if holder.get("run_id"):
         protected.add(run_folder_name(str(holder["run_id"])))
     now = time.time() if now is None else now
@@ -144,10 +145,13 @@ def prune_run_folders(cfg: PipelineConfig, *, keep: Iterable[str] = (), now: flo
     return removed[::-1]
 
 
-def lock_folder(cfg: PipelineConfig) -> Path | run_lock.ObjectStoreFolder:
+def lock_folder(cfg: PipelineConfig, options: TableOptions | None = None) -> Path | run_lock.ObjectStoreFolder:
     """Where the pipeline's run lock is kept (``tables.lock_path``): a folder, or a prefix of an S3 store
-    reached with the connection ``tables.storage_connection_id``. Another URI is refused, naming the fix."""
-    from include.readers import connections, object_store
+    reached with the connection ``tables.storage_connection_id``. Another URI is refused, naming the fix.
+
+    ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here).
+    """
+    from include.readers import object_store
 
     location = cfg.tables.lock_path
     folder = local_path(location)
@@ -160,9 +164,8 @@ def lock_folder(cfg: PipelineConfig) -> Path | run_lock.ObjectStoreFolder:
             "and filesystems); set tables.lock_path to an s3a:// prefix or to a folder every Airflow worker "
             "that runs the pipeline mounts"
         )  # fmt: skip
-    s3 = object_store.s3_settings(cfg.tables.storage_connection_id)
-    for secret in s3.secrets():
-        connections.mask(secret)
+    s3 = (options or TableOptions(cfg)).settings("lock_path")
+    assert s3 is not None  # an s3a:// or s3:// location, checked above
     return run_lock.ObjectStoreFolder(location, *s3.obstore_args())
 
 
@@ -188,7 +191,8 @@ def take_lock(cfg: PipelineConfig, *, dag_id: str, run_id: str,
     pipeline's tables is fenced (:func:`fence_tables`), so that none of that
     run's jobs can commit any more wherever it runs.
     """
-    lock = lock_folder(cfg)
+    options = TableOptions(cfg)  # one connection lookup for the lock and the tables it may fence
+    lock = lock_folder(cfg, options)
     record = run_lock.acquire(lock, dag_id=dag_id, run_id=run_id, run_state=run_state)
     if record.get("run_id") != run_id:
         return LockClaim(None, record, (
@@ -203,7 +207,7 @@ def take_lock(cfg: PipelineConfig, *, dag_id: str, run_id: str,
     if not dead.get("run_id"):
         return LockClaim(epoch)
     stopped = stop_leftovers(cfg, dead["run_id"])
-    tables, options = pipeline_tables(cfg), TableOptions(cfg)
+    tables = pipeline_tables(cfg)
     # pipeline_tables names each table after its TablesConfig field (bronze: bronze_path).
     fenced = fence_tables(cfg.name, tables, epoch, storage_options={name: options(f"{name}_path") for name in tables})
     return LockClaim(epoch, None, (

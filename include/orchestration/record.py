@@ -219,7 +219,7 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
 
     ti = context["ti"]
     run_id = context["run_id"]
-    # One connection lookup for every table this task reads and writes (none when they are all local).
+    # One connection lookup for every table this task reads and writes and for the lock (none when all local).
     options = object_store.TableOptions(cfg)
     states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[run_id]).get(run_id, {})
     xcoms = {
@@ -267,10 +267,10 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
         if pipeline_run.remove_secrets(pipeline_run.run_dir(cfg, run_id)):
             print("record_run: removed the credentials files a killed submit left")
         # Whatever happened, the next run of this pipeline may go (include/orchestration/run_lock.py).
-        released = run_lock.release(pipeline_run.lock_folder(cfg), run_id=run_id)
+        released = run_lock.release(pipeline_run.lock_folder(cfg, options), run_id=run_id)
         print(f"pipeline lock {'released' if released else 'was not held by this run'}")
     try:
-        pruned = pipeline_run.prune_run_folders(cfg, keep=[run_id])
+        pruned = pipeline_run.prune_run_folders(cfg, keep=[run_id], options=options)
         if pruned:
             print(f"record_run: removed {len(pruned)} run folder(s) past maintenance.run_folders_keep_days "
                   f"{cfg.maintenance.run_folders_keep_days} / run_folders_keep {cfg.maintenance.run_folders_keep}")

@@ -135,32 +135,35 @@ def s3_settings(conn_id: str, *, get_connection: Callable[[str], Any] = _get_con
     )
 
 
-def store_settings(locations: Mapping[str, str], conn_id: str, *,
-                   get_connection: Callable[[str], Any] = _get_connection) -> S3Settings | None:  # fmt: skip
-    """The S3 settings that reach ``locations`` (what each is -> where), their secrets masked in task logs;
-    ``None`` when every one is a local path, and no connection is looked up then.
+def _on_s3(what: str, location: str) -> bool:
+    """Whether ``location`` is on S3 (``False``: a local path); any other store raises
+    :class:`ConnectionConfigError` naming ``what`` and the fix: no other store is tested."""
+    scheme = scheme_of(location)
+    if scheme is None:
+        return False
+    if scheme not in S3_SCHEMES:
+        raise ConnectionConfigError(
+            f"{what} {location!r} is on a {scheme}:// store, which this version cannot reach yet (only S3 "
+            f"and S3-compatible stores, {' or '.join(s + '://' for s in S3_SCHEMES)}, and filesystems); move "
+            "it to an s3a:// prefix or to a folder every Airflow worker and Spark node mounts"
+        )  # fmt: skip
+    return True
 
-    A location on another store raises :class:`ConnectionConfigError` naming it and the fix: no other store
-    is tested.
-    """
-    on_s3 = False
-    for what, location in locations.items():
-        scheme = scheme_of(location)
-        if scheme is None:
-            continue
-        if scheme not in S3_SCHEMES:
-            raise ConnectionConfigError(
-                f"{what} {location!r} is on a {scheme}:// store, which this version cannot reach yet (only S3 "
-                f"and S3-compatible stores, {' or '.join(s + '://' for s in S3_SCHEMES)}, and filesystems); move "
-                "it to an s3a:// prefix or to a folder every Airflow worker and Spark node mounts"
-            )  # fmt: skip
-        on_s3 = True
-    if not on_s3:
-        return None
+
+def _masked_settings(conn_id: str, get_connection: Callable[[str], Any]) -> S3Settings:
     settings = s3_settings(conn_id, get_connection=get_connection)
     for secret in settings.secrets():
         mask(secret)
     return settings
+
+
+def store_settings(locations: Mapping[str, str], conn_id: str, *,
+                   get_connection: Callable[[str], Any] = _get_connection) -> S3Settings | None:  # fmt: skip
+    """The S3 settings that reach ``locations`` (what each is -> where), their secrets masked in task logs;
+    ``None`` when every one is a local path, and no connection is looked up then. A location on another
+    store raises :class:`ConnectionConfigError` naming it and the fix."""
+    on_s3 = [_on_s3(what, location) for what, location in locations.items()]
+    return _masked_settings(conn_id, get_connection) if any(on_s3) else None
 
 
 def location_options(location: str, conn_id: str, *, what: str = "location",
@@ -172,12 +175,12 @@ def location_options(location: str, conn_id: str, *, what: str = "location",
 
 
 class TableOptions:
-    """The delta-rs ``storage_options`` of one pipeline's tables, by their key in ``tables`` (``"bronze_path"``).
+    """How one pipeline reaches each of its locations, by its key in ``tables`` (``"bronze_path"``).
 
-    The connection ``tables.storage_connection_id`` is looked up at the first table on an object store, and
-    only once: a lookup is a round trip to Airflow's metadata database or API, so one of these serves a
-    whole task (or page view). A pipeline whose tables are all local never looks a connection up. A failed
-    lookup is not tried again: each later table on the store raises the same error.
+    The connection ``tables.storage_connection_id`` is looked up at the first location on an object store,
+    and kept: a lookup is a round trip to Airflow's metadata database or API, so one of these serves a whole
+    task (or page view). A pipeline whose locations are all local never looks a connection up. A failed
+    lookup is kept by nobody: the next location on the store asks again.
     """
 
     def __init__(self, cfg: Any, *, get_connection: Callable[[str], Any] | None = None) -> None:
@@ -185,21 +188,17 @@ class TableOptions:
         up (default: the Task SDK's, as in a task)."""
         self._cfg = cfg
         self._get_connection = get_connection or _get_connection
-        self._found: dict[str, Any] = {}
-        self._failed: dict[str, Exception] = {}
+        self._settings: S3Settings | None = None
 
-    def _connection(self, conn_id: str) -> Any:
-        if conn_id in self._failed:
-            raise self._failed[conn_id]
-        if conn_id not in self._found:
-            try:
-                self._found[conn_id] = self._get_connection(conn_id)
-            except Exception as exc:
-                self._failed[conn_id] = exc
-                raise
-        return self._found[conn_id]
+    def settings(self, key: str) -> S3Settings | None:
+        """The S3 settings that reach ``tables.<key>``; ``None`` for a local path."""
+        if not _on_s3(f"tables.{key}", getattr(self._cfg.tables, key)):
+            return None
+        if self._settings is None:
+            self._settings = _masked_settings(self._cfg.tables.storage_connection_id, self._get_connection)
+        return self._settings
 
     def __call__(self, key: str) -> dict[str, str] | None:
-        """The options of the location ``tables.<key>``: ``None`` for a local path."""
-        return location_options(getattr(self._cfg.tables, key), self._cfg.tables.storage_connection_id,
-                                what=f"tables.{key}", get_connection=self._connection)  # fmt: skip
+        """delta-rs ``storage_options`` of ``tables.<key>``: ``None`` for a local path."""
+        settings = self.settings(key)
+        return None if settings is None else settings.object_store_options()

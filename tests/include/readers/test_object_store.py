@@ -175,18 +175,35 @@ def test_a_pipeline_on_s3_looks_its_connection_up_once_for_every_table(make_pipe
     assert asked == ["aws_lake"]
 
 
-def test_a_failed_lookup_is_not_tried_again_and_a_local_table_still_reads(make_pipeline, tmp_path, masked):
+def test_a_failed_lookup_is_asked_again_and_a_local_table_still_reads(make_pipeline, tmp_path, masked):
+    """A failure is not kept: the run's last task must still reach the lock when an earlier read failed."""
     from include.readers.object_store import TableOptions
 
     cfg = make_pipeline(tables={"lakehouse_root": "s3a://bucket/lake", "ledger_path": str(tmp_path / "runs")})
     asked = []
 
-    def missing(conn_id: str):
+    def flaky(conn_id: str):
         asked.append(conn_id)
-        raise ConnectionConfigError(f"Airflow connection {conn_id!r} does not exist")
+        if len(asked) == 1:
+            raise ConnectionConfigError(f"Airflow connection {conn_id!r} does not exist")
+        return _conn("key", "secret-key")
 
-    options = TableOptions(cfg, get_connection=missing)
-    for key in ("bronze_path", "silver_path"):
-        with pytest.raises(ConnectionConfigError, match="'aws_default' does not exist"):
-            options(key)
+    options = TableOptions(cfg, get_connection=flaky)
+    with pytest.raises(ConnectionConfigError, match="'aws_default' does not exist"):
+        options("bronze_path")
     assert options("ledger_path") is None and asked == ["aws_default"]
+    assert options("silver_path")["aws_access_key_id"] == "key"
+    assert options("bronze_path")["aws_access_key_id"] == "key" and asked == ["aws_default"] * 2
+
+
+def test_the_lock_and_the_tables_share_one_lookup(make_pipeline, masked):
+    from include.orchestration.pipeline_run import lock_folder
+    from include.orchestration.run_lock import ObjectStoreFolder
+    from include.readers.object_store import TableOptions
+
+    cfg = make_pipeline(tables={"lakehouse_root": "s3a://bucket/lake"})
+    asked = []
+    options = TableOptions(cfg, get_connection=lambda conn_id: asked.append(conn_id) or _conn("key", "secret-key"))
+    assert isinstance(lock_folder(cfg, options), ObjectStoreFolder)
+    assert options("bronze_path")["aws_secret_access_key"] == "secret-key"
+    assert asked == ["aws_default"] and masked == ["secret-key"]
