@@ -33,6 +33,7 @@ class BatchCommit(Protocol):
 
 
 C = TypeVar("C", bound=BatchCommit)
+T = TypeVar("T")
 #: ``Commit.from_user_metadata``: the commit's record, or ``None`` for other writers' commits.
 Parser = Callable[..., C | None]
 
@@ -77,33 +78,42 @@ class HadoopFiles:
     def exists(self, path: str) -> bool:
         """Whether a file or folder (a key or a prefix, on an object store) is at ``path``."""
         fs, p = self._fs(path)
-        return bool(fs.exists(p))
+        return bool(_hadoop_io(path, lambda: fs.exists(p)))
 
     def children(self, path: str) -> list[tuple[str, bool]]:
         """``(name, is_folder)`` of each entry under ``path``; empty when there is none."""
-        from py4j.protocol import Py4JJavaError
-
         fs, p = self._fs(path)
         try:
-            return [(s.getPath().getName(), bool(s.isDirectory())) for s in fs.listStatus(p)]
-        except Py4JJavaError as exc:
-            if "FileNotFoundException" in exc.java_exception.getClass().getName():
-                return []
-            raise
+            return _hadoop_io(path, lambda: [(s.getPath().getName(), bool(s.isDirectory())) for s in fs.listStatus(p)])
+        except FileNotFoundError:
+            return []
 
     def read_bytes(self, path: str) -> bytes:
-        """The whole file; a Hadoop error becomes :class:`OSError` naming the file."""
-        from py4j.protocol import Py4JJavaError
-
+        """The whole file, in one request (no existence check first): :class:`FileNotFoundError` when there
+        is none, :class:`OSError` for another Hadoop error."""
         fs, p = self._fs(path)
-        try:
+
+        def read() -> bytes:
             stream = fs.open(p)
             try:
                 return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
             finally:
                 stream.close()
-        except Py4JJavaError as exc:
-            raise OSError(f"{path}: {exc.java_exception.toString()}") from None
+
+        return _hadoop_io(path, read)
+
+
+def _hadoop_io(path: str, call: Callable[[], T]) -> T:
+    """``call()``, a Hadoop error raised as :class:`FileNotFoundError` (a missing file) or :class:`OSError`
+    naming ``path``, as local reads raise them."""
+    from py4j.protocol import Py4JJavaError
+
+    try:
+        return call()
+    except Py4JJavaError as exc:
+        java = exc.java_exception
+        error = FileNotFoundError if java.getClass().getName().endswith("FileNotFoundException") else OSError
+        raise error(f"{path}: {java.toString()}") from None
 
 
 def checkpoint_files(spark, root: str):

@@ -17,6 +17,7 @@ job's Hadoop filesystem for an object store (``spark_jobs.job_common``).
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,7 +47,8 @@ class Files(Protocol):
         ...
 
     def read_bytes(self, path: str) -> bytes:
-        """The whole file at ``path``; raises :class:`OSError` when it cannot be read."""
+        """The whole file at ``path``; raises :class:`FileNotFoundError` when there is none, another
+        :class:`OSError` when it cannot be read."""
         ...
 
 
@@ -57,8 +59,12 @@ class LocalFiles:
         return Path(path).exists()
 
     def children(self, path: str) -> list[tuple[str, bool]]:  # noqa: D102
-        folder = Path(path)
-        return [(p.name, p.is_dir()) for p in folder.iterdir()] if folder.is_dir() else []
+        # scandir: the entry types come with the listing, no stat per batch file.
+        try:
+            with os.scandir(path) as entries:
+                return [(e.name, e.is_dir()) for e in entries]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
 
     def read_bytes(self, path: str) -> bytes:  # noqa: D102
         return Path(path).read_bytes()
@@ -75,9 +81,15 @@ def child(path: str | Path, *names: str) -> str:
 def _read_log_file(path: str, files: Files) -> PositionMap:
     """The Kafka source offsets in an ``offsets/N`` or ``sources/0/0`` file."""
     try:
-        text = files.read_bytes(path).decode("utf-8", errors="replace")
+        data = files.read_bytes(path)
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot read checkpoint file: {exc}") from exc
+    return _log_file_offsets(path, data)
+
+
+def _log_file_offsets(path: str, data: bytes) -> PositionMap:
+    """The Kafka source offsets in the bytes of the log entry ``path``."""
+    text = data.decode("utf-8", errors="replace")
     # offsets/N: "v1", batch metadata, then one line per source. sources/0/0 has
     # a binary length prefix before "v1". The source's offsets are the last line.
     lines = [ln.strip("\x00 \t") for ln in text.splitlines() if ln.strip("\x00 \t")]
@@ -143,16 +155,25 @@ def read_state(path: str | Path, files: Files = LOCAL) -> CheckpointState | None
     )
 
 
+def _read_if_there(path: str, files: Files) -> PositionMap | None:
+    """:func:`_read_log_file`, or ``None`` when there is no such file (one request on an object store)."""
+    try:
+        data = files.read_bytes(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read checkpoint file: {exc}") from exc
+    return _log_file_offsets(path, data)
+
+
 def batch_offsets(path: str | Path, batch_id: int, files: Files = LOCAL) -> PositionMap | None:
     """End offsets of ``batch_id`` (``offsets/<batch_id>``), or ``None`` if there is none."""
-    f = child(path, "offsets", str(batch_id))
-    return _read_log_file(f, files) if files.exists(f) else None
+    return _read_if_there(child(path, "offsets", str(batch_id)), files)
 
 
 def initial_offsets(path: str | Path, files: Files = LOCAL) -> PositionMap | None:
     """The offsets the query in ``path`` started from (``sources/0/0``)."""
-    f = child(path, "sources", "0", "0")
-    return _read_log_file(f, files) if files.exists(f) else None
+    return _read_if_there(child(path, "sources", "0", "0"), files)
 
 
 def _log_entry_damage(path: str, files: Files, *, binary_prefix: bool = False) -> str | None:
