@@ -35,16 +35,13 @@ import random
 import shutil
 import sys
 import time
-from collections.abc import Callable, Mapping
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 from include import settings
 from include.config import load_pipeline
 from include.readers import run_ledger
 from include.readers.kafka_admin import create_topic
-from include.readers.object_store import TableOptions
 from include.tooling import airflow_local, local_kafka, local_registry, local_s3
 
 TOPIC = "demo.orders"
@@ -180,26 +177,6 @@ def _order(order_id: str, rng: random.Random, when: float, status: str = "create
     }
 
 
-def _env_connection(env: Mapping[str, str]) -> Callable[[str], Any]:
-    """Look a connection up in ``env``, the environment the demo gives Airflow (``AIRFLOW_CONN_<ID>``, JSON or
-    URI), so that the demo reads the tables with the connection its DAG runs use."""
-
-    def get(conn_id: str) -> Any:
-        from airflow.models.connection import Connection
-
-        from include.readers.connections import ConnectionConfigError
-
-        name = f"AIRFLOW_CONN_{conn_id.upper()}"
-        value = env.get(name)
-        if not value:
-            raise ConnectionConfigError(f"Airflow connection {conn_id!r}: set {name} in the demo's environment")
-        if value.lstrip().startswith("{"):
-            return Connection.from_json(value, conn_id=conn_id)
-        return Connection(conn_id=conn_id, uri=value)
-
-    return get
-
-
 def _run_dag(env: dict[str, str], workdir: Path, run_no: int, ledger: str, dag_id: str = "demo_orders", *,
              storage_options: dict[str, str] | None = None) -> dict:  # fmt: skip
     log_file = workdir / "logs" / f"{dag_id}-run-{run_no}.log"
@@ -231,15 +208,15 @@ def _print_run(no: int, run: dict) -> None:
               f"by newer events{'; new field(s) added: ' + added if added else ''}")  # fmt: skip
 
 
-def _print_transform(cfg, runs: list[dict], produced: list[dict[str, int]], options: TableOptions) -> bool:
+def _print_transform(cfg, runs: list[dict], produced: list[dict[str, int]], options: dict[str, str] | None) -> bool:
     """Where the records went, and whether every one is accounted for; True when all checks hold."""
     from deltalake import DeltaTable
 
     key = cfg.transform.key[0]
-    silver = DeltaTable(cfg.tables.silver_path, storage_options=options("silver_path")) \
-        .to_pyarrow_table(columns=[key, "_deleted"]).to_pylist()  # fmt: skip
-    quarantine = DeltaTable(cfg.tables.quarantine_path, storage_options=options("quarantine_path")) \
-        .to_pyarrow_table(columns=["fields", "reason"]).to_pylist()  # fmt: skip
+    silver = DeltaTable(cfg.tables.silver_path, storage_options=options).to_pyarrow_table(
+        columns=[key, "_deleted"]).to_pylist()  # fmt: skip
+    quarantine = DeltaTable(cfg.tables.quarantine_path, storage_options=options).to_pyarrow_table(
+        columns=["fields", "reason"]).to_pylist()  # fmt: skip
     by_field: dict[str, list[str]] = {}
     for r in quarantine:
         by_field.setdefault(r["fields"][0], []).append(r["reason"])
@@ -256,8 +233,7 @@ def _print_transform(cfg, runs: list[dict], produced: list[dict[str, int]], opti
                 sent_bad[k.removeprefix("bad ")] += v
     read = sum(r["silver_read"] for r in runs)
     accounted = sum(r["silver_upserted"] + r["silver_deleted"] + r["quarantined"] + r["superseded"] for r in runs)
-    bronze = DeltaTable(cfg.tables.bronze_path, storage_options=options("bronze_path")) \
-        .to_pyarrow_table(columns=["offset"]).num_rows  # fmt: skip
+    bronze = DeltaTable(cfg.tables.bronze_path, storage_options=options).to_pyarrow_table(columns=["offset"]).num_rows
     got_bad = {f: len(v) for f, v in by_field.items()}
     ok = read == accounted == bronze and got_bad == sent_bad
     print(f"transform: read {read}, accounted for {accounted} (upserted + deleted + quarantined + superseded), "
@@ -306,9 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         print(f"preparing Airflow's metadata database in {workdir / 'airflow'} ...", flush=True)
         airflow_local.migrate(env)
-        # The tables as the DAG runs reach them: no connection is looked up while they are all local.
-        options = TableOptions(cfg, get_connection=_env_connection(env))
-        pay_options = TableOptions(payments_cfg, get_connection=_env_connection(env))
+        # delta-rs options for the demo's tables, all under one lakehouse root (None: this disk).
+        options = store.settings().object_store_options() if store is not None else None
         create_topic(bootstrap, TOPIC, PARTITIONS)
         create_topic(bootstrap, PAYMENTS_TOPIC, 2)
 
@@ -318,10 +293,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"producing {args.payments} Avro payments to {PAYMENTS_TOPIC} (schema v1 registered)", flush=True)
         paid = [produce_payments(bootstrap, registry, args.payments, 0, version=1)]
         print(f"  {paid[0]}")
-        first = _run_dag(env, workdir, 1, cfg.tables.ledger_path, storage_options=options("ledger_path"))
+        first = _run_dag(env, workdir, 1, cfg.tables.ledger_path, storage_options=options)
         _print_run(1, first)
         pay_first = _run_dag(env, workdir, 1, payments_cfg.tables.ledger_path, "demo_payments",
-                             storage_options=pay_options("ledger_path"))  # fmt: skip
+                             storage_options=options)  # fmt: skip
         _print_run(1, pay_first)
 
         print(f"\nproducing {args.more_events} more events, now with a field the schema does not declare", flush=True)
@@ -330,10 +305,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"producing {args.more_payments} Avro payments with schema v2 (adds country, with a default)", flush=True)
         paid.append(produce_payments(bootstrap, registry, args.more_payments, args.payments, version=2))
         print(f"  {paid[1]}")
-        second = _run_dag(env, workdir, 2, cfg.tables.ledger_path, storage_options=options("ledger_path"))
+        second = _run_dag(env, workdir, 2, cfg.tables.ledger_path, storage_options=options)
         _print_run(2, second)
         pay_second = _run_dag(env, workdir, 2, payments_cfg.tables.ledger_path, "demo_payments",
-                              storage_options=pay_options("ledger_path"))  # fmt: skip
+                              storage_options=options)  # fmt: skip
         _print_run(2, pay_second)
 
         group = cfg.consumer_group
@@ -345,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         ok = lags == ["0"] * PARTITIONS
         ok = _print_pipeline(cfg, [first, second], produced, args.events + args.more_events, options) and ok
         ok = _print_pipeline(payments_cfg, [pay_first, pay_second], paid, args.payments + args.more_payments,
-                             pay_options) and ok  # fmt: skip
+                             options) and ok  # fmt: skip
         print("\nsee it in the Airflow UI: make ui   (then http://127.0.0.1:8080, user admin, password admin)")
         return 0 if ok else 1
     finally:
@@ -367,12 +342,13 @@ def _start_store(workdir: Path) -> tuple[local_s3.LocalS3, str, dict[str, str]]:
     return store, lakehouse, {"AIRFLOW_CONN_AWS_DEFAULT": json.dumps(store.connection())}
 
 
-def _print_pipeline(cfg, runs: list[dict], produced: list[dict[str, int]], total: int, options: TableOptions) -> bool:
+def _print_pipeline(cfg, runs: list[dict], produced: list[dict[str, int]], total: int,
+                    options: dict[str, str] | None) -> bool:  # fmt: skip
     """Bronze against the count produced, continuity, and where the transform put the records."""
     from deltalake import DeltaTable
 
-    bronze = DeltaTable(cfg.tables.bronze_path, storage_options=options("bronze_path")) \
-        .to_pyarrow_table(columns=["partition", "offset"])  # fmt: skip
+    bronze = DeltaTable(cfg.tables.bronze_path, storage_options=options).to_pyarrow_table(
+        columns=["partition", "offset"])  # fmt: skip
     keys = set(zip(bronze.column("partition").to_pylist(), bronze.column("offset").to_pylist(), strict=True))
     ok = len(keys) == bronze.num_rows == total and all(r["continuity"] == "CONTINUOUS" for r in runs)
     print(f"\n{cfg.name}: bronze {cfg.tables.bronze_path}\n        run ledger {cfg.tables.ledger_path}\n"
