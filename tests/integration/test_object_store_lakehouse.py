@@ -14,13 +14,10 @@ serves its time as the object's ``LastModified``), as a quiet month would.
 
 from __future__ import annotations
 
-import os
-import time
-from pathlib import Path
-
 import pytest
 
 from include.tooling import airflow_local, local_s3
+from tests.delta_helpers import age_log
 from tests.integration.dag_helpers import (
     ORDERS_TRANSFORM,
     STANDALONE,
@@ -45,15 +42,6 @@ def store_pipeline(tmp_path, unique_name, bootstrap, airflow_home, warm_airflow,
 
 def _ok(proc, log: str) -> None:
     assert proc.returncode == 0, log[-6000:]
-
-
-def _age_log(folder: Path, days: int) -> None:
-    """Make every log object ``days`` older, oldest version first, each a second after the one before."""
-    files = sorted((f for f in (folder / "_delta_log").iterdir() if f.name[:20].isdigit()),
-                   key=lambda f: (int(f.name[:20]), f.name))  # fmt: skip
-    base = time.time() - days * 86400
-    for i, f in enumerate(files):
-        os.utime(f, (base + i, base + i))
 
 
 def test_a_driver_killed_inside_a_batch_on_the_store_then_a_rerun_is_exact(store_pipeline, bootstrap):
@@ -113,7 +101,7 @@ def test_a_restore_on_the_store_is_refused_then_reread_and_a_run_after_log_clean
     # A quiet month: past a log checkpoint, Delta's expired-log cleanup takes every batch commit away.
     bronze = p.table("bronze")
     bronze.create_checkpoint()
-    _age_log(p.files("bronze"), 31)
+    age_log(p.files("bronze"), 31)
     bronze.cleanup_metadata()
     assert not (p.files("bronze", "_delta_log") / f"{0:020d}.json").exists(), "the cleanup removed nothing"
     produce_numbered(bootstrap, p.topic, 3, 150, start=1200)

@@ -9,9 +9,7 @@ Every test compares bronze with an independent read of the topic.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -21,10 +19,10 @@ from include.contract.table_stand import PositionUnknownError
 from include.readers.delta_progress import positions_from_rows, read_progress
 from spark_jobs.ingest_plan import parse_config
 from spark_jobs.kafka_to_bronze import run
+from tests.delta_helpers import age_log
 from tests.kafka_helpers import produce_numbered, read_all
 
 pytestmark = pytest.mark.integration
-DAY = 86400
 
 
 def _cfg(bootstrap, lake: Path, pipeline: str, topic: str, *extra: str, bronze: str = "bronze"):
@@ -58,15 +56,6 @@ def _other_writer_commits(spark, path: Path, count: int, start: int = 0) -> None
         spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('test.note' = '{i}')")
 
 
-def _age_log(path: Path, days: int) -> None:
-    """Make every log file ``days`` older, oldest version first, each a second after the one before."""
-    log = path / "_delta_log"
-    files = sorted((f for f in log.iterdir() if f.name[:20].isdigit()), key=lambda f: (int(f.name[:20]), f.name))
-    base = time.time() - days * DAY
-    for i, f in enumerate(files):
-        os.utime(f, (base + i, base + i))
-
-
 def _log_versions(path: Path) -> set[int]:
     return {int(f.name[:20]) for f in (path / "_delta_log").glob("*.json")}
 
@@ -81,7 +70,7 @@ def test_after_log_cleanup_a_run_reads_exactly_the_new_records(spark, bootstrap,
     assert first.rows == 900 and len(first.batches) == 3  # versions 0-2 carry the offsets
 
     _other_writer_commits(spark, bronze, 8)  # versions 3-10; Delta's log checkpoint at 10
-    _age_log(bronze, 31)
+    age_log(bronze, 31)
     if cleanup == "delta-rs":
         from deltalake import DeltaTable
 

@@ -13,7 +13,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -29,6 +28,7 @@ from include.spark.spark_submit import submit_environment
 from include.tooling.job_submit import submit_command
 from spark_jobs import bronze_to_silver, kafka_to_bronze
 from spark_jobs.ingest_plan import parse_config
+from tests.delta_helpers import age_log
 from tests.kafka_helpers import produce
 
 pytestmark = pytest.mark.integration
@@ -362,15 +362,6 @@ def test_lost_checkpoint_restarts_where_silver_stands_with_a_new_epoch(
     assert_accounted(spark, lake)
 
 
-def _age_log(path, days: int) -> None:
-    """Make every log file ``days`` older, oldest version first, each a second after the one before."""
-    log = path / "_delta_log"
-    files = sorted((f for f in log.iterdir() if f.name[:20].isdigit()), key=lambda f: (int(f.name[:20]), f.name))
-    base = time.time() - days * 86400
-    for i, f in enumerate(files):
-        os.utime(f, (base + i, base + i))
-
-
 @pytest.mark.full
 @pytest.mark.parametrize("checkpoint", ["kept", "lost"])
 def test_after_silvers_log_cleanup_the_transform_reads_exactly_the_new_records(
@@ -389,7 +380,7 @@ def test_after_silvers_log_cleanup_the_transform_reads_exactly_the_new_records(
     silver_path = lake / "silver"
     while DeltaTable(str(silver_path)).version() < 12:
         spark.sql(f"ALTER TABLE delta.`{silver_path}` SET TBLPROPERTIES ('test.note' = 'x')")
-    _age_log(silver_path, 31)
+    age_log(silver_path, 31)
     DeltaTable(str(silver_path)).cleanup_metadata()
     assert silver_commits(spark, lake) == [], "silver's batch commits are still in its log"
     stand = bronze_to_silver.read_silver_stand(spark, str(silver_path), unique_name)
