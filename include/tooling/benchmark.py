@@ -916,8 +916,8 @@ def _migrated_home(home: Path, bootstrap: str) -> Path:
     return home
 
 
-#: The store part: where each pipeline keeps its lakehouse (``None``: this disk).
-STORE_MODES: dict[str, str | None] = {"local disk": None, "object store": "s3"}
+#: The store part's two pipelines: the lakehouse in a folder of this disk, and on the local S3-compatible server.
+STORE_MODES = ("local disk", "object store")
 
 
 def _measure_stores(params: BenchmarkParams, bootstrap: str, topic: str, work: Path, home: Path,
@@ -928,7 +928,7 @@ def _measure_stores(params: BenchmarkParams, bootstrap: str, topic: str, work: P
     server = local_s3.start(work / "s3")
     try:
         return _measure_side_by_side(params, bootstrap, topic, work, home, created, dict.fromkeys(STORE_MODES),
-                                     (params.runs.small_records,), stores={"object store": server})  # fmt: skip
+                                     (params.runs.small_records,), stores={STORE_MODES[1]: server})  # fmt: skip
     finally:
         server.stop()
 

@@ -170,8 +170,7 @@ class StorePipeline(Pipeline):
         return run_ledger.read_runs(f"{self.uri}/{self.name}/_runs", storage_options=self.options)
 
     def bronze_keys(self) -> list[tuple[int, int]]:
-        table = self.table("bronze").to_pyarrow_table(columns=["partition", "offset"])
-        return list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True))
+        return bronze_keys_of(f"{self.uri}/{self.name}/bronze", self.options)
 
     def files(self, *parts: str) -> Path:
         """The server's folder behind ``<lake>/<pipeline>/<parts>``."""
