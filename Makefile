@@ -9,7 +9,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test-tools browser-tools demo ui test test-all test-cpu soak lint typecheck bench profile-transform lock clean
+.PHONY: setup test-tools browser-tools db-tools demo ui test test-all test-cpu soak lint typecheck bench profile-transform lock clean
 
 # uv installs the same locked set as pip (constraints.txt), in about half pip's time with no cache.
 # --compile-bytecode as pip does: with PYTHONDONTWRITEBYTECODE set (as on CI) every process would
@@ -40,6 +40,10 @@ APT_INSTALL = SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); $$SUDO apt-get update -
 test-tools:
 	@[ -f $(COMPOSE_SCHEMA) ] || { $(APT_INSTALL) docker-compose >/dev/null; }
 
+# PostgreSQL (Debian's server package) for the change-data-capture test, unless a server is installed.
+db-tools:
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { $(APT_INSTALL) postgresql >/dev/null; }
+
 browser-tools:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
 	  $(APT_INSTALL) chromium chromium-driver >/dev/null; }
@@ -63,7 +67,7 @@ test: setup test-tools
 	$(PY) -m mypy
 	$(PY) -m pytest $(FAST) $(XDIST)
 
-test-all: setup test-tools browser-tools
+test-all: setup test-tools browser-tools db-tools
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check $(FORMATTED)
 	$(PY) -m mypy

@@ -48,6 +48,9 @@ AWS_SDK_VERSION = "2.35.4"
 #: The S3-compatible server the tests and ``make demo STORE=s3`` start: 4.0.0 is the first
 #: release whose filesystem stores answer ``If-None-Match: *`` atomically.
 S3PROXY_VERSION = "4.0.0"
+#: Debezium's PostgreSQL connector for the change-data-capture tests: 3.6.1 is built on Kafka 4.3, the
+#: Connect runtime of the kafka bundle.
+DEBEZIUM_VERSION = "3.6.1.Final"
 
 #: Overrides the default ``tables.lakehouse_root`` of every pipeline file.
 LAKEHOUSE_ROOT_ENV = "KDE_LAKEHOUSE_ROOT"

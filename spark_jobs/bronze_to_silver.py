@@ -39,9 +39,11 @@ from include.contract import jobs as contract
 from include.contract.errors import StaleLockError, TransformError, batch_failure
 from include.contract.history import read_until
 from include.contract.jobs import TransformArgs, quarantine_app_id, silver_app_id
+from include.contract.replay import ReplaySelection
 from include.contract.transform_spec import (
     COUNT_KEYS,
     SCHEMA_KIND,
+    TRUNCATE_KIND,
     BronzePosition,
     FieldSpec,
     SilverCommit,
@@ -54,6 +56,7 @@ from include.contract.transform_spec import (
     silver_txn_version,
 )
 from include.readers import spark_checkpoint
+from spark_jobs import cdc_rules, quarantine_replay
 from spark_jobs.job_common import (
     BatchWriter,
     JobStep,
@@ -96,6 +99,8 @@ class TransformConfig:
     registry_file: str | None = None
     #: The run lock's epoch this run holds (``--lock-epoch``), or ``None`` outside a DAG run.
     lock_epoch: int | None = None
+    #: Quarantined records to replay after the batches (``--replay-file``; a ``replay_quarantine`` run).
+    replay: ReplaySelection | None = None
 
     @property
     def fence(self) -> tuple[str, int] | None:
@@ -114,9 +119,15 @@ def parse_config(argv: list[str]) -> TransformConfig:
         properties = parse_table_properties(list(a.table_property))
     except ValueError as exc:
         raise TransformError(str(exc)) from None
+    replay = None
+    if a.replay_file:
+        try:
+            replay = ReplaySelection.from_json(json.loads(Path(a.replay_file).read_text()))
+        except (OSError, ValueError, TypeError) as exc:
+            raise TransformError(f"{a.replay_file}: cannot read the replay request: {exc}") from None
     return TransformConfig(a.pipeline, a.bronze_path, a.silver_path, a.quarantine_path, a.checkpoint_root,
                            spec, a.run_id, a.summary_path, a.max_files_per_trigger, properties,
-                           a.registry_file, a.lock_epoch)  # fmt: skip
+                           a.registry_file, a.lock_epoch, replay)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- checkpoint plan
@@ -252,6 +263,10 @@ class TransformSummary:
     start: BronzePosition
     batches: list[BatchResult] = field(default_factory=list)
     fields_added: list[dict] = field(default_factory=list)
+    #: Silver rows deleted by source truncates (change events), in commits of their own.
+    truncated_rows: int = 0
+    #: What a ``replay_quarantine`` run's replay did (:class:`spark_jobs.quarantine_replay.ReplayResult`).
+    replay: dict | None = None
     duration_s: float = 0.0
     #: The registry schema values were read with (``{subject, version, id, type}``); ``None`` otherwise.
     value_schema: dict | None = None
@@ -288,6 +303,8 @@ class TransformSummary:
             "fields_unknown": max((c.fields_unknown or 0 for c in done), default=0),
             "silver_version": max(versions) if versions else None,
             "value_schema": self.value_schema,
+            **({"truncated_rows": self.truncated_rows} if self.truncated_rows else {}),
+            **({"replay": self.replay} if self.replay is not None else {}),
             "batches": [
                 {
                     "batch_id": b.batch_id,
@@ -319,7 +336,8 @@ def ensure_silver(spark, path: str, spec: TransformSpec) -> list[FieldSpec]:
     from spark_jobs.silver_rules import fields_of_table, silver_ddl
 
     if not DeltaTable.isDeltaTable(spark, path):
-        spark.sql(f"CREATE TABLE IF NOT EXISTS {_sql_path(path)} ({silver_ddl(spec.fields)}) USING delta")
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {_sql_path(path)} ({silver_ddl(spec.fields, cdc=spec.cdc)}) "
+                  "USING delta")  # fmt: skip
     schema = spark.read.format("delta").load(path).schema
     columns = [(f.name, f.dataType.simpleString(), f.metadata.get("comment")) for f in schema.fields]
     fields = fields_of_table(columns, spec)
@@ -366,6 +384,8 @@ class SilverBatchWriter(BatchWriter):
         self.fields = fields
         self.summary = summary
         self.values = values
+        #: Per topic, the LSN of the batch's last source truncate (change events; usually empty).
+        self.truncates: dict[str, int] = {}
 
     def _already_committed(self, batch_id: int) -> bool:
         last = self.last
@@ -397,6 +417,7 @@ class SilverBatchWriter(BatchWriter):
                 "quarantined": sum(qfields.values()),
                 "superseded": actions.get("superseded", 0),
                 "replayed": actions.get("replayed", 0) + replayed,
+                **({"skipped": actions.get("skipped", 0)} if self.cfg.spec.cdc else {}),
             }
             commit = SilverCommit(
                 pipeline=self.cfg.pipeline, run_id=self.cfg.run_id, epoch=self.plan.epoch, batch_id=batch_id,
@@ -414,6 +435,8 @@ class SilverBatchWriter(BatchWriter):
             check_fence(self.spark, self.cfg.silver_path, self.cfg.fence)
             self._write_quarantine(quarantine, commit, batch_id)
             timer.lap("quarantine_write")
+            if self.truncates:
+                self._truncate(batch_id)
             self._commit(classified, commit, end, batch_id, touches_existing=touches_existing, adds_keys=adds_keys)
             timer.lap("silver_commit")
         finally:
@@ -499,7 +522,9 @@ class SilverBatchWriter(BatchWriter):
 
         valid = silver_rules.valid_records(decoded)
         current = self.spark.read.format("delta").load(self.cfg.silver_path)
-        classified = silver_rules.classify(valid, current, self.cfg.spec).persist(StorageLevel.MEMORY_AND_DISK)
+        self.truncates = cdc_rules.truncated_at(valid) if self.cfg.spec.cdc else {}
+        classified = silver_rules.classify(valid, current, self.cfg.spec, self.fields, self.truncates).persist(
+            StorageLevel.MEMORY_AND_DISK)  # fmt: skip
         cached.append(classified)
         actions: dict[str, int] = {}
         touches_existing = adds_keys = False
@@ -521,6 +546,33 @@ class SilverBatchWriter(BatchWriter):
             .option("userMetadata", commit.to_user_metadata())
             .save(self.cfg.quarantine_path)
         )  # fmt: skip
+
+    def _truncate(self, batch_id: int) -> None:
+        """A source table was truncated: silver's live rows of its topic written before the truncate are
+        deleted, in a commit of their own before the batch's (re-running it deletes nothing more)."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        cfg = self.cfg
+        keys = set(cfg.spec.key)
+        update = {f"`{f.name}`": F.lit(None) for f in self.fields if f.name not in keys}
+        # The row stands at the truncate's position: every change before it compares lower (its commit was
+        # earlier), every change after it higher, so a change sent again cannot bring the row back.
+        at = F.lit(None).cast("bigint")
+        for topic, lsn in sorted(self.truncates.items()):
+            at = F.when(F.col("_kafka_topic") == topic, F.lit(lsn)).otherwise(at)
+        update |= {"_deleted": F.lit(True), "_cdc_op": F.lit("t"), "_cdc_commit_lsn": at, "_cdc_lsn": at,
+                   "_run_id": F.lit(cfg.run_id), "_updated_at": F.current_timestamp()}  # fmt: skip
+        meta = json.dumps({"kind": TRUNCATE_KIND, "pipeline": cfg.pipeline, "run_id": cfg.run_id,
+                           "epoch": self.plan.epoch, "batch_id": batch_id, "truncated_at": self.truncates})  # fmt: skip
+        check_fence(self.spark, cfg.silver_path, cfg.fence)
+        table = DeltaTable.forPath(self.spark, cfg.silver_path)
+        with_user_metadata(self.spark, meta,
+                           lambda: table.update(cdc_rules.truncate_condition(self.truncates), update))  # fmt: skip
+        deleted = int(dict(table.history(1).collect()[0]["operationMetrics"]).get("numUpdatedRows", 0))
+        self.summary.truncated_rows += deleted
+        log.warning("batch %s: source truncate(s) at %s: deleted %s silver row(s) written before it", batch_id,
+                    self.truncates, deleted)  # fmt: skip
 
     def _commit(self, classified, commit: SilverCommit, end: BronzePosition, batch_id: int, *,
                 touches_existing: bool, adds_keys: bool) -> None:  # fmt: skip
@@ -549,11 +601,15 @@ class SilverBatchWriter(BatchWriter):
 
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.key)
         merge = DeltaTable.forPath(self.spark, cfg.silver_path).alias("t").merge(rows.alias("s"), on)
-        merge = merge.whenMatchedUpdateAll()
+        assignments = silver_rules.merge_assignments(current.columns, self.fields, spec)
+        merge = merge.whenMatchedUpdate(set=assignments) if assignments else merge.whenMatchedUpdateAll()
         if adds_keys:
             # Without a new key the MERGE is matched-only, which Delta runs with an inner join
             # instead of an outer join over the files it rewrites.
-            merge = merge.whenNotMatchedInsertAll()
+            if assignments:
+                merge = merge.whenNotMatchedInsert(values={c: f"s.{c}" for c in assignments})
+            else:
+                merge = merge.whenNotMatchedInsertAll()
         with_user_metadata(self.spark, meta, merge.execute, txn=txn)
 
     def _confirm(self, commit: SilverCommit, batch_id: int) -> SilverCommit:
@@ -657,27 +713,19 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
         phases["silver_schema"] = time.monotonic() - started - sum(phases.values())
         checkpoint = spark_checkpoint.epoch_dir(root, plan.epoch)
         writer = SilverBatchWriter(spark, cfg, plan, checkpoint, last, fields, summary, values, files)
-        # A DELETE or UPDATE of bronze rows (e.g. an erasure request) rewrites files; without this
-        # the stream stops for good at such a commit. Its rows were read when they first came.
-        reader = (
-            spark.readStream.format("delta")
-            .option("startingVersion", plan.start.version)
-            .option("skipChangeCommits", "true")
-        )
-        if cfg.max_files_per_trigger:
-            reader = reader.option("maxFilesPerTrigger", cfg.max_files_per_trigger)
-        query = (
-            reader.load(cfg.bronze_path)
-            .writeStream.queryName(f"bronze_to_silver:{cfg.pipeline}:{uuid.uuid4().hex[:8]}")
-            .foreachBatch(writer)
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
-        )
-        try:
-            query.awaitTermination()
-        except Exception as exc:  # StreamingQueryException carries the batch's cause
-            raise batch_failure(TransformError, "transform", cfg.pipeline, writer.error, exc) from exc
+        if _read_whole(checkpoint_files(spark, cfg.bronze_path), cfg.bronze_path, plan.start):
+            # Silver has read every bronze version (a retried transform, or a replay run with nothing new):
+            # Delta's source would fail on the version that does not exist yet instead of reading nothing.
+            log.info("bronze holds nothing after version %s; no batch to run", plan.start.version - 1)
+        else:
+            _stream(spark, cfg, plan, checkpoint, writer)
+        if cfg.replay is not None:
+            summary.replay = quarantine_replay.replay(
+                spark, pipeline=cfg.pipeline, run_id=cfg.run_id, silver_path=cfg.silver_path,
+                quarantine_path=cfg.quarantine_path, spec=cfg.spec, fields=writer.fields, selection=cfg.replay,
+                values=values, fence=cfg.fence,
+            ).to_json()  # fmt: skip
+            phases["replay"] = time.monotonic() - started - sum(phases.values())
     for path in (cfg.silver_path, cfg.quarantine_path):
         properties_set = apply_table_properties(spark, path, cfg.table_properties, cfg.fence)
         if properties_set:
@@ -687,6 +735,39 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
     log.info("transform phases: %s", ", ".join(f"{k} {v:.1f}s" for k, v in phases.items()))
     write_summary(cfg.summary_path, contract.TransformSummary.from_json(summary.to_json()).to_json())
     return summary
+
+
+def _read_whole(files: spark_checkpoint.Files, bronze_path: str, start: BronzePosition) -> bool:
+    """Whether bronze ends just before ``start``: the version before it is bronze's newest (its commit file is
+    there, ``start``'s is not). A version whose file log cleanup removed says nothing: ``False``."""
+    log_dir = f"{bronze_path.rstrip('/')}/_delta_log"
+    return (start.index == -1 and start.version > 0 and not files.exists(f"{log_dir}/{start.version:020d}.json")
+            and files.exists(f"{log_dir}/{start.version - 1:020d}.json"))  # fmt: skip
+
+
+def _stream(spark, cfg: TransformConfig, plan: TransformPlan, checkpoint: str, writer: SilverBatchWriter) -> None:
+    """Bronze's versions from ``plan.start`` on, through ``writer``, micro-batch by micro-batch (``AvailableNow``)."""
+    # A DELETE or UPDATE of bronze rows (e.g. an erasure request) rewrites files; without this
+    # the stream stops for good at such a commit. Its rows were read when they first came.
+    reader = (
+        spark.readStream.format("delta")
+        .option("startingVersion", plan.start.version)
+        .option("skipChangeCommits", "true")
+    )
+    if cfg.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", cfg.max_files_per_trigger)
+    query = (
+        reader.load(cfg.bronze_path)
+        .writeStream.queryName(f"bronze_to_silver:{cfg.pipeline}:{uuid.uuid4().hex[:8]}")
+        .foreachBatch(writer)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination()
+    except Exception as exc:  # StreamingQueryException carries the batch's cause
+        raise batch_failure(TransformError, "transform", cfg.pipeline, writer.error, exc) from exc
 
 
 def _value_schemas(spark, cfg: TransformConfig) -> ValueSchemas | None:

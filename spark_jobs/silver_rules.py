@@ -18,12 +18,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from include.contract.transform_spec import (
+    DEBEZIUM_UNAVAILABLE,
     FIELD_NAME,
     FieldSpec,
     TransformSpec,
     is_decimal,
     spark_type,
 )
+from spark_jobs import cdc_rules
 
 #: The Confluent wire format's header: magic byte 0, then the writer schema's 4-byte id.
 HEADER_BYTES = 5
@@ -47,7 +49,7 @@ SILVER_SYSTEM_COLUMNS = (
     ("_run_id", "string"),
     ("_updated_at", "timestamp"),
 )
-ACTIONS = ("insert", "update", "delete", "superseded", "replayed")
+ACTIONS = ("insert", "update", "delete", "superseded", "replayed", "skipped")
 
 
 @dataclass(frozen=True)
@@ -284,7 +286,8 @@ def _with_value_text(df, plan: ValuePlan):
         # is one beyond the cap (or, without a cap reached, this code's fault).
         why = (" was not looked up in this batch" if plan.id_cap is None else
                f" was not looked up: the batch holds more than transform.limits.schema_ids ({plan.id_cap}) "
-               "distinct schema ids; raise the limit or fix the producer, then replay these records")  # fmt: skip
+               "distinct schema ids; raise the limit or fix the producer, then replay these records "
+               "(trigger-form action replay_quarantine)")  # fmt: skip
         problem = problem.when(
             ~sid.isin(*known) if known else F.lit(True),
             F.concat(F.lit("value: schema id "), sid.cast("string"), F.lit(why)),
@@ -349,6 +352,8 @@ def decode(bronze, spec: TransformSpec, fields: Sequence[FieldSpec], value_plan:
         raise ValueError(f"transform.format {spec.format} needs a ValuePlan (spark_jobs/value_formats.py)")
     df = bronze.select(*(F.col(src).alias(dst) for src, dst in KAFKA_COLUMNS.items()))
     out = [*df.columns, "_tombstone", "_text"]
+    if spec.cdc:
+        out += ["_null_value", "_skip", "_cdc_snapshot", *(name for name, _ in cdc_rules.CDC_COLUMNS)]
     df, text, format_problem = _with_text(df, spec, value_plan)
     key_fields = set(spec.key)
     keyed_tombstones = [f.name in key_fields and spec.tombstones == "delete" for f in fields]
@@ -378,7 +383,10 @@ def _with_text(df, spec: TransformSpec, value_plan: ValuePlan | None):
         (F.col("_kafka_value").isNull()).alias("_tombstone"),
         F.when(readable & F.is_valid_utf8(text), text).alias("_text"),
     )
-    return df.select("*", F.try_parse_json(F.col("_text")).alias("_v")), text, format_problem
+    df = df.select("*", F.try_parse_json(F.col("_text")).alias("_v"))
+    if spec.cdc:
+        df = cdc_rules.with_envelope(df, spec)
+    return df, text, format_problem
 
 
 def _with_read_parts(df, spec: TransformSpec, fields: Sequence[FieldSpec], keyed_tombstones: Sequence[bool]):
@@ -395,7 +403,8 @@ def _with_read_parts(df, spec: TransformSpec, fields: Sequence[FieldSpec], keyed
     for i, f in enumerate(fields):
         parts += field_parts(f, v, i)
         if keyed_tombstones[i]:
-            parts.append(_tombstone_key(spec, f).alias(f"_tk{i}"))
+            key = cdc_rules.key_from_kafka(spec, f) if spec.cdc else _tombstone_key(spec, f)
+            parts.append(key.alias(f"_tk{i}"))
     return df.select("*", *parts)
 
 
@@ -405,7 +414,8 @@ def _with_record_problem(df, spec: TransformSpec, fields: Sequence[FieldSpec], t
     not an object; null for a readable object or a tombstone that deletes), and each field's kind ``_kind<i>``."""
     from pyspark.sql import functions as F
 
-    v = F.col("_v")
+    # A change event's row replaced _v; the value's own checks read the whole value.
+    v = F.col("_value_v") if spec.cdc else F.col("_v")
     size = F.octet_length(F.col("_kafka_value"))
     noun = _NOUN[spec.format]
     start = F.substring(F.col("_kafka_value").cast("string"), 1, 60)
@@ -414,7 +424,7 @@ def _with_record_problem(df, spec: TransformSpec, fields: Sequence[FieldSpec], t
             F.col("_tombstone") & F.lit(spec.tombstones == "quarantine"),
             F.lit("value: got a tombstone (null value); the pipeline's transform.tombstones is 'quarantine'"),
         )
-        .when(F.col("_tombstone"), F.lit(None))
+        .when(F.col("_null_value") if spec.cdc else F.col("_tombstone"), F.lit(None))
         .when(size == 0, F.lit(f"value: expected {noun}, got an empty value (0 bytes)"))
         .when(
             size > spec.max_value_bytes,
@@ -434,10 +444,12 @@ def _with_record_problem(df, spec: TransformSpec, fields: Sequence[FieldSpec], t
             ),
         )
         .when(
-            ~F.col("_object"),
+            ~(F.col("_value_object") if spec.cdc else F.col("_object")),
             F.concat(F.lit("value: expected a JSON object, got "), _kind_text(F.schema_of_variant(v))),
         )
     )
+    if spec.cdc:
+        record_problem = record_problem.when(F.col("_env_problem").isNotNull(), F.col("_env_problem"))
     return df.select(
         "*",
         record_problem.alias("_rp"),
@@ -455,14 +467,26 @@ def _with_field_results(
 
     rp = F.col("_rp")
     key_fields = set(spec.key)
+    # A change event that is no row change is not judged, but a null value is on its key (it may delete).
+    # A truncate has no row: nothing but its envelope is judged.
+    judged = (rp.isNull() & (F.col("_skip").isNull() | F.col("_null_value"))
+              & F.coalesce(F.col("_cdc_op") != "t", F.lit(True))) if spec.cdc else rp.isNull()  # fmt: skip
+    unsent = {f.name for f in cdc_rules.placeholder_fields(fields)} if spec.cdc else set()
     layer3 = []
     for i, f in enumerate(fields):
         problem, value = field_problem(f, i), F.col(f"_val{i}")
+        if f.name in unsent:
+            # Debezium's stand-in for a value PostgreSQL did not send: neither checked nor written.
+            placeholder = F.coalesce(F.try_variant_get(F.col(f"_fv{i}"), "$", "string") == DEBEZIUM_UNAVAILABLE,
+                                     F.lit(False))  # fmt: skip
+            problem = F.when(~placeholder, problem)
+            value = F.when(~placeholder, value)
+            layer3.append(placeholder.alias(cdc_rules.placeholder_column(f)))
         if keyed_tombstones[i]:
             value = F.when(F.col("_tombstone"), F.col(f"_tk{i}")).otherwise(value)
             problem = F.when(F.col("_tombstone"), _tombstone_key_problem(spec, f, i)).otherwise(problem)
         # A record that cannot be read at all has one problem, the value's; its fields are not judged.
-        problem = F.when(rp.isNull() & (~F.col("_tombstone") | F.lit(f.name in key_fields)), problem)
+        problem = F.when(judged & (~F.col("_tombstone") | F.lit(f.name in key_fields)), problem)
         layer3 += [problem.alias(f"_p{i}"), value.alias(f"_t{i}")]
     return df.select(*out, "_rp", "_object", *layer3)
 
@@ -474,7 +498,7 @@ def _tombstone_key_problem(spec: TransformSpec, f: FieldSpec, i: int):
     key_text = F.coalesce(F.substring(F.col("_kafka_key").cast("string"), 1, 80), F.lit("null"))
     wanted = (
         f"its text as {describe_type(f.type)}"
-        if len(spec.key) == 1
+        if len(spec.key) == 1 and not spec.cdc
         else f"a JSON object with {', '.join(spec.key)}"
     )
     return F.when(
@@ -503,11 +527,13 @@ def _with_problem_list(df, fields: Sequence[FieldSpec], out: Sequence[str]):
         )
         for i, f in enumerate(fields)
     ]
+    flags = [c for c in df.columns if c.startswith("_ph_")]
     return df.select(
         *out,
         "_object",
         F.array_compact(F.array(*problems)).alias("_problems"),
         *(F.col(f"_t{i}").alias(f.name) for i, f in enumerate(fields)),
+        *flags,
     )
 
 
@@ -611,7 +637,7 @@ def refuse_new_fields(decoded, allowed: Sequence[str], cap: int):
         F.concat(
             F.lit("new field "), beyond[0],
             F.lit(f" beyond transform.limits.new_columns ({cap} new silver columns a run); raise the limit "
-                  "or fix the producer, then replay these records"),
+                  "or fix the producer, then replay these records (trigger-form action replay_quarantine)"),
         ).alias("message"),
     )  # fmt: skip
     refused = F.col("_object") & (F.size(beyond) > 0)
@@ -633,7 +659,8 @@ def valid_records(decoded):
     )
 
 
-def classify(valid, current, spec: TransformSpec):
+def classify(valid, current, spec: TransformSpec, fields: Sequence[FieldSpec] | None = None,
+             truncates: dict[str, int] | None = None):  # fmt: skip
     """Decide what each valid record does to silver: a ``_action`` from :data:`ACTIONS`.
 
     ``valid`` are decoded records without problems (tombstones included when
@@ -646,10 +673,16 @@ def classify(valid, current, spec: TransformSpec):
     so an older record arriving after a delete does not bring the key back.
     Adds ``_ordering`` (the effective ordering value) for the silver row and
     ``_present`` (silver holds a row for the key).
+
+    Change events (``transform.envelope``) are classified by :func:`spark_jobs.cdc_rules.classify`
+    instead, which needs the effective ``fields`` for the values a change did not send, and the batch's
+    ``truncates``.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    if spec.cdc:
+        return cdc_rules.classify(valid, current, spec, fields or (), truncates)
     keys = list(spec.key)
     ordering = spec.ordering
     state = current.select(
@@ -708,6 +741,10 @@ def silver_rows(classified, fields: Sequence[FieldSpec], spec: TransformSpec, ru
 
     A deleted key keeps a row with ``_deleted = true``, its key, and the
     ordering value it was deleted at; every other field is null.
+
+    Change events add silver's ``_cdc_*`` columns (the source position the row was written at) and, for
+    each text or JSON field, its ``_ph_<field>`` flag: the change did not send the value, and the MERGE
+    keeps silver's (:func:`merge_assignments`).
     """
     from pyspark.sql import functions as F
 
@@ -720,6 +757,11 @@ def silver_rows(classified, fields: Sequence[FieldSpec], spec: TransformSpec, ru
             cols.append(F.col("_ordering").cast(spark_type(f.type)).alias(f.name))
         else:
             cols.append(F.when(~F.col("_tombstone"), F.col(f.name)).alias(f.name))
+    cdc = []
+    if spec.cdc:
+        cdc = [F.col(name) for name, _ in cdc_rules.CDC_COLUMNS]
+        cdc += [(F.col(cdc_rules.placeholder_column(f)) & ~F.col("_tombstone")).alias(cdc_rules.placeholder_column(f))
+                for f in cdc_rules.placeholder_fields(fields)]  # fmt: skip
     return classified.where(F.col("_action").isin("insert", "update", "delete")).select(
         *cols,
         "_kafka_topic",
@@ -729,7 +771,22 @@ def silver_rows(classified, fields: Sequence[FieldSpec], spec: TransformSpec, ru
         F.col("_tombstone").alias("_deleted"),
         F.lit(run_id).alias("_run_id"),
         F.current_timestamp().alias("_updated_at"),
+        *cdc,
     )
+
+
+def merge_assignments(columns: Sequence[str], fields: Sequence[FieldSpec], spec: TransformSpec) -> dict[str, str] | None:
+    """The MERGE's ``SET`` of a matched row, as SQL per silver column; ``None``: every column from the batch.
+
+    For change events a value the change did not send (``s._ph_<field>``) keeps silver's own.
+    """
+    if not spec.cdc:
+        return None
+    flagged = {f.name: cdc_rules.placeholder_column(f) for f in cdc_rules.placeholder_fields(fields)}
+    return {
+        f"`{c}`": (f"CASE WHEN s.`{flagged[c]}` THEN t.`{c}` ELSE s.`{c}` END" if c in flagged else f"s.`{c}`")
+        for c in columns
+    }
 
 
 def quarantine_rows(decoded, run_id: str, epoch: int, batch_id: int):
@@ -752,9 +809,12 @@ def quarantine_rows(decoded, run_id: str, epoch: int, batch_id: int):
     )
 
 
-def silver_ddl(fields: Sequence[FieldSpec]) -> str:
-    """Silver's schema as a DDL string: the fields, then :data:`SILVER_SYSTEM_COLUMNS`."""
+def silver_ddl(fields: Sequence[FieldSpec], *, cdc: bool = False) -> str:
+    """Silver's schema as a DDL string: the fields, then :data:`SILVER_SYSTEM_COLUMNS` (and, for change
+    events, the source position's :data:`~spark_jobs.cdc_rules.CDC_COLUMNS`)."""
     cols = [(f.name, spark_type(f.type)) for f in fields] + list(SILVER_SYSTEM_COLUMNS)
+    if cdc:
+        cols += list(cdc_rules.CDC_COLUMNS)
     return ", ".join(f"`{n}` {t}" for n, t in cols)
 
 

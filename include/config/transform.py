@@ -42,7 +42,9 @@ from include.config.sections import _SECTION_CONFIG, _optional, _Section
 from include.config.validators import _choice, _integer, _text
 from include.config.yaml_reader import _read_yaml
 from include.contract.transform_spec import (
+    CDC_SOURCES,
     DEFAULT_MAX_VALUE_BYTES,
+    ENVELOPES,
     FIELD_NAME,
     FORMATS,
     KEY_TYPES,
@@ -53,6 +55,8 @@ from include.contract.transform_spec import (
     SUBJECT_STRATEGIES,
     SYSTEM_PREFIX,
     TOMBSTONE_POLICIES,
+    CdcSource,
+    Envelope,
     FieldSpec,
     NewFieldPolicy,
     SubjectStrategy,
@@ -282,6 +286,21 @@ def _check_ordering(value: Any, info: ValidationInfo) -> str:
 _AVSC_EXPECTED = "the path of an Avro schema file (.avsc, JSON; relative to the pipeline file's folder)"
 
 
+def _check_source(value: Any) -> str:
+    if value in ("mysql", "mariadb"):
+        raise _invalid(
+            f"one of {_choices(CDC_SOURCES)}",
+            value,
+            "; MySQL and MariaDB change events are not supported yet: their source position (binlog file, "
+            "position and row) is not read, and no MySQL server can be tested here",
+        )
+    if value == "postgres":
+        return "postgresql"  # what Debezium's source.connector says
+    if not isinstance(value, str) or value not in CDC_SOURCES:
+        raise _invalid(f"one of {_choices(CDC_SOURCES)}", value, _did_you_mean(value, CDC_SOURCES))
+    return value
+
+
 def _check_format(value: Any) -> str:
     if value == "protobuf":
         raise _invalid(
@@ -473,9 +492,26 @@ class TransformSection(_Section):
         description="Required: a field name or a list of them, the silver table's MERGE key; each of type "
         "string, int, long, date or boolean. Key fields are required."
     )
-    ordering: Annotated[str, BeforeValidator(_check_ordering)] = Field(
-        description="Required: the field telling which record of a key is newer (int, long, double, date, "
-        "timestamp or string; not a key field). It is required; the Kafka offset breaks ties."
+    ordering: Annotated[str, BeforeValidator(_check_ordering)] | None = Field(
+        default=None,
+        description="Required unless envelope is set: the field telling which record of a key is newer (int, "
+        "long, double, date, timestamp or string; not a key field). It is required; the Kafka offset breaks "
+        "ties. Refused with an envelope, whose changes are ordered by the source database's own commit "
+        "position.",
+    )
+    envelope: Annotated[Envelope, _choice(ENVELOPES)] | None = Field(
+        default=None,
+        description="debezium: each value is a Debezium change event (JSON with or without Connect's schema, "
+        "or Avro) and the schema declares the table's columns. Creates, snapshot reads and updates upsert "
+        "the row after the change, deletes delete the key, the tombstone after a delete is skipped, and "
+        "changes are ordered by the source's commit position (kept in silver's _cdc_* columns), so a change "
+        "sent again never overwrites newer state. Left out: each value is the record itself.",
+    )
+    source: Annotated[CdcSource, BeforeValidator(_check_source)] | None = Field(
+        default=None,
+        description="With envelope: the database the connector reads, postgresql (also written postgres); "
+        "left out, each event's source.connector says, and an event of another database goes to "
+        "quarantine. Refused without an envelope.",
     )
     tombstones: Annotated[TombstonePolicy, _choice(TOMBSTONE_POLICIES)] = Field(
         default="quarantine",
@@ -526,6 +562,22 @@ class TransformSection(_Section):
             folder = Path((info.context or {}).get("folder", "."))
             schema, shown = _read_schema_file(schema_file, folder)
             data = {**data, "schema": schema, "schema_file": shown}  # shown: how messages name the file
+        if data.get("envelope") is not None:
+            for name, why in (("ordering", "the source database's commit position orders a key's changes"),
+                              ("tombstones", "a Debezium delete is the event itself, and the tombstone after "
+                                             "it is skipped")):  # fmt: skip
+                if name in data:
+                    raise _invalid(f"no transform.{name} with transform.envelope ({why})", data[name],
+                                   f"; remove transform.{name}", at=f".{name}")  # fmt: skip
+        else:
+            if data.get("ordering") is None:
+                raise _problem("expected the name of a field declared in the schema, the one telling which "
+                               "record of a key is newer, got nothing (the key is missing); for change events "
+                               "set transform.envelope instead", ".ordering")  # fmt: skip
+            if data.get("source") is not None:
+                raise _invalid("no transform.source without transform.envelope (it names the database of "
+                               "change events)", data["source"], "; set transform.envelope: debezium, or remove "
+                               "transform.source", at=".source")  # fmt: skip
         return data
 
     @model_validator(mode="after")
@@ -549,6 +601,8 @@ class TransformSection(_Section):
                 raise _invalid(expected, name, f", a {field_type} field", at=at)
             if name in key[:i]:
                 raise _invalid("each key field once", name, " a second time", at=at)
+        if self.ordering is None:
+            return self
         field_type = declared(self.ordering, ".ordering").type
         if field_type not in ORDERING_TYPES:
             expected = f"an ordering field of type {', '.join(ORDERING_TYPES)}"
@@ -563,13 +617,16 @@ class TransformSection(_Section):
 
     def spec(self) -> TransformSpec:
         """The transform as the Spark job reads it; key and ordering fields are required."""
-        required = {*self.key_fields(), self.ordering}
+        required = {*self.key_fields(), *([self.ordering] if self.ordering else [])}
         return TransformSpec(
             fields=tuple(f.spec(name, name in required) for name, f in (self.schema or {}).items()),
+            envelope=self.envelope,
+            source=self.source,
             key=self.key_fields(),
             ordering=self.ordering,
             format=self.format,
-            tombstones=self.tombstones,
+            # A change event's delete is a delete: its key comes from the event's Kafka key.
+            tombstones="delete" if self.envelope else self.tombstones,
             new_fields=self.new_fields,
             max_value_bytes=self.max_value_bytes,
             limits=(self.limits or LimitsSection()).spec(),

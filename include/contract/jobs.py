@@ -403,6 +403,10 @@ class TransformArgs(JobArgs):
     registry_file: str | None = _arg(
         default=None, help="JSON {url, username, password} of the schema registry"
     )
+    replay_file: str | None = _arg(
+        default=None,
+        help="JSON selection of quarantined records to replay after the batches (replay_quarantine)",
+    )
 
 
 #: The tables maintenance may touch, in the order it does them.
@@ -627,6 +631,8 @@ class TransformSummary:
     silver_version: int | None
     duration_s: float | None
     replayed: int = 0
+    #: Change events that are no row change (``transform.envelope``): the tombstone after a delete, ...
+    skipped: int = 0
     quarantine_fields: dict[str, int] = field(default_factory=dict)
     fields_added: tuple[dict[str, Any], ...] = ()
     #: Field -> why it was ignored.
@@ -635,6 +641,10 @@ class TransformSummary:
     fields_unknown: int = 0
     checkpoint_rebuilt: dict[str, Any] | None = None
     value_schema: dict[str, Any] | None = None
+    #: A ``replay_quarantine`` run's replay: ``{selected, outcomes, silver_version, quarantine_version, selection}``.
+    replay: dict[str, Any] | None = None
+    #: Silver rows deleted by source truncates (change events).
+    truncated_rows: int = 0
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -655,12 +665,15 @@ class TransformSummary:
             silver_version=int(version) if version is not None else None,
             duration_s=float(duration) if duration is not None else None,
             replayed=int(data.get("replayed") or 0),
+            skipped=int(data.get("skipped") or 0),
             quarantine_fields=dict(data.get("quarantine_fields") or {}),
             fields_added=tuple(data.get("fields_added") or ()),
             fields_ignored=dict(data.get("fields_ignored") or {}),
             fields_unknown=int(data.get("fields_unknown") or 0),
             checkpoint_rebuilt=data.get("checkpoint_rebuilt"),
             value_schema=data.get("value_schema"),
+            replay=data.get("replay"),
+            truncated_rows=int(data.get("truncated_rows") or 0),
             raw=dict(data),
         )
 

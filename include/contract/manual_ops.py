@@ -12,7 +12,10 @@ The trigger form (the DAG's params) offers these actions:
   the rows (max offset + 1 per partition) and continue in a new checkpoint epoch;
 - ``reread_after_restore`` / ``keep_position_after_restore``: after a RESTORE undid
   progress commits, read again from the restored position, or keep the position
-  and record what the restore undid.
+  and record what the restore undid;
+- ``replay_quarantine``: after the cause of a quarantine is fixed, run the transform's
+  rules again over quarantined records (all, or by reason, field or Kafka time;
+  :mod:`include.contract.replay`), then read what is new as a normal run does.
 
 Runs of type backfill (``airflow backfill create``) are ``airflow_backfill``:
 a backfill by time over the run's data interval.
@@ -38,6 +41,7 @@ from typing import Any
 
 from include.contract.errors import PipelineError
 from include.contract.offsets import BackfillRange, PositionMap, TopicState
+from include.contract.replay import ReplaySelection
 
 NORMAL = "normal"
 BACKFILL_OFFSETS = "backfill_offsets"
@@ -47,6 +51,7 @@ ACKNOWLEDGE_GAP = "acknowledge_gap"
 REESTABLISH_POSITION = "reestablish_position"
 REREAD_AFTER_RESTORE = "reread_after_restore"
 KEEP_POSITION_AFTER_RESTORE = "keep_position_after_restore"
+REPLAY_QUARANTINE = "replay_quarantine"
 AIRFLOW_BACKFILL = "airflow_backfill"
 
 #: The trigger form's actions and how the form shows them.
@@ -59,13 +64,22 @@ ACTIONS: dict[str, str] = {
     REESTABLISH_POSITION: "Re-establish the position from bronze's own rows (max offset + 1), new checkpoint",
     REREAD_AFTER_RESTORE: "After a RESTORE: read again from the restored table's position, new checkpoint",
     KEEP_POSITION_AFTER_RESTORE: "After a RESTORE: keep the position, record what the restore undid",
+    REPLAY_QUARANTINE: "Replay quarantine: the transform's rules again over quarantined records, after a fix",
 }
 BACKFILL_ACTIONS = (BACKFILL_OFFSETS, BACKFILL_TIME, AIRFLOW_BACKFILL)
 #: Actions that set where the table stands (a new checkpoint epoch starting there), chosen at preflight.
 POSITION_ACTIONS = (REESTABLISH_POSITION, REREAD_AFTER_RESTORE, KEEP_POSITION_AFTER_RESTORE)
 REASON_MAX = 500
 #: The trigger form's params (:func:`form_params`): a run's conf may name these and nothing else.
-FORM_KEYS = ("action", "reason", "offset_ranges", "from_time", "to_time")
+FORM_KEYS = (
+    "action",
+    "reason",
+    "offset_ranges",
+    "from_time",
+    "to_time",
+    "quarantine_reason",
+    "quarantine_field",
+)
 
 
 def action_hint(dag_id: str, action: str, reason: str = "<why>", **params: Any) -> str:
@@ -109,6 +123,8 @@ class RunRequest:
     offset_ranges: tuple[OffsetRequest, ...] = ()
     from_time: datetime | None = None
     to_time: datetime | None = None
+    #: ``replay_quarantine``: which quarantined records (``from_time``/``to_time`` bound their Kafka time).
+    replay: ReplaySelection | None = None
 
     @property
     def is_backfill(self) -> bool:
@@ -124,7 +140,9 @@ class RunRequest:
                 f"{r.topic}-{'*' if r.partition is None else r.partition} [{r.from_offset}, {r.until_offset})"
                 for r in self.offset_ranges
             )
-        if self.from_time is not None:
+        if self.replay is not None:
+            text += f" of {self.replay.describe()}"
+        elif self.from_time is not None:
             text += f" [{self.from_time.isoformat()}, {self.to_time.isoformat() if self.to_time else '?'})"
         who = f" by {self.requested_by}" if self.requested_by else ""
         return f"{text}{who}: {self.reason}"
@@ -196,6 +214,27 @@ def form_params() -> dict[str, Any]:
             title="To (exclusive)",
             section="Backfill by time",
             description="For backfill_time: re-read records with Kafka timestamps before this time.",
+        ),
+        "quarantine_reason": Param(
+            "",
+            type="string",
+            maxLength=REASON_MAX,
+            title="Reason contains",
+            section="Replay quarantine",
+            description_md=(
+                "For **replay_quarantine**: replay only quarantined records whose reason contains this text "
+                "(e.g. `currency: expected one of`). Leave empty, and the field below too, for all records not "
+                "replayed yet; **From** and **To** above bound their Kafka timestamps."
+            ),
+        ),
+        "quarantine_field": Param(
+            "",
+            type="string",
+            maxLength=128,
+            title="Field",
+            section="Replay quarantine",
+            description="For replay_quarantine: replay only quarantined records with a problem in this field "
+            "(value for the value as a whole).",
         ),
     }
 
@@ -293,6 +332,8 @@ def parse_request(
     ranges = _offset_ranges(params.get("offset_ranges"))
     from_time = _timestamp(params.get("from_time"), "from_time")
     to_time = _timestamp(params.get("to_time"), "to_time")
+    replay_reason = str(params.get("quarantine_reason") or "").strip()
+    replay_field = str(params.get("quarantine_field") or "").strip()
 
     if run_type == "backfill":
         if action != NORMAL or ranges or from_time or to_time:
@@ -319,10 +360,24 @@ def parse_request(
             f"offset_ranges is set but action is {action!r}; choose {BACKFILL_OFFSETS!r} "
             "or clear offset_ranges"
         )
-    if (from_time or to_time) and action != BACKFILL_TIME:
+    if (from_time or to_time) and action not in (BACKFILL_TIME, REPLAY_QUARANTINE):
         raise RequestError(
-            f"from_time/to_time are set but action is {action!r}; choose {BACKFILL_TIME!r} or clear them"
+            f"from_time/to_time are set but action is {action!r}; choose {BACKFILL_TIME!r} (or "
+            f"{REPLAY_QUARANTINE!r}) or clear them"
         )
+    if (replay_reason or replay_field) and action != REPLAY_QUARANTINE:
+        raise RequestError(
+            f"quarantine_reason/quarantine_field are set but action is {action!r}; choose "
+            f"{REPLAY_QUARANTINE!r} or clear them"
+        )
+    if action == REPLAY_QUARANTINE:
+        if from_time and to_time and from_time >= to_time:
+            raise RequestError(
+                f"from_time {from_time.isoformat()} is not before to_time {to_time.isoformat()} "
+                "(to_time is exclusive)"
+            )
+        selection = ReplaySelection(replay_reason, replay_field, from_time, to_time)
+        return RunRequest(action, reason, requested_by, (), from_time, to_time, selection)
     if action == BACKFILL_OFFSETS and not ranges:
         raise RequestError(
             'offset_ranges: required for backfill_offsets, e.g. [{"topic": "orders", "partition": 0, '

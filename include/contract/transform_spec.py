@@ -37,6 +37,15 @@ ValueFormat = Literal["json", "avro", "json_schema"]
 FORMATS: tuple[str, ...] = get_args(ValueFormat)
 #: Formats that need ``transform.value_schema``.
 SCHEMA_FORMATS = ("avro", "json_schema")
+#: Change-event envelopes the transform unwraps: ``debezium`` (Debezium's change events, JSON with or
+#: without Connect's schemas, or Avro).
+Envelope = Literal["debezium"]
+ENVELOPES: tuple[str, ...] = get_args(Envelope)
+#: Debezium connectors whose source position the transform orders by (``source.connector``).
+CdcSource = Literal["postgresql"]
+CDC_SOURCES: tuple[str, ...] = get_args(CdcSource)
+#: Debezium's stand-in for an unchanged TOASTed value that PostgreSQL did not send.
+DEBEZIUM_UNAVAILABLE = "__debezium_unavailable_value"
 #: How a registry subject is named from the topic and the record (Confluent's strategies).
 SubjectStrategy = Literal["topic_name", "record_name", "topic_record_name"]
 SUBJECT_STRATEGIES: tuple[str, ...] = get_args(SubjectStrategy)
@@ -227,7 +236,8 @@ class TransformSpec:
         fields: The declared fields, in column order.
         key: Names of the fields that identify a row (the MERGE key); each is required.
         ordering: Name of the field that says which record of a key is newer
-            (event time); required. Kafka offset breaks ties.
+            (event time); required unless ``envelope`` is set (then ``None``: the source's commit
+            position orders). Kafka offset breaks ties.
         format: Record value format (:data:`FORMATS`); each record is one object of ``fields``.
         value_schema: Where ``avro`` and ``json_schema`` values find their schemas; ``None`` for ``json``.
         tombstones: ``quarantine`` or ``delete`` (a null value deletes its key,
@@ -235,17 +245,27 @@ class TransformSpec:
         new_fields: ``ignore`` or ``add`` (fields not declared become silver columns).
         max_value_bytes: Larger values go to quarantine.
         limits: Caps on what one producer can make a run keep or do (:class:`TransformLimits`).
+        envelope: ``debezium``: each value is a change event whose row is the record (:data:`ENVELOPES`);
+            ``None``: each value is the record itself.
+        source: With ``envelope``, the connector (:data:`CDC_SOURCES`) whose events the topic holds.
     """
 
     fields: tuple[FieldSpec, ...]
     key: tuple[str, ...]
-    ordering: str
+    ordering: str | None
     format: str = "json"
     tombstones: str = "quarantine"
     new_fields: str = "ignore"
     max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
     value_schema: ValueSchema | None = None
     limits: TransformLimits = field(default_factory=TransformLimits)
+    envelope: str | None = None
+    source: str | None = None
+
+    @property
+    def cdc(self) -> bool:
+        """Values are change events (``envelope`` set): the source's position orders, not a field."""
+        return self.envelope is not None
 
     def field_named(self, name: str) -> FieldSpec:
         for f in self.fields:
@@ -264,6 +284,7 @@ class TransformSpec:
             "max_value_bytes": self.max_value_bytes,
             "limits": self.limits.to_json(),
             "value_schema": self.value_schema.to_json() if self.value_schema else None,
+            **({"envelope": self.envelope, "source": self.source} if self.envelope else {}),
         }
 
     @classmethod
@@ -272,21 +293,27 @@ class TransformSpec:
         return cls(
             fields=tuple(FieldSpec.from_json(f) for f in data["fields"]),
             key=tuple(data["key"]),
-            ordering=data["ordering"],
+            ordering=data.get("ordering"),
             format=data.get("format", "json"),
             tombstones=data.get("tombstones", "quarantine"),
             new_fields=data.get("new_fields", "ignore"),
             max_value_bytes=int(data.get("max_value_bytes", DEFAULT_MAX_VALUE_BYTES)),
             limits=TransformLimits.from_json(data.get("limits")),
             value_schema=ValueSchema.from_json(value_schema) if value_schema else None,
+            envelope=data.get("envelope"),
+            source=data.get("source"),
         )
 
 
 #: ``userMetadata`` marker of a silver batch commit, and of a silver schema change.
 SILVER_KIND = "kde-silver"
 SCHEMA_KIND = "kde-silver-schema"
+#: ``userMetadata`` marker of the commit that applies a source table's truncate (change events).
+TRUNCATE_KIND = "kde-silver-truncate"
 #: What a batch did with each record it read; they add up to ``read``.
-COUNT_KEYS = ("upserted", "deleted", "quarantined", "superseded", "replayed")
+#: ``skipped``: change events that are no row change (``transform.envelope``), such as the tombstone after a
+#: delete.
+COUNT_KEYS = ("upserted", "deleted", "quarantined", "superseded", "replayed", "skipped")
 
 
 @dataclass(frozen=True)

@@ -133,7 +133,9 @@ def dag_doc(cfg: PipelineConfig) -> str:
         group=cfg.consumer_group,
         transform=(
             f"**transform** (bronze → silver `{cfg.tables.silver_path}` by key `{', '.join(cfg.transform.key)}`, "
-            f"newest by `{cfg.transform.ordering}`; bad records → quarantine `{cfg.tables.quarantine_path}`; "
+            + (f"newest by `{cfg.transform.ordering}`" if cfg.transform.ordering else
+               f"{cfg.transform.envelope} change events in the source's commit order")  # fmt: skip
+            + f"; bad records → quarantine `{cfg.tables.quarantine_path}`; "
             "it runs in ingest's Spark application, right after it, and this task reports it; a retry "
             "submits it alone) → "
             if cfg.transform

@@ -525,6 +525,26 @@ def position_choice(cfg: PipelineConfig, report: LagReport, progress: TableProgr
     ))  # fmt: skip
 
 
+def plan_replay(cfg: PipelineConfig, request: RunRequest, *, options: TableOptions | None = None) -> dict:
+    """A ``replay_quarantine`` request's selection and how many quarantined records it takes; refused
+    (:class:`manual_ops.RequestError`) without a transform, or when it takes none."""
+    assert request.replay is not None
+    selection = request.replay
+    if cfg.transform is None:
+        raise manual_ops.RequestError(
+            f"pipeline {cfg.name!r} has no transform section, so it has no quarantine to replay"
+        )
+    path = cfg.tables.quarantine_path
+    options = options or TableOptions(cfg)
+    selected, total = delta_progress.quarantine_selected(path, selection, storage_options=options("quarantine_path"))
+    if not selected:
+        raise manual_ops.RequestError(
+            f"quarantine {path} holds {total} records and none is among the {selection.describe()}; "
+            "widen the selection (or leave its filters empty for every record not replayed yet)"
+        )
+    return {**selection.to_json(), "rows": selected}
+
+
 def plan_request(cfg: PipelineConfig, client: dict[str, str], request: RunRequest, *,
                  options: TableOptions | None = None) -> dict:  # fmt: skip
     """What the run will do (XCom of ``check_request``): for a backfill, its offset ranges, checked
@@ -536,6 +556,9 @@ def plan_request(cfg: PipelineConfig, client: dict[str, str], request: RunReques
         "action": request.action, "reason": request.reason, "requested_by": request.requested_by,
         "describe": request.describe(), "ranges": [], "time_range": None, "notes": [],
     }  # fmt: skip
+    if request.replay is not None:
+        plan["replay"] = plan_replay(cfg, request, options=options)
+        return plan
     if not request.is_backfill:
         return plan
     topics = kafka_state.read_topics(client, topics=cfg.kafka.topics, pattern=cfg.kafka.topic_pattern,

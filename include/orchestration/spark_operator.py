@@ -722,7 +722,8 @@ class IngestOperator(SparkJobOperator):
         epoch = self._plan(context).get("lock_epoch")
         if cfg.transform is not None:
             later.append((self.transform_task_id, TRANSFORM_APPLICATION, TRANSFORM_ERROR_FILE,
-                          lambda summary: transform_job_args(cfg, folder, context["run_id"], summary, epoch)))  # fmt: skip
+                          lambda summary: transform_job_args(cfg, folder, context["run_id"], summary, epoch,
+                                                             self._plan(context).get("replay"))))  # fmt: skip
         if maintenance_due(context, self.preflight_task_id):
             later.append((self.maintain_task_id, MAINTAIN_APPLICATION, MAINTAIN_ERROR_FILE,
                           lambda summary: maintain_job_args(cfg, context["run_id"], summary, epoch)))  # fmt: skip
@@ -842,7 +843,8 @@ class TransformOperator(LaterStepOperator):
     after_failure = "bronze keeps what ingest committed"
 
     def job_args(self, context: Any, folder: Path, summary_path: Path) -> list[str]:
-        return transform_job_args(self.pipeline, folder, context["run_id"], summary_path, held_epoch(context))
+        return transform_job_args(self.pipeline, folder, context["run_id"], summary_path, held_epoch(context),
+                                  request_plan(context).get("replay"))  # fmt: skip
 
     def summary_line(self, summary: dict) -> str:
         return "SUMMARY transform: " + transform_summary_text(summary)
@@ -901,11 +903,16 @@ def raise_if_lock_lost(failure: PipelineError) -> None:
         raise AirflowFailException(str(failure)) from failure
 
 
-def held_epoch(context: Any) -> int | None:
-    """The run lock's epoch this DAG run took (``check_request``'s XCom), which its jobs carry as ``--lock-epoch``."""
+def request_plan(context: Any) -> dict:
+    """What this DAG run was asked to do, as ``check_request`` planned it (its XCom; empty without one)."""
     ti = context.get("ti")
     plan = ti.xcom_pull(task_ids=CHECK_REQUEST_TASK) if ti is not None else None
-    epoch = plan.get("lock_epoch") if isinstance(plan, dict) else None
+    return plan if isinstance(plan, dict) else {}
+
+
+def held_epoch(context: Any) -> int | None:
+    """The run lock's epoch this DAG run took (``check_request``'s XCom), which its jobs carry as ``--lock-epoch``."""
+    epoch = request_plan(context).get("lock_epoch")
     return int(epoch) if epoch is not None else None
 
 
@@ -932,8 +939,9 @@ def maintain_summary_text(s: dict) -> str:
 
 
 def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_path: Path,
-                       lock_epoch: int | None = None) -> list[str]:  # fmt: skip
-    """``bronze_to_silver``'s arguments for this run; its spec goes in a file of the run folder.
+                       lock_epoch: int | None = None, replay: dict | None = None) -> list[str]:  # fmt: skip
+    """``bronze_to_silver``'s arguments for this run; its spec goes in a file of the run folder, and so does a
+    ``replay_quarantine`` run's selection (``replay``, from its plan).
 
     With a schema registry, its URL and credentials (from the Airflow connection) go to the run folder's
     owner-only ``secrets/`` (:func:`include.orchestration.pipeline_run.write_secret`), which the submit removes.
@@ -957,12 +965,16 @@ def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_p
             connections.mask(settings["password"])
         registry_file = pipeline_run.write_secret(folder, "schema-registry.json", json.dumps(settings))
         registry = str(registry_file)
+    replay_file = None
+    if replay is not None:
+        replay_file = folder / "replay-request.json"
+        replay_file.write_text(json.dumps(replay))
     t = cfg.tables
     return TransformArgs(
         pipeline=cfg.name, bronze_path=t.bronze_path, silver_path=t.silver_path, quarantine_path=t.quarantine_path,
         checkpoint_root=t.transform_checkpoint_root, spec_file=str(spec_file), run_id=run_id,
         summary_path=str(summary_path), table_property=tuple(f"{k}={v}" for k, v in t.retention_properties().items()),
-        registry_file=registry, lock_epoch=lock_epoch,
+        registry_file=registry, lock_epoch=lock_epoch, replay_file=str(replay_file) if replay_file else None,
     ).to_args()  # fmt: skip
 
 
@@ -976,7 +988,14 @@ def transform_summary_text(summary: dict) -> str:
     )
     if s.replayed:
         text += f", {s.replayed} already applied"
+    if s.skipped:
+        text += f", {s.skipped} skipped (change events that are no row change)"
+    if s.truncated_rows:
+        text += f"; source truncates deleted {s.truncated_rows} silver rows"
     text += f"; silver version {s.silver_version}, epoch {s.epoch}, {s.duration_s:.1f}s in the job"
+    if s.replay is not None:
+        outcomes = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(s.replay.get("outcomes", {}).items()))
+        text += f"; quarantine replay: {s.replay.get('selected', 0)} selected" + (f": {outcomes}" if outcomes else "")
     if s.fields_added:
         text += "; fields added: " + ", ".join(f"{f['name']} {f['type']}" for f in s.fields_added)
     if s.fields_ignored:

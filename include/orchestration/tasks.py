@@ -137,6 +137,8 @@ def check_request(
     text = plan["describe"]
     if request.is_backfill:
         text += f"; {len(plan['ranges'])} ranges, {plan['offsets']} offsets to re-read"
+    if plan.get("replay"):
+        text += f"; {plan['replay']['rows']} quarantined records to replay"
     print(f"SUMMARY check_request: {text}; lock epoch {claim.epoch} taken")
     return PokeReturnValue(is_done=True, xcom_value={**plan, "lock_epoch": claim.epoch})
 

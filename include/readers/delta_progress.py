@@ -21,6 +21,7 @@ from include.contract import table_stand
 from include.contract.history import FIRST_READ, Verdict, read_until
 from include.contract.jobs import bronze_app_id, silver_app_id
 from include.contract.offsets import BackfillCommit, BronzeCommit, PositionMap
+from include.contract.replay import ReplaySelection
 from include.contract.table_stand import HistoryEntry, Restore, Stand, history_entries
 from include.contract.transform_spec import (
     SilverCommit,
@@ -294,6 +295,22 @@ def quarantine_rows_since(path: TableRef, version: int | None, *,
             key = (commit.epoch, commit.batch_id)
             found[key] = found.get(key, 0) + int((entry.get("operationMetrics") or {}).get("numOutputRows", 0))
     return found
+
+
+def quarantine_selected(path: TableRef, selection: ReplaySelection, *,
+                        storage_options: dict[str, str] | None = None) -> tuple[int, int]:  # fmt: skip
+    """``(rows selection takes, rows in all)`` of the quarantine table at ``path`` (``(0, 0)``: no table).
+
+    Reads the four columns the selection looks at, for the count a ``replay_quarantine`` request is
+    refused on before a cluster starts.
+    """
+    table = _open(path, storage_options)
+    if table is None:
+        return 0, 0
+    data = table.to_pyarrow_dataset()
+    columns = [c for c in ("reason", "fields", "timestamp", "replay_outcome") if c in data.schema.names]
+    rows = data.to_table(columns=columns).to_pylist()
+    return sum(1 for row in rows if selection.matches(row)), len(rows)
 
 
 def backfill_commits_since(path: TableRef, version: int | None, *,

@@ -95,6 +95,12 @@ BUNDLES: dict[str, tuple[Artifact, ...]] = {
         # 2.22 its BOM names (JsonSerializeAs).
         Artifact("com.fasterxml.jackson.core", "jackson-annotations", "2.22"),
     ),
+    # Kafka Connect itself is the kafka bundle's (connect-runtime comes with kafka-tools); only the
+    # connector and its own libraries are resolved here.
+    "debezium": (
+        Artifact("io.debezium", "debezium-connector-postgres", settings.DEBEZIUM_VERSION,
+                 exclusions=(("org.apache.kafka", "*"),)),  # fmt: skip
+    ),
 }
 #: What ``make setup`` resolves; the others on first use.
 SETUP_BUNDLES = ("spark", "kafka")
@@ -104,6 +110,7 @@ BUNDLE_PURPOSE = {
     "kafka": "the local Kafka broker and Kafka's tools",
     "s3": "S3A and the AWS SDK's S3 modules, for a pipeline whose tables are on S3 (about 13 MB)",
     "s3proxy": "the local S3-compatible server of make demo STORE=s3, the store tests and the bench (about 100 MB)",
+    "debezium": "Debezium's PostgreSQL connector for the change-data-capture tests' Kafka Connect worker",
 }
 #: Bundles whose jars join pyspark's on one classpath: a jar pyspark ships is left out.
 _ON_PYSPARK = ("spark", "s3")

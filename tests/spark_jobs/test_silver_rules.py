@@ -194,7 +194,7 @@ def test_new_columns_beyond_the_runs_cap_are_refused_and_their_records_quarantin
     message = "beyond transform.limits.new_columns (2 new silver columns a run)"
     assert [m for m in problems[0] if message in m] == [
         "new field beta beyond transform.limits.new_columns (2 new silver columns a run); raise the limit or fix "
-        "the producer, then replay these records"
+        "the producer, then replay these records (trigger-form action replay_quarantine)"
     ]
     assert any(message in m and "gamma" in m for m in problems[1])
     assert problems[2] == [] and problems[3] == []  # an unusable name is ignored, not refused; no new field
@@ -211,7 +211,8 @@ def test_a_framed_value_whose_schema_id_is_beyond_the_batch_cap_names_the_cap(sp
     messages = sorted(p["message"] for r in decoded.collect() for p in r["_problems"] if p["field"] == "value")
     assert messages == [
         f"value: schema id {n} was not looked up: the batch holds more than transform.limits.schema_ids (3) "
-        "distinct schema ids; raise the limit or fix the producer, then replay these records" for n in (7, 9)
+        "distinct schema ids; raise the limit or fix the producer, then replay these records (trigger-form action "
+        "replay_quarantine)" for n in (7, 9)
     ]
 
 

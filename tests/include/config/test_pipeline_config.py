@@ -1193,6 +1193,15 @@ def test_no_transform_section_means_no_transform(tmp_path, value):
         ({"transform.schema.seq": "long", "transform.ordering": "seq"}, {"ordering": "seq"}),
         ({"transform.schema.n": "double", "transform.ordering": "n"}, {"ordering": "n"}),
         ({"transform.schema.ok": "boolean", "transform.key": ["order_id", "ok"]}, {"key": ("order_id", "ok")}),
+        (
+            {"transform.envelope": "debezium", "transform.ordering": DELETE, "transform.tombstones": DELETE},
+            {"envelope": "debezium", "source": None, "ordering": None, "tombstones": "delete", "cdc": True},
+        ),
+        (
+            {"transform.envelope": "debezium", "transform.source": "postgres", "transform.ordering": DELETE,
+             "transform.tombstones": DELETE},
+            {"source": "postgresql"},
+        ),
     ],
 )
 def test_valid_transform_variants_are_accepted(tmp_path, changes, expected):
@@ -1210,7 +1219,18 @@ def test_transform_spec_survives_a_json_round_trip(tmp_path):
 
 
 # (changes to BASE + TRANSFORM, field named in the error, fragment of "expected ...", fragment of "got ...")
+_CDC = {"transform.envelope": "debezium", "transform.ordering": DELETE, "transform.tombstones": DELETE}
 TRANSFORM_BAD = [
+    ({**_CDC, "transform.ordering": "event_time"}, "transform.ordering", "no transform.ordering with transform."
+     "envelope (the source database's commit position", "'event_time' (str); remove transform.ordering"),
+    ({**_CDC, "transform.tombstones": "delete"}, "transform.tombstones", "no transform.tombstones with",
+     "'delete' (str); remove"),
+    ({"transform.source": "postgresql"}, "transform.source", "no transform.source without transform.envelope",
+     "set transform.envelope: debezium, or remove"),
+    ({**_CDC, "transform.envelope": "maxwell"}, "transform.envelope", "one of 'debezium'", "'maxwell' (str)"),
+    ({**_CDC, "transform.source": "mysql"}, "transform.source", "one of 'postgresql'",
+     "MySQL and MariaDB change events are not supported yet"),
+    ({**_CDC, "transform.source": "postgis"}, "transform.source", "one of 'postgresql'", "did you mean"),
     ({"transform": "x"}, "transform", "a mapping with keys format, schema, schema_file", "'x' (str)"),
     ({"transform.ordring": "x"}, "transform.ordring", "one of format, schema", "did you mean 'ordering'?"),
     ({"transform.format": "xml"}, "transform.format", "one of 'json', 'avro', 'json_schema'", "'xml' (str)"),

@@ -24,6 +24,7 @@ from include.contract.manual_ops import (
     plan_time_backfill,
 )
 from include.contract.offsets import BackfillRange, PartitionState, TopicState
+from include.contract.replay import ReplaySelection
 
 T0 = datetime(2026, 11, 20, tzinfo=UTC)
 T1 = datetime(2026, 11, 21, tzinfo=UTC)
@@ -95,7 +96,7 @@ def test_backfill_time_request_accepts_z_and_is_described():
 def test_unknown_action_names_the_allowed_ones():
     with pytest.raises(RequestError, match=r"action: expected one of normal, backfill_offsets, backfill_time, "
                                            r"rebuild_checkpoint, acknowledge_gap, reestablish_position, reread_after_restore, "
-                                               r"keep_position_after_restore, got 'delete'"):  # fmt: skip
+                                               r"keep_position_after_restore, replay_quarantine, got 'delete'"):  # fmt: skip
         parse_request({"action": "delete", "reason": "x"}, run_type="manual")
 
 
@@ -240,7 +241,8 @@ def test_airflow_backfill_needs_a_data_interval(interval):
     ("conf", "message"),
     [
         ({"actoin": "backfill_offsets"}, r"^'actoin': not a param of this DAG's trigger form \(did you mean 'action'\?\); "
-                                         r"the form takes action, reason, offset_ranges, from_time, to_time$"),
+                                         r"the form takes action, reason, offset_ranges, from_time, to_time, quarantine_reason, "
+                                         r"quarantine_field$"),
         ({"action": "normal", "zzz": 1}, r"^'zzz': not a param of this DAG's trigger form; the form takes"),
         ({"from": 1, "reasn": "x"}, r"^'from': .*\(also unknown: 'reasn'\)$"),
     ],
@@ -256,10 +258,12 @@ def test_a_conf_key_the_form_does_not_have_is_refused_not_ignored(conf, message)
 
 def test_form_params_accept_their_defaults():
     params = form_params()
-    assert set(params) == {"action", "reason", "offset_ranges", "from_time", "to_time"} == set(FORM_KEYS)
+    assert set(params) == {"action", "reason", "offset_ranges", "from_time", "to_time", "quarantine_reason",
+                           "quarantine_field"} == set(FORM_KEYS)  # fmt: skip
     assert all(isinstance(p, Param) for p in params.values())
     assert {name: p.resolve() for name, p in params.items()} == {
         "action": NORMAL, "reason": "", "offset_ranges": [], "from_time": None, "to_time": None,
+        "quarantine_reason": "", "quarantine_field": "",
     }  # fmt: skip
     assert params["action"].schema["enum"] == list(ACTIONS)
     assert AIRFLOW_BACKFILL not in params["action"].schema["enum"]  # only `airflow backfill create` makes those
@@ -478,3 +482,42 @@ def test_every_hint_names_an_action_of_the_form_with_the_exact_command():
         assert f"action {action!r}" in hint
     with pytest.raises(ValueError, match="unknown trigger-form action 'rebuild'"):
         action_hint("orders", "rebuild")
+
+
+def test_replay_quarantine_takes_a_selection_and_refuses_its_params_elsewhere():
+    request = parse_request({"action": "replay_quarantine", "reason": "currency GBP allowed now",
+                             "quarantine_reason": "currency:", "quarantine_field": "currency",
+                             "from_time": "2026-11-20T00:00:00Z"}, run_type="manual")  # fmt: skip
+    assert request.replay == ReplaySelection("currency:", "currency", datetime(2026, 11, 20, tzinfo=UTC), None)
+    assert request.describe() == (
+        "replay_quarantine of quarantined records not replayed yet with reason containing 'currency:' and a "
+        "problem in field 'currency' and Kafka timestamps in [2026-11-20T00:00:00+00:00, the last): "
+        "currency GBP allowed now"
+    )
+    everything = parse_request({"action": "replay_quarantine", "reason": "fixed"}, run_type="manual")
+    assert everything.replay == ReplaySelection()
+    with pytest.raises(RequestError, match=r"^reason: required for action 'replay_quarantine'"):
+        parse_request({"action": "replay_quarantine"}, run_type="manual")
+    with pytest.raises(RequestError, match=r"quarantine_reason/quarantine_field are set but action is 'normal'"):
+        parse_request({"quarantine_field": "currency"}, run_type="manual")
+    with pytest.raises(RequestError, match=r"is not before to_time"):
+        parse_request({"action": "replay_quarantine", "reason": "x", "from_time": "2026-11-20T00:00:00Z",
+                       "to_time": "2026-11-19T00:00:00Z"}, run_type="manual")  # fmt: skip
+
+
+def test_a_replay_selection_is_the_same_rule_in_spark_sql_and_in_python():
+    january = (datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 2, 1, tzinfo=UTC))
+    selection = ReplaySelection("currency", "currency", *january)
+    row = {"reason": "currency: expected one of 'EUR', got 'GBP'", "fields": ["currency"],
+           "timestamp": datetime(2026, 1, 5), "replay_outcome": None}  # fmt: skip
+    assert selection.matches(row)
+    assert not selection.matches({**row, "replay_outcome": "applied"})
+    assert selection.matches({**row, "replay_outcome": "still_failing"})  # failed again: taken again
+    assert not selection.matches({**row, "fields": ["amount"]})
+    assert not selection.matches({**row, "timestamp": datetime(2026, 2, 1)})
+    assert ReplaySelection.from_json(selection.to_json()) == selection
+    assert selection.sql() == (
+        "(replay_outcome IS NULL OR replay_outcome NOT IN ('applied', 'superseded', 'skipped')) AND "
+        "instr(reason, 'currency') > 0 AND array_contains(fields, 'currency') AND "
+        "timestamp >= timestamp '2026-01-01T00:00:00+00:00' AND timestamp < timestamp '2026-02-01T00:00:00+00:00'"
+    )

@@ -1,0 +1,330 @@
+"""Pure DataFrame rules for change events (``transform.envelope: debezium``): unwrap, position, classify.
+
+A Debezium change event is an envelope around a row: ``op`` (``c`` create, ``r`` snapshot read, ``u``
+update, ``d`` delete, ``t`` truncate, ``m`` message), ``before`` and ``after`` (the row's images), and
+``source`` (where in the database's log the change is). With Connect's JSON schemas on, the envelope is
+the ``payload`` beside a ``schema``. :func:`with_envelope` unwraps it during decode, so that the field
+rules of :mod:`spark_jobs.silver_rules` read the row's columns exactly as they read a plain record.
+
+**Order.** A key's changes reach Kafka in the database's commit order, in one partition, so within a batch
+the last change of a key by Kafka offset is its newest. Across batches and runs the source's own position
+decides, kept in silver (``_cdc_commit_lsn``, ``_cdc_lsn``): PostgreSQL's ``source.sequence`` is the pair
+[LSN of the last commit before this change, LSN of this change], which grows in emission order, while the
+change's LSN alone interleaves across transactions. A change at a position silver already holds is a
+replay (a connector that restarted sends again what it had not recorded); one below it is older and never
+overwrites newer state. Event time (``ts_ms``) is never used.
+
+**Row images.** With PostgreSQL's default replica identity an update's ``before`` is null and a delete's
+holds the key columns only, so a delete is judged on its key, read from the Kafka key as for a tombstone.
+An unchanged TOASTed column arrives as :data:`~include.contract.transform_spec.DEBEZIUM_UNAVAILABLE`: such a
+value is flagged (``_ph_<field>``), never checked or written, and silver keeps the value it holds.
+
+Not row changes, skipped with a count: the tombstone that follows a delete, logical-decoding messages,
+transaction markers, heartbeats and schema-change events. A truncate is recorded in quarantine (its
+reason says why), since silver cannot yet apply it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from include.contract.transform_spec import CDC_SOURCES, FieldSpec, TransformSpec
+
+#: Silver's columns for the source's position and the change that wrote the row.
+CDC_COLUMNS = (
+    ("_cdc_op", "string"),
+    ("_cdc_commit_lsn", "bigint"),
+    ("_cdc_lsn", "bigint"),
+    ("_cdc_tx_id", "bigint"),
+    ("_cdc_source_ts", "timestamp"),
+)
+#: Row operations: they carry a row image and change silver.
+ROW_OPS = ("c", "r", "u", "d")
+#: What a record the transform skips is (``_skip``), as its count and the run's summary name it.
+SKIP_KINDS = ("tombstone after a delete", "logical decoding message", "transaction marker", "heartbeat",
+              "schema change")  # fmt: skip
+
+
+def placeholder_fields(fields: Sequence[FieldSpec]) -> list[FieldSpec]:
+    """Fields that can hold Debezium's unavailable-value placeholder: text and JSON columns."""
+    return [f for f in fields if f.type in ("string", "json")]
+
+
+def placeholder_column(f: FieldSpec) -> str:
+    """The flag column telling that ``f``'s value was not sent (an unchanged TOASTed value)."""
+    return f"_ph_{f.name}"
+
+
+def with_envelope(df, spec: TransformSpec):
+    """Decode step 1b: ``df`` (with ``_v``, the parsed value, and ``_text``) unwrapped.
+
+    Adds ``_cdc_*`` (:data:`CDC_COLUMNS`, ``_cdc_snapshot``), ``_env_problem`` (what is wrong with the
+    envelope, naming the field; null when fine) and ``_skip`` (which :data:`SKIP_KINDS` a record that is not
+    a row change is; null for a row change). ``_v`` and ``_text`` become the row (``after``, or ``before``
+    for a delete), and ``_tombstone`` is true for a delete as for a null value.
+    """
+    from pyspark.sql import functions as F
+
+    v = F.col("_v")
+    # Valid JSON text is an object exactly when it opens with "{".
+    df = df.select("*", (v.isNotNull() & F.ltrim(F.col("_text"), F.lit(" \t\n\r")).startswith("{"))
+                   .alias("_value_object"))  # fmt: skip
+    has_schema = F.variant_get(v, "$.schema", "variant").isNotNull()
+    envelope = F.when(has_schema, F.variant_get(v, "$.payload", "variant")).otherwise(v)
+    df = df.select("*", envelope.alias("_env"))
+    env = F.col("_env")
+
+    def text(path: str):
+        return F.try_variant_get(env, path, "string")
+
+    def number(path: str):
+        return F.try_variant_get(env, path, "bigint")
+
+    sequence = F.try_parse_json(text("$.source.sequence"))
+    df = df.select(
+        "*",
+        text("$.op").alias("_cdc_op"),
+        text("$.source.connector").alias("_connector"),
+        text("$.source.sequence").alias("_sequence"),
+        F.try_variant_get(sequence, "$[0]", "bigint").alias("_cdc_commit_lsn"),
+        F.coalesce(F.try_variant_get(sequence, "$[1]", "bigint"), number("$.source.lsn")).alias("_cdc_lsn"),
+        # Either element may be null; one that is there must be a number.
+        (F.try_variant_get(sequence, "$[0]", "bigint").isNull()
+         & ~F.coalesce(F.is_variant_null(F.variant_get(sequence, "$[0]", "variant")), F.lit(False))
+         | F.try_variant_get(sequence, "$[1]", "bigint").isNull()
+         & ~F.coalesce(F.is_variant_null(F.variant_get(sequence, "$[1]", "variant")), F.lit(False))
+         ).alias("_bad_sequence"),
+        number("$.source.txId").alias("_cdc_tx_id"),
+        F.timestamp_millis(number("$.source.ts_ms")).alias("_cdc_source_ts"),
+        text("$.source.snapshot").alias("_cdc_snapshot"),
+        F.variant_get(env, "$.after", "variant").alias("_after"),
+        F.variant_get(env, "$.before", "variant").alias("_before"),
+        F.variant_get(env, "$.status", "string").alias("_status"),
+    )
+    op, after, before = F.col("_cdc_op"), F.col("_after"), F.col("_before")
+    null_value = F.col("_kafka_value").isNull()
+    is_object = F.col("_value_object")
+    skip = (
+        F.when(null_value, F.lit(SKIP_KINDS[0]))
+        .when(~is_object, F.lit(None))
+        .when(op == "m", F.lit(SKIP_KINDS[1]))
+        .when(op.isNotNull(), F.lit(None))
+        .when(F.col("_status").isin("BEGIN", "END"), F.lit(SKIP_KINDS[2]))
+        .when(
+            F.variant_get(env, "$.ddl", "variant").isNotNull()
+            | F.variant_get(env, "$.tableChanges", "variant").isNotNull(),
+            F.lit(SKIP_KINDS[4]),
+        )
+        .when(
+            F.variant_get(env, "$.ts_ms", "variant").isNotNull()
+            & F.variant_get(env, "$.source", "variant").isNull()
+            & F.variant_get(env, "$.after", "variant").isNull(),
+            F.lit(SKIP_KINDS[3]),
+        )
+    )
+    df = df.select("*", skip.alias("_skip"))
+    row = F.when(op == "d", before).when(op.isin("c", "r", "u"), after)
+    shown = F.substring(F.to_json(env), 1, 120)
+    expected_source = (spec.source,) if spec.source else CDC_SOURCES
+    source_named = f"'{spec.source}' (transform.source)" if spec.source else f"one of {', '.join(CDC_SOURCES)}"
+    problem = (
+        F.when(~is_object | F.col("_skip").isNotNull(), F.lit(None))
+        .when(
+            op.isNull(),
+            F.concat(F.lit("value: expected a Debezium change event (an object with op, before, after and "
+                           "source), got "), shown),
+        )
+        .when(
+            ~F.coalesce(F.col("_connector"), F.lit("")).isin(*expected_source),
+            F.concat(F.lit(f"value: source.connector: expected {source_named}, got "),
+                     F.coalesce(F.col("_connector"), F.lit("nothing"))),
+        )
+        .when(
+            ~op.isin(*ROW_OPS, "t"),
+            F.concat(F.lit("value: op: expected one of c, r, u, d, t (or m, skipped), got "),
+                     F.to_json(F.variant_get(env, "$.op", "variant"))),
+        )
+        .when(
+            F.col("_sequence").isNotNull() & F.col("_bad_sequence"),
+            F.concat(F.lit("value: source.sequence: expected a JSON array of two decimal LSNs as text, got "),
+                     F.substring(F.col("_sequence"), 1, 80)),
+        )
+        .when((op == "t") & F.col("_cdc_lsn").isNull(),
+              F.lit("value: source.lsn: a truncate must carry its position (source.lsn), got nothing"))
+        .when(op == "t", F.lit(None))
+        .when(
+            (op == "d") & (before.isNull() | ~F.startswith(F.to_json(before), F.lit("{"))),
+            F.lit("value: before: a delete (op d) must carry the deleted row's key columns, got null; "
+                  "the table's replica identity sends none"),
+        )
+        .when(
+            (op != "d") & (after.isNull() | ~F.startswith(F.to_json(after), F.lit("{"))),
+            F.concat(F.lit("value: after: a change with op "), op,
+                     F.lit(" must carry the row after the change (an object), got null")),
+        )
+    )  # fmt: skip
+    row_variant = F.when(problem.isNull(), row)
+    return df.select(
+        *(c for c in df.columns if c not in ("_v", "_text", "_tombstone", "_env", "_after", "_before", "_status",
+                                             "_connector", "_sequence", "_bad_sequence")),
+        v.alias("_value_v"),
+        null_value.alias("_null_value"),
+        problem.alias("_env_problem"),
+        (null_value | F.coalesce(op == "d", F.lit(False))).alias("_tombstone"),
+        row_variant.alias("_v"),
+        F.when(row_variant.isNotNull(), F.to_json(row_variant)).alias("_text"),
+    )  # fmt: skip
+
+
+def key_from_kafka(spec: TransformSpec, f: FieldSpec):
+    """A change event's key field from its Kafka key: Connect's JSON (``{"id": 1}``, or with schemas
+    ``{"schema": ..., "payload": {"id": 1}}``)."""
+    from pyspark.sql import functions as F
+
+    from include.contract.transform_spec import spark_type
+
+    text = F.when(F.is_valid_utf8(F.col("_kafka_key").cast("string")), F.col("_kafka_key").cast("string"))
+    key = F.try_parse_json(text)
+    inner = F.when(F.variant_get(key, "$.schema", "variant").isNotNull(), F.variant_get(key, "$.payload", "variant"))
+    return F.coalesce(
+        F.try_variant_get(inner, f"$.{f.name}", spark_type(f.type)),
+        F.try_variant_get(key, f"$.{f.name}", spark_type(f.type)),
+    )
+
+
+def truncated_at(valid) -> dict[str, int]:
+    """Per topic, the LSN of the last truncate among the valid change events ``valid`` (usually none)."""
+    from pyspark.sql import functions as F
+
+    rows = valid.where(F.col("_cdc_op") == "t").groupBy("_kafka_topic").agg(F.max("_cdc_lsn").alias("lsn"))
+    return {r["_kafka_topic"]: int(r["lsn"]) for r in rows.collect()}
+
+
+def _before_truncate(topic_col, lsn_col, truncates: dict[str, int]):
+    """Whether a change at ``lsn_col`` of ``topic_col`` came before the topic's truncate in ``truncates``.
+
+    A truncate takes the table's exclusive lock, so every change committed before it has a lower LSN than
+    the truncate's, and every change after it a higher one."""
+    from pyspark.sql import functions as F
+
+    before = F.lit(False)
+    for topic, lsn in sorted(truncates.items()):
+        before = before | ((topic_col == topic) & (F.coalesce(lsn_col, F.lit(-1)) < F.lit(lsn)))
+    return before
+
+
+def truncate_condition(truncates: dict[str, int]) -> str:
+    """SQL over silver (alias-free) selecting the live rows the batch's truncates delete."""
+    parts = [f"(_kafka_topic = '{t.replace(chr(39), chr(39) * 2)}' AND coalesce(_cdc_lsn, -1) < {lsn})"
+             for t, lsn in sorted(truncates.items())]  # fmt: skip
+    return f"NOT _deleted AND ({' OR '.join(parts)})"
+
+
+def classify(valid, current, spec: TransformSpec, fields: Sequence[FieldSpec], truncates: dict[str, int] | None = None):
+    """What each valid change event does to silver: a ``_action`` of ``insert``, ``update``, ``delete``,
+    ``superseded``, ``replayed`` or ``skipped``.
+
+    Per key the last row change by Kafka order wins the batch (a key's changes are in one partition, in
+    commit order). It changes silver only if it is newer than silver's row: between two streamed changes
+    the source position decides (equal or below: ``superseded``, a change sent again); where either is a
+    snapshot read (``r``: a snapshot reads the committed state, newer than every change before it in the
+    topic) or has no position, Kafka order decides. A Kafka tombstone after a delete is ``skipped``; one
+    whose delete is gone (a compacted topic) deletes a live key. Values a change did not send (unchanged
+    TOASTed ones) take the key's last value sent earlier in the batch, else silver keeps its own.
+
+    ``truncates`` (:func:`truncated_at`): a change before its topic's truncate is ``superseded``; the
+    truncate itself (``skipped`` here) deletes silver's rows in a commit of its own. Adds ``_present``.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    keys = list(spec.key)
+    op = F.col("_cdc_op")
+    not_rows = valid.where((F.col("_skip").isNotNull() & ~F.col("_null_value")) | (op == "t"))
+    rows = valid.where((F.col("_skip").isNull() | F.col("_null_value")) & (op.isNull() | (op != "t")))
+    state = current.select(
+        *keys,
+        F.col("_cdc_op").alias("_t_op"),
+        F.col("_cdc_commit_lsn").alias("_t_commit"),
+        F.col("_cdc_lsn").alias("_t_lsn"),
+        F.col("_deleted").alias("_t_deleted"),
+        F.col("_kafka_partition").alias("_t_partition"),
+        F.col("_kafka_offset").alias("_t_offset"),
+    )
+    df = rows.join(state, on=keys, how="left")
+    in_log = Window.partitionBy(*keys).orderBy("_kafka_offset", "_kafka_partition")
+    last_first = Window.partitionBy(*keys).orderBy(F.col("_kafka_offset").desc(), F.col("_kafka_partition").desc())
+    present = F.col("_t_offset").isNotNull()
+    null_value = F.col("_null_value")
+    # A null value deletes only a key that is live just before it: after a delete (the usual case) or
+    # for a key silver lacks it is skipped.
+    before_live = F.coalesce(
+        F.lag(F.when(null_value, F.lit(False)).otherwise(op != "d")).over(in_log),
+        present & ~F.coalesce(F.col("_t_deleted"), F.lit(True)),
+    )
+    df = df.withColumn("_deletes", null_value & before_live & (F.row_number().over(last_first) == 1))
+    candidate = ~null_value | F.col("_deletes")
+    df = df.withColumn(
+        "_rank",
+        F.when(candidate, F.row_number().over(
+            Window.partitionBy(*keys, candidate).orderBy(F.col("_kafka_offset").desc(),
+                                                       F.col("_kafka_partition").desc()))),
+    )  # fmt: skip
+    upto_here = in_log.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    for f in placeholder_fields(fields):
+        flag = F.col(placeholder_column(f))
+        # The key's last value sent in this batch up to this change (never one from before a delete: a
+        # create after a delete sends every column).
+        sent = F.last(F.when(~flag & ~null_value, F.struct(F.col(f.name).alias("v"))), ignorenulls=True).over(
+            upto_here)
+        df = df.withColumn(f.name, F.when(flag & sent.isNotNull(), sent["v"]).otherwise(F.col(f.name)))
+        df = df.withColumn(placeholder_column(f), flag & sent.isNull())
+    # A null value that deletes stands at the position of the change before it, in the batch or in silver.
+    inherit = F.last(F.when(~null_value, F.struct(op.alias("op"), F.col("_cdc_commit_lsn").alias("commit"),
+                                                  F.col("_cdc_lsn").alias("lsn"), F.col("_cdc_tx_id").alias("tx"))),
+                     ignorenulls=True).over(in_log.rowsBetween(Window.unboundedPreceding, -1))  # fmt: skip
+    df = df.withColumn("_inherit", F.when(F.col("_deletes"), inherit))
+    deleting = F.col("_deletes")
+    df = (
+        df.withColumn("_cdc_op", F.when(deleting, F.lit("d")).otherwise(op))
+        .withColumn("_cdc_commit_lsn", F.when(deleting, F.coalesce(F.col("_inherit.commit"), F.col("_t_commit")))
+                    .otherwise(F.col("_cdc_commit_lsn")))
+        .withColumn("_cdc_lsn", F.when(deleting, F.coalesce(F.col("_inherit.lsn"), F.col("_t_lsn")))
+                    .otherwise(F.col("_cdc_lsn")))
+        .withColumn("_cdc_tx_id", F.when(deleting, F.col("_inherit.tx")).otherwise(F.col("_cdc_tx_id")))
+    )  # fmt: skip
+    ours = F.struct(F.coalesce(F.col("_cdc_commit_lsn"), F.lit(-1)), F.col("_cdc_lsn"))
+    theirs = F.struct(F.coalesce(F.col("_t_commit"), F.lit(-1)), F.col("_t_lsn"))
+    comparable = (
+        (F.col("_cdc_op") != "r") & F.col("_cdc_lsn").isNotNull()
+        & (F.col("_t_op") != "r") & F.col("_t_lsn").isNotNull()
+    )  # fmt: skip
+    same_record = (
+        present
+        & (F.col("_kafka_partition") == F.col("_t_partition"))
+        & (F.col("_kafka_offset") == F.col("_t_offset"))
+    )
+    later_in_log = (F.col("_kafka_offset") > F.col("_t_offset")) | (
+        (F.col("_kafka_offset") == F.col("_t_offset")) & (F.col("_kafka_partition") > F.col("_t_partition"))
+    )
+    before_truncate = _before_truncate(F.col("_kafka_topic"), F.col("_cdc_lsn"), truncates or {})
+    action = (
+        F.when(null_value & ~deleting, "skipped")
+        .when(F.col("_rank") != 1, "superseded")
+        .when(same_record, "replayed")
+        .when(before_truncate, "superseded")
+        .when(deleting, "delete")
+        .when(~present, F.when(F.col("_tombstone"), "delete").otherwise("insert"))
+        .when(comparable & (ours <= theirs), "superseded")
+        .when(~comparable & ~later_in_log, "superseded")
+        .when(F.col("_tombstone"), "delete")
+        .otherwise("update")
+    )
+    classified = (
+        df.withColumn("_action", action)
+        .withColumn("_present", present)
+        .drop("_t_op", "_t_commit", "_t_lsn", "_t_deleted", "_t_partition", "_t_offset", "_deletes", "_rank",
+              "_inherit")
+    )  # fmt: skip
+    not_rows = not_rows.withColumn("_action", F.lit("skipped")).withColumn("_present", F.lit(False))
+    return classified.unionByName(not_rows, allowMissingColumns=True)

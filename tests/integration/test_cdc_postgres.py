@@ -1,0 +1,229 @@
+"""Change data capture from a real PostgreSQL, through Debezium's connector in Kafka Connect, into silver.
+
+Nothing here writes an envelope by hand: SQL runs against a PostgreSQL server the test starts (Debian's,
+with logical decoding), Debezium's PostgreSQL connector (in a Kafka Connect standalone worker) writes the
+change events to the suite's broker, and the real ingest and transform jobs take them into bronze and
+silver. After each run silver's live rows are compared with ``SELECT`` on the table, row for row.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from include.contract.transform_spec import FieldSpec, TransformSpec
+from include.tooling import local_connect, local_postgres
+from tests.integration.test_transform_silver import (
+    assert_accounted,
+    ingest,
+    quarantine,
+    silver_commits,
+    transform,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.full]
+
+SPEC = TransformSpec(
+    fields=(
+        FieldSpec("id", "int", required=True),
+        FieldSpec("owner", "string", required=True),
+        FieldSpec("balance", "decimal(12,2)"),
+        FieldSpec("body", "string"),
+        FieldSpec("note", "string"),
+    ),
+    key=("id",),
+    ordering=None,
+    envelope="debezium",
+    source="postgresql",
+    tombstones="delete",
+)
+COLUMNS = ("owner", "balance", "body", "note")
+#: The table's rows as silver holds them: numeric as text with its scale.
+SELECT = "SELECT id, owner, balance::text AS balance, body, note FROM accounts"
+#: A text value larger than a page, stored out of line (TOASTed): PostgreSQL does not send it again
+#: when an update leaves it unchanged.
+BIG = "".join(f"{i:05d}" for i in range(3000))
+
+
+@dataclass
+class Capture:
+    """A PostgreSQL server, its Connect worker and the topics the connector writes."""
+
+    pg: local_postgres.LocalPostgres
+    bootstrap: str
+    folder: Path
+    prefix: str
+    connect: local_connect.LocalConnect | None = None
+
+    @property
+    def topic(self) -> str:
+        return f"{self.prefix}.public.accounts"
+
+    def source(self, **extra: str) -> local_connect.PostgresSource:
+        return local_connect.PostgresSource(port=self.pg.port, tables=("public.accounts",), topic_prefix=self.prefix,
+                                            extra=dict(extra))  # fmt: skip
+
+    def start(self, flush_interval_ms: int = 1000, **extra: str) -> None:
+        self.connect = local_connect.start(self.folder, self.bootstrap, self.source(**extra),
+                                           flush_interval_ms=flush_interval_ms)  # fmt: skip
+
+    def drain(self, timeout_s: float = 90.0) -> None:
+        """Return once every change committed so far is in Kafka: a transactional logical-decoding message
+        is emitted after them, and the connector sends changes in commit order."""
+        marker = uuid.uuid4().hex
+        # The marker is the message's prefix, which Debezium writes as text (its content as base64).
+        self.pg.psql(f"SELECT pg_logical_emit_message(true, 'kde-drain-{marker}', 'drain');")
+        # The message topic is created by the connector with its first message: look for it every second.
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"drain-{marker}",
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                             "topic.metadata.refresh.interval.ms": 1000})  # fmt: skip
+        try:
+            consumer.subscribe([f"{self.prefix}.message"])
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                m = consumer.poll(0.5)
+                if m is not None and not m.error() and marker.encode() in (m.key() or b""):
+                    break
+            else:
+                raise AssertionError(f"the connector did not send marker {marker} within {timeout_s:.0f}s; "
+                                     f"see {self.folder / 'connect.log'}")  # fmt: skip
+            # The message and the table's changes go to different topics: wait until the table's
+            # topic stops growing as well.
+            seen = None
+            while (now := self.end_offsets(consumer)) != seen:
+                seen = now
+                time.sleep(1.0)
+        finally:
+            consumer.close()
+
+    def end_offsets(self, consumer: Consumer) -> tuple[int, ...]:
+        parts = consumer.list_topics(self.topic, timeout=10).topics[self.topic].partitions
+        return tuple(consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1] for p in parts)
+
+    def run(self, spark, lake, run_id: str) -> dict:
+        """One pipeline run: ingest the table's topic into bronze, then the transform."""
+        ingest(spark, self.bootstrap, lake, self.prefix, self.topic)
+        return transform(spark, lake, self.prefix, spec=SPEC, run_id=run_id)
+
+
+@pytest.fixture
+def capture(bootstrap, tmp_path) -> Iterator[Capture]:
+    pg = local_postgres.start()
+    cap = Capture(pg, bootstrap, tmp_path / "connect", f"cdc{uuid.uuid4().hex[:8]}")
+    try:
+        yield cap
+    finally:
+        if cap.connect is not None:
+            cap.connect.stop()
+        pg.stop()
+
+
+def live_silver(spark, lake) -> dict[int, dict]:
+    rows = spark.read.format("delta").load(str(lake / "silver")).where("NOT _deleted").collect()
+    return {r["id"]: {c: (str(r[c]) if c == "balance" and r[c] is not None else r[c]) for c in COLUMNS}
+            for r in rows}  # fmt: skip
+
+
+def table(capture: Capture) -> dict[int, dict]:
+    return {r["id"]: {c: r[c] for c in COLUMNS} for r in capture.pg.rows(SELECT)}
+
+
+def assert_same(spark, lake, capture: Capture) -> None:
+    expected, found = table(capture), live_silver(spark, lake)
+    missing = sorted(set(expected) - set(found))
+    extra = sorted(set(found) - set(expected))
+    differ = sorted(k for k in set(expected) & set(found) if expected[k] != found[k])
+    assert not (missing or extra or differ), (
+        f"silver differs from the table: missing {missing[:10]}, extra {extra[:10]}, "
+        f"differ {[(k, expected[k], found[k]) for k in differ[:3]]}"
+    )
+
+
+def test_silver_follows_the_table_through_snapshot_streaming_restarts_a_resnapshot_and_a_truncate(
+    spark, capture, lake
+):
+    pg = capture.pg
+    pg.psql(f"""
+        CREATE TABLE accounts(id int PRIMARY KEY, owner text NOT NULL, balance numeric(12,2), body text, note text);
+        ALTER TABLE accounts ALTER COLUMN body SET STORAGE EXTERNAL;
+        INSERT INTO accounts SELECT i, 'owner-' || i, i * 1.25, 'short', NULL FROM generate_series(1, 40) i;
+        UPDATE accounts SET body = '{BIG}' WHERE id IN (7, 8);
+    """)
+    # 1. The snapshot of the pre-existing rows (op r).
+    capture.start()
+    capture.drain()
+    first = capture.run(spark, lake, "run-1")
+    assert (first["read"], first["upserted"], first["quarantined"]) == (40, 40, 0)
+    assert_same(spark, lake, capture)
+
+    # 2. Streaming: inserts, updates, a multi-row transaction, deletes, a primary-key change, and an
+    # update that leaves a TOASTed value unchanged (Debezium sends a placeholder for it).
+    pg.psql("""
+        INSERT INTO accounts SELECT i, 'owner-' || i, i, NULL, 'new' FROM generate_series(41, 60) i;
+        UPDATE accounts SET balance = balance + 100 WHERE id <= 10;
+        BEGIN;
+          UPDATE accounts SET note = 'tx' WHERE id BETWEEN 11 AND 20;
+          DELETE FROM accounts WHERE id = 12;
+          INSERT INTO accounts VALUES (61, 'in-tx', 0, 'x', 'tx');
+        COMMIT;
+        DELETE FROM accounts WHERE id IN (3, 4);
+        UPDATE accounts SET id = 105 WHERE id = 5;
+        UPDATE accounts SET note = 'toast kept' WHERE id = 7;
+        UPDATE accounts SET balance = 1, note = 'twice' WHERE id = 8;
+        UPDATE accounts SET note = 'twice, again' WHERE id = 8;
+        INSERT INTO accounts VALUES (4, 'back', 4, 'again', NULL);
+    """)
+    capture.drain()
+    second = capture.run(spark, lake, "run-2")
+    assert second["quarantined"] == 0, quarantine(spark, lake)
+    assert second["skipped"] >= 4  # the tombstones after the four deletes (3, 4, 5's old key, 12)
+    assert_same(spark, lake, capture)
+    assert live_silver(spark, lake)[7]["body"] == BIG  # kept from the snapshot, not the placeholder
+
+    # 3. A worker killed before it records its offsets sends its changes again after the restart: the
+    # copies carry positions silver holds and change nothing.
+    capture.connect.stop()
+    capture.start(flush_interval_ms=600_000)
+    pg.psql("""
+        UPDATE accounts SET balance = 7 WHERE id BETWEEN 20 AND 30;
+        DELETE FROM accounts WHERE id = 30;
+        UPDATE accounts SET note = 'after kill' WHERE id = 7;
+    """)
+    capture.drain()
+    third = capture.run(spark, lake, "run-3")
+    assert_same(spark, lake, capture)
+    capture.connect.kill()
+    pg.psql("UPDATE accounts SET note = 'newest' WHERE id = 21;")
+    capture.start()
+    capture.drain()
+    fourth = capture.run(spark, lake, "run-4")
+    assert fourth["read"] > 13, "the restarted connector sent the unrecorded changes again"
+    assert fourth["upserted"] == 1 and fourth["deleted"] == 0, fourth
+    assert_same(spark, lake, capture)
+
+    # 4. A re-snapshot (snapshot.mode always) of a table changed while the connector was down.
+    capture.connect.stop()
+    pg.psql("UPDATE accounts SET owner = 'while down' WHERE id BETWEEN 31 AND 35;")
+    capture.start(**{"snapshot.mode": "always"})
+    capture.drain()
+    fifth = capture.run(spark, lake, "run-5")
+    assert fifth["quarantined"] == 0
+    assert_same(spark, lake, capture)
+
+    # 5. A truncate, and a row inserted after it: silver's rows written before it are deleted.
+    live = len(table(capture))
+    pg.psql("TRUNCATE accounts; INSERT INTO accounts VALUES (500, 'after truncate', 5, 'b', NULL);")
+    capture.drain()
+    sixth = capture.run(spark, lake, "run-6")
+    assert (sixth["truncated_rows"], sixth["upserted"], sixth["quarantined"]) == (live, 1, 0), sixth
+    assert_same(spark, lake, capture)
+    assert third["read"] > 0
+    assert_accounted(spark, lake)
+    commits = silver_commits(spark, lake)
+    assert sum(c.counts.get("skipped", 0) for c in commits) >= 4
