@@ -15,7 +15,7 @@ replay (a connector that restarted sends again what it had not recorded); one be
 overwrites newer state. Event time (``ts_ms``) is never used.
 
 **Row images.** With PostgreSQL's default replica identity an update's ``before`` is null and a delete's
-holds the key columns only, so a delete is judged on its key, read from the Kafka key as for a tombstone.
+holds the key columns only (and defaults for NOT NULL columns), so a delete is judged on its key columns.
 An unchanged TOASTed column arrives as :data:`~include.contract.transform_spec.DEBEZIUM_UNAVAILABLE`: such a
 value is flagged (``_ph_<field>``), never checked or written, and silver keeps the value it holds.
 
@@ -27,6 +27,7 @@ reason says why), since silver cannot yet apply it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import reduce
 
 from include.contract.transform_spec import CDC_SOURCES, FieldSpec, TransformSpec
 
@@ -169,6 +170,8 @@ def with_envelope(df, spec: TransformSpec):
                                              "_connector", "_sequence", "_bad_sequence")),
         v.alias("_value_v"),
         null_value.alias("_null_value"),
+        F.coalesce(F.try_parse_json(F.col("_kafka_key").try_cast("string")).isNotNull(), F.lit(False))
+        .alias("_key_json"),
         problem.alias("_env_problem"),
         (null_value | F.coalesce(op == "d", F.lit(False))).alias("_tombstone"),
         row_variant.alias("_v"),
@@ -240,8 +243,11 @@ def classify(valid, current, spec: TransformSpec, fields: Sequence[FieldSpec], t
 
     keys = list(spec.key)
     op = F.col("_cdc_op")
-    not_rows = valid.where((F.col("_skip").isNotNull() & ~F.col("_null_value")) | (op == "t"))
-    rows = valid.where((F.col("_skip").isNull() | F.col("_null_value")) & (op.isNull() | (op != "t")))
+    # A null value whose key could not be read names no row.
+    keyless = F.col("_null_value") & reduce(lambda a, b: a | b, (F.col(k).isNull() for k in keys))
+    row_change = (F.col("_skip").isNull() | F.col("_null_value") & ~keyless) & F.coalesce(op != "t", F.lit(True))
+    not_rows = valid.where(~row_change)
+    rows = valid.where(row_change)
     state = current.select(
         *keys,
         F.col("_cdc_op").alias("_t_op"),

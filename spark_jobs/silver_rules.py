@@ -469,7 +469,9 @@ def _with_field_results(
     key_fields = set(spec.key)
     # A change event that is no row change is not judged, but a null value is on its key (it may delete).
     # A truncate has no row: nothing but its envelope is judged.
-    judged = (rp.isNull() & (F.col("_skip").isNull() | F.col("_null_value"))
+    # A null value is judged on its key when that key is Connect's JSON (a key in Avro or another format
+    # cannot name the row; such a tombstone is skipped, its delete having come before it).
+    judged = (rp.isNull() & (F.col("_skip").isNull() | F.col("_null_value") & F.col("_key_json"))
               & F.coalesce(F.col("_cdc_op") != "t", F.lit(True))) if spec.cdc else rp.isNull()  # fmt: skip
     unsent = {f.name for f in cdc_rules.placeholder_fields(fields)} if spec.cdc else set()
     layer3 = []
@@ -483,8 +485,11 @@ def _with_field_results(
             value = F.when(~placeholder, value)
             layer3.append(placeholder.alias(cdc_rules.placeholder_column(f)))
         if keyed_tombstones[i]:
-            value = F.when(F.col("_tombstone"), F.col(f"_tk{i}")).otherwise(value)
-            problem = F.when(F.col("_tombstone"), _tombstone_key_problem(spec, f, i)).otherwise(problem)
+            # A change event's delete carries its key columns in its row (before); only a null value
+            # needs the Kafka key.
+            by_key = F.col("_null_value") if spec.cdc else F.col("_tombstone")
+            value = F.when(by_key, F.col(f"_tk{i}")).otherwise(value)
+            problem = F.when(by_key, _tombstone_key_problem(spec, f, i)).otherwise(problem)
         # A record that cannot be read at all has one problem, the value's; its fields are not judged.
         problem = F.when(judged & (~F.col("_tombstone") | F.lit(f.name in key_fields)), problem)
         layer3 += [problem.alias(f"_p{i}"), value.alias(f"_t{i}")]

@@ -59,6 +59,31 @@ def _avro_fields(schema_text: str) -> list[dict[str, Any]]:
     return schema.get("fields", []) if isinstance(schema, dict) else []
 
 
+def _row_fields(fields: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A change-event envelope's row fields: those of the record its ``after`` holds (a union with null,
+    the record defined there or, as Debezium writes it, named after its definition in ``before``)."""
+    named: dict[str, dict[str, Any]] = {}
+
+    def collect(t: Any, namespace: str = "") -> None:
+        if isinstance(t, list):
+            for member in t:
+                collect(member, namespace)
+        elif isinstance(t, dict) and t.get("type") == "record":
+            ns = t.get("namespace", namespace)
+            named[str(t.get("name"))] = named[f"{ns}.{t.get('name')}" if ns else str(t.get("name"))] = t
+            for f in t.get("fields", []):
+                collect(f.get("type"), ns)
+
+    for f in fields:
+        collect(f.get("type"))
+    after = next((f.get("type") for f in fields if f.get("name") == "after"), None)
+    for member in after if isinstance(after, list) else [after]:
+        record = named.get(member) if isinstance(member, str) else member
+        if isinstance(record, dict) and record.get("type") == "record":
+            return list(record.get("fields", []))
+    return []
+
+
 def _never_null(avro_type: Any) -> bool:
     """Whether a field of this Avro type always has a value (not a union holding null, not null itself)."""
     if isinstance(avro_type, list):
@@ -112,12 +137,14 @@ class ValueSchemas:
             # Parsed once per run: every writer id's compatibility check reads it.
             self._jvm_reader = self._jvm_schema(self.reader_text, f"the reader schema, {where}")
             fields = _avro_fields(self.reader_text)
-            names = {f.get("name") for f in fields}
+            # Change events: the declared fields are the row's, inside the envelope's ``after``.
+            names = {f.get("name") for f in (_row_fields(fields) if spec.cdc else fields)}
             missing = [f.name for f in spec.fields if f.name not in names]
             if missing:
                 raise ValueSchemaError(
                     f"transform: field(s) {', '.join(missing)} are declared in the pipeline file but the reader "
-                    f"schema ({where}) has no such field; declare only fields of the record "
+                    f"schema ({where}) has no such field; declare only fields of the "
+                    f"{'row in its after field' if spec.cdc else 'record'} "
                     f"({', '.join(sorted(str(n) for n in names))}), or register a schema version that has them"
                 )
             self.required_field = next((f["name"] for f in fields if _never_null(f.get("type"))), None)

@@ -252,3 +252,42 @@ def test_invalid_params_are_refused_before_any_spark_process_starts(pipeline, bo
     assert proc.returncode != 0 and "explode" in log
     assert len(p.ledger()) == runs
     assert len(p.bronze_keys()) == 60
+
+
+def test_replay_quarantine_through_the_form_applies_what_a_fixed_pipeline_file_now_allows(
+    pipeline, bootstrap, monkeypatch
+):
+    from deltalake import DeltaTable
+
+    p = pipeline
+    currency = {"type": "string", "allowed": ["EUR"]}
+    transform = {**ORDERS_TRANSFORM, "schema": {**ORDERS_TRANSFORM["schema"], "currency": currency}}
+    p.write(transform=transform)
+    produce(bootstrap, p.topic, [
+        (0, b"o1", order("o1", 5, 10, currency="EUR")),
+        (0, b"o1", order("o1", 1, 11, currency="GBP")),  # older than what silver holds for o1
+        (1, b"o2", order("o2", 2, 12, currency="GBP")),
+        (2, b"o3", order("o3", 3, -1, currency="EUR")),  # quarantined for another reason
+    ])  # fmt: skip
+    _ok(*p.run())
+    conf = {"action": "replay_quarantine", "reason": "GBP is a currency now", "quarantine_field": "currency"}
+    nothing = {**conf, "quarantine_reason": "no problem says this"}
+    assert "holds 3 records and none is among the quarantined records not replayed yet" in _refusal(
+        p, nothing, monkeypatch)  # fmt: skip
+
+    p.write(transform={**transform, "schema": {**transform["schema"], "currency": {**currency,
+                                                                                  "allowed": ["EUR", "GBP"]}}})
+    proc, log = p.run(conf)
+    _ok(proc, log)
+    lines = airflow_local.summary_lines(log)
+    assert any("2 quarantined records to replay" in line for line in lines), lines
+    assert any("quarantine replay: 2 selected: 1 applied, 1 superseded" in line for line in lines), lines
+    silver = {r["order_id"]: r for r in DeltaTable(str(p.lake / p.name / "silver")).to_pyarrow_table().to_pylist()}
+    assert {k: (r["currency"], float(r["amount"])) for k, r in silver.items()} == {"o1": ("EUR", 10.0),
+                                                                                  "o2": ("GBP", 12.0)}  # fmt: skip
+    held = DeltaTable(str(p.lake / p.name / "quarantine")).to_pyarrow_table().to_pylist()
+    assert sorted((bytes(r["key"]).decode(), r["replay_outcome"]) for r in held) == [
+        ("o1", "superseded"), ("o2", "applied"), ("o3", None)]  # fmt: skip
+    row = p.ledger()[0]
+    assert (row["outcome"], row["action"], row["request_reason"]) == ("success", "replay_quarantine",
+                                                                     "GBP is a currency now")  # fmt: skip

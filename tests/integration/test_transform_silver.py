@@ -80,9 +80,9 @@ def transform(spark, lake, name, **kw) -> dict:
     return bronze_to_silver.run(spark, bronze_to_silver.parse_config(transform_args(lake, name, **kw))).to_json()
 
 
-def silver(spark, lake) -> dict[str, dict]:
+def silver(spark, lake, key: str = "order_id") -> dict:
     rows = spark.read.format("delta").load(str(lake / "silver")).collect()
-    return {r["order_id"]: r.asDict() for r in rows}
+    return {r[key]: r.asDict() for r in rows}
 
 
 def quarantine(spark, lake) -> dict[tuple[int, int], dict]:

@@ -203,3 +203,94 @@ def test_a_json_schema_topic_drops_the_header_and_quarantines_unknown_ids(
     reasons = {r["key"].decode(): r["reason"] for r in quarantine(spark, lake).values()}
     assert reasons["u"].startswith("value: schema id 999998: unknown to schema registry")
     assert reasons["n"].startswith("value: expected the Confluent wire format")
+
+
+def _debezium_avro_schemas(prefix: str) -> tuple[dict, dict]:
+    """The key and value schemas Debezium's Avro converter gives ``<prefix>.public.accounts`` of
+    ``tests/fixtures/debezium`` (record names as Debezium's; the row's columns as that table's)."""
+    ns = f"{prefix}.public.accounts"
+    text = ["null", "string"]
+    row = {"type": "record", "name": "Value", "namespace": ns, "fields": [
+        {"name": "id", "type": "int"}, {"name": "owner", "type": "string"},
+        *({"name": n, "type": text, "default": None} for n in ("balance", "body", "updated", "opened", "seen"))]}
+    long_ = ["null", "long"]
+    source = {"type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql", "fields": [
+        *({"name": n, "type": "string"} for n in ("version", "connector", "name")),
+        {"name": "ts_ms", "type": "long"}, {"name": "snapshot", "type": text, "default": None},
+        {"name": "db", "type": "string"}, {"name": "sequence", "type": text, "default": None},
+        *({"name": n, "type": long_, "default": None} for n in ("ts_us", "ts_ns")),
+        {"name": "schema", "type": "string"}, {"name": "table", "type": "string"},
+        *({"name": n, "type": long_, "default": None} for n in ("txId", "lsn", "xmin")),
+        {"name": "origin", "type": text, "default": None}, {"name": "origin_lsn", "type": long_, "default": None}]}
+    block = {"type": "record", "name": "block", "namespace": "event", "fields": [
+        {"name": "id", "type": "string"}, {"name": "total_order", "type": "long"},
+        {"name": "data_collection_order", "type": "long"}]}
+    value = {"type": "record", "name": "Envelope", "namespace": ns, "fields": [
+        {"name": "before", "type": ["null", row], "default": None},
+        {"name": "after", "type": ["null", f"{ns}.Value"], "default": None},
+        {"name": "source", "type": source}, {"name": "transaction", "type": ["null", block], "default": None},
+        {"name": "op", "type": "string"},
+        *({"name": n, "type": long_, "default": None} for n in ("ts_ms", "ts_us", "ts_ns"))]}
+    key = {"type": "record", "name": "Key", "namespace": ns, "fields": [{"name": "id", "type": "int"}]}
+    return key, value  # fmt: skip
+
+
+@pytest.mark.full
+def test_debezium_change_events_in_avro_through_the_registry_land_as_the_json_ones_do(
+    spark, bootstrap, make_topic, unique_name, lake, schema_registry
+):
+    """Debezium's events from tests/fixtures/debezium, written as its Avro converter writes them (key and value
+    in Avro, framed with registry ids): the same silver as the JSON events give (tests/spark_jobs/test_cdc_rules)."""
+    from include.contract.transform_spec import FieldSpec, TransformSpec
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "debezium" / "postgres-json.jsonl"
+    records = [json.loads(line) for line in fixture.read_text().splitlines()]
+    records = [r for r in records if r["topic"].endswith(".public.accounts")]
+    prefix = records[0]["topic"].split(".")[0]
+    topic = make_topic(unique_name, partitions=3)
+    key_schema, value_schema = _debezium_avro_schemas(prefix)
+    key_id = schema_registry.register(f"{topic}-key", key_schema)
+    value_id = schema_registry.register(f"{topic}-value", value_schema)
+
+    def encoded(schema: dict, schema_id: int, data: dict) -> bytes:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, fastavro.parse_schema(schema), data)
+        return frame(schema_id, out.getvalue())
+
+    def avro_record(r: dict) -> tuple[int, bytes | None, bytes | None]:
+        key = encoded(key_schema, key_id, json.loads(r["key"])) if r["key"] else None
+        return r["partition"], key, encoded(value_schema, value_id, json.loads(r["value"])) if r["value"] else None
+
+    spec = TransformSpec(
+        fields=(FieldSpec("id", "int", required=True), FieldSpec("owner", "string", required=True),
+                FieldSpec("balance", "decimal(12,2)"), FieldSpec("body", "string")),
+        key=("id",), ordering=None, tombstones="delete", envelope="debezium", source="postgresql", format="avro",
+        value_schema=ValueSchema(registry="test", subject=f"{topic}-value", subject_strategy="topic_name"),
+    )  # fmt: skip
+    registry_file = lake / "registry.json"
+    registry_file.parent.mkdir(parents=True, exist_ok=True)
+    registry_file.write_text(json.dumps({"url": schema_registry.url}))
+
+    def run(run_id: str) -> dict:
+        from spark_jobs import bronze_to_silver
+
+        args = [*transform_args(lake, unique_name, spec=spec, run_id=run_id), "--registry-file", str(registry_file)]
+        return bronze_to_silver.run(spark, bronze_to_silver.parse_config(args)).to_json()
+
+    # First what came before the truncate, then the truncate (the one keyless event) and the insert after it.
+    later = [r for r in records if r["key"] is None or json.loads(r["key"])["id"] == 5]
+    produce(bootstrap, topic, [avro_record(r) for r in records if r not in later])
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    first = run("run-1")
+    assert (first["quarantined"], first["skipped"]) == (0, 2), quarantine(spark, lake)
+    rows = {k: r for k, r in silver(spark, lake, key="id").items() if not r["_deleted"]}
+    assert {k: (r["owner"], str(r["balance"]), len(r["body"] or "")) for k, r in rows.items()} == {
+        2: ("bobby", "20.00", 10000), 4: ("ann", "12.00", 5)}  # fmt: skip
+
+    produce(bootstrap, topic, [avro_record(r) for r in later])
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    second = run("run-2")
+    assert (second["truncated_rows"], second["upserted"], second["quarantined"]) == (2, 1, 0)
+    rows = {k: r for k, r in silver(spark, lake, key="id").items() if not r["_deleted"]}
+    assert {k: r["owner"] for k, r in rows.items()} == {5: "eve"}
+    assert_accounted(spark, lake)

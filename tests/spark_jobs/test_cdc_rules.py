@@ -83,7 +83,7 @@ def test_captured_events_decode_to_their_rows_and_source_positions(spark):
     unsent = next(r for r in rows.values() if r["_cdc_op"] == "u" and r["id"] == 2)
     assert (unsent["owner"], unsent["body"], unsent["_ph_body"]) == ("bobby", None, True)
     assert DEBEZIUM_UNAVAILABLE not in {r["body"] for r in rows.values()}
-    # A delete's key comes from the Kafka key; its before image holds defaults for NOT NULL columns.
+    # A delete's key comes from its before image, which also holds defaults for NOT NULL columns.
     deletes = sorted(r["id"] for r in rows.values() if r["_cdc_op"] == "d")
     assert deletes == [1, 3] and all(r["_tombstone"] for r in rows.values() if r["_cdc_op"] == "d")
     tombstones = [r for r in rows.values() if r["_null_value"]]
@@ -175,3 +175,18 @@ def test_a_broken_change_event_goes_to_quarantine_naming_what_is_wrong(spark, ch
     broken = {**update, "value": json.dumps(change(json.loads(update["value"])))}
     problems = decode(spark, [broken]).collect()[0]["_problems"]
     assert [p["message"] for p in problems][:1] and expected in problems[0]["message"], problems
+
+
+def test_a_tombstone_whose_key_is_not_json_is_skipped_not_quarantined(spark):
+    # Debezium's Avro converter writes keys in Avro: a tombstone's key then names no row, and its delete
+    # came before it. A JSON key that lacks the key field is a problem, as it is for any tombstone.
+    tombstone = next(r for r in captured() if r["value"] is None)
+    avro_key = {**tombstone, "key": "\x00\x00\x00\x00\x07\x06"}
+    no_field = {**tombstone, "key": '{"other": 1}', "offset": tombstone["offset"] + 1}
+    rows = by_position(decode(spark, [avro_key, no_field]).collect())
+    assert rows[(avro_key["partition"], avro_key["offset"])]["_problems"] == []
+    assert [p["message"] for p in rows[(no_field["partition"], no_field["offset"])]["_problems"]] == [
+        'key: a tombstone deletes the row named by its Kafka key, expected a JSON object with id for field id, '
+        'got {"other": 1}'
+    ]
+    assert [r["_action"] for r in classify(spark, [avro_key]).collect()] == ["skipped"]
