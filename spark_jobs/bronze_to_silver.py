@@ -66,6 +66,7 @@ from spark_jobs.job_common import (
     checkpoint_files,
     confirm_newest_commit,
     delta_snapshot,
+    delta_table_sql,
     failpoint,
     fence_of,
     history_rows,
@@ -325,10 +326,6 @@ class TransformSummary:
 # --------------------------------------------------------------------------- Delta
 
 
-def _sql_path(path: str) -> str:
-    return "delta.`" + path.replace("`", "``") + "`"
-
-
 def ensure_silver(spark, path: str, spec: TransformSpec) -> list[FieldSpec]:
     """Create silver (declared fields + system columns) if missing; returns its effective fields."""
     from delta.tables import DeltaTable
@@ -336,7 +333,7 @@ def ensure_silver(spark, path: str, spec: TransformSpec) -> list[FieldSpec]:
     from spark_jobs.silver_rules import fields_of_table, silver_ddl
 
     if not DeltaTable.isDeltaTable(spark, path):
-        spark.sql(f"CREATE TABLE IF NOT EXISTS {_sql_path(path)} ({silver_ddl(spec.fields, cdc=spec.cdc)}) "
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {delta_table_sql(path)} ({silver_ddl(spec.fields, cdc=spec.cdc)}) "
                   "USING delta")  # fmt: skip
     schema = spark.read.format("delta").load(path).schema
     columns = [(f.name, f.dataType.simpleString(), f.metadata.get("comment")) for f in schema.fields]
@@ -362,7 +359,7 @@ def add_fields(spark, path: str, added: list[FieldSpec], metadata: dict) -> None
     )
     meta = json.dumps({"kind": SCHEMA_KIND, **metadata, "fields_added": [{"name": f.name, "type": f.type} for f in added]})
     # Added columns land after the system columns; MERGE matches columns by name, so order is harmless.
-    with_user_metadata(spark, meta, lambda: spark.sql(f"ALTER TABLE {_sql_path(path)} ADD COLUMNS ({cols})"))
+    with_user_metadata(spark, meta, lambda: spark.sql(f"ALTER TABLE {delta_table_sql(path)} ADD COLUMNS ({cols})"))
 
 
 # --------------------------------------------------------------------------- the batch writer

@@ -12,7 +12,8 @@ decides, kept in silver (``_cdc_commit_lsn``, ``_cdc_lsn``): PostgreSQL's ``sour
 [LSN of the last commit before this change, LSN of this change], which grows in emission order, while the
 change's LSN alone interleaves across transactions. A change at a position silver already holds is a
 replay (a connector that restarted sends again what it had not recorded); one below it is older and never
-overwrites newer state. Event time (``ts_ms``) is never used.
+overwrites newer state. A snapshot read reflects the committed table, so between it and any other change
+Kafka order decides. Event time (``ts_ms``) is never used.
 
 **Row images.** With PostgreSQL's default replica identity an update's ``before`` is null and a delete's
 holds the key columns only (and defaults for NOT NULL columns), so a delete is judged on its key columns.
@@ -20,8 +21,8 @@ An unchanged TOASTed column arrives as :data:`~include.contract.transform_spec.D
 value is flagged (``_ph_<field>``), never checked or written, and silver keeps the value it holds.
 
 Not row changes, skipped with a count: the tombstone that follows a delete, logical-decoding messages,
-transaction markers, heartbeats and schema-change events. A truncate is recorded in quarantine (its
-reason says why), since silver cannot yet apply it.
+transaction markers, heartbeats and schema-change events. A truncate deletes silver's rows of its topic
+written before it, in a commit of its own (``spark_jobs/bronze_to_silver.py``).
 """
 
 from __future__ import annotations

@@ -435,6 +435,11 @@ def apply_table_properties(spark, path: str, properties: dict[str, str], fence: 
     return sorted(changed)
 
 
+def delta_table_sql(path: str) -> str:
+    """The Delta table at ``path`` as Spark SQL names it (``delta.`<path>```), backquotes escaped."""
+    return "delta.`" + path.replace("`", "``") + "`"
+
+
 def with_user_metadata(spark, metadata: str, action: Callable[[], object], *,
                        txn: tuple[str, int] | None = None) -> None:  # fmt: skip
     """Run a Delta command whose commit must carry ``metadata`` (MERGE and ALTER take no write option).

@@ -36,7 +36,15 @@ from typing import Any
 from include.contract import jobs as contract
 from include.contract.errors import MaintenanceConfigError, MaintenanceError, StaleLockError
 from include.contract.jobs import MAINTAINED_TABLES, ContractArgumentParser, MaintainArgs
-from spark_jobs.job_common import JobStep, check_fence, delta_snapshot, fence_of, job_main, write_summary
+from spark_jobs.job_common import (
+    JobStep,
+    check_fence,
+    delta_snapshot,
+    delta_table_sql,
+    fence_of,
+    job_main,
+    write_summary,
+)
 
 #: The tables a pipeline may maintain, in the order they are done.
 TABLES = MAINTAINED_TABLES
@@ -96,12 +104,8 @@ def parse_config(argv: list[str]) -> MaintenanceConfig:
 
 
 def _detail(spark, path: str) -> tuple[int, int]:
-    row = spark.sql(f"DESCRIBE DETAIL delta.`{_quoted(path)}`").select("numFiles", "sizeInBytes").first()
+    row = spark.sql(f"DESCRIBE DETAIL {delta_table_sql(path)}").select("numFiles", "sizeInBytes").first()
     return int(row["numFiles"]), int(row["sizeInBytes"])
-
-
-def _quoted(path: str) -> str:
-    return path.replace("`", "``")
 
 
 def _commits_after(spark, path: str, version: int) -> list[Any]:

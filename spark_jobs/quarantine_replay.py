@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from include.contract.errors import TransformError
 from include.contract.replay import REPLAY_COLUMNS, REPLAY_KIND, ReplaySelection
 from include.contract.transform_spec import FieldSpec, TransformSpec
-from spark_jobs.job_common import check_fence, failpoint, with_user_metadata
+from spark_jobs.job_common import check_fence, delta_table_sql, failpoint, with_user_metadata
 
 log = logging.getLogger("kde.quarantine_replay")
 
@@ -51,10 +51,6 @@ class ReplayResult:
                 "quarantine_version": self.quarantine_version, "selection": self.selection}  # fmt: skip
 
 
-def _sql_path(path: str) -> str:
-    return "delta.`" + path.replace("`", "``") + "`"
-
-
 def _add_replay_columns(spark, path: str, fence, metadata: dict) -> None:
     """Quarantine's replay columns, added once (a schema change commit that says so)."""
     have = {f.name for f in spark.read.format("delta").load(path).schema.fields}
@@ -64,7 +60,7 @@ def _add_replay_columns(spark, path: str, fence, metadata: dict) -> None:
     check_fence(spark, path, fence)
     cols = ", ".join(f"`{n}` {t}" for n, t in missing)
     meta = json.dumps({"kind": REPLAY_KIND, **metadata, "columns_added": [n for n, _ in missing]})
-    with_user_metadata(spark, meta, lambda: spark.sql(f"ALTER TABLE {_sql_path(path)} ADD COLUMNS ({cols})"))
+    with_user_metadata(spark, meta, lambda: spark.sql(f"ALTER TABLE {delta_table_sql(path)} ADD COLUMNS ({cols})"))
 
 
 def replay(spark, *, pipeline: str, run_id: str, silver_path: str, quarantine_path: str, spec: TransformSpec,
