@@ -59,11 +59,11 @@ def test_two_processes_racing_for_an_object_store_lock_never_both_win(s3_server,
 
 def test_a_pipeline_with_its_lock_on_the_store_takes_waits_and_releases(s3_server, bucket, make_pipeline,
                                                                        monkeypatch):  # fmt: skip
-    from include.readers import connections
+    from include.readers import object_store
 
     cfg = make_pipeline(tables={"lakehouse_root": f"{bucket}/lake", "storage_connection_id": "aws_test"})
     masked: list[str] = []
-    monkeypatch.setattr(connections, "mask", masked.append)
+    monkeypatch.setattr(object_store, "mask", masked.append)
     states = {"scheduled__1": "running"}
 
     def run_state(_dag: str, run: str) -> str | None:
