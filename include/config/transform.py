@@ -292,7 +292,7 @@ def _check_source(value: Any) -> str:
             f"one of {_choices(CDC_SOURCES)}",
             value,
             "; MySQL and MariaDB change events are not supported yet: their source position (binlog file, "
-            "position and row) is not read, and no MySQL server can be tested here",
+            "position and row) is not read, and no test runs such a source",
         )
     if value == "postgres":
         return "postgresql"  # what Debezium's source.connector says
