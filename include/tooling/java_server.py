@@ -9,6 +9,23 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+#: A log4j2 configuration that sends every INFO line to one file (``{log}``): Kafka's broker and Connect.
+_LOG4J2 = """status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+"""
+
+
+def log_to_file(config: Path, log: Path) -> str:
+    """Write a log4j2 configuration to ``config`` that logs into ``log``; returns the JVM flag that uses it."""
+    config.write_text(_LOG4J2.format(log=log))
+    return f"-Dlog4j2.configurationFile={config}"
+
 
 def java() -> str:
     """The ``java`` on PATH."""

@@ -27,17 +27,6 @@ class ConnectError(PipelineError, RuntimeError):
     """The Connect worker or its connector did not start or failed; the message carries the log's tail."""
 
 
-_LOG4J2 = """status = warn
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = file
-"""
-
-
 @dataclass
 class PostgresSource:
     """What the connector captures: one database's tables, under ``topic_prefix`` (topics
@@ -148,9 +137,8 @@ def start(folder: Path, bootstrap_servers: str, source: PostgresSource, *, flush
     properties = source.connector_properties()
     connector_file.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
     log = folder / "connect.log"
-    (folder / "log4j2.properties").write_text(_LOG4J2.format(log=log))
     cmd = [java_server.java(), "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-           f"-Dlog4j2.configurationFile={folder / 'log4j2.properties'}",
+           java_server.log_to_file(folder / "log4j2.properties", log),
            "-cp", jvm_deps.kafka_classpath(), "org.apache.kafka.connect.cli.ConnectStandalone",
            str(worker_file), str(connector_file)]  # fmt: skip
     worker_process = java_server.launch(cmd, cwd=folder, log=folder / "connect.out")

@@ -41,7 +41,7 @@ from include.contract.errors import PipelineError
 from include.ports import free_port, port_free
 from include.readers.connections import jaas_config, jaas_quote
 from include.spark import jvm_cds, jvm_deps
-from include.tooling import jvm_cds_build
+from include.tooling import java_server, jvm_cds_build
 
 #: Environment variable the command line reads the SASL user's password from (never an argument).
 #: A JAAS option name is ``user_<name>``; other characters would end the name.
@@ -236,17 +236,6 @@ def _write_private(path: Path, text: str) -> None:
         f.write(text)
 
 
-_LOG4J2 = """status = warn
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = file
-"""
-
-
 def _wait_until_ready(bootstrap: str, proc: subprocess.Popen, log: Path, timeout_s: float,
                       client_config: dict[str, str] | None = None) -> None:  # fmt: skip
     from confluent_kafka.admin import AdminClient
@@ -324,7 +313,7 @@ def start(data_dir: Path, *, heap: str = "1g", timeout_s: float = 90.0,
     else:
         _write_private(config, _server_properties(data_dir, port, controller_port, sasl_user))
     log = data_dir / "broker.log"
-    (data_dir / "log4j2.properties").write_text(_LOG4J2.format(log=log))
+    log_flag = java_server.log_to_file(data_dir / "log4j2.properties", log)
     # A folder formatted before (a restart) keeps its storage: `format --ignore-formatted` would
     # change nothing there, so its JVM is not started at all.
     if _existing_cluster_id(data_dir) is None:
@@ -340,7 +329,7 @@ def start(data_dir: Path, *, heap: str = "1g", timeout_s: float = 90.0,
     classpath = jvm_deps.kafka_classpath()
     cmd = [
         _java(), f"-Xmx{heap}", f"-Xms{heap}", *(_short_flags(classpath) if short_jit else ()), *jvm_flags,
-        f"-Dlog4j2.configurationFile={data_dir / 'log4j2.properties'}",
+        log_flag,
         "-cp", classpath, "kafka.Kafka", str(config),
     ]  # fmt: skip
     with open(data_dir / "broker.out", "ab") as out:
