@@ -78,17 +78,15 @@ def child(path: str | Path, *names: str) -> str:
     return "/".join([str(path).rstrip("/"), *names])
 
 
-def _read_log_file(path: str, files: Files) -> PositionMap:
-    """The Kafka source offsets in an ``offsets/N`` or ``sources/0/0`` file."""
+def _read_log_file(path: str, files: Files, *, missing_ok: bool = False) -> PositionMap | None:
+    """The Kafka source offsets in an ``offsets/N`` or ``sources/0/0`` file; with ``missing_ok``, ``None`` when
+    there is no such file (one request on an object store, not an existence check and a read)."""
     try:
         data = files.read_bytes(path)
     except OSError as exc:
+        if missing_ok and isinstance(exc, FileNotFoundError):
+            return None
         raise CheckpointError(f"{path}: cannot read checkpoint file: {exc}") from exc
-    return _log_file_offsets(path, data)
-
-
-def _log_file_offsets(path: str, data: bytes) -> PositionMap:
-    """The Kafka source offsets in the bytes of the log entry ``path``."""
     text = data.decode("utf-8", errors="replace")
     # offsets/N: "v1", batch metadata, then one line per source. sources/0/0 has
     # a binary length prefix before "v1". The source's offsets are the last line.
@@ -155,25 +153,14 @@ def read_state(path: str | Path, files: Files = LOCAL) -> CheckpointState | None
     )
 
 
-def _read_if_there(path: str, files: Files) -> PositionMap | None:
-    """:func:`_read_log_file`, or ``None`` when there is no such file (one request on an object store)."""
-    try:
-        data = files.read_bytes(path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise CheckpointError(f"{path}: cannot read checkpoint file: {exc}") from exc
-    return _log_file_offsets(path, data)
-
-
 def batch_offsets(path: str | Path, batch_id: int, files: Files = LOCAL) -> PositionMap | None:
     """End offsets of ``batch_id`` (``offsets/<batch_id>``), or ``None`` if there is none."""
-    return _read_if_there(child(path, "offsets", str(batch_id)), files)
+    return _read_log_file(child(path, "offsets", str(batch_id)), files, missing_ok=True)
 
 
 def initial_offsets(path: str | Path, files: Files = LOCAL) -> PositionMap | None:
     """The offsets the query in ``path`` started from (``sources/0/0``)."""
-    return _read_if_there(child(path, "sources", "0", "0"), files)
+    return _read_log_file(child(path, "sources", "0", "0"), files, missing_ok=True)
 
 
 def _log_entry_damage(path: str, files: Files, *, binary_prefix: bool = False) -> str | None:
