@@ -31,12 +31,11 @@ import json
 import logging
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from include.contract import jobs as contract
-from include.contract.errors import StaleLockError, TransformError, batch_failure
+from include.contract.errors import StaleLockError, TransformError
 from include.contract.history import read_until
 from include.contract.jobs import TransformArgs, quarantine_app_id, silver_app_id
 from include.contract.replay import ReplaySelection
@@ -596,17 +595,9 @@ class SilverBatchWriter(BatchWriter):
             return
         from delta.tables import DeltaTable
 
-        on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.key)
-        merge = DeltaTable.forPath(self.spark, cfg.silver_path).alias("t").merge(rows.alias("s"), on)
-        assignments = silver_rules.merge_assignments(current.columns, self.fields, spec)
-        merge = merge.whenMatchedUpdate(set=assignments) if assignments else merge.whenMatchedUpdateAll()
-        if adds_keys:
-            # Without a new key the MERGE is matched-only, which Delta runs with an inner join
-            # instead of an outer join over the files it rewrites.
-            if assignments:
-                merge = merge.whenNotMatchedInsert(values={c: f"s.{c}" for c in assignments})
-            else:
-                merge = merge.whenNotMatchedInsertAll()
+        # Without a new key the MERGE is matched-only.
+        merge = silver_rules.silver_merge(DeltaTable.forPath(self.spark, cfg.silver_path), rows, current.columns,
+                                          self.fields, spec, insert=adds_keys)  # fmt: skip
         with_user_metadata(self.spark, meta, merge.execute, txn=txn)
 
     def _confirm(self, commit: SilverCommit, batch_id: int) -> SilverCommit:
@@ -753,18 +744,8 @@ def _stream(spark, cfg: TransformConfig, plan: TransformPlan, checkpoint: str, w
     )
     if cfg.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", cfg.max_files_per_trigger)
-    query = (
-        reader.load(cfg.bronze_path)
-        .writeStream.queryName(f"bronze_to_silver:{cfg.pipeline}:{uuid.uuid4().hex[:8]}")
-        .foreachBatch(writer)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        query.awaitTermination()
-    except Exception as exc:  # StreamingQueryException carries the batch's cause
-        raise batch_failure(TransformError, "transform", cfg.pipeline, writer.error, exc) from exc
+    writer.drain(reader.load(cfg.bronze_path), job="bronze_to_silver", pipeline=cfg.pipeline, checkpoint=checkpoint,
+                 error=TransformError, stage="transform")  # fmt: skip
 
 
 def _value_schemas(spark, cfg: TransformConfig) -> ValueSchemas | None:

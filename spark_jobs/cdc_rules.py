@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from functools import reduce
 
 from include.contract.transform_spec import CDC_SOURCES, FieldSpec, TransformSpec
+from spark_jobs import silver_state
 
 #: Silver's columns for the source's position and the change that wrote the row.
 CDC_COLUMNS = (
@@ -71,9 +72,8 @@ def with_envelope(df, spec: TransformSpec):
     # Valid JSON text is an object exactly when it opens with "{".
     df = df.select("*", (v.isNotNull() & F.ltrim(F.col("_text"), F.lit(" \t\n\r")).startswith("{"))
                    .alias("_value_object"))  # fmt: skip
-    has_schema = F.variant_get(v, "$.schema", "variant").isNotNull()
-    envelope = F.when(has_schema, F.variant_get(v, "$.payload", "variant")).otherwise(v)
-    df = df.select("*", envelope.alias("_env"))
+    key = F.try_parse_json(F.col("_kafka_key").try_cast("string"))
+    df = df.select("*", _unwrapped(v).alias("_env"), _unwrapped(key).alias("_key_v"))
     env = F.col("_env")
 
     def text(path: str):
@@ -82,20 +82,21 @@ def with_envelope(df, spec: TransformSpec):
     def number(path: str):
         return F.try_variant_get(env, path, "bigint")
 
-    sequence = F.try_parse_json(text("$.source.sequence"))
+    # source.sequence is text holding a JSON array of two LSNs as text, parsed once.
+    df = df.select("*", text("$.source.sequence").alias("_sequence"))
+    sequence = F.try_parse_json(F.col("_sequence"))
+    df = df.select("*", *(F.variant_get(sequence, f"$[{i}]", "variant").alias(f"_seq{i}") for i in (0, 1)))
+    seq = [(F.col(f"_seq{i}"), F.try_variant_get(F.col(f"_seq{i}"), "$", "bigint")) for i in (0, 1)]
     df = df.select(
         "*",
         text("$.op").alias("_cdc_op"),
         text("$.source.connector").alias("_connector"),
-        text("$.source.sequence").alias("_sequence"),
-        F.try_variant_get(sequence, "$[0]", "bigint").alias("_cdc_commit_lsn"),
-        F.coalesce(F.try_variant_get(sequence, "$[1]", "bigint"), number("$.source.lsn")).alias("_cdc_lsn"),
+        seq[0][1].alias("_cdc_commit_lsn"),
+        F.coalesce(seq[1][1], number("$.source.lsn")).alias("_cdc_lsn"),
         # Either element may be null; one that is there must be a number.
-        (F.try_variant_get(sequence, "$[0]", "bigint").isNull()
-         & ~F.coalesce(F.is_variant_null(F.variant_get(sequence, "$[0]", "variant")), F.lit(False))
-         | F.try_variant_get(sequence, "$[1]", "bigint").isNull()
-         & ~F.coalesce(F.is_variant_null(F.variant_get(sequence, "$[1]", "variant")), F.lit(False))
-         ).alias("_bad_sequence"),
+        reduce(lambda a, b: a | b, (lsn.isNull() & ~F.coalesce(F.is_variant_null(raw), F.lit(False))
+                                    for raw, lsn in seq))
+        .alias("_bad_sequence"),
         number("$.source.txId").alias("_cdc_tx_id"),
         F.timestamp_millis(number("$.source.ts_ms")).alias("_cdc_source_ts"),
         text("$.source.snapshot").alias("_cdc_snapshot"),
@@ -168,11 +169,10 @@ def with_envelope(df, spec: TransformSpec):
     row_variant = F.when(problem.isNull(), row)
     return df.select(
         *(c for c in df.columns if c not in ("_v", "_text", "_tombstone", "_env", "_after", "_before", "_status",
-                                             "_connector", "_sequence", "_bad_sequence")),
+                                             "_connector", "_sequence", "_seq0", "_seq1", "_bad_sequence")),
         v.alias("_value_v"),
         null_value.alias("_null_value"),
-        F.coalesce(F.try_parse_json(F.col("_kafka_key").try_cast("string")).isNotNull(), F.lit(False))
-        .alias("_key_json"),
+        F.col("_key_v").isNotNull().alias("_key_json"),
         problem.alias("_env_problem"),
         (null_value | F.coalesce(op == "d", F.lit(False))).alias("_tombstone"),
         row_variant.alias("_v"),
@@ -180,20 +180,22 @@ def with_envelope(df, spec: TransformSpec):
     )  # fmt: skip
 
 
-def key_from_kafka(spec: TransformSpec, f: FieldSpec):
-    """A change event's key field from its Kafka key: Connect's JSON (``{"id": 1}``, or with schemas
-    ``{"schema": ..., "payload": {"id": 1}}``)."""
+def _unwrapped(value):
+    """Connect's JSON ``value`` without its schema: ``payload`` when it is ``{"schema": ..., "payload": ...}``."""
+    from pyspark.sql import functions as F
+
+    has_schema = F.variant_get(value, "$.schema", "variant").isNotNull()
+    return F.when(has_schema, F.variant_get(value, "$.payload", "variant")).otherwise(value)
+
+
+def key_from_kafka(f: FieldSpec):
+    """A change event's key field from its Kafka key (Connect's JSON, ``{"id": 1}`` with or without schema),
+    as :func:`with_envelope` parsed it (``_key_v``)."""
     from pyspark.sql import functions as F
 
     from include.contract.transform_spec import spark_type
 
-    text = F.when(F.is_valid_utf8(F.col("_kafka_key").cast("string")), F.col("_kafka_key").cast("string"))
-    key = F.try_parse_json(text)
-    inner = F.when(F.variant_get(key, "$.schema", "variant").isNotNull(), F.variant_get(key, "$.payload", "variant"))
-    return F.coalesce(
-        F.try_variant_get(inner, f"$.{f.name}", spark_type(f.type)),
-        F.try_variant_get(key, f"$.{f.name}", spark_type(f.type)),
-    )
+    return F.try_variant_get(F.col("_key_v"), f"$.{f.name}", spark_type(f.type))
 
 
 def truncated_at(valid) -> dict[str, int]:
@@ -249,19 +251,11 @@ def classify(valid, current, spec: TransformSpec, fields: Sequence[FieldSpec], t
     row_change = (F.col("_skip").isNull() | F.col("_null_value") & ~keyless) & F.coalesce(op != "t", F.lit(True))
     not_rows = valid.where(~row_change)
     rows = valid.where(row_change)
-    state = current.select(
-        *keys,
-        F.col("_cdc_op").alias("_t_op"),
-        F.col("_cdc_commit_lsn").alias("_t_commit"),
-        F.col("_cdc_lsn").alias("_t_lsn"),
-        F.col("_deleted").alias("_t_deleted"),
-        F.col("_kafka_partition").alias("_t_partition"),
-        F.col("_kafka_offset").alias("_t_offset"),
-    )
-    df = rows.join(state, on=keys, how="left")
+    df = silver_state.with_silver_state(rows, current, keys, {"_cdc_op": "_t_op", "_cdc_commit_lsn": "_t_commit",
+                                                             "_cdc_lsn": "_t_lsn", "_deleted": "_t_deleted"})  # fmt: skip
     in_log = Window.partitionBy(*keys).orderBy("_kafka_offset", "_kafka_partition")
     last_first = Window.partitionBy(*keys).orderBy(F.col("_kafka_offset").desc(), F.col("_kafka_partition").desc())
-    present = F.col("_t_offset").isNotNull()
+    present = silver_state.held()
     null_value = F.col("_null_value")
     # A null value deletes only a key that is live just before it: after a delete (the usual case) or
     # for a key silver lacks it is skipped.
@@ -306,19 +300,12 @@ def classify(valid, current, spec: TransformSpec, fields: Sequence[FieldSpec], t
         (F.col("_cdc_op") != "r") & F.col("_cdc_lsn").isNotNull()
         & (F.col("_t_op") != "r") & F.col("_t_lsn").isNotNull()
     )  # fmt: skip
-    same_record = (
-        present
-        & (F.col("_kafka_partition") == F.col("_t_partition"))
-        & (F.col("_kafka_offset") == F.col("_t_offset"))
-    )
-    later_in_log = (F.col("_kafka_offset") > F.col("_t_offset")) | (
-        (F.col("_kafka_offset") == F.col("_t_offset")) & (F.col("_kafka_partition") > F.col("_t_partition"))
-    )
+    later_in_log = silver_state.later_in_log()
     before_truncate = _before_truncate(F.col("_kafka_topic"), F.col("_cdc_lsn"), truncates or {})
     action = (
         F.when(null_value & ~deleting, "skipped")
         .when(F.col("_rank") != 1, "superseded")
-        .when(same_record, "replayed")
+        .when(silver_state.same_record(), "replayed")
         .when(before_truncate, "superseded")
         .when(deleting, "delete")
         .when(~present, F.when(F.col("_tombstone"), "delete").otherwise("insert"))
@@ -330,7 +317,7 @@ def classify(valid, current, spec: TransformSpec, fields: Sequence[FieldSpec], t
     classified = (
         df.withColumn("_action", action)
         .withColumn("_present", present)
-        .drop("_t_op", "_t_commit", "_t_lsn", "_t_deleted", "_t_partition", "_t_offset", "_deletes", "_rank",
+        .drop("_t_op", "_t_commit", "_t_lsn", "_t_deleted", *silver_state.STATE_COLUMNS, "_deletes", "_rank",
               "_inherit")
     )  # fmt: skip
     not_rows = not_rows.withColumn("_action", F.lit("skipped")).withColumn("_present", F.lit(False))

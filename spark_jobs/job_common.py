@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from include import settings
-from include.contract.errors import PipelineError, StaleLockError
+from include.contract.errors import PipelineError, StaleLockError, batch_failure
 from include.contract.jobs import bronze_app_id, lock_app_id
 
 log = logging.getLogger("kde_jobs")
@@ -224,6 +224,27 @@ class BatchWriter:
 
     def _write(self, df, batch_id: int) -> None:
         raise NotImplementedError
+
+    def drain(self, stream, *, job: str, pipeline: str, checkpoint: str, error: type[PipelineError],
+              stage: str):  # fmt: skip
+        """Run the streaming frame ``stream`` through this writer until it holds nothing more
+        (``Trigger.AvailableNow``), with its checkpoint in ``checkpoint``; returns the finished query.
+
+        A failed batch raises ``error`` (``stage`` names the job's part in the message) carrying the batch's
+        own :class:`PipelineError` when it raised one (:func:`include.contract.errors.batch_failure`).
+        """
+        query = (
+            stream.writeStream.queryName(f"{job}:{pipeline}:{uuid.uuid4().hex[:8]}")
+            .foreachBatch(self)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            query.awaitTermination()
+        except Exception as exc:  # StreamingQueryException: the batch's own error is on the writer
+            raise batch_failure(error, stage, pipeline, self.error, exc) from exc
+        return query
 
 
 class PhaseTimer:

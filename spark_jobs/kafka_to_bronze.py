@@ -23,12 +23,11 @@ import json
 import logging
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from include.contract import jobs as contract
-from include.contract.errors import IngestionError, KafkaSourceError, StaleLockError, batch_failure
+from include.contract.errors import IngestionError, KafkaSourceError, StaleLockError
 from include.contract.jobs import bronze_app_id
 from include.contract.manual_ops import REBUILD_CHECKPOINT, action_hint
 from include.contract.offsets import (
@@ -496,18 +495,8 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
 
     reader = spark.readStream.format("kafka").options(**cfg.source_options())
     reader = reader.option("startingOffsets", plan.starting_offsets)
-    query = (
-        reader.load()
-        .writeStream.queryName(f"kafka_to_bronze:{cfg.pipeline}:{uuid.uuid4().hex[:8]}")
-        .foreachBatch(writer)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        query.awaitTermination()
-    except Exception as exc:  # StreamingQueryException: the batch's own error is on the writer
-        raise batch_failure(IngestionError, "ingestion", cfg.pipeline, writer.error, exc) from exc
+    query = writer.drain(reader.load(), job="kafka_to_bronze", pipeline=cfg.pipeline, checkpoint=checkpoint,
+                         error=IngestionError, stage="ingestion")  # fmt: skip
     # Spark's own time per batch (offsets, planning, our writer, its checkpoint commit), for profiling.
     triggers = {int(p["batchId"]): int(p["durationMs"].get("triggerExecution", 0)) / 1000 for p in query.recentProgress}
     for b in summary.batches:

@@ -114,15 +114,8 @@ def replay(spark, *, pipeline: str, run_id: str, silver_path: str, quarantine_pa
                            "actions": actions, "selection": selection.to_json()})  # fmt: skip
         if changes:
             check_fence(spark, silver_path, fence)
-            on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.key)
             target = DeltaTable.forPath(spark, silver_path)
-            assignments = silver_rules.merge_assignments(current.columns, fields, spec)
-            merge = target.alias("t").merge(rows.alias("s"), on)
-            if assignments:
-                merge = merge.whenMatchedUpdate(set=assignments).whenNotMatchedInsert(
-                    values={c: f"s.{c}" for c in assignments})  # fmt: skip
-            else:
-                merge = merge.whenMatchedUpdateAll().whenNotMatchedInsertAll()
+            merge = silver_rules.silver_merge(target, rows, current.columns, fields, spec)
             # The quarantine version the replay read identifies it: a replay that dies after this
             # commit and runs again reads the same version and skips the silver commit.
             with_user_metadata(spark, meta, merge.execute, txn=(f"kde-replay.{pipeline}", start_version))

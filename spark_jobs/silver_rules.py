@@ -25,7 +25,7 @@ from include.contract.transform_spec import (
     is_decimal,
     spark_type,
 )
-from spark_jobs import cdc_rules
+from spark_jobs import cdc_rules, silver_state
 
 #: The Confluent wire format's header: magic byte 0, then the writer schema's 4-byte id.
 HEADER_BYTES = 5
@@ -403,7 +403,7 @@ def _with_read_parts(df, spec: TransformSpec, fields: Sequence[FieldSpec], keyed
     for i, f in enumerate(fields):
         parts += field_parts(f, v, i)
         if keyed_tombstones[i]:
-            key = cdc_rules.key_from_kafka(spec, f) if spec.cdc else _tombstone_key(spec, f)
+            key = cdc_rules.key_from_kafka(f) if spec.cdc else _tombstone_key(spec, f)
             parts.append(key.alias(f"_tk{i}"))
     return df.select("*", *parts)
 
@@ -690,13 +690,7 @@ def classify(valid, current, spec: TransformSpec, fields: Sequence[FieldSpec] | 
         return cdc_rules.classify(valid, current, spec, fields or (), truncates)
     keys = list(spec.key)
     ordering = spec.ordering
-    state = current.select(
-        *keys,
-        F.col(ordering).alias("_t_ord"),
-        F.col("_kafka_partition").alias("_t_partition"),
-        F.col("_kafka_offset").alias("_t_offset"),
-    )
-    df = valid.join(state, on=keys, how="left")
+    df = silver_state.with_silver_state(valid, current, keys, {ordering: "_t_ord"})
     earlier = (
         Window.partitionBy(*keys)
         .orderBy("_kafka_offset", "_kafka_partition")
@@ -708,11 +702,9 @@ def classify(valid, current, spec: TransformSpec, fields: Sequence[FieldSpec] | 
         F.col("_ordering").desc_nulls_last(), F.col("_kafka_offset").desc(), F.col("_kafka_partition").desc()
     )
     df = df.withColumn("_winner", F.row_number().over(newest_first) == 1)
-    present = F.col("_t_offset").isNotNull()
+    present = silver_state.held()
     ours, theirs = F.col("_ordering"), F.col("_t_ord")
-    later_in_log = (F.col("_kafka_offset") > F.col("_t_offset")) | (
-        (F.col("_kafka_offset") == F.col("_t_offset")) & (F.col("_kafka_partition") > F.col("_t_partition"))
-    )
+    later_in_log = silver_state.later_in_log()
     newer = (
         F.when(~present, True)
         .when(ours.isNull() & theirs.isNull(), later_in_log)
@@ -721,14 +713,9 @@ def classify(valid, current, spec: TransformSpec, fields: Sequence[FieldSpec] | 
         .when(ours != theirs, ours > theirs)
         .otherwise(later_in_log)
     )
-    same_record = (
-        present
-        & (F.col("_kafka_partition") == F.col("_t_partition"))
-        & (F.col("_kafka_offset") == F.col("_t_offset"))
-    )
     action = (
         F.when(~F.col("_winner"), "superseded")
-        .when(same_record, "replayed")
+        .when(silver_state.same_record(), "replayed")
         .when(~newer, "superseded")
         .when(F.col("_tombstone"), "delete")
         .when(~present, "insert")
@@ -737,7 +724,7 @@ def classify(valid, current, spec: TransformSpec, fields: Sequence[FieldSpec] | 
     return (
         df.withColumn("_action", action)
         .withColumn("_present", present)
-        .drop("_t_ord", "_t_partition", "_t_offset", "_winner")
+        .drop("_t_ord", *silver_state.STATE_COLUMNS, "_winner")
     )
 
 
@@ -749,7 +736,7 @@ def silver_rows(classified, fields: Sequence[FieldSpec], spec: TransformSpec, ru
 
     Change events add silver's ``_cdc_*`` columns (the source position the row was written at) and, for
     each text or JSON field, its ``_ph_<field>`` flag: the change did not send the value, and the MERGE
-    keeps silver's (:func:`merge_assignments`).
+    keeps silver's (:func:`silver_merge`).
     """
     from pyspark.sql import functions as F
 
@@ -780,18 +767,23 @@ def silver_rows(classified, fields: Sequence[FieldSpec], spec: TransformSpec, ru
     )
 
 
-def merge_assignments(columns: Sequence[str], fields: Sequence[FieldSpec], spec: TransformSpec) -> dict[str, str] | None:
-    """The MERGE's ``SET`` of a matched row, as SQL per silver column; ``None``: every column from the batch.
+def silver_merge(silver, rows, columns: Sequence[str], fields: Sequence[FieldSpec], spec: TransformSpec, *,
+                 insert: bool = True):  # fmt: skip
+    """The MERGE of ``rows`` (:func:`silver_rows`) into ``silver`` (a ``DeltaTable`` of those ``columns``) on
+    the key: a matched row takes the batch's values, an unmatched one is inserted when ``insert`` (without,
+    Delta runs the MERGE with an inner join instead of an outer join over the files it rewrites).
 
     For change events a value the change did not send (``s._ph_<field>``) keeps silver's own.
     """
+    on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.key)
+    merge = silver.alias("t").merge(rows.alias("s"), on)
     if not spec.cdc:
-        return None
+        return merge.whenMatchedUpdateAll().whenNotMatchedInsertAll() if insert else merge.whenMatchedUpdateAll()
     flagged = {f.name: cdc_rules.placeholder_column(f) for f in cdc_rules.placeholder_fields(fields)}
-    return {
-        f"`{c}`": (f"CASE WHEN s.`{flagged[c]}` THEN t.`{c}` ELSE s.`{c}` END" if c in flagged else f"s.`{c}`")
-        for c in columns
-    }
+    values = {f"`{c}`": f"s.`{c}`" for c in columns}
+    kept = {f"`{c}`": f"CASE WHEN s.`{flag}` THEN t.`{c}` ELSE s.`{c}` END" for c, flag in flagged.items()}
+    merge = merge.whenMatchedUpdate(set={**values, **kept})
+    return merge.whenNotMatchedInsert(values=values) if insert else merge
 
 
 def quarantine_rows(decoded, run_id: str, epoch: int, batch_id: int):

@@ -174,7 +174,7 @@ def test_a_broken_change_event_goes_to_quarantine_naming_what_is_wrong(spark, ch
     update = next(r for r in captured() if r["value"] and json.loads(r["value"])["op"] == "u")
     broken = {**update, "value": json.dumps(change(json.loads(update["value"])))}
     problems = decode(spark, [broken]).collect()[0]["_problems"]
-    assert [p["message"] for p in problems][:1] and expected in problems[0]["message"], problems
+    assert problems and expected in problems[0]["message"], problems
 
 
 def test_a_tombstone_whose_key_is_not_json_is_skipped_not_quarantined(spark):
