@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from include.contract.transform_spec import FieldSpec, TransformSpec
+from include.contract.transform_spec import FieldSpec
 from include.tooling import local_connect, local_postgres
 from tests.integration.test_transform_silver import (
     assert_accounted,
@@ -26,23 +26,12 @@ from tests.integration.test_transform_silver import (
     silver_commits,
     transform,
 )
+from tests.spark_jobs.test_cdc_rules import SPEC as CAPTURED
 
 pytestmark = [pytest.mark.integration, pytest.mark.full]
 
-SPEC = TransformSpec(
-    fields=(
-        FieldSpec("id", "int", required=True),
-        FieldSpec("owner", "string", required=True),
-        FieldSpec("balance", "decimal(12,2)"),
-        FieldSpec("body", "string"),
-        FieldSpec("note", "string"),
-    ),
-    key=("id",),
-    ordering=None,
-    envelope="debezium",
-    source="postgresql",
-    tombstones="delete",
-)
+#: The table this test creates: the captured events' columns up to body, then its own note.
+SPEC = replace(CAPTURED, fields=(*CAPTURED.fields[:4], FieldSpec("note", "string")))
 COLUMNS = ("owner", "balance", "body", "note")
 #: The table's rows as silver holds them: numeric as text with its scale.
 SELECT = "SELECT id, owner, balance::text AS balance, body, note FROM accounts"
