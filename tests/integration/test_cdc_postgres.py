@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from include.contract.transform_spec import FieldSpec
 from include.tooling import local_connect, local_postgres
+from tests.integration.dag_helpers import Pipeline
 from tests.integration.test_transform_silver import (
     assert_accounted,
     ingest,
@@ -216,3 +217,85 @@ def test_silver_follows_the_table_through_snapshot_streaming_restarts_a_resnapsh
     assert_accounted(spark, lake)
     commits = silver_commits(spark, lake)
     assert sum(c.counts.get("skipped", 0) for c in commits) >= 4
+
+
+#: The table's pipeline file section, as a user writes it (the same columns as :data:`SPEC`).
+TRANSFORM = {
+    "envelope": "debezium",
+    "source": "postgresql",
+    "key": "id",
+    "schema": {"id": {"type": "int", "required": True}, "owner": {"type": "string", "required": True},
+               "balance": "decimal(12,2)", "body": "string", "note": "string"},
+}  # fmt: skip
+
+
+def _ok(proc, log: str) -> None:
+    assert proc.returncode == 0, log[-6000:]
+
+
+def test_dag_runs_follow_thousands_of_changes_exactly_through_a_driver_killed_inside_a_transform_batch(
+    spark, capture, tmp_path, airflow_home, warm_airflow
+):
+    """The real DAG on the connector's topic: a snapshot, then over two thousand streamed changes (bulk and
+    single-row transactions, deletes, primary-key changes, TOAST kept) in a run whose driver is SIGKILLed after
+    a batch's silver commit and before Spark's checkpoint records it, then more changes; silver equals the
+    table after every run, no batch is applied twice, and every run's counts reconcile."""
+    pg = capture.pg
+    pg.psql(f"""
+        CREATE TABLE accounts(id int PRIMARY KEY, owner text NOT NULL, balance numeric(12,2), body text, note text);
+        ALTER TABLE accounts ALTER COLUMN body SET STORAGE EXTERNAL;
+        INSERT INTO accounts SELECT i, 'owner-' || i, i * 1.25, 'short', NULL FROM generate_series(1, 400) i;
+        UPDATE accounts SET body = '{BIG}' WHERE id IN (7, 8, 9);
+    """)
+    capture.start()
+    capture.drain()
+    p = Pipeline(tmp_path / "dag", capture.prefix, capture.topic, capture.bootstrap, airflow_home, warm=warm_airflow)
+    p.write(transform=TRANSFORM)
+    lake = p.lake / p.name
+    _ok(*p.run())
+    assert_same(spark, lake, capture)
+
+    # Over 1,400 changes: one bulk insert, one bulk update, 200 single-row transactions, deletes, primary-key
+    # changes, a mixed transaction and updates that leave the TOASTed bodies unchanged.
+    single = "\n".join(f"UPDATE accounts SET note = 'single {i}' WHERE id = {i};" for i in range(100, 300))
+    pg.psql(f"""
+        INSERT INTO accounts SELECT i, 'owner-' || i, i, NULL, 'new' FROM generate_series(401, 1000) i;
+        UPDATE accounts SET balance = balance + 1 WHERE id % 2 = 0;
+        {single}
+        DELETE FROM accounts WHERE id % 25 = 0;
+        UPDATE accounts SET id = id + 5000 WHERE id BETWEEN 31 AND 60;
+        BEGIN;
+          UPDATE accounts SET note = 'tx' WHERE id BETWEEN 61 AND 70;
+          DELETE FROM accounts WHERE id = 62;
+          INSERT INTO accounts VALUES (1001, 'in-tx', 0, 'x', 'tx');
+        COMMIT;
+        UPDATE accounts SET note = 'toast kept' WHERE id IN (7, 8, 9);
+    """)
+    capture.drain()
+    before = silver_commits(spark, lake)[-1].batch_id
+    # The run's Spark application is killed after the batch's silver commit, before Spark's checkpoint
+    # records it; the transform task then submits its step alone, which finds that batch in silver.
+    proc, log = p.run(KDE_FAILPOINT=f"kill-driver-after-silver-commit:{before + 1}")
+    assert f"failpoint kill-driver-after-silver-commit:{before + 1}" in log, "the failpoint did not fire"
+    _ok(proc, log)
+    assert f"batch {before + 1} of epoch 0 is already in silver" in log
+    assert_same(spark, lake, capture)
+    assert live_silver(spark, lake)[7]["body"] == BIG
+    batch_ids = [c.batch_id for c in silver_commits(spark, lake)]
+    assert batch_ids == sorted(set(batch_ids)), f"a batch was applied twice: {batch_ids}"
+
+    # Another thousand changes, in ten transactions of a hundred rows each, then inserts and deletes.
+    ranges = "\n".join(f"UPDATE accounts SET balance = balance * 2, note = 'r{k}' WHERE id > {k * 100} "
+                       f"AND id <= {(k + 1) * 100};" for k in range(10))  # fmt: skip
+    pg.psql(f"""
+        {ranges}
+        INSERT INTO accounts SELECT i, 'late-' || i, i, NULL, NULL FROM generate_series(2001, 2100) i;
+        DELETE FROM accounts WHERE id % 7 = 0 AND id > 2000;
+    """)
+    capture.drain()
+    _ok(*p.run())
+    assert_same(spark, lake, capture)
+    assert_accounted(spark, lake)
+    changes = spark.read.format("delta").load(str(lake / "bronze")).where("value IS NOT NULL").count()
+    assert changes >= 2_400, f"only {changes} change events were captured"
+    assert [r["outcome"] for r in p.ledger()] == ["success"] * 3

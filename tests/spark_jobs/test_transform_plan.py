@@ -8,6 +8,7 @@ from include.contract.transform_spec import BronzePosition, SilverCommit, Silver
 from spark_jobs.bronze_to_silver import (
     DeltaCheckpointState,
     TransformError,
+    _killed_after_silver_commit,
     check_rows_written,
     parse_config,
     plan_transform,
@@ -34,6 +35,20 @@ def test_a_damaged_newest_checkpoint_starts_a_new_epoch_where_silver_stands_nami
 def test_an_empty_checkpoint_is_not_called_damaged():
     plan = plan_transform(_last(2, 4, 17), {2: None}, {})
     assert plan.rebuilt_reason == "checkpoint of epoch 2 was never started or is empty"
+
+
+@pytest.mark.parametrize(("state", "last", "expected"), [
+    (DeltaCheckpointState(3, 4), _last(2, 4, 17), True),  # silver holds batch 4, the checkpoint never committed it
+    (DeltaCheckpointState(4, None), _last(2, 4, 17), False),  # both committed it
+    (DeltaCheckpointState(3, 4), _last(1, 4, 17), False),  # silver's batch is another epoch's
+    (None, _last(2, 4, 17), False),
+    (DeltaCheckpointState(3, 4), None, False),
+])  # fmt: skip
+def test_a_batch_in_silver_and_pending_in_the_resumed_checkpoint_is_recognised(state, last, expected):
+    """With nothing new in bronze the stream does not start; this is how the run still reports the batch an
+    earlier attempt of it committed to silver before it was killed."""
+    plan = plan_transform(last, {2: state} if state else {})
+    assert _killed_after_silver_commit(state, last, plan) is expected
 
 
 def test_rows_written_are_read_from_delta_merge_and_append_metrics():
