@@ -48,6 +48,10 @@ Value formats (``--parts formats``, not in the default parts): the same orders
 as JSON and as registry-framed Avro through the transform, records/s side by
 side (:mod:`include.tooling.benchmark_formats`; starts the local schema registry).
 
+Change data capture (``--parts cdc``): the same 100,000 changes as plain
+records (upsert by key) and as Debezium's PostgreSQL change events through the
+transform, records/s side by side (:mod:`include.tooling.benchmark_formats`).
+
 The monitoring page (``--parts monitor``, seconds, no broker or JVM): what a view
 reads of run ledgers of a few and of thousands of runs
 (:mod:`include.tooling.benchmark_monitor`).
@@ -79,9 +83,13 @@ from include.readers.kafka_admin import create_topic, delete_topic, watermarks
 from include.spark.spark_submit import submit_environment
 from include.tooling import airflow_local, local_kafka, local_s3
 from include.tooling.benchmark_formats import (
-    FormatsParams,
-    FormatsReport,
+    CDC_MODES,
+    SideBySideBenchError,
+    SideBySideParams,
+    SideBySideReport,
+    render_cdc_markdown,
     render_formats_markdown,
+    run_cdc_bench,
     run_formats_bench,
 )
 from include.tooling.benchmark_maintenance import (
@@ -115,9 +123,10 @@ from include.tooling.benchmark_runs import (
 from include.tooling.job_submit import submit_command
 
 #: The parts of the benchmark, as ``--parts`` names them, in the order they run.
-PARTS = ("throughput", "batches", "runs", "silver", "store", "crossover", "maintenance", "formats", "monitor")
+PARTS = ("throughput", "batches", "runs", "silver", "store", "crossover", "maintenance", "formats", "cdc",
+         "monitor")  # fmt: skip
 #: What ``make bench`` measures unless ``--parts`` says otherwise (maintenance takes about 12 minutes).
-DEFAULT_PARTS = ("throughput", "batches", "runs", "silver", "store", "crossover", "monitor")
+DEFAULT_PARTS = ("throughput", "batches", "runs", "silver", "store", "crossover", "cdc", "monitor")
 
 JOBS: dict[str, str] = {
     "ceiling": "Kafka consumer-perf-test (ceiling)",
@@ -151,7 +160,8 @@ class BenchmarkParams:
     job_timeout_s: float = 3600.0
     parts: tuple[str, ...] = DEFAULT_PARTS
     maintenance: MaintenanceParams = field(default_factory=MaintenanceParams)
-    formats: FormatsParams = field(default_factory=FormatsParams)
+    formats: SideBySideParams = field(default_factory=SideBySideParams)
+    cdc: SideBySideParams = field(default_factory=lambda: SideBySideParams(records=100_000))
     monitor: MonitorParams = field(default_factory=MonitorParams)
     #: The micro-batch part: this many batches of ``batch_records`` records each, both Spark jobs.
     batch_records: int = 2000
@@ -212,7 +222,8 @@ class BenchmarkReport:
     crossover: list[DagRunTiming] = field(default_factory=list)
     batch_runs: list[BatchRun] = field(default_factory=list)
     maintenance: MaintenanceReport | None = None
-    formats: FormatsReport | None = None
+    formats: SideBySideReport | None = None
+    cdc: SideBySideReport | None = None
     monitor: MonitorReport | None = None
 
 
@@ -614,6 +625,10 @@ def summary_lines(report: BenchmarkReport) -> list[str]:
         disk, s3 = (statistics.median(v) for v in store.values())
         lines.append(f"| the same DAG run with the lakehouse on a local S3-compatible server / on this disk, first "
                      f"task to last | {s3:.1f} s / {disk:.1f} s: **{s3 / disk:.2f}x** |")  # fmt: skip
+    if report.cdc is not None and all(report.cdc.seconds.get(m) for m in CDC_MODES):
+        upsert, debezium = (statistics.median(report.cdc.seconds[m]) for m in CDC_MODES)
+        lines.append(f"| a transform of {report.cdc.params.records:,} Debezium change events / of the same changes "
+                     f"as plain upserts | {debezium:.1f} s / {upsert:.1f} s: **{debezium / upsert:.2f}x** |")  # fmt: skip
     if report.crossover:
         for verdict in crossover_verdict(report.crossover, CROSSOVER_PAIRS):
             lines.append(f"| where a cluster pays off | {verdict.removeprefix('- ')} |")
@@ -720,6 +735,8 @@ def render_markdown(report: BenchmarkReport) -> str:
         text += "\n" + render_maintenance_markdown(report.maintenance)
     if report.formats is not None:
         text += "\n" + render_formats_markdown(report.formats)
+    if report.cdc is not None:
+        text += "\n" + render_cdc_markdown(report.cdc)
     if report.monitor is not None:
         text += "\n" + render_monitor_markdown(report.monitor)
     return text
@@ -878,6 +895,8 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
                                                       created)  # fmt: skip
         if "formats" in params.parts:
             report.formats = _measure_formats(params, bootstrap, topic, work / "formats", created)
+        if "cdc" in params.parts:
+            report.cdc = _measure_cdc(params, bootstrap, topic, work / "cdc", created)
         if "monitor" in params.parts:
             _log(f"monitoring page: ledgers of {', '.join(map(str, params.monitor.sizes))} runs")
             report.monitor = run_monitor_bench(work / "monitor", params.monitor)
@@ -983,7 +1002,7 @@ def _measure_maintenance(params: BenchmarkParams, bootstrap: str, topic: str, wo
 
 
 def _measure_formats(params: BenchmarkParams, bootstrap: str, topic: str, work: Path,
-                     created: list[str]) -> FormatsReport:  # fmt: skip
+                     created: list[str]) -> SideBySideReport:  # fmt: skip
     """The same orders as JSON and as registry-framed Avro through the transform (``--parts formats``)."""
     from include.tooling import local_registry
 
@@ -998,6 +1017,18 @@ def _measure_formats(params: BenchmarkParams, bootstrap: str, topic: str, work: 
         return run_formats_bench(work, bootstrap, topics, registry.url, registry.register, f, _log)
     finally:
         registry.stop()
+
+
+def _measure_cdc(params: BenchmarkParams, bootstrap: str, topic: str, work: Path,
+                 created: list[str]) -> SideBySideReport:  # fmt: skip
+    """The same changes as plain records and as Debezium envelopes through the transform (``--parts cdc``)."""
+    c = params.cdc
+    topics = {mode: f"{topic}-{mode}" for mode in CDC_MODES}
+    for name in topics.values():
+        create_topic(bootstrap, name, c.partitions)
+        created.append(name)
+    work.mkdir(parents=True, exist_ok=True)
+    return run_cdc_bench(work, bootstrap, topics, c, _log)
 
 
 def _measure_throughput(report: BenchmarkReport, bootstrap: str, work: Path, log_dir: Path) -> None:
@@ -1124,6 +1155,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     fg = p.add_argument_group("value formats (--parts formats)")
     fg.add_argument("--format-records", type=positive(int), default=d.formats.records,
                     help="orders produced once per format (default %(default)s)")  # fmt: skip
+    dg = p.add_argument_group("change data capture (--parts cdc)")
+    dg.add_argument("--cdc-changes", type=positive(int), default=d.cdc.records,
+                    help="changes produced once as plain records and once as Debezium events "
+                         "(default %(default)s)")  # fmt: skip
     g.add_argument("--airflow-home", type=Path, default=None,
                    help="an Airflow home whose SQLite database is already migrated (default: a new one "
                         "in the work folder)")  # fmt: skip
@@ -1163,11 +1198,13 @@ def main(argv: list[str] | None = None) -> int:
         crossover_sizes=args.crossover_sizes,
         crossover_repetitions=args.crossover_repetitions,
         maintenance=MaintenanceParams(runs=args.maintenance_runs, every_runs=args.maintenance_every),
-        formats=FormatsParams(records=args.format_records, repetitions=args.repetitions),
+        formats=SideBySideParams(records=args.format_records, repetitions=args.repetitions),
+        cdc=SideBySideParams(records=args.cdc_changes, repetitions=args.repetitions),
     )
     try:
         report = run_benchmark(params)
-    except (BenchmarkError, RunBenchmarkError, MaintenanceBenchError, local_kafka.BrokerError) as exc:
+    except (BenchmarkError, RunBenchmarkError, MaintenanceBenchError, SideBySideBenchError,
+            local_kafka.BrokerError) as exc:
         print(f"benchmark FAILED: {exc}", file=sys.stderr)
         return 1
     report.command = "python -m include.tooling.benchmark" + "".join(f" {a}" for a in (argv or sys.argv[1:]))

@@ -147,6 +147,24 @@ def test_benchmark_measures_avro_against_json(bootstrap: str, spark, tmp_path: P
     assert spark.range(3).count() == 3
 
 
+def test_benchmark_measures_debezium_change_events_against_a_plain_upsert(bootstrap: str, spark,
+                                                                         tmp_path: Path) -> None:  # fmt: skip
+    """The cdc part on a tiny scale: both pipelines transformed to the same silver, nothing quarantined, the
+    ratio reported."""
+    output = tmp_path / "cdc.md"
+    code = benchmark.main([
+        "--bootstrap-servers", bootstrap, "--parts", "cdc", "--cdc-changes", "1000", "--repetitions", "1",
+        "--output", str(output), "--work-dir", str(tmp_path / "work"),
+    ])  # fmt: skip
+    assert code == 0
+    markdown = output.read_text()
+    rows = {r[0]: r for r in _section_rows(markdown, "## Change data capture")}
+    assert set(rows) == {"upsert", "debezium"}
+    assert all(_median(r[1]) > 0 and r[4] == "0" for r in rows.values()), rows
+    assert re.search(r"^Debezium / upsert records/s: \*\*[0-9.]+\*\*\.$", markdown, re.M)
+    assert re.search(r"Both gave the same [0-9,]+ silver rows", markdown)
+
+
 @pytest.mark.timeout(1200)
 def test_benchmark_store_part_runs_one_pipeline_on_disk_and_one_on_the_object_store(
     bootstrap: str, airflow_home: Path, tmp_path: Path
