@@ -303,10 +303,11 @@ def _silver(spark, path: str) -> dict[str, tuple]:
             for r in rows}  # fmt: skip
 
 
-def _rate_table(report: SideBySideReport, label: str) -> tuple[list[str], dict[str, float]]:
-    """The per-variant table and each variant's median records/s."""
+def _section(report: SideBySideReport, title: str, intro: str, label: str, ratio: tuple[str, str, str]) -> str:
+    """A report section: ``title``, ``intro``, one row per variant (records/s median and range, seconds,
+    decode phase, quarantined) and the ratio ``ratio = (numerator, denominator, its name)`` of medians."""
     p = report.params
-    lines = [f"| {label} | transform records/s | seconds | decode phase s | quarantined |",
+    lines = [title, "", intro, "", f"| {label} | transform records/s | seconds | decode phase s | quarantined |",
              "| --- | --- | --- | --- | --- |"]  # fmt: skip
     rates = {}
     for mode in report.modes:
@@ -320,46 +321,33 @@ def _rate_table(report: SideBySideReport, label: str) -> tuple[list[str], dict[s
             f"| {statistics.median(secs):.1f} | {statistics.median(report.decode_s[mode]):.1f} "
             f"| {report.quarantined.get(mode, 0)} |"
         )
-    return lines, rates
+    top, bottom, name = ratio
+    if top in rates and bottom in rates:
+        lines += ["", f"{name}: **{rates[top] / rates[bottom]:.2f}**."]
+    return "\n".join(lines) + "\n"
 
 
 def render_formats_markdown(report: SideBySideReport) -> str:
     """The ``## Value formats`` section of the report."""
     p = report.params
-    table, rates = _rate_table(report, "format")
-    lines = [
-        "## Value formats: the same orders as JSON and as Avro",
-        "",
-        f"{p.records:,} order records of the demo's shape, {p.partitions} partitions, produced once as JSON text "
-        f"and once as Avro in the Confluent wire format (schema in the registry at {report.registry}); each "
-        f"repetition transforms the whole bronze table into a fresh silver (one warm in-process session, "
-        f"formats alternating; a first run of each not counted). Both formats gave the same "
-        f"{report.silver_rows:,} silver rows.",
-        "",
-        *table,
-    ]
-    if len(rates) == 2:
-        lines += ["", f"Avro / JSON records/s: **{rates['avro'] / rates['json']:.2f}**."]
-    return "\n".join(lines) + "\n"
+    intro = (f"{p.records:,} order records of the demo's shape, {p.partitions} partitions, produced once as JSON text "
+             f"and once as Avro in the Confluent wire format (schema in the registry at {report.registry}); each "
+             f"repetition transforms the whole bronze table into a fresh silver (one warm in-process session, "
+             f"formats alternating; a first run of each not counted). Both formats gave the same "
+             f"{report.silver_rows:,} silver rows.")  # fmt: skip
+    return _section(report, "## Value formats: the same orders as JSON and as Avro", intro, "format",
+                    ("avro", "json", "Avro / JSON records/s"))  # fmt: skip
 
 
 def render_cdc_markdown(report: SideBySideReport) -> str:
     """The ``## Change data capture`` section of the report."""
     p = report.params
-    table, rates = _rate_table(report, "pipeline")
-    lines = [
-        "## Change data capture: Debezium change events against a plain upsert",
-        "",
-        f"{p.records:,} changes of orders of the demo's shape (creates, and updates of earlier orders), "
-        f"{p.partitions} partitions keyed by `order_id`, produced once as plain JSON records (upsert, the newest "
-        f"by `event_time`) and once as Debezium's PostgreSQL connector writes them (JSON without schemas, one "
-        f"transaction per change; `transform.envelope: debezium`, ordered by `source.sequence`); each "
-        f"repetition transforms the whole bronze table into a fresh silver (one warm in-process session, the "
-        f"two alternating; a first run of each not counted). Both gave the same {report.silver_rows:,} silver "
-        f"rows.",
-        "",
-        *table,
-    ]
-    if len(rates) == 2:
-        lines += ["", f"Debezium / upsert records/s: **{rates['debezium'] / rates['upsert']:.2f}**."]
-    return "\n".join(lines) + "\n"
+    intro = (f"{p.records:,} changes of orders of the demo's shape (creates, and updates of earlier orders), "
+             f"{p.partitions} partitions keyed by `order_id`, produced once as plain JSON records (upsert, the newest "
+             f"by `event_time`) and once as Debezium's PostgreSQL connector writes them (JSON without schemas, one "
+             f"transaction per change; `transform.envelope: debezium`, ordered by `source.sequence`); each "
+             f"repetition transforms the whole bronze table into a fresh silver (one warm in-process session, the "
+             f"two alternating; a first run of each not counted). Both gave the same {report.silver_rows:,} silver "
+             f"rows.")  # fmt: skip
+    return _section(report, "## Change data capture: Debezium change events against a plain upsert", intro,
+                    "pipeline", ("debezium", "upsert", "Debezium / upsert records/s"))  # fmt: skip

@@ -129,40 +129,28 @@ def test_benchmark_micro_batches_part(bootstrap: str, tmp_path: Path) -> None:
     assert _median(rows["project"][2]) > 0 and float(rows["project"][5]) >= 0
 
 
-def test_benchmark_measures_avro_against_json(bootstrap: str, spark, tmp_path: Path) -> None:
-    """The formats part on a tiny scale: both formats transformed, the same silver, a ratio reported (in the
+@pytest.mark.parametrize(("part", "size", "heading", "modes", "ratio", "same"), [
+    ("formats", "--format-records", "## Value formats", {"json", "avro"}, "Avro / JSON", "Both formats gave"),
+    ("cdc", "--cdc-changes", "## Change data capture", {"upsert", "debezium"}, "Debezium / upsert", "Both gave"),
+])  # fmt: skip
+def test_benchmark_measures_two_transforms_side_by_side(bootstrap: str, spark, tmp_path: Path, part, size,
+                                                        heading, modes, ratio, same) -> None:  # fmt: skip
+    """The formats part (JSON against Avro) and the cdc part (plain upserts against Debezium change events) on a
+    tiny scale: both sides transformed to the same silver, nothing quarantined, the ratio reported (in the
     session the suite shares, which it must leave running)."""
-    output = tmp_path / "formats.md"
+    output = tmp_path / f"{part}.md"
     code = benchmark.main([
-        "--bootstrap-servers", bootstrap, "--parts", "formats", "--format-records", "1000", "--repetitions", "1",
+        "--bootstrap-servers", bootstrap, "--parts", part, size, "1000", "--repetitions", "1",
         "--output", str(output), "--work-dir", str(tmp_path / "work"),
     ])  # fmt: skip
     assert code == 0
     markdown = output.read_text()
-    rows = {r[0]: r for r in _section_rows(markdown, "## Value formats")}
-    assert set(rows) == {"json", "avro"}
+    rows = {r[0]: r for r in _section_rows(markdown, heading)}
+    assert set(rows) == modes
     assert all(_median(r[1]) > 0 and r[4] == "0" for r in rows.values()), rows
-    assert re.search(r"^Avro / JSON records/s: \*\*[0-9.]+\*\*\.$", markdown, re.M)
-    assert re.search(r"Both formats gave the same [0-9,]+ silver rows", markdown)
+    assert re.search(rf"^{re.escape(ratio)} records/s: \*\*[0-9.]+\*\*\.$", markdown, re.M)
+    assert re.search(rf"{same} the same [0-9,]+ silver rows", markdown)
     assert spark.range(3).count() == 3
-
-
-def test_benchmark_measures_debezium_change_events_against_a_plain_upsert(bootstrap: str, spark,
-                                                                         tmp_path: Path) -> None:  # fmt: skip
-    """The cdc part on a tiny scale: both pipelines transformed to the same silver, nothing quarantined, the
-    ratio reported."""
-    output = tmp_path / "cdc.md"
-    code = benchmark.main([
-        "--bootstrap-servers", bootstrap, "--parts", "cdc", "--cdc-changes", "1000", "--repetitions", "1",
-        "--output", str(output), "--work-dir", str(tmp_path / "work"),
-    ])  # fmt: skip
-    assert code == 0
-    markdown = output.read_text()
-    rows = {r[0]: r for r in _section_rows(markdown, "## Change data capture")}
-    assert set(rows) == {"upsert", "debezium"}
-    assert all(_median(r[1]) > 0 and r[4] == "0" for r in rows.values()), rows
-    assert re.search(r"^Debezium / upsert records/s: \*\*[0-9.]+\*\*\.$", markdown, re.M)
-    assert re.search(r"Both gave the same [0-9,]+ silver rows", markdown)
 
 
 @pytest.mark.timeout(1200)
