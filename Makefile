@@ -15,12 +15,15 @@ STAMP := $(VENV)/.installed
 # --compile-bytecode as pip does: with PYTHONDONTWRITEBYTECODE set (as on CI) every process would
 # otherwise compile every module it imports, again and again. If uv cannot reach the index (it reads
 # no pip.conf), pip installs the same set.
+# No cache outside the clone: pyspark ships only as a source archive, and uv keeps a fresh build of
+# it (about 900 MB) in ~/.cache/uv on every install whose index answer it cannot revalidate, so
+# repeated fresh clones filled the disk. Without a cache the install takes about 30 s.
 UV_VERSION := 0.13.9
 $(STAMP): requirements.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet uv==$(UV_VERSION)
-	$(PY) -m uv pip install --quiet --compile-bytecode --python $(PY) -r requirements.txt \
-	  || $(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-cache-dir uv==$(UV_VERSION)
+	$(PY) -m uv pip install --quiet --no-cache --compile-bytecode --python $(PY) -r requirements.txt \
+	  || $(PY) -m pip install --quiet --no-cache-dir -r requirements.txt
 	touch $(STAMP)
 
 # Python packages into .venv, JVM jars (Kafka broker, Spark connector, Delta) into .cache, and
@@ -114,7 +117,7 @@ typecheck: setup
 lock:
 	rm -rf /tmp/kde-lock-venv && $(PYTHON) -m venv /tmp/kde-lock-venv
 	grep -v '^-c ' requirements.txt > /tmp/kde-lock-requirements.txt
-	/tmp/kde-lock-venv/bin/pip install --quiet -r /tmp/kde-lock-requirements.txt
+	/tmp/kde-lock-venv/bin/pip install --quiet --no-cache-dir -r /tmp/kde-lock-requirements.txt
 	(echo "# Full lock of the project's Python environment (make lock)."; \
 	 /tmp/kde-lock-venv/bin/pip freeze) > constraints.txt
 
