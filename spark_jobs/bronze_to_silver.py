@@ -383,18 +383,22 @@ class SilverBatchWriter(BatchWriter):
         #: Per topic, the LSN of the batch's last source truncate (change events; usually empty).
         self.truncates: dict[str, int] = {}
 
-    def _already_committed(self, batch_id: int) -> bool:
-        last = self.last
-        return last is not None and last.epoch == self.plan.epoch and batch_id <= last.batch_id
+    def skip_replay(self, batch_id: int | None) -> bool:
+        """Whether batch ``batch_id`` is already in silver (:func:`already_in_silver`); if so it is recorded as
+        a skipped replay, so the run's counts account for the commit an earlier attempt made."""
+        if not already_in_silver(self.last, self.plan, batch_id):
+            return False
+        log.warning("batch %s of epoch %s is already in silver (an earlier attempt committed it and stopped before "
+                    "the checkpoint did); its replay is skipped", batch_id, self.plan.epoch)  # fmt: skip
+        self.summary.batches.append(BatchResult(batch_id, None, True, 0.0))
+        return True
 
     def _write(self, df, batch_id: int) -> None:
         """One micro-batch: decode → quarantine → classify → commit, each step timed; then the commit confirmed."""
         from pyspark import StorageLevel
 
         started = time.monotonic()
-        if self._already_committed(batch_id):
-            log.warning("batch %s of epoch %s is already in silver; skipping its replay", batch_id, self.plan.epoch)
-            self.summary.batches.append(BatchResult(batch_id, None, True, time.monotonic() - started))
+        if self.skip_replay(batch_id):
             return
         start = batch_end(self.checkpoint, batch_id - 1, self.files) if batch_id > 0 else self.plan.start
         end = batch_end(self.checkpoint, batch_id, self.files)
@@ -705,13 +709,10 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
             # Silver has read every bronze version (a retried transform, or a replay run with nothing new):
             # Delta's source would fail on the version that does not exist yet instead of reading nothing.
             log.info("bronze holds nothing after version %s; no batch to run", plan.start.version - 1)
-            if _killed_after_silver_commit(checkpoints.get(plan.epoch), last, plan):
-                # The stream would replay that batch and skip it; say so, as it would, so the run's own
-                # commits by the earlier attempt are accounted for (include/contract/continuity.py).
-                log.warning("batch %s of epoch %s is already in silver and its checkpoint commit is missing (an "
-                            "earlier attempt stopped between the two); its replay is skipped", last.batch_id,
-                            plan.epoch)  # fmt: skip
-                summary.batches.append(BatchResult(last.batch_id, None, True, 0.0))
+            # The stream would replay the checkpoint's pending batch and skip it if silver has it; say so as it
+            # would, so the earlier attempt's commits are accounted for (include/contract/continuity.py).
+            state = checkpoints.get(plan.epoch)
+            writer.skip_replay(state.pending_batch if state is not None else None)
         else:
             _stream(spark, cfg, plan, checkpoint, writer)
         if cfg.replay is not None:
@@ -732,12 +733,10 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
     return summary
 
 
-def _killed_after_silver_commit(state: DeltaCheckpointState | None, last: SilverStand | None,
-                                plan: TransformPlan) -> bool:  # fmt: skip
-    """Whether the checkpoint ``plan`` resumes holds silver's last batch as pending: committed to silver,
-    never to the checkpoint."""
-    return (state is not None and last is not None and plan.rebuilt_reason is None and last.epoch == plan.epoch
-            and state.pending_batch == last.batch_id)  # fmt: skip
+def already_in_silver(last: SilverStand | SilverCommit | None, plan: TransformPlan, batch_id: int | None) -> bool:
+    """Whether batch ``batch_id`` of the epoch ``plan`` runs is in silver already (``last``: silver's newest
+    commit): an earlier attempt committed it and was stopped before the checkpoint committed it."""
+    return batch_id is not None and last is not None and last.epoch == plan.epoch and batch_id <= last.batch_id
 
 
 def _read_whole(files: spark_checkpoint.Files, bronze_path: str, start: BronzePosition) -> bool:

@@ -8,7 +8,7 @@ from include.contract.transform_spec import BronzePosition, SilverCommit, Silver
 from spark_jobs.bronze_to_silver import (
     DeltaCheckpointState,
     TransformError,
-    _killed_after_silver_commit,
+    already_in_silver,
     check_rows_written,
     parse_config,
     plan_transform,
@@ -48,7 +48,7 @@ def test_a_batch_in_silver_and_pending_in_the_resumed_checkpoint_is_recognised(s
     """With nothing new in bronze the stream does not start; this is how the run still reports the batch an
     earlier attempt of it committed to silver before it was killed."""
     plan = plan_transform(last, {2: state} if state else {})
-    assert _killed_after_silver_commit(state, last, plan) is expected
+    assert already_in_silver(last, plan, state.pending_batch if state else None) is expected
 
 
 def test_rows_written_are_read_from_delta_merge_and_append_metrics():
