@@ -274,6 +274,8 @@ class TransformSummary:
     phases_s: dict[str, float] = field(default_factory=dict)
     #: Ignored field names the summary names (``transform.limits.field_names``).
     field_names_shown: int = 20
+    #: Silver's columns after the run (``{name, type}``, Spark SQL types), for lineage's schema facet.
+    silver_columns: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         done = [b.commit for b in self.batches if b.commit is not None]
@@ -302,6 +304,7 @@ class TransformSummary:
             # The most distinct names one batch left out of silver: batches see the same names again.
             "fields_unknown": max((c.fields_unknown or 0 for c in done), default=0),
             "silver_version": max(versions) if versions else None,
+            "silver_columns": self.silver_columns,
             "value_schema": self.value_schema,
             **({"truncated_rows": self.truncated_rows} if self.truncated_rows else {}),
             **({"replay": self.replay} if self.replay is not None else {}),
@@ -722,6 +725,9 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
                 values=values, fence=cfg.fence,
             ).to_json()  # fmt: skip
             phases["replay"] = time.monotonic() - started - sum(phases.values())
+        from spark_jobs.silver_rules import silver_columns
+
+        summary.silver_columns = [{"name": n, "type": t} for n, t in silver_columns(writer.fields, cdc=cfg.spec.cdc)]
     for path in (cfg.silver_path, cfg.quarantine_path):
         properties_set = apply_table_properties(spark, path, cfg.table_properties, cfg.fence)
         if properties_set:

@@ -806,13 +806,18 @@ def quarantine_rows(decoded, run_id: str, epoch: int, batch_id: int):
     )
 
 
-def silver_ddl(fields: Sequence[FieldSpec], *, cdc: bool = False) -> str:
-    """Silver's schema as a DDL string: the fields, then :data:`SILVER_SYSTEM_COLUMNS` (and, for change
-    events, the source position's :data:`~spark_jobs.cdc_rules.CDC_COLUMNS`)."""
+def silver_columns(fields: Sequence[FieldSpec], *, cdc: bool = False) -> list[tuple[str, str]]:
+    """Silver's columns, ``(name, Spark SQL type)``: the fields, then :data:`SILVER_SYSTEM_COLUMNS` (and, for
+    change events, the source position's :data:`~spark_jobs.cdc_rules.CDC_COLUMNS`)."""
     cols = [(f.name, spark_type(f.type)) for f in fields] + list(SILVER_SYSTEM_COLUMNS)
     if cdc:
         cols += list(cdc_rules.CDC_COLUMNS)
-    return ", ".join(f"`{n}` {t}" for n, t in cols)
+    return cols
+
+
+def silver_ddl(fields: Sequence[FieldSpec], *, cdc: bool = False) -> str:
+    """Silver's schema as a DDL string (:func:`silver_columns`)."""
+    return ", ".join(f"`{n}` {t}" for n, t in silver_columns(fields, cdc=cdc))
 
 
 #: Column comment that marks an added column holding JSON text (type ``json``, stored as string).

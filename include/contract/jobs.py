@@ -645,6 +645,8 @@ class TransformSummary:
     replay: dict[str, Any] | None = None
     #: Silver rows deleted by source truncates (change events).
     truncated_rows: int = 0
+    #: Silver's columns after the run, ``{name, type}`` (Spark SQL types); empty when bronze did not exist yet.
+    silver_columns: tuple[dict[str, Any], ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -674,6 +676,7 @@ class TransformSummary:
             value_schema=data.get("value_schema"),
             replay=data.get("replay"),
             truncated_rows=int(data.get("truncated_rows") or 0),
+            silver_columns=tuple(data.get("silver_columns") or ()),
             raw=dict(data),
         )
 

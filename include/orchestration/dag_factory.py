@@ -282,15 +282,6 @@ def _closing_tasks(cfg: PipelineConfig, outlets: list[Asset], checks: tuple[Any,
     """After the jobs: ``check_continuity``, ``mirror_offsets``, then ``record_run``, which runs whatever
     happened before it (every earlier task is upstream of it) and updates the assets."""
 
-    @task(task_id=CHECK_CONTINUITY_TASK, retries=cfg.retries)
-    def check_continuity(**context: Any) -> dict:
-        ti = context["ti"]
-        return tasks.run_task(
-            ti, tasks.check_continuity, cfg, run_id=context["run_id"],
-            preflight_result=ti.xcom_pull(task_ids=PREFLIGHT_TASK), ingest_summary=ti.xcom_pull(task_ids=INGEST_TASK),
-            transform_summary=ti.xcom_pull(task_ids=TRANSFORM_TASK) if cfg.transform else None,
-        )  # fmt: skip
-
     @task(task_id=MIRROR_OFFSETS_TASK, retries=cfg.retries)
     def mirror_offsets() -> dict:
         return tasks.mirror_offsets(cfg)
@@ -301,7 +292,7 @@ def _closing_tasks(cfg: PipelineConfig, outlets: list[Asset], checks: tuple[Any,
 
         return record.record_run(cfg, outlets, context)
 
-    continuity = check_continuity()
+    continuity = tasks.ContinuityOperator(task_id=CHECK_CONTINUITY_TASK, pipeline=cfg, retries=cfg.retries)
     mirrored = mirror_offsets()
     recorded = record_run()
     after_jobs >> continuity >> mirrored >> recorded

@@ -37,7 +37,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
@@ -59,6 +59,9 @@ from include.contract.jobs import (
     TransformSummary,
     ingest_step_summary,
 )
+
+if TYPE_CHECKING:  # the OpenLineage provider is imported only when lineage is asked for
+    from airflow.providers.openlineage.extractors import OperatorLineage
 
 APPLICATION = "spark_jobs/kafka_to_bronze.py"
 BACKFILL_APPLICATION = "spark_jobs/kafka_backfill.py"
@@ -485,6 +488,8 @@ class SparkJobOperator(BaseOperator):
         self.pipeline = pipeline
         self.master = master
         self._hook = None
+        #: The step's summary once this task has it: what its lineage reports on completion.
+        self._summary: dict | None = None
 
     def job_args(self, context: Any, folder: Path, summary_path: Path) -> list[str]:
         """The job's arguments; credentials it needs go to the run folder's ``secrets/``
@@ -506,6 +511,27 @@ class SparkJobOperator(BaseOperator):
     def done_despite(self, exc: BaseException, summary_path: Path) -> bool:
         """Whether this task's step finished although the application failed after it (default: never)."""
         return False
+
+    def lineage(self, summary: dict | None) -> OperatorLineage:
+        """This task's OpenLineage datasets and facets (:mod:`include.orchestration.lineage`): from the
+        step's ``summary``, or, before there is one (the task starting or failing), from the pipeline file."""
+        raise NotImplementedError
+
+    # Called by the OpenLineage provider's listener, only when a transport is configured (docs/lineage.md).
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        return self.lineage(None)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        return self.lineage(self._summary)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
+        return self.lineage(None)
+
+    def _finish(self, summary: dict, note: str = "") -> dict:
+        """The task's end with the step's ``summary``: its log line, kept for lineage, returned as XCom."""
+        print(self.summary_line(summary) + note)
+        self._summary = summary
+        return summary
 
     def _started(self, context: Any) -> dict:
         """What this run's ``start_cluster`` reported (``workers``, ``backlog``, ...), if it ran."""
@@ -610,9 +636,7 @@ class SparkJobOperator(BaseOperator):
             pipeline_run.remove_secrets(folder)
             if scratch is not None:  # spark-submit has ended: nothing uses the driver's scratch any more
                 _remove_scratch(scratch)
-        summary = json.loads(summary_path.read_text())
-        print(self.summary_line(summary))
-        return summary
+        return self._finish(json.loads(summary_path.read_text()))
 
     def _job_failure(self, summary_path: Path) -> PipelineError | None:
         """The error the job wrote to its summary file when it failed (as data), or ``None``."""
@@ -671,6 +695,7 @@ class IngestOperator(SparkJobOperator):
         self.request_task_id = request_task_id
         self.transform_task_id = transform_task_id
         self.maintain_task_id = maintain_task_id
+        self._bootstrap: str | None = None
 
     def _plan(self, context: Any) -> dict:
         return context["ti"].xcom_pull(task_ids=self.request_task_id) or {}
@@ -687,6 +712,7 @@ class IngestOperator(SparkJobOperator):
         cfg = self.pipeline
         plan = self._plan(context)
         client = connections.kafka_client_config(cfg.kafka.connection_id)
+        self._bootstrap = client["bootstrap.servers"]
         options_file = self._kafka_options(folder, client)
         run_type = job_run_type(context)
         if plan.get("action") in manual_ops.BACKFILL_ACTIONS:
@@ -771,6 +797,14 @@ class IngestOperator(SparkJobOperator):
         options_file = pipeline_run.write_secret(folder, "kafka-options.json", json.dumps(options))
         return str(options_file)
 
+    def lineage(self, summary: dict | None) -> OperatorLineage:
+        from include.orchestration.lineage import ingest_lineage
+        from include.readers import connections
+
+        cfg = self.pipeline
+        bootstrap = self._bootstrap or connections.kafka_client_config(cfg.kafka.connection_id)["bootstrap.servers"]
+        return ingest_lineage(cfg, bootstrap, summary)
+
     def summary_line(self, summary: dict) -> str:
         s = ingest_step_summary(summary)
         if isinstance(s, BackfillSummary):
@@ -828,8 +862,7 @@ class LaterStepOperator(SparkJobOperator):
             if summary_path.exists():
                 summary = json.loads(summary_path.read_text())
                 if summary.get("run_id") == context["run_id"] and summary_failure(summary) is None:
-                    print(self.summary_line(summary) + " (ran in the ingest task's Spark application)")
-                    return summary
+                    return self._finish(summary, " (ran in the ingest task's Spark application)")
             self.log.info("the run's Spark application did not reach the %s step; submitting it alone", self.task_id)
         return super().execute(context)
 
@@ -848,6 +881,11 @@ class TransformOperator(LaterStepOperator):
 
     def summary_line(self, summary: dict) -> str:
         return "SUMMARY transform: " + transform_summary_text(summary)
+
+    def lineage(self, summary: dict | None) -> OperatorLineage:
+        from include.orchestration.lineage import transform_lineage
+
+        return transform_lineage(self.pipeline, summary)
 
 
 class MaintainOperator(LaterStepOperator):
@@ -871,6 +909,11 @@ class MaintainOperator(LaterStepOperator):
 
     def summary_line(self, summary: dict) -> str:
         return "SUMMARY maintain: " + maintain_summary_text(summary)
+
+    def lineage(self, summary: dict | None) -> OperatorLineage:
+        from include.orchestration.lineage import maintain_lineage
+
+        return maintain_lineage(self.pipeline, summary)
 
     def execute(self, context: Any) -> dict:
         from airflow.sdk.exceptions import AirflowSkipException

@@ -13,9 +13,10 @@ A task that ends failed or skipped on purpose raises :class:`FailTask` or
 and ends the task with Airflow's exception. So the functions need no task
 instance, and a unit test calls them with plain values.
 
-Two tasks are not here: ``ingest`` and ``transform`` are operators
-(:mod:`include.orchestration.spark_operator`), and ``record_run`` calls
-:func:`include.orchestration.record.record_run`.
+The Spark steps (``ingest``, ``transform``, ``maintain``) are operators of
+:mod:`include.orchestration.spark_operator`; ``check_continuity`` is
+:class:`ContinuityOperator` here, so that it can report its verdict as
+lineage; ``record_run`` calls :func:`include.orchestration.record.record_run`.
 
 This module is imported while DAGs are parsed (:mod:`include.orchestration.dag_factory`), so
 Kafka, Spark and Delta modules are imported inside the functions, never at the
@@ -27,12 +28,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from airflow.sdk import PokeReturnValue
+from airflow.sdk import BaseOperator, PokeReturnValue
 
 from include.config import PipelineConfig
 from include.contract.errors import PipelineError
+from include.contract.jobs import INGEST_TASK, PREFLIGHT_TASK, TRANSFORM_TASK
+
+if TYPE_CHECKING:  # the OpenLineage provider is imported only when lineage is asked for
+    from airflow.providers.openlineage.extractors import OperatorLineage
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -305,6 +310,53 @@ def check_continuity(cfg: PipelineConfig, *, run_id: str, preflight_result: dict
             key="failed_report", report=result,
         )  # fmt: skip
     return result
+
+
+class ContinuityOperator(BaseOperator):
+    """Task ``check_continuity`` (:func:`check_continuity`) on the XComs of ``preflight``, ``ingest`` and
+    ``transform``; its report is also its OpenLineage run facet, and its verdict an assertion on bronze.
+
+    :param pipeline: the pipeline's configuration.
+    """
+
+    ui_color = "#e8f4e8"
+
+    def __init__(self, *, pipeline: PipelineConfig, **kwargs: Any) -> None:
+        # Each key of the report is an XCom of its own too, as the task function it replaced published it.
+        super().__init__(**{"multiple_outputs": True, **kwargs})
+        self.pipeline = pipeline
+        #: The check's report, whichever way it ended.
+        self._report: dict | None = None
+
+    def execute(self, context: Any) -> dict:
+        ti, cfg = context["ti"], self.pipeline
+        return run_task(
+            ti, self._check, cfg, run_id=context["run_id"], preflight_result=ti.xcom_pull(task_ids=PREFLIGHT_TASK),
+            ingest_summary=ti.xcom_pull(task_ids=INGEST_TASK),
+            transform_summary=ti.xcom_pull(task_ids=TRANSFORM_TASK) if cfg.transform else None,
+        )  # fmt: skip
+
+    def _check(self, cfg: PipelineConfig, **kwargs: Any) -> dict:
+        try:
+            self._report = check_continuity(cfg, **kwargs)
+        except FailTask as broken:
+            self._report = broken.report if isinstance(broken.report, dict) else None
+            raise
+        return self._report
+
+    # Called by the OpenLineage provider's listener, only when a transport is configured (docs/lineage.md).
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        from include.orchestration.lineage import continuity_lineage
+
+        return continuity_lineage(self.pipeline, None)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        from include.orchestration.lineage import continuity_lineage
+
+        return continuity_lineage(self.pipeline, self._report)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
+        return self.get_openlineage_facets_on_complete(task_instance)
 
 
 def mirror_offsets(cfg: PipelineConfig) -> dict:

@@ -1,0 +1,201 @@
+"""What each task of a pipeline's run read and wrote, as OpenLineage datasets and facets (docs/lineage.md).
+
+Airflow's OpenLineage provider asks an operator for its lineage through
+``get_openlineage_facets_on_start/complete/failure``, and only when a
+transport is configured; with none, nothing here ever runs. The operators
+(:mod:`include.orchestration.spark_operator`, and the continuity check in
+:mod:`include.orchestration.tasks`) answer with the functions below, from
+what their step already holds in memory: the pipeline file, and the summary
+or report the step returned. No table or Kafka read happens here: the
+provider gives extraction a few seconds, and a failure is only a warning in
+the task's log, never a failed run.
+
+Datasets are named the OpenLineage way (its naming spec): a topic is
+``kafka://<first bootstrap host>:<port>`` / ``<topic>``; a table on this
+machine is ``file`` / its absolute path; on S3 (``s3a://`` or ``s3://``) it is
+``s3://<bucket>`` / its key.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from include.config import PipelineConfig
+from include.contract.jobs import BackfillSummary, MaintainSummary, TransformSummary, ingest_step_summary
+
+if TYPE_CHECKING:  # the provider is imported only when lineage is asked for
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
+#: Kafka's port when a bootstrap server names none.
+KAFKA_DEFAULT_PORT = 9092
+#: The name of the transform's field-rule assertions in the data-quality facet on bronze.
+FIELD_RULES = "field rules"
+
+
+def kafka_namespace(bootstrap_servers: str) -> str:
+    """``kafka://host:port`` of the first server in ``bootstrap.servers`` (a listener prefix such as
+    ``SASL_SSL://`` dropped, Kafka's default port added when none is given)."""
+    first = bootstrap_servers.split(",")[0].strip()
+    if "://" in first:
+        first = first.split("://", 1)[1]
+    if not first:
+        raise ValueError(f"no bootstrap server in {bootstrap_servers!r}")
+    host, sep, port = first.rpartition(":")
+    if not sep or not port.isdigit() or (host.count(":") and not host.endswith("]")):
+        host, port = first, str(KAFKA_DEFAULT_PORT)  # no port, or a bare IPv6 address
+    return f"kafka://{host}:{port}"
+
+
+def table_dataset(location: str) -> tuple[str, str]:
+    """``(namespace, name)`` of a table at ``location``: a local path (or ``file:`` URI) is ``file`` and
+    its absolute path; ``s3a://bucket/key`` and ``s3://bucket/key`` are ``s3://bucket`` and ``key``."""
+    parts = urlsplit(location)
+    if parts.scheme in ("s3a", "s3"):
+        if not parts.netloc:
+            raise ValueError(f"no bucket in {location!r}")
+        return f"s3://{parts.netloc}", parts.path.strip("/")
+    if parts.scheme == "file":
+        return "file", os.path.abspath(parts.path)
+    if parts.scheme and len(parts.scheme) > 1:  # not a Windows drive letter
+        raise ValueError(f"{location!r}: lineage names only local and S3 tables")
+    return "file", os.path.abspath(location)
+
+
+def _dataset(kind: type, location: str, **facets: Any) -> Any:
+    namespace, name = table_dataset(location)
+    return kind(namespace=namespace, name=name, **facets)
+
+
+def ingest_lineage(cfg: PipelineConfig, bootstrap_servers: str, summary: Mapping[str, Any] | None) -> OperatorLineage:
+    """The ingest task: the topics it read into bronze. With the step's summary (an ingestion's or a
+    backfill's): the topics it actually read, each with its row count, bronze's new version and row
+    count, and the offsets per partition (run facet ``kde_kafkaOffsets``). Without one (the task starting
+    or failing): the topics the pipeline names (none for a ``topic_pattern``) and bronze."""
+    from airflow.providers.openlineage.extractors import OperatorLineage
+    from openlineage.client.event_v2 import InputDataset, OutputDataset
+    from openlineage.client.facet_v2 import dataset_version_dataset
+    from openlineage.client.facet_v2 import input_statistics_input_dataset as stats_in
+    from openlineage.client.facet_v2 import output_statistics_output_dataset as stats_out
+
+    from include.orchestration.lineage_facets import KafkaOffsetsRunFacet
+
+    namespace = kafka_namespace(bootstrap_servers)
+    if summary is None:
+        inputs = [InputDataset(namespace=namespace, name=t) for t in cfg.kafka.topics or ()]
+        return OperatorLineage(inputs=inputs, outputs=[_dataset(OutputDataset, cfg.tables.bronze_path)])
+    s = ingest_step_summary(summary, strict=False)
+    rows_of = {topic: sum(int(p.get("rows") or 0) for p in parts.values()) for topic, parts in s.partitions.items()}
+    inputs = [
+        InputDataset(namespace=namespace, name=topic,
+                     inputFacets={"inputStatistics": stats_in.InputStatisticsInputDatasetFacet(rowCount=rows)})
+        for topic, rows in sorted(rows_of.items())
+    ]  # fmt: skip
+    facets: dict[str, Any] = {}
+    if s.bronze_version is not None:
+        facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=str(s.bronze_version))
+    bronze = _dataset(OutputDataset, cfg.tables.bronze_path, facets=facets, outputFacets={
+        "outputStatistics": stats_out.OutputStatisticsOutputDatasetFacet(rowCount=s.rows)})  # fmt: skip
+    backfill = isinstance(s, BackfillSummary)
+    offsets = KafkaOffsetsRunFacet(
+        kind="backfill" if backfill else "ingest", rows=s.rows, commits=s.commits, epoch=s.epoch,
+        bronzeVersion=s.bronze_version, partitions={t: dict(p) for t, p in s.partitions.items()},
+    )  # fmt: skip
+    return OperatorLineage(inputs=inputs, outputs=[bronze], run_facets={"kde_kafkaOffsets": offsets})
+
+
+def transform_lineage(cfg: PipelineConfig, summary: Mapping[str, Any] | None) -> OperatorLineage:
+    """The transform task: bronze in; silver and quarantine out. With the step's summary: the field
+    rules as data-quality assertions on bronze (one failed assertion per field that sent records to
+    quarantine, with the count; one passing assertion when none did), silver's schema and version, each
+    output's row count, and the outcome counts (run facet ``kde_transformOutcome``)."""
+    from airflow.providers.openlineage.extractors import OperatorLineage
+    from openlineage.client.event_v2 import InputDataset, OutputDataset
+    from openlineage.client.facet_v2 import data_quality_assertions_dataset as dq
+    from openlineage.client.facet_v2 import dataset_version_dataset, schema_dataset
+    from openlineage.client.facet_v2 import output_statistics_output_dataset as stats_out
+
+    from include.orchestration.lineage_facets import TransformOutcomeRunFacet
+
+    tables = cfg.tables
+    if summary is None:
+        return OperatorLineage(inputs=[_dataset(InputDataset, tables.bronze_path)],
+                               outputs=[_dataset(OutputDataset, tables.silver_path),
+                                        _dataset(OutputDataset, tables.quarantine_path)])  # fmt: skip
+    s = TransformSummary.from_json(summary, strict=False)
+    if s.quarantine_fields:
+        assertions = [
+            dq.Assertion(assertion=FIELD_RULES, success=False, column=field, actual=str(count), expected="0",
+                         description=f"{count} records quarantined for field {field!r}")
+            for field, count in sorted(s.quarantine_fields.items())
+        ]  # fmt: skip
+    else:
+        assertions = [dq.Assertion(assertion=FIELD_RULES, success=True, actual=str(s.quarantined or 0), expected="0",
+                                   description="no record was quarantined")]  # fmt: skip
+    bronze = _dataset(InputDataset, tables.bronze_path,
+                      inputFacets={"dataQualityAssertions": dq.DataQualityAssertionsDatasetFacet(assertions=assertions)})  # fmt: skip
+    silver_facets: dict[str, Any] = {}
+    if s.silver_columns:
+        silver_facets["schema"] = schema_dataset.SchemaDatasetFacet(fields=[
+            schema_dataset.SchemaDatasetFacetFields(name=str(c["name"]), type=str(c["type"])) for c in s.silver_columns])  # fmt: skip
+    if s.silver_version is not None:
+        silver_facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=str(s.silver_version))
+    silver = _dataset(OutputDataset, tables.silver_path, facets=silver_facets, outputFacets={
+        "outputStatistics": stats_out.OutputStatisticsOutputDatasetFacet(rowCount=(s.upserted or 0) + (s.deleted or 0))})  # fmt: skip
+    quarantine = _dataset(OutputDataset, tables.quarantine_path, outputFacets={
+        "outputStatistics": stats_out.OutputStatisticsOutputDatasetFacet(rowCount=s.quarantined or 0)})  # fmt: skip
+    outcome = TransformOutcomeRunFacet(
+        read=s.read or 0, upserted=s.upserted or 0, deleted=s.deleted or 0, quarantined=s.quarantined or 0,
+        superseded=s.superseded or 0, replayed=s.replayed, skipped=s.skipped, truncatedRows=s.truncated_rows,
+        epoch=s.epoch, silverVersion=s.silver_version, quarantineFields=dict(s.quarantine_fields), replay=s.replay,
+    )  # fmt: skip
+    return OperatorLineage(inputs=[bronze], outputs=[silver, quarantine],
+                           run_facets={"kde_transformOutcome": outcome})  # fmt: skip
+
+
+def continuity_lineage(cfg: PipelineConfig, report: Mapping[str, Any] | None) -> OperatorLineage:
+    """The continuity check: it reads bronze (and silver, with a transform). With its report: the
+    verdict as a data-quality assertion on bronze, and the report (run facet ``kde_continuity``)."""
+    from airflow.providers.openlineage.extractors import OperatorLineage
+    from openlineage.client.event_v2 import InputDataset
+    from openlineage.client.facet_v2 import data_quality_assertions_dataset as dq
+
+    from include.orchestration.lineage_facets import ContinuityRunFacet
+
+    read = [cfg.tables.bronze_path] + ([cfg.tables.silver_path] if cfg.transform is not None else [])
+    if report is None:
+        return OperatorLineage(inputs=[_dataset(InputDataset, path) for path in read])
+    ok = bool(report.get("ok"))
+    violations = [str(v) for v in report.get("violations") or ()]
+    verdict = dq.Assertion(assertion="offset continuity", success=ok, expected="0 violations",
+                           actual=f"{len(violations)} violations",
+                           description="the run's commits chain on from where the table stood before it")  # fmt: skip
+    inputs = [_dataset(InputDataset, cfg.tables.bronze_path,
+                       inputFacets={"dataQualityAssertions": dq.DataQualityAssertionsDatasetFacet(assertions=[verdict])})]  # fmt: skip
+    inputs += [_dataset(InputDataset, path) for path in read[1:]]
+    facet = ContinuityRunFacet(
+        continuous=ok, commits=int(report.get("commits") or 0), rows=int(report.get("rows") or 0),
+        partitions=list(report.get("partitions") or ()), violations=violations,
+        notes=[str(n) for n in report.get("notes") or ()],
+    )  # fmt: skip
+    return OperatorLineage(inputs=inputs, run_facets={"kde_continuity": facet})
+
+
+def maintain_lineage(cfg: PipelineConfig, summary: Mapping[str, Any] | None) -> OperatorLineage:
+    """Table maintenance: the tables it rewrote (compaction, VACUUM, log checkpoint) and what it did to
+    each (run facet ``kde_maintenance``). Without a summary nothing is known yet (maintenance may not be
+    due): no dataset."""
+    from airflow.providers.openlineage.extractors import OperatorLineage
+    from openlineage.client.event_v2 import OutputDataset
+
+    from include.orchestration.lineage_facets import MaintenanceRunFacet
+
+    if summary is None:
+        return OperatorLineage()
+    s = MaintainSummary.from_json(summary)
+    locations = {"bronze": cfg.tables.bronze_path, "silver": cfg.tables.silver_path,
+                 "quarantine": cfg.tables.quarantine_path, "ledger": cfg.tables.ledger_path}  # fmt: skip
+    outputs = [_dataset(OutputDataset, locations[name]) for name in s.tables if name in locations]
+    return OperatorLineage(outputs=outputs, run_facets={"kde_maintenance": MaintenanceRunFacet(tables=dict(s.tables))})
