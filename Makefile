@@ -26,7 +26,8 @@ $(STAMP): requirements.txt constraints.txt
 	  || $(PY) -m pip install --quiet --no-cache-dir -r requirements.txt
 	touch $(STAMP)
 
-# Python packages into .venv, JVM jars (Kafka broker, Spark connector, Delta) into .cache, and
+# Python packages into .venv, JVM jars (Kafka broker, Spark connector, Delta, protobuf-java) and the
+# project's own Spark SQL functions (compiled with javac) into .cache, and
 # class-data-sharing archives for the Spark driver (about 30 s) and for Kafka's broker and tools
 # (about 20 s), each built once and never failing setup
 setup: $(STAMP)

@@ -14,11 +14,12 @@ FROM apache/airflow:3.3.2-python3.11
 
 USER root
 # Debian's OpenJDK 17, the Java major of the Spark image (Temurin 17) and of
-# the machines the tests run on. Maven resolves the jars below; it stays in the
-# image so a changed pin in include/settings.py still resolves at first use.
+# the machines the tests run on; the JDK, for javac to compile the project's
+# Spark SQL functions (include/spark/jvm/src). Maven resolves the jars below; it
+# stays in the image so a changed pin in include/settings.py still resolves at first use.
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        openjdk-17-jre-headless maven \
+        openjdk-17-jdk-headless maven \
     && apt-get clean \
     && rm -rf /var/lib/apt/lists/* \
     && mkdir -p /opt/kde /opt/kde-cache /opt/kde-var /lakehouse \
@@ -34,7 +35,7 @@ ENV PYTHONPATH=/opt/kde \
     KDE_VAR_DIR=/opt/kde-var \
     KDE_LAKEHOUSE_ROOT=/lakehouse
 
-# The jars are fetched here, at build time, so containers start offline and
+# The jars are fetched (and the project's functions compiled) here, at build time, so containers start offline and
 # every container of the stack uses the same set. The Maven repository copy is
 # dropped: the resolved bundles under /opt/kde-cache/jars are all that is read.
 # include/tooling is left out by the .dockerignore: dev code no scheduler or worker imports.

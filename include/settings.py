@@ -51,6 +51,9 @@ S3PROXY_VERSION = "4.0.0"
 #: Debezium's PostgreSQL connector for the change-data-capture tests: 3.6.1 is built on Kafka 4.3, the
 #: Connect runtime of the kafka bundle.
 DEBEZIUM_VERSION = "3.6.1.Final"
+#: protobuf-java and protobuf-java-util for transform.format protobuf; 4.26 or newer for
+#: JsonFormat's alwaysPrintFieldsWithNoPresence.
+PROTOBUF_JAVA_VERSION = "4.36.2"
 
 #: Overrides the default ``tables.lakehouse_root`` of every pipeline file.
 LAKEHOUSE_ROOT_ENV = "KDE_LAKEHOUSE_ROOT"

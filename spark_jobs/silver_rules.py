@@ -59,6 +59,9 @@ class Writer:
     id: int
     schema: str | None = None
     problem: str | None = None
+    #: ``protobuf``: the ``FileDescriptorSet`` of the schema and its imports, and the schema's file in it.
+    descriptor: bytes | None = None
+    file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,12 @@ class ValuePlan:
     source: str = "the schema registry"
 
 
-_NOUN = {"json": "a JSON object", "avro": "an Avro record", "json_schema": "a JSON object"}
+_NOUN = {"json": "a JSON object", "avro": "an Avro record", "json_schema": "a JSON object",
+         "protobuf": "a Protobuf message"}
+#: The project's Spark SQL function that prints a Protobuf value as JSON (include/spark/jvm/src/kde/functions).
+PROTOBUF_FUNCTION = "kde_protobuf_json"
+PROTOBUF_FUNCTION_CLASS = "kde.functions.ProtobufJson"
+PROTOBUF_FUNCTION_TYPE = "struct<json:string,error:string>"
 
 _INTEGER_KINDS = ("BIGINT", "INT", "SMALLINT", "TINYINT")
 _NUMBER_KINDS = (*_INTEGER_KINDS, "DOUBLE", "FLOAT")
@@ -292,6 +300,8 @@ def _with_value_text(df, plan: ValuePlan):
             ~sid.isin(*known) if known else F.lit(True),
             F.concat(F.lit("value: schema id "), sid.cast("string"), F.lit(why)),
         )
+    if plan.format == "protobuf":
+        return _with_protobuf_text(df, plan, problem)
     if plan.format != "avro":
         return df.select("*", payload.cast("string").alias("_vt"), problem.alias("_fp"))
     from pyspark.sql.avro.functions import from_avro
@@ -318,6 +328,29 @@ def _with_value_text(df, plan: ValuePlan):
         F.concat(F.lit("value: the bytes do not decode as Avro with "), where, F.lit(hedge)),
     )
     return df.select("*", F.to_json(avro).alias("_vt"), fp.alias("_fp"))
+
+
+def _with_protobuf_text(df, plan: ValuePlan, problem):
+    """Protobuf values: :data:`PROTOBUF_FUNCTION` in the JVM, one branch per usable writer id, each with the
+    writer's descriptor set as a literal (each executor parses it once, under a key naming id and content)."""
+    import hashlib
+
+    from pyspark.sql import functions as F
+
+    sid, payload = F.col("_sid"), F.col("_payload")
+    decoded = F.when(F.lit(False), F.lit(None).cast(PROTOBUF_FUNCTION_TYPE))
+    for w in plan.writers:
+        if w.descriptor is None or w.problem:
+            continue
+        key = f"{w.id}:{hashlib.sha256(w.descriptor).hexdigest()[:16]}"
+        decoded = decoded.when(sid == w.id, F.call_function(PROTOBUF_FUNCTION, payload, F.lit(w.descriptor),
+                                                            F.lit(w.file), F.lit(key)))  # fmt: skip
+    df = df.select("*", problem.alias("_fp0"), decoded.alias("_pb"))
+    fp = F.when(F.col("_fp0").isNotNull(), F.col("_fp0")).when(
+        F.col("_pb.error").isNotNull(),
+        F.concat(F.lit("value: schema id "), sid.cast("string"), F.lit(": "), F.col("_pb.error")),
+    )
+    return df.select("*", F.col("_pb.json").alias("_vt"), fp.alias("_fp"))
 
 
 #: The ``field`` of the problem a record gets for a new field beyond ``transform.limits.new_columns``.

@@ -1,4 +1,5 @@
-"""Schemas of ``avro`` and ``json_schema`` record values: the reader schema of a run, the writer schema of each id.
+"""Schemas of ``avro``, ``json_schema`` and ``protobuf`` record values: the reader schema of a run, the writer
+schema of each id.
 
 The transform makes one :class:`ValueSchemas` per run. With a schema file the
 file's schema reads every value (plain Avro binary). With a registry the
@@ -8,6 +9,14 @@ starts; each micro-batch then looks up the writer schema ids its values carry
 the driver's JVM, that the reader can read what each writer wrote. What it
 finds becomes a :class:`~spark_jobs.silver_rules.ValuePlan`: decoding itself is
 ``from_avro`` in the executors, never Python.
+
+Protobuf values are decoded with their writer schema, as Protobuf reads any
+message: fields the reader does not know are left out, fields the writer did not
+send take their defaults or are absent. Each writer schema and its imports are
+compiled once per run into a descriptor set (:mod:`spark_jobs.protobuf_descriptors`);
+a writer none of whose messages declares the pipeline's fields, or whose files do
+not compile, sends its records to quarantine naming the id. Decoding is the
+project's own Java function (``kde_protobuf_json``), registered here.
 
 Registry URL and credentials come from a file only its owner reads
 (``--registry-file``, written by the operator from the Airflow connection and
@@ -29,8 +38,17 @@ from include.readers.schema_registry import (
     RegistryClient,
     SchemaRegistryError,
     is_not_found,
+    referenced_texts,
 )
-from spark_jobs.silver_rules import HEADER_BYTES, ValuePlan, Writer
+from spark_jobs import protobuf_descriptors
+from spark_jobs.silver_rules import (
+    HEADER_BYTES,
+    PROTOBUF_FUNCTION,
+    PROTOBUF_FUNCTION_CLASS,
+    PROTOBUF_FUNCTION_TYPE,
+    ValuePlan,
+    Writer,
+)
 
 log = logging.getLogger("value_formats")
 
@@ -148,7 +166,43 @@ class ValueSchemas:
                     f"({', '.join(sorted(str(n) for n in names))}), or register a schema version that has them"
                 )
             self.required_field = next((f["name"] for f in fields if _never_null(f.get("type"))), None)
+        if spec.format == "protobuf":
+            assert self.reader is not None  # a registry format (the loader refuses a schema file)
+            try:
+                reader = self._protobuf_writer(self.reader)
+            except SchemaRegistryError as exc:
+                raise ValueSchemaError(f"transform.value_schema: cannot read the imports of {where}: {exc}") from None
+            if reader.problem:
+                raise ValueSchemaError(f"transform: the reader schema ({where}): {reader.problem}; declare only "
+                                       "fields of the message the values hold, or register a schema version that has "
+                                       "them")  # fmt: skip
+            self.writers[reader.id] = reader  # values written with the reader schema itself: compiled once
+            try:
+                spark.udf.registerJavaFunction(PROTOBUF_FUNCTION, PROTOBUF_FUNCTION_CLASS, PROTOBUF_FUNCTION_TYPE)
+            except Exception as exc:  # noqa: BLE001 (py4j wraps the JVM's ClassNotFoundException)
+                raise ValueSchemaError(
+                    f"transform.format protobuf: the JVM has no {PROTOBUF_FUNCTION_CLASS} ({str(exc).splitlines()[0]}); "
+                    "its jar is built by `make setup` and goes on spark.jars with the project's other jars"
+                ) from None
         log.info("values read with %s", where)
+
+    def _protobuf_writer(self, schema: RegisteredSchema) -> Writer:
+        """``schema`` compiled with its imports into a descriptor set; or why its values cannot give the
+        declared fields: its files do not compile, or none of its messages declares them all. A registry
+        that cannot answer for an import raises :class:`SchemaRegistryError`."""
+        assert self.client is not None
+        try:
+            descriptor, file = protobuf_descriptors.build(schema.id, schema.schema,
+                                                          referenced_texts(self.client, schema))  # fmt: skip
+        except protobuf_descriptors.DescriptorError as exc:
+            return Writer(schema.id, problem=str(exc))
+        messages = protobuf_descriptors.message_types(descriptor, file)
+        wanted = [f.name for f in self.spec.fields]
+        if not any(all(name in m.fields for name in wanted) for m in messages):
+            return Writer(schema.id, problem=(
+                f"has no message declaring every declared field ({', '.join(wanted)}); its messages: "
+                + "; ".join(f"{m.name} ({', '.join(m.fields) or 'no fields'})" for m in messages[:8])))  # fmt: skip
+        return Writer(schema.id, schema=schema.schema, descriptor=descriptor, file=file)
 
     def recorded(self) -> dict[str, Any] | None:
         """What a silver commit records of the reader schema (registry only: the subject's version and id)."""
@@ -174,6 +228,13 @@ class ValueSchemas:
         if found.schema_type != SCHEMA_TYPES[fmt]:
             return Writer(schema_id, problem=f"a schema of type {found.schema_type} in {self.source}; transform.format "
                                              f"{fmt} reads {SCHEMA_TYPES[fmt]} values")  # fmt: skip
+        if fmt == "protobuf":
+            try:
+                return self._protobuf_writer(found)
+            except SchemaRegistryError as exc:
+                if is_not_found(exc):
+                    return Writer(schema_id, problem=f"imports a schema that is not registered: {exc}")
+                raise ValueSchemaError(f"cannot read the imports of writer schema id {schema_id}: {exc}") from None
         if fmt != "avro":
             return Writer(schema_id, schema=found.schema)
         jvm = self.spark._jvm

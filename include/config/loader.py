@@ -32,7 +32,7 @@ from include.config.sections import (
 from include.config.transform import _ValueSchemaProblem
 from include.config.validators import _NAME, _NAME_EXPECTED, NAME_MAX_LEN
 from include.config.yaml_reader import _read_yaml
-from include.contract.transform_spec import SCHEMA_FORMATS, TransformSpec
+from include.contract.transform_spec import REGISTRY_FORMATS, SCHEMA_FORMATS, TransformSpec
 
 #: A location with a scheme (s3a://, abfss://, file://) is a URI, taken as written.
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -216,13 +216,13 @@ def _transform(file: PipelineFile, shown: str) -> TransformSpec | None:
                 "set transform.format or remove the section"
             ),
         )
-    if spec.format == "json_schema" and vs.file is not None:
+    if spec.format in REGISTRY_FORMATS and vs.file is not None:
         raise PipelineConfigError(
             shown,
             "transform.value_schema.file",
             (
-                "expected registry for format json_schema (its values carry registry schema ids), got a schema file; "
-                "a schema file is for format avro"
+                f"expected registry for format {spec.format} (its values carry registry schema ids), got a schema "
+                "file; a schema file is for format avro"
             ),
         )
     try:

@@ -418,8 +418,9 @@ class KubernetesConfig(_Section):
     - the job code is baked into ``image`` (nothing is uploaded): the
       project's ``spark_jobs/`` folder and the ``--py-files`` archive
       ``kde_jobs.zip`` (``include.spark.spark_submit.package_py_files``) under
-      ``app_dir``, and the Kafka connector and Delta jars that
-      ``include/spark/jvm_deps.py`` pins in the image's ``$SPARK_HOME/jars``;
+      ``app_dir``, and the jars of ``include.spark.jvm_deps.spark_jars()`` (the
+      Kafka connector, Delta, spark-avro, protobuf-java and the project's own
+      functions) in the image's ``$SPARK_HOME/jars``;
     - the run's request files (preflight result, backfill request,
       transform spec) and the job's summary JSON go through ``shared_dir``,
       a volume mounted at that same path on the Airflow workers and, from
@@ -444,7 +445,7 @@ class KubernetesConfig(_Section):
         description="Required whenever the section is given (it is needed with profile kubernetes, and with "
         "existing_master on a k8s:// master). Container image of the driver and executor pods "
         "(spark.kubernetes.container.image), e.g. registry.example/kafka-delta-elt:1.4. It holds spark_jobs/ "
-        "and kde_jobs.zip under app_dir, and the Kafka connector and Delta jars in $SPARK_HOME/jars."
+        "and kde_jobs.zip under app_dir, and the jars of include.spark.jvm_deps.spark_jars() in $SPARK_HOME/jars."
     )
     namespace: (
         Annotated[

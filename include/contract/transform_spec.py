@@ -30,13 +30,16 @@ TombstonePolicy = Literal["quarantine", "delete"]
 TOMBSTONE_POLICIES: tuple[str, ...] = get_args(TombstonePolicy)
 NewFieldPolicy = Literal["ignore", "add"]
 NEW_FIELD_POLICIES: tuple[str, ...] = get_args(NewFieldPolicy)
-#: Record value formats: ``json`` (JSON text), ``avro`` (Avro binary, decoded by Spark's ``from_avro``) and
+#: Record value formats: ``json`` (JSON text), ``avro`` (Avro binary, decoded by Spark's ``from_avro``),
 #: ``json_schema`` (JSON text behind the Confluent wire format's header, as Confluent's JSON Schema
-#: serializer writes it).
-ValueFormat = Literal["json", "avro", "json_schema"]
+#: serializer writes it) and ``protobuf`` (a Protobuf message behind that header and its message-index
+#: path, as Confluent's Protobuf serializer writes it; decoded in the JVM by the project's own function).
+ValueFormat = Literal["json", "avro", "json_schema", "protobuf"]
 FORMATS: tuple[str, ...] = get_args(ValueFormat)
 #: Formats that need ``transform.value_schema``.
-SCHEMA_FORMATS = ("avro", "json_schema")
+SCHEMA_FORMATS = ("avro", "json_schema", "protobuf")
+#: Formats whose values carry registry schema ids: ``value_schema.registry`` only, never a schema file.
+REGISTRY_FORMATS = ("json_schema", "protobuf")
 #: Change-event envelopes the transform unwraps: ``debezium`` (Debezium's change events, JSON with or
 #: without Connect's schemas, or Avro).
 Envelope = Literal["debezium"]

@@ -7,8 +7,12 @@ Any registry with Confluent's API answers: Confluent Schema Registry itself,
 Apicurio Registry (under ``/apis/ccompat/v7``), Karapace, Redpanda.
 
 The Confluent wire format: byte 0 is the magic byte ``0``, bytes 1–4 the
-writer schema's id (big-endian), then the payload (Avro binary, or JSON text
-for JSON Schema).
+writer schema's id (big-endian), then the payload (Avro binary, JSON text
+for JSON Schema, or for Protobuf the message-index path and the message).
+
+A Protobuf schema may import other files: the registry answers their names
+(as the ``import`` line writes them) with the subject and version holding
+each (``references``); :func:`referenced_texts` reads them all.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from include.contract.errors import PipelineError
 MAGIC = 0
 HEADER_BYTES = 5
 #: A registry's ``schemaType`` for each transform format (Confluent omits it for Avro).
-SCHEMA_TYPES = {"avro": "AVRO", "json_schema": "JSON"}
+SCHEMA_TYPES = {"avro": "AVRO", "json_schema": "JSON", "protobuf": "PROTOBUF"}
+#: How deep references may nest (a file importing a file importing ...) before the read is refused.
+MAX_REFERENCE_DEPTH = 16
 
 
 class SchemaRegistryError(PipelineError, RuntimeError):
@@ -42,6 +48,16 @@ class SchemaRegistryError(PipelineError, RuntimeError):
 
 
 @dataclass(frozen=True)
+class SchemaReference:
+    """A schema another one imports: its name in the importing schema (a Protobuf import path) and where
+    the registry holds it."""
+
+    name: str
+    subject: str
+    version: int
+
+
+@dataclass(frozen=True)
 class RegisteredSchema:
     """One schema as the registry holds it."""
 
@@ -50,6 +66,7 @@ class RegisteredSchema:
     schema_type: str = "AVRO"
     subject: str | None = None
     version: int | None = None
+    references: tuple[SchemaReference, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """What a silver commit records of the schema it read with (not the schema text)."""
@@ -141,7 +158,7 @@ class RegistryClient:
         data = self._call(path, f"subject {subject!r} version {shown}")
         try:
             found = RegisteredSchema(int(data["id"]), str(data["schema"]), str(data.get("schemaType") or "AVRO"),
-                                     subject, int(data["version"]))  # fmt: skip
+                                     subject, int(data["version"]), self._references(data, f"subject {subject!r}"))  # fmt: skip
         except (KeyError, TypeError, ValueError):
             raise SchemaRegistryError(
                 f"schema registry {self.url}: subject {subject!r} version {shown}: expected id, version and "
@@ -160,9 +177,52 @@ class RegistryClient:
                 f"schema registry {self.url}: schema id {schema_id}: expected a schema in the answer, "
                 f"got {json.dumps(data)[:200]}"
             )
-        found = RegisteredSchema(schema_id, str(data["schema"]), str(data.get("schemaType") or "AVRO"))
+        found = RegisteredSchema(schema_id, str(data["schema"]), str(data.get("schemaType") or "AVRO"),
+                                 references=self._references(data, f"schema id {schema_id}"))  # fmt: skip
         self._by_id[schema_id] = found
         return found
+
+    def _references(self, data: dict[str, Any], what: str) -> tuple[SchemaReference, ...]:
+        refs = data.get("references") or []
+        try:
+            return tuple(SchemaReference(str(r["name"]), str(r["subject"]), int(r["version"])) for r in refs)
+        except (KeyError, TypeError, ValueError):
+            raise SchemaRegistryError(
+                f"schema registry {self.url}: {what}: expected references as name, subject and version, got "
+                f"{json.dumps(refs)[:200]}"
+            ) from None
+
+
+def referenced_texts(client: RegistryClient, schema: RegisteredSchema) -> dict[str, str]:
+    """The text of every schema ``schema`` imports, directly or not, by its import name; each is read once.
+
+    An import name that two references place at different subjects or versions, or references nested deeper than
+    :data:`MAX_REFERENCE_DEPTH`, raise :class:`SchemaRegistryError` naming them.
+    """
+    texts: dict[str, str] = {}
+    where: dict[str, str] = {}
+
+    def visit(refs: tuple[SchemaReference, ...], path: tuple[str, ...]) -> None:
+        if len(path) > MAX_REFERENCE_DEPTH:
+            raise SchemaRegistryError(
+                f"schema registry {client.url}: references nest more than {MAX_REFERENCE_DEPTH} deep: "
+                + " -> ".join(path)
+            )
+        for ref in refs:
+            at = f"subject {ref.subject!r} version {ref.version}"
+            if ref.name in texts:
+                if where[ref.name] != at:
+                    raise SchemaRegistryError(
+                        f"schema registry {client.url}: import {ref.name!r} is {where[ref.name]} in one "
+                        f"reference and {at} in another; one file name must be one schema"
+                    )
+                continue
+            found = client.subject_version(ref.subject, ref.version)
+            texts[ref.name], where[ref.name] = found.schema, at
+            visit(found.references, (*path, ref.name))
+
+    visit(schema.references, (f"schema id {schema.id}",))
+    return texts
 
 
 def is_not_found(exc: SchemaRegistryError) -> bool:

@@ -1,10 +1,11 @@
-"""Pinned JVM dependencies, resolved once with Maven into the project's cache.
+"""Pinned JVM dependencies, resolved once with Maven into the project's cache, and the project's own
+Spark SQL functions, compiled once from ``include/spark/jvm/src``.
 
-Four bundles:
+Five bundles:
 
-- ``spark``: the Spark Kafka connector, Delta Lake and Spark's Avro functions, minus every jar that
-  pyspark already ships (two copies of a class on one classpath is how
-  ``NoSuchMethodError`` happens).
+- ``spark``: the Spark Kafka connector, Delta Lake, Spark's Avro functions and protobuf-java (with its
+  JSON printer), minus every jar that pyspark already ships (two copies of a class on one classpath is
+  how ``NoSuchMethodError`` happens).
 - ``kafka``: an Apache Kafka broker with its command-line tools
   (``kafka-consumer-groups``, ``kafka-consumer-perf-test`` classes).
 - ``s3``: Hadoop's S3A filesystem (``hadoop-aws``) and the three AWS SDK modules it uses (S3, STS,
@@ -12,6 +13,11 @@ Four bundles:
   ``s3a://``; minus pyspark's jars as for ``spark``. Resolved on first use only.
 - ``s3proxy``: an S3-compatible server (s3proxy, filesystem backend) that the tests and
   ``make demo STORE=s3`` start. Resolved on first use only.
+- ``debezium``: Debezium's PostgreSQL connector, for the change-data-capture tests. On first use only.
+
+The functions (:func:`udf_jar`; Protobuf values, ``kde_protobuf_json``) are compiled with the JDK's
+``javac`` against pyspark's jars and the ``spark`` bundle, into a jar whose name carries a hash of
+the sources and that classpath, so a changed source is a new jar (and a new class-data-sharing archive).
 
 The first call runs ``mvn dependency:copy-dependencies`` against Maven's
 default repository, with a private local repository under ``.cache/m2``; a
@@ -31,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +83,10 @@ BUNDLES: dict[str, tuple[Artifact, ...]] = {
         Artifact("io.delta", f"delta-spark_{_SPARK_MINOR}_{_S}", settings.DELTA_VERSION),
         # from_avro / to_avro for transform.format avro (its Avro library is pyspark's own).
         Artifact("org.apache.spark", f"spark-avro_{_S}", settings.SPARK_VERSION),
+        # transform.format protobuf: DynamicMessage and JsonFormat in the project's kde_protobuf_json
+        # (pyspark's own copies are shaded inside other jars, so nothing clashes).
+        Artifact("com.google.protobuf", "protobuf-java", settings.PROTOBUF_JAVA_VERSION),
+        Artifact("com.google.protobuf", "protobuf-java-util", settings.PROTOBUF_JAVA_VERSION),
     ),
     "kafka": (
         Artifact("org.apache.kafka", f"kafka_{_S}", settings.KAFKA_BROKER_VERSION),
@@ -106,7 +117,7 @@ BUNDLES: dict[str, tuple[Artifact, ...]] = {
 SETUP_BUNDLES = ("spark", "kafka")
 #: What each bundle is for and what its first use downloads, as the resolve announces it.
 BUNDLE_PURPOSE = {
-    "spark": "the jobs' Kafka connector, Delta Lake and spark-avro",
+    "spark": "the jobs' Kafka connector, Delta Lake, spark-avro and protobuf-java",
     "kafka": "the local Kafka broker and Kafka's tools",
     "s3": "S3A and the AWS SDK's S3 modules, for a pipeline whose tables are on S3 (about 13 MB)",
     "s3proxy": "the local S3-compatible server of make demo STORE=s3, the store tests and the bench (about 100 MB)",
@@ -247,8 +258,56 @@ def _download(bundle: str, target: Path) -> None:
 
 
 def spark_jars() -> list[Path]:
-    """Jars to put on ``spark.jars``: Kafka connector, Delta Lake and spark-avro."""
-    return resolve("spark")
+    """Jars to put on ``spark.jars``: Kafka connector, Delta Lake, spark-avro, protobuf-java and the
+    project's own functions (:func:`udf_jar`)."""
+    return [*resolve("spark"), udf_jar()]
+
+
+#: The Java sources of the project's Spark SQL functions.
+UDF_SOURCES = Path(__file__).resolve().parent / "jvm" / "src"
+
+
+def _udf_classpath() -> list[Path]:
+    """What the functions compile against: Spark's SQL API (and the Scala library its ``Row`` needs) from
+    pyspark, and the ``spark`` bundle's protobuf jars."""
+    jars = pyspark_dir() / "jars"
+    spark = [p for pattern in ("spark-sql-api_*.jar", "scala-library-*.jar") for p in sorted(jars.glob(pattern))]
+    return spark + [p for p in resolve("spark") if p.name.startswith("protobuf-java")]
+
+
+def udf_jar() -> Path:
+    """The jar of the project's Spark SQL functions, compiled on first use (``make setup`` does it)."""
+    sources = sorted(UDF_SOURCES.rglob("*.java"))
+    classpath = _udf_classpath()
+    digest = hashlib.sha256()
+    for src in sources:
+        digest.update(str(src.relative_to(UDF_SOURCES)).encode() + b"\0" + src.read_bytes() + b"\0")
+    digest.update("\0".join(p.name for p in classpath).encode())
+    tag = digest.hexdigest()[:12]
+    target = settings.CACHE_DIR / "jars" / f"functions-{tag}" / f"kde-functions-{tag}.jar"
+    if target.exists():
+        return target
+    javac = shutil.which("javac")
+    if javac is None:
+        raise JvmDependencyError("javac (a JDK 17) is not on PATH; it is needed once to compile the project's "
+                                 f"Spark SQL functions in {UDF_SOURCES}")  # fmt: skip
+    print(f"compiling the project's Spark SQL functions ({len(sources)} Java files), first use only ...",
+          file=sys.stderr)  # fmt: skip
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="kde-functions-") as work:
+        classes = Path(work) / "classes"
+        cmd = [javac, "--release", "17", "-nowarn", "-encoding", "UTF-8", "-d", str(classes),
+               "-cp", ":".join(str(p) for p in classpath), *(str(s) for s in sources)]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise JvmDependencyError(f"javac could not compile {UDF_SOURCES}: {(proc.stdout + proc.stderr)[-3000:]}")
+        staging = target.with_suffix(".partial")
+        with zipfile.ZipFile(staging, "w", zipfile.ZIP_DEFLATED) as jar:
+            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
+            for f in sorted(classes.rglob("*.class")):
+                jar.write(f, f.relative_to(classes).as_posix())
+        staging.rename(target)
+    return target
 
 
 def s3_jars() -> list[Path]:
@@ -276,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         jars = resolve(name)
         print(f"{name}: {len(jars)} jars in {jars[0].parent}")
+    if "spark" in names:
+        print(f"the project's Spark SQL functions: {udf_jar()}")
     return 0
 
 

@@ -44,9 +44,9 @@ minutes): two pipelines of the demo's shape over ``--maintenance-runs`` runs,
 one maintained every ``--maintenance-every``, one never; files per table and
 delta-rs read costs side by side (:mod:`include.tooling.benchmark_maintenance`).
 
-Value formats (``--parts formats``, not in the default parts): the same orders
-as JSON and as registry-framed Avro through the transform, records/s side by
-side (:mod:`include.tooling.benchmark_formats`; starts the local schema registry).
+Value formats (``--parts formats``): the same 100,000 orders as JSON and as
+registry-framed Avro and Protobuf through the transform, records/s side by side
+(:mod:`include.tooling.benchmark_formats`; starts the local schema registry).
 
 Change data capture (``--parts cdc``): the same 100,000 changes as plain
 records (upsert by key) and as Debezium's PostgreSQL change events through the
@@ -84,6 +84,7 @@ from include.spark.spark_submit import submit_environment
 from include.tooling import airflow_local, local_kafka, local_s3
 from include.tooling.benchmark_formats import (
     CDC_MODES,
+    FORMATS,
     SideBySideBenchError,
     SideBySideParams,
     SideBySideReport,
@@ -126,7 +127,7 @@ from include.tooling.job_submit import submit_command
 PARTS = ("throughput", "batches", "runs", "silver", "store", "crossover", "maintenance", "formats", "cdc",
          "monitor")  # fmt: skip
 #: What ``make bench`` measures unless ``--parts`` says otherwise (maintenance takes about 12 minutes).
-DEFAULT_PARTS = ("throughput", "batches", "runs", "silver", "store", "crossover", "cdc", "monitor")
+DEFAULT_PARTS = ("throughput", "batches", "runs", "silver", "store", "crossover", "formats", "cdc", "monitor")
 
 JOBS: dict[str, str] = {
     "ceiling": "Kafka consumer-perf-test (ceiling)",
@@ -625,6 +626,11 @@ def summary_lines(report: BenchmarkReport) -> list[str]:
         disk, s3 = (statistics.median(v) for v in store.values())
         lines.append(f"| the same DAG run with the lakehouse on a local S3-compatible server / on this disk, first "
                      f"task to last | {s3:.1f} s / {disk:.1f} s: **{s3 / disk:.2f}x** |")  # fmt: skip
+    if report.formats is not None and all(report.formats.seconds.get(m) for m in FORMATS):
+        json_s, avro_s, proto_s = (statistics.median(report.formats.seconds[m]) for m in FORMATS)
+        lines.append(f"| a transform of {report.formats.params.records:,} Protobuf values / of the same values as "
+                     f"Avro / as JSON | {proto_s:.1f} s / {avro_s:.1f} s / {json_s:.1f} s: **{proto_s / avro_s:.2f}x** "
+                     f"Avro's time |")  # fmt: skip
     if report.cdc is not None and all(report.cdc.seconds.get(m) for m in CDC_MODES):
         upsert, debezium = (statistics.median(report.cdc.seconds[m]) for m in CDC_MODES)
         lines.append(f"| a transform of {report.cdc.params.records:,} Debezium change events / of the same changes "
@@ -1003,11 +1009,11 @@ def _measure_maintenance(params: BenchmarkParams, bootstrap: str, topic: str, wo
 
 def _measure_formats(params: BenchmarkParams, bootstrap: str, topic: str, work: Path,
                      created: list[str]) -> SideBySideReport:  # fmt: skip
-    """The same orders as JSON and as registry-framed Avro through the transform (``--parts formats``)."""
+    """The same orders as JSON, and as registry-framed Avro and Protobuf, through the transform (``--parts formats``)."""
     from include.tooling import local_registry
 
     f = params.formats
-    topics = {fmt: f"{topic}-{fmt}" for fmt in ("json", "avro")}
+    topics = {fmt: f"{topic}-{fmt}" for fmt in FORMATS}
     for name in topics.values():
         create_topic(bootstrap, name, f.partitions)
         created.append(name)

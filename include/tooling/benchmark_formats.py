@@ -1,4 +1,4 @@
-"""Transforms side by side over the same orders, in one warm session: what Avro costs against JSON
+"""Transforms side by side over the same orders, in one warm session: what Avro and Protobuf cost against JSON
 (``--parts formats``), and what reading Debezium change events costs against a plain upsert (``--parts cdc``).
 
 Each part produces one backlog of order records of the demo's shape in two
@@ -8,8 +8,8 @@ then each repetition runs the real transform job
 silver, in one warm in-process SparkSession, the two variants alternating. A
 first run of each, not counted, warms the session.
 
-- ``formats``: JSON text against Avro in the Confluent wire format (schema
-  registered in the local registry the benchmark starts).
+- ``formats``: JSON text against Avro and Protobuf in the Confluent wire
+  format (schemas registered in the local registry the benchmark starts).
 - ``cdc``: the plain pipeline (JSON records, upsert by ``order_id``, the newest
   by ``event_time``) against the same changes as Debezium's PostgreSQL connector
   writes them (JSON without schemas, ``transform.envelope: debezium``): each
@@ -41,7 +41,7 @@ from pathlib import Path
 from include.contract.errors import PipelineError
 from include.contract.jobs import IngestArgs
 
-FORMATS = ("json", "avro")
+FORMATS = ("json", "avro", "protobuf")
 #: The cdc part's variants: the plain pipeline and the same changes as Debezium envelopes.
 CDC_MODES = ("upsert", "debezium")
 ORDER_SCHEMA = {
@@ -55,6 +55,19 @@ ORDER_SCHEMA = {
         {"name": "event_time", "type": {"type": "long", "logicalType": "timestamp-millis"}},
     ],
 }  # fmt: skip
+#: The same orders as a Protobuf message (amount as decimal text, as JSON carries it).
+ORDER_PROTO = """syntax = "proto3";
+package bench.shop;
+import "google/protobuf/timestamp.proto";
+message Order {
+  string order_id = 1;
+  string customer_id = 2;
+  string amount = 3;
+  string currency = 4;
+  string status = 5;
+  google.protobuf.Timestamp event_time = 6;
+}
+"""
 #: The first LSN of the cdc part's changes, and how far apart consecutive commits are.
 _FIRST_LSN, _LSN_STEP = 24_000_000, 160
 
@@ -67,7 +80,7 @@ class SideBySideBenchError(PipelineError, RuntimeError):
 class SideBySideParams:
     """The backlog and repetitions of ``--parts formats`` or ``--parts cdc``."""
 
-    records: int = 200_000
+    records: int = 100_000
     partitions: int = 4
     repetitions: int = 3
 
@@ -170,18 +183,34 @@ def _demo_transform() -> dict:
     return transform
 
 
+def _protobuf_order_class(work: Path) -> type:
+    """:data:`ORDER_PROTO`'s message class, from protoc's descriptor set, in a descriptor pool of its own."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    from spark_jobs import protobuf_descriptors
+
+    found, _ = protobuf_descriptors.build(0, ORDER_PROTO, {})
+    pool = descriptor_pool.DescriptorPool()
+    for file in descriptor_pb2.FileDescriptorSet.FromString(found).file:
+        pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("bench.shop.Order"))
+
+
 def run_formats_bench(work: Path, bootstrap: str, topics: dict[str, str], registry_url: str,
-                      register: Callable[[str, dict], int], params: SideBySideParams,
+                      register: Callable[..., int], params: SideBySideParams,
                       log: Callable[[str], None]) -> SideBySideReport:  # fmt: skip
-    """JSON against Avro; ``topics`` (per format) exist, with ``params.partitions``."""
+    """JSON against Avro and Protobuf; ``topics`` (per format) exist, with ``params.partitions``.
+    ``register(subject, schema, schema_type)`` registers a schema and returns its id."""
     import fastavro
 
     from include.readers.schema_registry import frame
 
     p = params
     orders = _orders(p.records)
-    schema_id = register(f"{topics['avro']}-value", ORDER_SCHEMA)
+    schema_id = register(f"{topics['avro']}-value", ORDER_SCHEMA, "AVRO")
     parsed = fastavro.parse_schema(ORDER_SCHEMA)
+    proto_id = register(f"{topics['protobuf']}-value", ORDER_PROTO, "PROTOBUF")
+    order_class = _protobuf_order_class(work)
 
     def avro(order: dict) -> bytes:
         out = io.BytesIO()
@@ -189,19 +218,28 @@ def run_formats_bench(work: Path, bootstrap: str, topics: dict[str, str], regist
                                                  "event_time": order["event_time"] * 1000})  # fmt: skip
         return frame(schema_id, out.getvalue())
 
+    def protobuf(order: dict) -> bytes:
+        message = order_class(**{k: v for k, v in order.items() if k != "event_time"})
+        message.event_time.seconds = order["event_time"]
+        # Message index [0] (the file's first message) is the single byte 0 after the schema id.
+        return frame(proto_id, b"\x00" + message.SerializeToString())
+
     transform = _demo_transform()
+    registry = {"value_schema": {"registry": "bench_registry"}}
     variants = {
         fmt: _Variant(topics[fmt], [(i % p.partitions, o["order_id"].encode(), encode(o))
                                     for i, o in enumerate(orders)],
                       {**transform, **extra})
         for fmt, encode, extra in (
             ("json", _as_json, {}),
-            ("avro", avro, {"format": "avro", "value_schema": {"registry": "bench_registry"}}),
+            ("avro", avro, {"format": "avro", **registry}),
+            ("protobuf", protobuf, {"format": "protobuf", **registry}),
         )
     }  # fmt: skip
-    # The connection the avro pipeline names, as Airflow reads it from the environment.
+    # The connection the registry pipelines name, as Airflow reads it from the environment.
     os.environ["AIRFLOW_CONN_BENCH_REGISTRY"] = json.dumps({"conn_type": "http", "extra": {"url": registry_url}})
-    log(f"formats: producing {p.records:,} orders as JSON to {topics['json']} and as Avro to {topics['avro']}")
+    log(f"formats: producing {p.records:,} orders each as JSON, Avro and Protobuf to "
+        f"{', '.join(topics[f] for f in FORMATS)}")  # fmt: skip
     report = SideBySideReport(p, FORMATS, registry=registry_url)
     _side_by_side(work, bootstrap, variants, report, log, "formats")
     return report
@@ -303,9 +341,10 @@ def _silver(spark, path: str) -> dict[str, tuple]:
             for r in rows}  # fmt: skip
 
 
-def _section(report: SideBySideReport, title: str, intro: str, label: str, ratio: tuple[str, str, str]) -> str:
+def _section(report: SideBySideReport, title: str, intro: str, label: str,
+             ratios: tuple[tuple[str, str, str], ...]) -> str:  # fmt: skip
     """A report section: ``title``, ``intro``, one row per variant (records/s median and range, seconds,
-    decode phase, quarantined) and the ratio ``ratio = (numerator, denominator, its name)`` of medians."""
+    decode phase, quarantined) and each ratio ``(numerator, denominator, its name)`` of medians."""
     p = report.params
     lines = [title, "", intro, "", f"| {label} | transform records/s | seconds | decode phase s | quarantined |",
              "| --- | --- | --- | --- | --- |"]  # fmt: skip
@@ -321,22 +360,24 @@ def _section(report: SideBySideReport, title: str, intro: str, label: str, ratio
             f"| {statistics.median(secs):.1f} | {statistics.median(report.decode_s[mode]):.1f} "
             f"| {report.quarantined.get(mode, 0)} |"
         )
-    top, bottom, name = ratio
-    if top in rates and bottom in rates:
-        lines += ["", f"{name}: **{rates[top] / rates[bottom]:.2f}**."]
+    shown = [f"{name}: **{rates[top] / rates[bottom]:.2f}**." for top, bottom, name in ratios
+             if top in rates and bottom in rates]  # fmt: skip
+    if shown:
+        lines += ["", *shown]
     return "\n".join(lines) + "\n"
 
 
 def render_formats_markdown(report: SideBySideReport) -> str:
     """The ``## Value formats`` section of the report."""
     p = report.params
-    intro = (f"{p.records:,} order records of the demo's shape, {p.partitions} partitions, produced once as JSON text "
-             f"and once as Avro in the Confluent wire format (schema in the registry at {report.registry}); each "
-             f"repetition transforms the whole bronze table into a fresh silver (one warm in-process session, "
-             f"formats alternating; a first run of each not counted). Both formats gave the same "
-             f"{report.silver_rows:,} silver rows.")  # fmt: skip
-    return _section(report, "## Value formats: the same orders as JSON and as Avro", intro, "format",
-                    ("avro", "json", "Avro / JSON records/s"))  # fmt: skip
+    intro = (f"{p.records:,} order records of the demo's shape, {p.partitions} partitions, produced as JSON text, as "
+             f"Avro and as Protobuf in the Confluent wire format (schemas in the registry at {report.registry}; "
+             f"Protobuf decoded by the project's Java function); each repetition transforms the whole bronze table "
+             f"into a fresh silver (one warm in-process session, formats in turn; a first run of each not counted). "
+             f"Every format gave the same {report.silver_rows:,} silver rows.")  # fmt: skip
+    return _section(report, "## Value formats: the same orders as JSON, Avro and Protobuf", intro, "format",
+                    (("avro", "json", "Avro / JSON records/s"), ("protobuf", "avro", "Protobuf / Avro records/s"),
+                     ("protobuf", "json", "Protobuf / JSON records/s")))  # fmt: skip
 
 
 def render_cdc_markdown(report: SideBySideReport) -> str:
@@ -350,4 +391,4 @@ def render_cdc_markdown(report: SideBySideReport) -> str:
              f"two alternating; a first run of each not counted). Both gave the same {report.silver_rows:,} silver "
              f"rows.")  # fmt: skip
     return _section(report, "## Change data capture: Debezium change events against a plain upsert", intro,
-                    "pipeline", ("debezium", "upsert", "Debezium / upsert records/s"))  # fmt: skip
+                    "pipeline", (("debezium", "upsert", "Debezium / upsert records/s"),))  # fmt: skip

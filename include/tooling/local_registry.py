@@ -28,7 +28,9 @@ import subprocess
 import sys
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -200,11 +202,15 @@ class LocalRegistry:
         """The Confluent-compatible API's base URL (what a registry connection's ``url`` holds)."""
         return f"http://127.0.0.1:{self.port}{CCOMPAT_PATH}"
 
-    def register(self, subject: str, schema: dict | str, schema_type: str = "AVRO") -> int:
-        """Register ``schema`` under ``subject`` (as a producer's serializer does); returns its global id."""
+    def register(self, subject: str, schema: dict | str, schema_type: str = "AVRO",
+                 references: Sequence[tuple[str, str, int]] = ()) -> int:  # fmt: skip
+        """Register ``schema`` under ``subject`` (as a producer's serializer does); returns its global id.
+        ``references``: ``(import name, subject, version)`` of the schemas it imports, registered before it."""
         text = schema if isinstance(schema, str) else json.dumps(schema)
-        body = {"schema": text, **({"schemaType": schema_type} if schema_type != "AVRO" else {})}
-        status, answer = _request(f"{self.url}/subjects/{subject}/versions", body, "POST")
+        body = {"schema": text, **({"schemaType": schema_type} if schema_type != "AVRO" else {}),
+                **({"references": [{"name": n, "subject": s, "version": v} for n, s, v in references]}
+                   if references else {})}  # fmt: skip
+        status, answer = _request(f"{self.url}/subjects/{urllib.parse.quote(subject, safe='')}/versions", body, "POST")
         if status != 200 or not isinstance(answer, dict) or "id" not in answer:
             raise RegistryError(f"registering a schema under {subject!r} failed: HTTP {status} {answer}")
         return int(answer["id"])

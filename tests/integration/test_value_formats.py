@@ -18,7 +18,7 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from include.contract.transform_spec import ValueSchema
+from include.contract.transform_spec import FieldSpec, TransformSpec, ValueSchema
 from include.readers.schema_registry import frame
 from tests.integration.test_transform_silver import SPEC as ORDERS
 from tests.integration.test_transform_silver import (
@@ -284,4 +284,90 @@ def test_debezium_change_events_in_avro_through_the_registry_land_as_the_json_on
     assert (second["truncated_rows"], second["upserted"], second["quarantined"]) == (2, 1, 0)
     rows = {k: r for k, r in silver(spark, lake, key="id").items() if not r["_deleted"]}
     assert {k: r["owner"] for k, r in rows.items()} == {5: "eve"}
+    assert_accounted(spark, lake)
+
+
+#: The orders of the Protobuf test, as tests/fixtures/protobuf/orders.proto declares them.
+PROTOBUF_SPEC = TransformSpec(
+    fields=(FieldSpec("order_id", "string", required=True), FieldSpec("quantity", "long", required=True),
+            FieldSpec("amount", "decimal(10,2)", required=True, minimum=0),
+            FieldSpec("event_time", "timestamp", required=True)),
+    key=("order_id",), ordering="event_time", format="protobuf", new_fields="add",
+)  # fmt: skip
+
+
+@pytest.mark.full
+def test_a_protobuf_topic_with_imports_and_two_message_types_decodes_against_the_real_registry(
+    spark, bootstrap, make_topic, unique_name, lake, schema_registry, tmp_path
+):
+    """Confluent-framed Protobuf values of a schema that imports another registered schema and a well-known
+    type and holds two message types; Apicurio holds the schemas and the job reads their references."""
+    from tests import protobuf_helpers as pb
+
+    orders_pb2 = pb.orders_module(tmp_path / "generated")
+    topic = make_topic(unique_name, partitions=3)
+    subject = f"{topic}-value"
+    schema_registry.register("shop/common.proto", pb.text("shop/common.proto"), schema_type="PROTOBUF")
+    common = [("shop/common.proto", "shop/common.proto", 1)]
+    v1 = schema_registry.register(subject, pb.text("orders.proto"), schema_type="PROTOBUF", references=common)
+    spec = replace(PROTOBUF_SPEC, value_schema=ValueSchema(registry="test", subject=subject))
+    run = registry_transform(spark, lake, unique_name, spec, schema_registry)
+
+    def order(cls, order_id: str, minute: int, amount: str, **extra) -> bytes:
+        msg = cls(order_id=order_id, quantity=2**53 + minute, amount=amount, **extra)
+        msg.event_time.FromDatetime((T0 + timedelta(minutes=minute)).replace(tzinfo=None))
+        msg.price.currency = "EUR"  # a message of the imported file
+        return msg.SerializeToString()
+
+    expected: dict[str, tuple[int, str]] = {}
+    records = []
+    for i in range(60):  # 20 keys, each three times, out of order across partitions
+        key, minute, amount = f"o{i % 20}", (i * 7) % 50, f"{i}.25"
+        records.append((i % 3, key.encode(), pb.framed(v1, [1], order(orders_pb2.Order, key, minute, amount))))
+        newest(expected, key, minute, amount)
+    good = order(orders_pb2.Order, "z", 1, "1.00")
+    refund = orders_pb2.Refund(order_id="r", cents=100).SerializeToString()
+    records += [
+        (0, b"r", pb.framed(v1, [0], refund)),           # the file's other message: no quantity, amount, event_time
+        (1, b"t", pb.framed(v1, [1], good[:-2])),        # cut short
+        (2, b"i", pb.framed(v1, [2], good)),             # a third top-level message the file does not have
+        (0, b"u", pb.framed(999_999, [1], good)),        # an id the registry does not know
+        (1, b"n", good),                                 # not framed
+    ]  # fmt: skip
+    produce(bootstrap, topic, records)
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    first = run("run-1")
+
+    assert (first["read"], first["quarantined"]) == (65, 5), quarantine(spark, lake)
+    assert first["value_schema"] == {"subject": subject, "version": 1, "id": v1, "type": "PROTOBUF"}
+    rows = silver(spark, lake)
+    assert {k: (int((r["event_time"].replace(tzinfo=UTC) - T0).total_seconds() // 60), str(r["amount"]))
+            for k, r in rows.items()} == expected  # fmt: skip
+    assert {r["quantity"] - 2**53 for r in rows.values()} <= set(range(50))  # int64 above 2^53, exact
+    reasons = {r["key"].decode(): r["reason"] for r in quarantine(spark, lake).values()}
+    assert reasons["r"].startswith("quantity: required, got nothing"), reasons["r"]
+    assert reasons["t"].startswith(f"value: schema id {v1}: the bytes do not parse as shop.Order: "), reasons["t"]
+    assert reasons["i"] == (f"value: schema id {v1}: message index [2] is out of range: the schema has 2 top-level "
+                            "message type(s)")  # fmt: skip
+    assert reasons["u"].startswith("value: schema id 999999: unknown to schema registry ") and "404" in reasons["u"]
+    assert reasons["n"].startswith("value: expected the Confluent wire format (magic byte 0, a 4-byte schema id")
+    held = {r["key"].decode(): bytes(r["value"]) for r in quarantine(spark, lake).values()}
+    assert held["n"] == good and held["t"] == records[-4][2]  # raw bytes kept: nothing is lost
+
+    # Evolution: v2 adds a field. Each record is read with its own writer schema; the reader is now v2, and
+    # under new_fields: add the new field becomes a silver column (absent, so null, in v1 records).
+    v2 = schema_registry.register(subject, pb.text("orders_v2.proto"), schema_type="PROTOBUF", references=common)
+    order_v2 = pb.message_class("orders_v2.proto", "shop.Order", tmp_path / "v2")
+    produce(bootstrap, topic, [
+        (0, b"c", pb.framed(v2, [1], order(order_v2, "c", 60, "8.00", channel="app"))),
+        (1, b"o1", pb.framed(v1, [1], order(orders_pb2.Order, "o1", 61, "9.00"))),
+    ])  # fmt: skip
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    second = run("run-2")
+    assert (second["read"], second["upserted"], second["quarantined"]) == (2, 2, 0)
+    assert second["value_schema"]["id"] == v2
+    assert [(f["name"], f["type"]) for f in second["fields_added"]] == [("channel", "string")]
+    rows = silver(spark, lake)
+    assert (rows["c"]["channel"], str(rows["c"]["amount"]), rows["o1"]["channel"], str(rows["o1"]["amount"])) == (
+        "app", "8.00", None, "9.00")  # fmt: skip
     assert_accounted(spark, lake)

@@ -1701,12 +1701,23 @@ def test_a_registry_names_the_reader_schemas_subject_and_version(tmp_path, value
      "expected one of 'topic_name', 'record_name', 'topic_record_name', got 'topic' (str)"),
     ({"registry": "sr", "version": 0}, "avro", ["p"], "transform.value_schema.version",
      "expected 'latest' or a registered version number (a positive integer), got 0 (int)"),
-    ({"registry": "sr"}, "protobuf", ["p"], "transform.format",
-     "protobuf is not supported yet: decoding it in the JVM needs Spark's spark-protobuf module"),
+    ({"file": "schemas/payment.avsc"}, "protobuf", ["p"], "transform.value_schema.file",
+     "expected registry for format protobuf (its values carry registry schema ids), got a schema file"),
+    (None, "protobuf", ["p"], "transform.value_schema", "expected a value_schema section for format protobuf"),
 ])  # fmt: skip
 def test_a_bad_value_schema_names_the_field_and_what_was_expected(tmp_path, value_schema, fmt, topics, field, message):
     err = str(_error(_avro_file(tmp_path, value_schema, fmt, topics)))
     assert f"{field}: " in err and message in err, err
+
+
+def test_protobuf_values_are_read_through_a_registry_and_never_as_change_events(tmp_path):
+    spec = load_pipeline(_avro_file(tmp_path, {"registry": "sr"}, "protobuf")).transform
+    assert (spec.format, spec.value_schema.registry, spec.value_schema.subject) == ("protobuf", "sr", "payments-value")
+    cdc = _write(tmp_path, {"kafka": {"connection_id": "k", "topics": ["db.public.orders"]}, "schedule": None,
+                            "transform": {"format": "protobuf", "envelope": "debezium", "value_schema": {"registry": "sr"},
+                                          "schema": {"id": "long"}, "key": "id"}}, "cdc.yaml")  # fmt: skip
+    err = str(_error(cdc))
+    assert "transform.format: expected format json or avro with transform.envelope" in err, err
 
 
 def test_a_field_the_avro_record_lacks_is_refused_with_the_records_fields(tmp_path):

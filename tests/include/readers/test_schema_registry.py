@@ -21,6 +21,7 @@ from include.readers.schema_registry import (
     SchemaRegistryError,
     frame,
     is_not_found,
+    referenced_texts,
     unframe,
 )
 
@@ -151,3 +152,57 @@ def test_a_registry_connection_gives_the_url_and_credentials(fields, expected):
 def test_a_registry_connection_without_an_address_is_refused_naming_it():
     with pytest.raises(connections.ConnectionConfigError, match="Airflow connection 'sr': expected the schema"):
         connections.registry_settings("sr", get_connection=_conn())
+
+
+def _proto_registry(answers: dict[str, dict]) -> tuple[RegistryClient, list[str]]:
+    """A client on recorded Protobuf answers (Apicurio's shape: schema, schemaType, references) and the URLs it asked."""
+    asked: list[str] = []
+
+    def answer(url: str, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
+        asked.append(url)
+        found = answers.get(url.removeprefix(URL))
+        return (200, json.dumps(found).encode()) if found else (404, b'{"message": "not found", "error_code": 40401}')
+
+    return RegistryClient(URL, transport=answer), asked
+
+
+def _proto(text: str, *refs: tuple[str, str, int], **more) -> dict:
+    return {"schema": text, "schemaType": "PROTOBUF", "references": [
+        {"name": n, "subject": s, "version": v} for n, s, v in refs], **more}  # fmt: skip
+
+
+def test_a_protobuf_schemas_imports_are_read_through_its_references_each_once():
+    client, asked = _proto_registry({
+        "/schemas/ids/9": _proto("orders", ("shop/common.proto", "common", 1), ("shop/money.proto", "money", 2)),
+        "/subjects/common/versions/1": _proto("common", ("shop/money.proto", "money", 2), id=3, version=1),
+        "/subjects/money/versions/2": _proto("money", id=4, version=2),
+    })  # fmt: skip
+    schema = client.schema_by_id(9)
+    assert [(r.name, r.subject, r.version) for r in schema.references] == [
+        ("shop/common.proto", "common", 1), ("shop/money.proto", "money", 2)]  # fmt: skip
+    assert referenced_texts(client, schema) == {"shop/common.proto": "common", "shop/money.proto": "money"}
+    assert asked.count(f"{URL}/subjects/money/versions/2") == 1  # imported twice, read once
+
+
+def test_references_that_nest_too_deep_or_disagree_are_refused_naming_them():
+    chain = {"/schemas/ids/1": _proto("root", ("f0.proto", "s0", 1))}
+    chain.update({f"/subjects/s{i}/versions/1": _proto(f"f{i}", (f"f{i + 1}.proto", f"s{i + 1}", 1), id=10 + i,
+                                                        version=1) for i in range(20)})  # fmt: skip
+    deep, _ = _proto_registry(chain)
+    with pytest.raises(SchemaRegistryError, match=r"references nest more than 16 deep: schema id 1 -> "
+                                                  r"f0.proto -> f1.proto -> .* -> f15.proto$"):  # fmt: skip
+        referenced_texts(deep, deep.schema_by_id(1))
+    clash, _ = _proto_registry({
+        "/schemas/ids/1": _proto("a", ("x.proto", "x", 1), ("y.proto", "y", 1)),
+        "/subjects/x/versions/1": _proto("x", id=2, version=1),
+        "/subjects/y/versions/1": _proto("y", ("x.proto", "x", 2), id=3, version=1),
+    })  # fmt: skip
+    with pytest.raises(SchemaRegistryError, match="import 'x.proto' is subject 'x' version 1 in one reference and "
+                                                  "subject 'x' version 2 in another"):  # fmt: skip
+        referenced_texts(clash, clash.schema_by_id(1))
+
+
+def test_references_without_a_subject_are_refused_naming_the_schema():
+    client, _ = _proto_registry({"/schemas/ids/5": {"schema": "a", "schemaType": "PROTOBUF", "references": [{"name": "x"}]}})
+    with pytest.raises(SchemaRegistryError, match=r"schema id 5: expected references as name, subject and version"):
+        client.schema_by_id(5)

@@ -19,14 +19,19 @@ from include.tooling.benchmark_formats import (
 
 def test_report_gives_records_per_second_side_by_side_and_the_ratio():
     report = SideBySideReport(SideBySideParams(records=1000, repetitions=2), registry="http://r/apis/ccompat/v7",
-                              silver_rows=700, quarantined={"json": 0, "avro": 0})  # fmt: skip
-    report.seconds = {"json": [2.0, 1.0], "avro": [4.0, 2.0]}
-    report.decode_s = {"json": [0.5, 0.7], "avro": [1.0, 1.2]}
+                              silver_rows=700, quarantined={"json": 0, "avro": 0, "protobuf": 0})  # fmt: skip
+    report.seconds = {"json": [2.0, 1.0], "avro": [4.0, 2.0], "protobuf": [5.0, 5.0]}
+    report.decode_s = {"json": [0.5, 0.7], "avro": [1.0, 1.2], "protobuf": [2.0, 2.0]}
     text = render_formats_markdown(report)
     assert "| json | 750 (500–1,000) | 1.5 | 0.6 | 0 |" in text
     assert "| avro | 375 (250–500) | 3.0 | 1.1 | 0 |" in text
-    assert "Avro / JSON records/s: **0.50**." in text
-    assert "Both formats gave the same 700 silver rows." in text
+    assert "| protobuf | 200 (200–200) | 5.0 | 2.0 | 0 |" in text
+    assert "Avro / JSON records/s: **0.50**." in text and "Protobuf / Avro records/s: **0.53**." in text
+    assert "Every format gave the same 700 silver rows." in text
+    summary = benchmark.summary_lines(benchmark.BenchmarkReport(benchmark.BenchmarkParams(), machine="m", topic="t",
+                                                               broker="b", produce_s=0.0, formats=report))  # fmt: skip
+    assert any("1,000 Protobuf values" in line and "5.0 s / 3.0 s / 1.5 s: **1.67x** Avro's time" in line
+               for line in summary), summary  # fmt: skip
 
 
 def test_cdc_report_puts_debezium_beside_the_upsert_and_the_summary_gives_the_ratio():
@@ -67,10 +72,9 @@ def test_change_events_create_then_update_each_key_in_one_partition_at_growing_p
     assert {op for op in (json.loads(v)["op"] for _, _, v in changes)} == {"c", "u"}
 
 
-def test_formats_is_a_part_but_not_a_default_one_and_cdc_is_both():
-    assert "formats" in benchmark.PARTS and "formats" not in benchmark.DEFAULT_PARTS
-    assert "cdc" in benchmark.DEFAULT_PARTS
+def test_formats_and_cdc_are_default_parts_of_the_same_size():
+    assert {"formats", "cdc"} <= set(benchmark.DEFAULT_PARTS)
     args = benchmark.build_arg_parser().parse_args(["--parts", "formats,cdc", "--format-records", "1000",
                                                    "--cdc-changes", "500"])  # fmt: skip
     assert args.parts == ("formats", "cdc") and args.format_records == 1000 and args.cdc_changes == 500
-    assert benchmark.BenchmarkParams().cdc.records == 100_000
+    assert benchmark.BenchmarkParams().cdc.records == benchmark.BenchmarkParams().formats.records == 100_000

@@ -1,0 +1,87 @@
+"""Descriptor sets of ``protobuf`` record values, built in the driver once per run and schema id.
+
+protobuf-java cannot read ``.proto`` text, and a registry answers with text: the
+writer schema and every file it imports (the registry's references, read by
+:func:`include.readers.schema_registry.referenced_texts`). ``protoc`` (the one
+grpcio-tools ships, with Google's well-known types on its include path, which
+Confluent's serializer never registers) compiles them into a
+``FileDescriptorSet``. That set travels in the query plan to the executors,
+where ``kde_protobuf_json`` (include/spark/jvm/src/kde/functions/ProtobufJson.java)
+decodes each value with it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from include.contract.errors import PipelineError
+
+#: The file name the registry's schema text gets in the set (the registry gives the root no name).
+ROOT_FILE = "schema_id_{id}.proto"
+
+
+class DescriptorError(PipelineError, ValueError):
+    """The schema and its imports do not compile; the message is protoc's own."""
+
+
+@dataclass(frozen=True)
+class MessageType:
+    """A message the value's message-index path can name: its full name, its index path and its fields."""
+
+    name: str
+    path: tuple[int, ...]
+    fields: tuple[str, ...]
+
+
+def build(schema_id: int, text: str, imports: dict[str, str]) -> tuple[bytes, str]:
+    """``(FileDescriptorSet bytes, the schema's file name in it)`` for ``text`` and the ``imports`` it names,
+    by import path. Raises :class:`DescriptorError` with protoc's message when they do not compile."""
+    root = ROOT_FILE.format(id=schema_id)
+    with tempfile.TemporaryDirectory(prefix="kde-proto-") as work:
+        folder = Path(work)
+        for name, body in {**imports, root: text}.items():
+            path = PurePosixPath(name)
+            if path.is_absolute() or ".." in path.parts:
+                raise DescriptorError(f"import {name!r} is not a relative path inside the schema's files")
+            (folder / path).parent.mkdir(parents=True, exist_ok=True)
+            (folder / path).write_text(body)
+        out = folder / "set.pb"
+        proc = subprocess.run(
+            [sys.executable, "-m", "grpc_tools.protoc", f"-I{folder}", "--include_imports",
+             f"--descriptor_set_out={out}", root],
+            capture_output=True, text=True, cwd=folder,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            message = (proc.stderr or proc.stdout).strip().replace(f"{folder}/", "")
+            raise DescriptorError(f"protoc cannot compile it: {message[-1500:]}")
+        return out.read_bytes(), root
+
+
+def message_types(descriptor_set: bytes, file: str) -> list[MessageType]:
+    """Every message of ``file`` in the set that a message-index path can name, top-level first then
+    nested, with its path as Confluent's serializer writes it (map entries are not counted)."""
+    from google.protobuf import descriptor_pb2
+
+    found = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set)
+    proto = next((f for f in found.file if f.name == file), None)
+    if proto is None:
+        raise DescriptorError(f"the descriptor set has no file {file}")
+    prefix = f"{proto.package}." if proto.package else ""
+    out: list[MessageType] = []
+
+    def walk(messages, scope: str, path: tuple[int, ...]) -> None:
+        index = 0
+        for m in messages:
+            if m.options.map_entry:
+                continue
+            name = f"{scope}{m.name}"
+            out.append(MessageType(name, (*path, index), tuple(f.name for f in m.field)))
+            walk(m.nested_type, f"{name}.", (*path, index))
+            index += 1
+
+    walk(proto.message_type, prefix, ())
+    return out
