@@ -829,6 +829,8 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
     """Start/reuse the broker, then each part: throughput (produce once, measure every repetition),
     DAG runs (:class:`include.tooling.benchmark_runs.DagRunBench`); always stop what it started."""
     started = time.monotonic()
+    # The code measured is the code at the start: a commit or an edit while it runs must not rename it.
+    commit = checkout_commit()
     load_before = load_average()
     reference_start_s = speed_reference()
     work = Path(params.work_dir or tempfile.mkdtemp(prefix="kde-benchmark-")).resolve()
@@ -909,7 +911,7 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
         report.load_after = load_average()
         report.speed_reference_s = (reference_start_s, speed_reference())
         report.total_s = time.monotonic() - started
-        report.commit = checkout_commit()
+        report.commit = commit
         report.written_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         return report
     finally:
