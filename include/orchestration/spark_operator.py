@@ -696,9 +696,15 @@ class IngestOperator(SparkJobOperator):
         self.transform_task_id = transform_task_id
         self.maintain_task_id = maintain_task_id
         self._bootstrap: str | None = None
+        self._request: tuple[str | None, dict] | None = None
 
     def _plan(self, context: Any) -> dict:
-        return context["ti"].xcom_pull(task_ids=self.request_task_id) or {}
+        """``check_request``'s plan for this run: read once (the application, the arguments and each later
+        step ask for it), again only for another run."""
+        run_id = context.get("run_id")
+        if self._request is None or self._request[0] != run_id:
+            self._request = (run_id, context["ti"].xcom_pull(task_ids=self.request_task_id) or {})
+        return self._request[1]
 
     def application_for(self, context: Any) -> str:
         from include.contract.manual_ops import BACKFILL_ACTIONS

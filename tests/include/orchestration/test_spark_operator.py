@@ -195,6 +195,24 @@ def test_every_job_carries_the_lock_epoch_check_request_took_and_a_job_failing_o
     assert not lost_lock(TransformError("a batch failed", pipeline="orders"))
 
 
+def test_the_ingest_task_reads_the_runs_plan_once_however_often_it_asks(make_pipeline, fake_ti):
+    from include.orchestration.spark_operator import BACKFILL_APPLICATION, IngestOperator
+
+    class Counting(fake_ti):
+        pulls = 0
+
+        def xcom_pull(self, task_ids, key="return_value"):
+            Counting.pulls += 1
+            return super().xcom_pull(task_ids, key)
+
+    op = IngestOperator(task_id="ingest", pipeline=make_pipeline())
+    context = {"ti": Counting(check_request={"action": "backfill_offsets", "lock_epoch": 3}), "run_id": "r1"}
+    assert op.application_for(context) == BACKFILL_APPLICATION
+    assert [op._plan(context)["lock_epoch"] for _ in range(3)] == [3, 3, 3] and Counting.pulls == 1
+    again = {"ti": Counting(check_request={"action": "normal"}), "run_id": "r2"}  # another run: read anew
+    assert op._plan(again) == {"action": "normal"} and Counting.pulls == 2
+
+
 def test_the_maintain_summary_line_gives_each_tables_files_and_megabytes_or_why_not():
     summary = {"run_id": "r1", "tables": {
         "bronze": {"files_before": 12, "files_after": 1, "bytes_before": 2_000_000, "bytes_after": 1_500_000,
