@@ -226,9 +226,12 @@ FAKE_DAEMON = """
 import os, subprocess, sys, time
 sleep = [sys.executable, "-c", "import signal, sys, time\\n"
          "if sys.argv[1] == 'ignore': signal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
+         "print('ready', flush=True)\\n"
          "time.sleep(600)"]
-grouped = subprocess.Popen([*sleep, "term"], preexec_fn=os.setpgrp)
-escaped = subprocess.Popen([*sleep, "ignore"], start_new_session=True)
+grouped = subprocess.Popen([*sleep, "term"], preexec_fn=os.setpgrp, stdout=subprocess.PIPE)
+escaped = subprocess.Popen([*sleep, "ignore"], start_new_session=True, stdout=subprocess.PIPE)
+# Only once each child runs its handlers: a SIGTERM before that would kill the one meant to ignore it.
+grouped.stdout.readline(), escaped.stdout.readline()
 with open(sys.argv[1] + ".tmp", "w") as f:
     f.write(f"{grouped.pid} {escaped.pid}")
 os.replace(sys.argv[1] + ".tmp", sys.argv[1])
