@@ -30,10 +30,9 @@ class DescriptorError(PipelineError, ValueError):
 
 @dataclass(frozen=True)
 class MessageType:
-    """A message the value's message-index path can name: its full name, its index path and its fields."""
+    """A message the value's message-index path can name: its full name and its fields."""
 
     name: str
-    path: tuple[int, ...]
     fields: tuple[str, ...]
 
 
@@ -62,8 +61,8 @@ def build(schema_id: int, text: str, imports: dict[str, str]) -> tuple[bytes, st
 
 
 def message_types(descriptor_set: bytes, file: str) -> list[MessageType]:
-    """Every message of ``file`` in the set that a message-index path can name, top-level first then
-    nested, with its path as Confluent's serializer writes it (map entries are not counted)."""
+    """Every message of ``file`` in the set that a message-index path can name: top-level first, then each
+    one's nested messages (map entries, which Confluent's indexes do not count, left out)."""
     from google.protobuf import descriptor_pb2
 
     found = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set)
@@ -73,15 +72,11 @@ def message_types(descriptor_set: bytes, file: str) -> list[MessageType]:
     prefix = f"{proto.package}." if proto.package else ""
     out: list[MessageType] = []
 
-    def walk(messages, scope: str, path: tuple[int, ...]) -> None:
-        index = 0
+    def walk(messages, scope: str) -> None:
         for m in messages:
-            if m.options.map_entry:
-                continue
-            name = f"{scope}{m.name}"
-            out.append(MessageType(name, (*path, index), tuple(f.name for f in m.field)))
-            walk(m.nested_type, f"{name}.", (*path, index))
-            index += 1
+            if not m.options.map_entry:
+                out.append(MessageType(f"{scope}{m.name}", tuple(f.name for f in m.field)))
+                walk(m.nested_type, f"{scope}{m.name}.")
 
-    walk(proto.message_type, prefix, ())
+    walk(proto.message_type, prefix)
     return out

@@ -35,15 +35,24 @@ def orders_module(out: Path) -> ModuleType:
         sys.path.remove(str(out))
 
 
-def message_class(fixture: str, full_name: str, out: Path) -> type:
-    """A message class of another version of the fixtures (``orders_v2.proto``), in a descriptor pool of
+def orders_v2() -> str:
+    """``orders.proto``'s next version: ``Order`` gains a ``channel`` field, the rest unchanged."""
+    v1 = text("orders.proto")
+    anchor = "  int32 priority = 9;\n"
+    assert anchor in v1, "orders.proto changed: this version is built from its priority field"
+    return v1.replace(anchor, anchor + "  string channel = 10;\n")
+
+
+def message_class(schema: str, full_name: str, out: Path) -> type:
+    """A message class of ``schema`` (``.proto`` text importing the fixtures' files), in a descriptor pool of
     its own: the same package at two versions cannot share the default pool."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     out.mkdir(parents=True, exist_ok=True)
-    found = out / f"{Path(fixture).stem}.pb"
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{FIXTURES}", "--include_imports",
-                    f"--descriptor_set_out={found}", fixture], check=True, capture_output=True)  # fmt: skip
+    (out / "schema.proto").write_text(schema)
+    found = out / "schema.pb"
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{out}", f"-I{FIXTURES}", "--include_imports",
+                    f"--descriptor_set_out={found}", "schema.proto"], check=True, capture_output=True)  # fmt: skip
     pool = descriptor_pool.DescriptorPool()
     for file in descriptor_pb2.FileDescriptorSet.FromString(found.read_bytes()).file:
         pool.Add(file)

@@ -116,6 +116,8 @@ class RegistryClient:
             self._headers["Authorization"] = f"Basic {token}"
         self._get = transport or _http_get
         self._by_id: dict[int, RegisteredSchema] = {}
+        #: Subject versions by number (never ``latest``, which moves): what imports name, per writer id again.
+        self._by_version: dict[tuple[str, int], RegisteredSchema] = {}
 
     def _call(self, path: str, what: str) -> dict[str, Any]:
         url = f"{self.url}{path}"
@@ -153,6 +155,8 @@ class RegistryClient:
 
     def subject_version(self, subject: str, version: int | None = None) -> RegisteredSchema:
         """``subject``'s schema at ``version``, or its latest when ``None``."""
+        if version is not None and (subject, version) in self._by_version:
+            return self._by_version[(subject, version)]
         shown = "latest" if version is None else str(version)
         path = f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/{shown}"
         data = self._call(path, f"subject {subject!r} version {shown}")
@@ -165,6 +169,7 @@ class RegistryClient:
                 f"schema in the answer, got {json.dumps(data)[:200]}"
             ) from None
         self._by_id.setdefault(found.id, found)
+        self._by_version[(subject, found.version or 0)] = found
         return found
 
     def schema_by_id(self, schema_id: int) -> RegisteredSchema:

@@ -260,25 +260,23 @@ def _download(bundle: str, target: Path) -> None:
 def spark_jars() -> list[Path]:
     """Jars to put on ``spark.jars``: Kafka connector, Delta Lake, spark-avro, protobuf-java and the
     project's own functions (:func:`udf_jar`)."""
-    return [*resolve("spark"), udf_jar()]
+    jars = resolve("spark")
+    return [*jars, udf_jar(jars)]
 
 
 #: The Java sources of the project's Spark SQL functions.
 UDF_SOURCES = Path(__file__).resolve().parent / "jvm" / "src"
 
 
-def _udf_classpath() -> list[Path]:
-    """What the functions compile against: Spark's SQL API (and the Scala library its ``Row`` needs) from
-    pyspark, and the ``spark`` bundle's protobuf jars."""
-    jars = pyspark_dir() / "jars"
-    spark = [p for pattern in ("spark-sql-api_*.jar", "scala-library-*.jar") for p in sorted(jars.glob(pattern))]
-    return spark + [p for p in resolve("spark") if p.name.startswith("protobuf-java")]
-
-
-def udf_jar() -> Path:
-    """The jar of the project's Spark SQL functions, compiled on first use (``make setup`` does it)."""
+def udf_jar(spark_bundle: list[Path] | None = None) -> Path:
+    """The jar of the project's Spark SQL functions, compiled on first use (``make setup`` does it), against
+    Spark's SQL API (and the Scala library its ``Row`` needs) from pyspark and ``spark_bundle``'s protobuf
+    jars (the ``spark`` bundle, resolved when not given)."""
     sources = sorted(UDF_SOURCES.rglob("*.java"))
-    classpath = _udf_classpath()
+    pyspark_jars = pyspark_dir() / "jars"
+    classpath = [p for pattern in ("spark-sql-api_*.jar", "scala-library-*.jar")
+                 for p in sorted(pyspark_jars.glob(pattern))]  # fmt: skip
+    classpath += [p for p in (spark_bundle or resolve("spark")) if p.name.startswith("protobuf-java")]
     digest = hashlib.sha256()
     for src in sources:
         digest.update(str(src.relative_to(UDF_SOURCES)).encode() + b"\0" + src.read_bytes() + b"\0")

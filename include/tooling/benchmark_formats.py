@@ -183,7 +183,7 @@ def _demo_transform() -> dict:
     return transform
 
 
-def _protobuf_order_class(work: Path) -> type:
+def _protobuf_order_class() -> type:
     """:data:`ORDER_PROTO`'s message class, from protoc's descriptor set, in a descriptor pool of its own."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
@@ -210,7 +210,7 @@ def run_formats_bench(work: Path, bootstrap: str, topics: dict[str, str], regist
     schema_id = register(f"{topics['avro']}-value", ORDER_SCHEMA, "AVRO")
     parsed = fastavro.parse_schema(ORDER_SCHEMA)
     proto_id = register(f"{topics['protobuf']}-value", ORDER_PROTO, "PROTOBUF")
-    order_class = _protobuf_order_class(work)
+    order_class = _protobuf_order_class()
 
     def avro(order: dict) -> bytes:
         out = io.BytesIO()

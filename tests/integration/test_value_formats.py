@@ -356,8 +356,8 @@ def test_a_protobuf_topic_with_imports_and_two_message_types_decodes_against_the
 
     # Evolution: v2 adds a field. Each record is read with its own writer schema; the reader is now v2, and
     # under new_fields: add the new field becomes a silver column (absent, so null, in v1 records).
-    v2 = schema_registry.register(subject, pb.text("orders_v2.proto"), schema_type="PROTOBUF", references=common)
-    order_v2 = pb.message_class("orders_v2.proto", "shop.Order", tmp_path / "v2")
+    v2 = schema_registry.register(subject, pb.orders_v2(), schema_type="PROTOBUF", references=common)
+    order_v2 = pb.message_class(pb.orders_v2(), "shop.Order", tmp_path / "v2")
     produce(bootstrap, topic, [
         (0, b"c", pb.framed(v2, [1], order(order_v2, "c", 60, "8.00", channel="app"))),
         (1, b"o1", pb.framed(v1, [1], order(orders_pb2.Order, "o1", 61, "9.00"))),

@@ -7,7 +7,6 @@ built with protobuf's Python package from a module protoc generated (tests/proto
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from decimal import Decimal
 from urllib.parse import quote
@@ -19,6 +18,7 @@ from include.readers.schema_registry import RegistryClient
 from spark_jobs import silver_rules
 from spark_jobs.value_formats import ValueSchemaError, ValueSchemas
 from tests import protobuf_helpers as pb
+from tests.fakes import recorded_registry
 from tests.spark_jobs.test_silver_rules import bronze
 
 pytestmark = pytest.mark.integration
@@ -42,7 +42,7 @@ def _answers() -> dict[str, tuple[int, dict]]:
                                                                                  **proto(pb.text("shop/common.proto"))}),
         f"{URL}/subjects/refunds-value/versions/latest": (200, {"id": 4, "version": 1, **proto(ONLY_REFUND)}),
         f"{URL}/schemas/ids/1": (200, proto(pb.text("orders.proto"), COMMON)),
-        f"{URL}/schemas/ids/3": (200, proto(pb.text("orders_v2.proto"), COMMON)),
+        f"{URL}/schemas/ids/3": (200, proto(pb.orders_v2(), COMMON)),
         f"{URL}/schemas/ids/4": (200, proto(ONLY_REFUND)),
         f"{URL}/schemas/ids/5": (200, proto(pb.text("orders.proto"), {**COMMON, "subject": "gone", "version": 3})),
         f"{URL}/schemas/ids/6": (200, {"schema": '{"type":"string"}'}),
@@ -52,13 +52,7 @@ def _answers() -> dict[str, tuple[int, dict]]:
 
 
 def _client() -> RegistryClient:
-    answers = _answers()
-
-    def answer(url, headers, timeout):
-        status, body = answers.get(url, (404, {"message": "No content was found.", "error_code": 40403}))
-        return status, json.dumps(body).encode()
-
-    return RegistryClient(URL, transport=answer)
+    return recorded_registry(URL, _answers())[0]
 
 
 def _spec(subject: str = "orders-value", **changes) -> TransformSpec:
@@ -90,7 +84,7 @@ def test_values_decode_with_their_writer_schema_and_meet_the_field_rules(spark, 
     spec = _spec()
     values = ValueSchemas(spark, spec, client=_client())
     assert values.recorded() == {"subject": "orders-value", "version": 1, "id": 1, "type": "PROTOBUF"}
-    order_v2 = pb.message_class("orders_v2.proto", "shop.Order", tmp_path)(order_id="o2", quantity=5, amount="1.00",
+    order_v2 = pb.message_class(pb.orders_v2(), "shop.Order", tmp_path)(order_id="o2", quantity=5, amount="1.00",
                                                                           channel="app", priority=3)  # fmt: skip
     order_v2.event_time.FromJsonString("2026-03-01T11:00:00Z")
     good = _order(orders_pb2, "o1", quantity=9007199254740993, note="gift")

@@ -14,6 +14,7 @@ import pytest
 from include.contract.transform_spec import FieldSpec, TransformSpec, ValueSchema
 from include.readers.schema_registry import RegistryClient
 from spark_jobs.value_formats import ValueSchemaError, ValueSchemas, read_registry_file
+from tests.fakes import recorded_registry
 
 URL = "http://registry:8080/apis/ccompat/v7"
 JSON_SCHEMA = '{"$schema":"http://json-schema.org/draft-07/schema#","type":"object"}'
@@ -31,11 +32,7 @@ ANSWERS = {
 
 
 def _client() -> RegistryClient:
-    def answer(url, headers, timeout):
-        status, body = ANSWERS.get(url, (404, {"message": "Subject not found.", "error_code": 40401}))
-        return status, json.dumps(body).encode()
-
-    return RegistryClient(URL, transport=answer)
+    return recorded_registry(URL, ANSWERS)[0]
 
 
 def _spec(subject: str = "orders-value", version: int | None = None) -> TransformSpec:

@@ -24,6 +24,7 @@ from include.readers.schema_registry import (
     referenced_texts,
     unframe,
 )
+from tests.fakes import recorded_registry
 
 URL = "http://registry:8080/apis/ccompat/v7"
 ORDER = '{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"id","type":"string"}]}'
@@ -155,15 +156,8 @@ def test_a_registry_connection_without_an_address_is_refused_naming_it():
 
 
 def _proto_registry(answers: dict[str, dict]) -> tuple[RegistryClient, list[str]]:
-    """A client on recorded Protobuf answers (Apicurio's shape: schema, schemaType, references) and the URLs it asked."""
-    asked: list[str] = []
-
-    def answer(url: str, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
-        asked.append(url)
-        found = answers.get(url.removeprefix(URL))
-        return (200, json.dumps(found).encode()) if found else (404, b'{"message": "not found", "error_code": 40401}')
-
-    return RegistryClient(URL, transport=answer), asked
+    """A client on recorded Protobuf answers (Apicurio's shape: schema, schemaType, references), by path."""
+    return recorded_registry(URL, {URL + path: (200, body) for path, body in answers.items()})
 
 
 def _proto(text: str, *refs: tuple[str, str, int], **more) -> dict:
@@ -174,6 +168,7 @@ def _proto(text: str, *refs: tuple[str, str, int], **more) -> dict:
 def test_a_protobuf_schemas_imports_are_read_through_its_references_each_once():
     client, asked = _proto_registry({
         "/schemas/ids/9": _proto("orders", ("shop/common.proto", "common", 1), ("shop/money.proto", "money", 2)),
+        "/schemas/ids/10": _proto("orders v2", ("shop/common.proto", "common", 1)),
         "/subjects/common/versions/1": _proto("common", ("shop/money.proto", "money", 2), id=3, version=1),
         "/subjects/money/versions/2": _proto("money", id=4, version=2),
     })  # fmt: skip
@@ -182,6 +177,11 @@ def test_a_protobuf_schemas_imports_are_read_through_its_references_each_once():
         ("shop/common.proto", "common", 1), ("shop/money.proto", "money", 2)]  # fmt: skip
     assert referenced_texts(client, schema) == {"shop/common.proto": "common", "shop/money.proto": "money"}
     assert asked.count(f"{URL}/subjects/money/versions/2") == 1  # imported twice, read once
+    # another writer schema of the run with the same imports: they are not read again
+    assert referenced_texts(client, client.schema_by_id(10)) == {"shop/common.proto": "common",
+                                                                 "shop/money.proto": "money"}  # fmt: skip
+    assert [u for u in asked if "/subjects/" in u] == [f"{URL}/subjects/common/versions/1",
+                                                       f"{URL}/subjects/money/versions/2"]  # fmt: skip
 
 
 def test_references_that_nest_too_deep_or_disagree_are_refused_naming_them():
