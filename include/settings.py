@@ -67,14 +67,20 @@ SPARK_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR")
 CDS_ENV = "KDE_CDS"
 #: The deadline, in seconds, every Kafka call of a monitoring page shares.
 MONITOR_TIMEOUT_ENV = "KDE_MONITOR_TIMEOUT_S"
+#: Seconds Airflow waits before a task's first retry (then doubling, at most 10 minutes); 30 by default.
+RETRY_DELAY_ENV = "KDE_RETRY_DELAY_S"
 #: The password of the local broker's SASL/PLAIN user (``local_kafka start --sasl-plain-user``).
 KAFKA_SASL_PASSWORD_ENV = "KDE_KAFKA_SASL_PASSWORD"
 #: For the crash-recovery tests: ``kill-after-<stage>-commit:<batch id>`` makes a Spark job SIGKILL
 #: spark-submit's whole process group right after that batch's commit, before Spark commits the batch
 #: to its checkpoint: the crash window exactly-once must survive.
 #: ``kill-driver-after-<stage>-commit:<batch id>`` kills only the Python driver (under Airflow, the
-#: process group is the task runner's too).
+#: process group is the task runner's too). Several points are separated by commas.
 FAILPOINT_ENV = "KDE_FAILPOINT"
+#: A folder that makes each failpoint fire a bounded number of times (once, or ``<point>*<n>``) and
+#: records each firing there: under a real scheduler the retried try runs in the same environment, and
+#: must pass the point it died at. Unset: a point fires every time it is reached.
+FAILPOINT_STATE_ENV = "KDE_FAILPOINT_STATE"
 #: The file holding the secret of the run's transient Spark cluster, set by the submitting task for
 #: the job's driver (include/spark/spark_cluster.py).
 SPARK_SECRET_FILE_ENV = "KDE_SPARK_SECRET_FILE"
@@ -125,6 +131,24 @@ def monitor_timeout_s(default: float) -> float:
     return value if value > 0 else default
 
 
+def retry_delay_s(default: float = 30.0) -> float:
+    """``KDE_RETRY_DELAY_S``: seconds before a task's first retry; ``default`` when unset or blank.
+
+    Raises ``ValueError`` naming the variable for a value that is not a number from 1 to 600.
+    """
+    raw = os.environ.get(RETRY_DELAY_ENV, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 1 <= value <= 600:
+        raise ValueError(f"environment variable {RETRY_DELAY_ENV}={raw!r}: expected seconds from 1 to 600 "
+                         f"(unset it for {default:.0f})")  # fmt: skip
+    return value
+
+
 def kafka_sasl_password() -> str:
     """``KDE_KAFKA_SASL_PASSWORD``, empty when unset."""
     return os.environ.get(KAFKA_SASL_PASSWORD_ENV, "")
@@ -132,8 +156,14 @@ def kafka_sasl_password() -> str:
 
 def failpoint() -> str | None:
     """``KDE_FAILPOINT``: where a Spark job should kill itself (e.g. ``kill-after-bronze-commit:1``) or stop
-    (``stop-before-bronze-commit:1``), if anywhere."""
+    (``stop-before-bronze-commit:1``), if anywhere; several points separated by commas."""
     return os.environ.get(FAILPOINT_ENV)
+
+
+def failpoint_state_dir() -> Path | None:
+    """``KDE_FAILPOINT_STATE``: the folder recording how often each failpoint has fired, or ``None``."""
+    value = os.environ.get(FAILPOINT_STATE_ENV, "").strip()
+    return Path(value) if value else None
 
 
 def spark_secret() -> str | None:

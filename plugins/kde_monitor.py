@@ -40,6 +40,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from include import settings  # noqa: E402
 from include.monitoring import monitor, monitor_page  # noqa: E402
+from include.orchestration.trigger_guard import TriggerGuard  # noqa: E402
 
 PREFIX = "/kde-monitor"
 URL_ROUTE = "kafka-delta"
@@ -221,10 +222,13 @@ def icon() -> Response:
 
 
 class KafkaDeltaMonitorPlugin(AirflowPlugin):
-    """Registers the app on the API server and its page in the UI's navigation."""
+    """Registers the app on the API server, its page in the UI's navigation, and the check that refuses a bad
+    trigger config before a run exists (:mod:`include.orchestration.trigger_guard`)."""
 
     name = "kafka_delta_monitor"
     fastapi_apps = [{"app": app, "url_prefix": PREFIX, "name": "Kafka → Delta pipelines"}]
+    fastapi_root_middlewares = [{"middleware": TriggerGuard, "args": [], "kwargs": {},
+                                 "name": "Kafka → Delta trigger-config check"}]  # fmt: skip
     external_views = [{
         "name": "Kafka → Delta",
         "href": f"{PREFIX}/",

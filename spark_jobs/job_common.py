@@ -483,11 +483,38 @@ def with_user_metadata(spark, metadata: str, action: Callable[[], object], *,
             spark.conf.unset(key)
 
 
+def _armed(name: str) -> bool:
+    """Whether the failpoint ``name`` of ``KDE_FAILPOINT`` is set and fires now.
+
+    An entry is ``<name>`` or ``<name>*<times>``. With ``KDE_FAILPOINT_STATE`` set, each firing is
+    recorded there first (an exclusive create, so two drivers never take one firing), and a point that
+    has fired its times no more: under a real scheduler the retried try runs in the same environment
+    and must get past the point its earlier try died at.
+    """
+    for entry in (e.strip() for e in (settings.failpoint() or "").split(",")):
+        point, _, times = entry.partition("*")
+        if point != name:
+            continue
+        state = settings.failpoint_state_dir()
+        if state is None:
+            return True
+        state.mkdir(parents=True, exist_ok=True)
+        for n in range(int(times or 1)):
+            try:
+                (state / f"{point.replace(':', '@')}.{n}").open("x").close()
+            except FileExistsError:
+                continue
+            return True
+        return False
+    return False
+
+
 def failpoint(stage: str, batch_id: int) -> None:
     """Kill the job if ``KDE_FAILPOINT`` (:func:`include.settings.failpoint`) asks for it after ``stage``'s
     commit of ``batch_id``."""
-    point = settings.failpoint()
-    if point in (f"kill-after-{stage}-commit:{batch_id}", f"kill-driver-after-{stage}-commit:{batch_id}"):
+    for point in (f"kill-after-{stage}-commit:{batch_id}", f"kill-driver-after-{stage}-commit:{batch_id}"):
+        if not _armed(point):
+            continue
         log.warning("failpoint %s: killing the job after the %s commit of batch %s", point, stage, batch_id)
         sys.stdout.flush()
         if point.startswith("kill-driver"):
@@ -498,7 +525,7 @@ def failpoint(stage: str, batch_id: int) -> None:
 def stop_point(stage: str, batch_id: int) -> None:
     """Stop this driver process (SIGSTOP) if ``KDE_FAILPOINT`` is ``stop-before-<stage>-commit:<batch_id>``:
     a worker paused in the middle of a commit, until something sends it SIGCONT."""
-    if settings.failpoint() == f"stop-before-{stage}-commit:{batch_id}":
+    if _armed(f"stop-before-{stage}-commit:{batch_id}"):
         log.warning("failpoint stop-before-%s-commit:%s: stopping the driver before its commit", stage, batch_id)
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGSTOP)

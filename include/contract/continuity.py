@@ -23,7 +23,7 @@ caller passes, so the rules have unit tests without a broker.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +81,9 @@ class ContinuityReport:
     notes: list[str]
     transform: TransformCheck | None = None
     backfill: BackfillCheck | None = None
+    #: Rows and commits of the run that an earlier try of its job wrote before it died (Airflow retried it).
+    earlier_tries_rows: int = 0
+    earlier_tries_commits: int = 0
 
     @property
     def ok(self) -> bool:
@@ -96,6 +99,8 @@ class ContinuityReport:
             "run_id": self.run_id,
             "commits": self.commits,
             "rows": self.rows,
+            "earlier_tries_rows": self.earlier_tries_rows,
+            "earlier_tries_commits": self.earlier_tries_commits,
             "partitions": [p.to_json() for p in self.partitions],
             "violations": list(self.violations)
             + (self.transform.violations if self.transform else [])
@@ -132,6 +137,7 @@ def check_run(
     expected_rows: int | None = None,
     count_records: RecordCounter | None = None,
     dag_id: str = "<dag_id>",
+    job_versions: Collection[int] | None = None,
 ) -> ContinuityReport:
     """Check the commits one run wrote, in Delta version order, against the table's prior position.
 
@@ -140,9 +146,20 @@ def check_run(
     checkpoint the next run resumes (``None``: not readable from here, e.g.
     object storage, which is reported as a note); ``expected_rows`` the rows
     the job reported; ``count_records`` verifies ranges with holes.
+
+    ``job_versions`` are the Delta versions the reporting try of the job
+    committed (its summary's batches). Every try of a run counts: a try that
+    Airflow retried may have committed batches before it died, and those
+    commits belong to the run as much as the last try's. They are chained with
+    the rest, and ``expected_rows`` is compared with the reporting try's own
+    commits; an earlier try's commit after the reporting try's first one is a
+    second driver of the run still writing, a violation. ``None``: every
+    commit of the run is the reporting try's.
     """
     walk = _Walk(position=flatten(start or {}))
+    by_version: dict[int, int] = {}
     for version, commit in commits:
+        before = walk.rows
         _check_commit(
             walk,
             f"Delta version {version}",
@@ -151,7 +168,12 @@ def check_run(
             dag_id=dag_id,
             count_records=count_records,
         )
-    _check_the_end(walk, start, checkpoint_position, expected_rows)
+        by_version[version] = walk.rows - before
+    earlier = {v: n for v, n in by_version.items() if job_versions is not None and v not in job_versions}
+    mine = walk.rows - sum(earlier.values())
+    if earlier:
+        _check_earlier_tries(walk, earlier, job_versions or ())
+    _check_the_end(walk, start, checkpoint_position, expected_rows, mine)
     return ContinuityReport(
         run_id=run_id,
         commits=len(commits),
@@ -159,6 +181,26 @@ def check_run(
         partitions=[walk.results[tp] for tp in sorted(walk.results)],
         violations=walk.violations,
         notes=walk.notes,
+        earlier_tries_rows=sum(earlier.values()),
+        earlier_tries_commits=len(earlier),
+    )
+
+
+def _check_earlier_tries(walk: _Walk, earlier: dict[int, int], job_versions: Collection[int]) -> None:
+    """The run's commits the reporting try did not write: an earlier try's, all before the reporting try's."""
+    first = min(job_versions, default=None)
+    late = sorted(v for v in earlier if first is not None and v > first)
+    if late:
+        walk.violations.append(
+            f"Delta version(s) {', '.join(map(str, late))} of this run were committed after the reporting "
+            f"try's first commit (version {first}) by another driver of the run: an earlier try was still "
+            "writing"
+        )
+    versions = sorted(earlier)
+    walk.notes.append(
+        f"Delta version(s) {', '.join(map(str, versions))} ({sum(earlier.values())} rows in {len(versions)} "
+        "commits) were written by an earlier try of this run's job, which ended before it could report; "
+        "they chain with the rest and count for the run"
     )
 
 
@@ -295,13 +337,17 @@ def _check_next_offsets(walk: _Walk, where: str, commit: BronzeCommit) -> None:
 
 
 def _check_the_end(
-    walk: _Walk, start: PositionMap | None, checkpoint_position: PositionMap | None, expected_rows: int | None
+    walk: _Walk,
+    start: PositionMap | None,
+    checkpoint_position: PositionMap | None,
+    expected_rows: int | None,
+    reported_try_rows: int,
 ) -> None:
-    """After the last commit: the job's reported rows must be the commits' rows, and the Spark checkpoint the
-    next run resumes must stand where the table now does (a note when it cannot be read from here)."""
-    if expected_rows is not None and expected_rows != walk.rows:
+    """After the last commit: the job's reported rows must be its try's commits' rows, and the Spark checkpoint
+    the next run resumes must stand where the table now does (a note when it cannot be read from here)."""
+    if expected_rows is not None and expected_rows != reported_try_rows:
         walk.violations.append(
-            f"the job reported {expected_rows} rows but the run's commits hold {walk.rows}"
+            f"the job reported {expected_rows} rows but its commits in this run hold {reported_try_rows}"
         )
     final = flatten(walk.last.next_offsets) if walk.last else flatten(start or {})
     if checkpoint_position is None:
@@ -473,12 +519,45 @@ def check_transform(
     elif commits:
         notes.append("a batch boundary falls inside a bronze version; records read not compared per version")
     if expected is not None:
-        reported = {k: int(expected.get(k, 0)) for k in ("read", *COUNT_KEYS)}
-        found = {"read": read, **counts}
-        skipped = any(b.get("skipped_replay") for b in expected.get("batches", []))
-        if reported != found and not skipped:
-            violations.append(f"the job reported {reported} but the run's silver commits hold {found}")
+        _check_reported(expected, commits, violations, notes)
     return TransformCheck(len(commits), read, counts, violations, notes)
+
+
+def _check_reported(expected: dict[str, Any], commits: Sequence[SilverCommit], violations: list[str],
+                    notes: list[str]) -> None:  # fmt: skip
+    """The job's totals must be those of the silver commits its try wrote (its summary's batches name their
+    versions). Every try of a run counts: an earlier try that Airflow retried may have committed batches
+    before it died; they are checked like the rest above and named here, and must all precede the
+    reporting try's own."""
+    batches = expected.get("batches", [])
+    named = all("silver_version" in b for b in batches)
+    versions = {b["silver_version"] for b in batches if b.get("silver_version") is not None}
+    mine = [c for c in commits if c.version in versions] if named else list(commits)
+    earlier = [c for c in commits if named and c.version not in versions]
+    if earlier:
+        first = min(versions, default=None)
+        late = [
+            c.version for c in earlier if first is not None and c.version is not None and c.version > first
+        ]
+        if late:
+            violations.append(
+                f"silver version(s) {', '.join(map(str, late))} of this run were committed after the reporting "
+                f"try's first batch (silver version {first}) by another driver of the run"
+            )
+        notes.append(
+            f"silver version(s) {', '.join(str(c.version) for c in earlier)} ({sum(c.read for c in earlier)} "
+            "bronze records read) were written by an earlier try of this run's transform, which ended before "
+            "it could report; they are accounted for with the rest"
+        )
+    reported = {k: int(expected.get(k, 0)) for k in ("read", *COUNT_KEYS)}
+    found = {
+        "read": sum(c.read for c in mine),
+        **{k: sum(c.counts.get(k, 0) for c in mine) for k in COUNT_KEYS},
+    }
+    # A summary without the batches' versions (an older job) cannot tell its commits from a replay's.
+    skipped = not named and any(b.get("skipped_replay") for b in batches)
+    if reported != found and not skipped:
+        violations.append(f"the job reported {reported} but its silver commits in this run hold {found}")
 
 
 @dataclass

@@ -49,6 +49,9 @@ MAINTAIN_TASK = "maintain"
 CHECK_CONTINUITY_TASK = "check_continuity"
 MIRROR_OFFSETS_TASK = "mirror_offsets"
 RECORD_RUN_TASK = "record_run"
+#: The key of a step's XCom (a job task's summary, ``check_continuity``'s report) that says which of
+#: Airflow's tries reported it: ``record_run`` records how many tries each step took.
+TRY_NUMBER_KEY = "try_number"
 
 
 def bronze_app_prefix(pipeline: str) -> str:

@@ -178,7 +178,7 @@ def _dag_arguments(cfg: PipelineConfig) -> dict[str, Any]:
         doc_md=dag_doc(cfg),
         default_args={
             "retries": cfg.retries,
-            "retry_delay": timedelta(seconds=30),
+            "retry_delay": timedelta(seconds=settings.retry_delay_s()),
             "retry_exponential_backoff": True,
             "max_retry_delay": timedelta(minutes=10),
         },

@@ -637,6 +637,7 @@ def check_continuity(cfg: PipelineConfig, client: dict[str, str], *, run_id: str
         expected_rows=None if job_summary is None or backfill else int(job_summary["rows"]),
         count_records=count,
         dag_id=cfg.name,
+        job_versions=None if job_summary is None or backfill else reported_versions(job_summary),
     )
     if backfill:
         report.backfill = continuity.check_backfill(
@@ -648,6 +649,15 @@ def check_continuity(cfg: PipelineConfig, client: dict[str, str], *, run_id: str
         report.transform = check_transform(cfg, before=transform_before or {}, job_summary=transform_summary,
                                            bronze=bronze, options=options)  # fmt: skip
     return report
+
+
+def reported_versions(job_summary: dict) -> set[int] | None:
+    """The Delta versions the reporting try of ingest committed (its summary's batches); ``None`` when the
+    summary does not list them, and every commit of the run is taken as that try's."""
+    batches = job_summary.get("batches")
+    if not isinstance(batches, list) or any("delta_version" not in b for b in batches):
+        return None
+    return {int(b["delta_version"]) for b in batches if b.get("delta_version") is not None}
 
 
 def transform_versions(cfg: PipelineConfig, *, options: TableOptions | None = None) -> dict:

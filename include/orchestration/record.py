@@ -23,6 +23,7 @@ from include.contract.jobs import (
     RECORD_RUN_TASK,
     START_CLUSTER_TASK,
     TRANSFORM_TASK,
+    TRY_NUMBER_KEY,
     WAIT_FOR_LAG_TASK,
     TransformSummary,
     ingest_step_summary,
@@ -76,6 +77,11 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
     lag_by_tp = {(p["topic"], p["partition"]): p for p in lag_report.get("partitions", [])}
     after_by_tp = {(p["topic"], p["partition"]): p for p in (lag_after or {}).get("partitions", [])}
     written = {(t, int(p)): v for t, parts in summary.partitions.items() for p, v in parts.items()}
+    # Every try counts: rows an earlier, retried try of ingest committed are the run's too (the continuity
+    # check read them from the run's commits), and so are the partitions' ranges then.
+    earlier = (continuity or {}).get("earlier_tries_rows") or 0
+    if earlier:
+        written = {(p["topic"], int(p["partition"])): p for p in continuity["partitions"]}
     partitions = []
     for tp in sorted(set(lag_by_tp) | set(after_by_tp) | set(written)):
         before, after, w = lag_by_tp.get(tp, {}), after_by_tp.get(tp, {}), written.get(tp, {})
@@ -108,8 +114,9 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
         "epoch": summary.epoch,
         "bronze_version_before": version_before,
         "bronze_version_after": summary.bronze_version if summary.bronze_version is not None else version_before,
-        "rows": summary.rows,
-        "commits": summary.commits,
+        "rows": summary.rows + earlier,
+        "commits": summary.commits + ((continuity or {}).get("earlier_tries_commits") or 0),
+        **_tries(xcoms, transform, continuity),
         "lag_before": lag_report.get("total_lag"),
         "lag_after": (lag_after or {}).get("total_lag"),
         "lost": sum(g["until"] - g["from"] for g in gaps) if gaps else lag_report.get("total_lost", 0),
@@ -131,6 +138,16 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
 
 #: The job tasks whose failure leaves the job's error in XCom (include/orchestration/spark_operator.py).
 JOB_TASKS = (INGEST_TASK, TRANSFORM_TASK, MAINTAIN_TASK)
+
+
+def _tries(xcoms: dict[str, Any], transform: Any, continuity: Any) -> dict[str, Any]:
+    """Ledger columns ``tries`` (the most tries a step took) and ``tries_json`` (per step), from the try number
+    each step's XCom carries; empty when no step reported one."""
+    reported = {INGEST_TASK: xcoms.get("ingest"), TRANSFORM_TASK: transform, MAINTAIN_TASK: xcoms.get("maintain"),
+                CHECK_CONTINUITY_TASK: continuity}  # fmt: skip
+    tries = {task: int(x[TRY_NUMBER_KEY]) for task, x in reported.items()
+             if isinstance(x, dict) and x.get(TRY_NUMBER_KEY)}  # fmt: skip
+    return {"tries": max(tries.values()), "tries_json": tries} if tries else {}
 
 
 def _job_error(failed: list[str], xcoms: dict[str, Any]) -> PipelineError | None:

@@ -49,6 +49,7 @@ from include.contract.jobs import (
     PREFLIGHT_TASK,
     START_CLUSTER_TASK,
     TRANSFORM_TASK,
+    TRY_NUMBER_KEY,
     BackfillArgs,
     BackfillSummary,
     IngestArgs,
@@ -490,6 +491,8 @@ class SparkJobOperator(BaseOperator):
         self._hook = None
         #: The step's summary once this task has it: what its lineage reports on completion.
         self._summary: dict | None = None
+        #: Airflow's try number of the running try (1 on the first), carried in the summary as ``try_number``.
+        self._try_number = 1
 
     def job_args(self, context: Any, folder: Path, summary_path: Path) -> list[str]:
         """The job's arguments; credentials it needs go to the run folder's ``secrets/``
@@ -528,8 +531,10 @@ class SparkJobOperator(BaseOperator):
         return self.lineage(None)
 
     def _finish(self, summary: dict, note: str = "") -> dict:
-        """The task's end with the step's ``summary``: its log line, kept for lineage, returned as XCom."""
+        """The task's end with the step's ``summary``: its log line, kept for lineage, returned as XCom with the
+        try that reported it (``record_run`` records how many tries each step took)."""
         print(self.summary_line(summary) + note)
+        summary = {**summary, TRY_NUMBER_KEY: self._try_number}
         self._summary = summary
         return summary
 
@@ -575,6 +580,7 @@ class SparkJobOperator(BaseOperator):
         from include.spark import jvm_deps, spark_cluster
         from include.spark.spark_submit import dies_with_parent, package_py_files
 
+        self._try_number = try_number(context)
         cfg = self.pipeline
         in_pod = cfg.cluster.profile == "kubernetes"
         folder = self.run_folder(context)
@@ -586,8 +592,7 @@ class SparkJobOperator(BaseOperator):
             _remove_scratch(scratch)  # an earlier try's, killed with its task process
         pod_base = None
         if in_pod:
-            ti = context.get("ti")
-            pod_base = k8s_pod_base(cfg.name, self.task_id, context["run_id"], int(getattr(ti, "try_number", 1) or 1))
+            pod_base = k8s_pod_base(cfg.name, self.task_id, context["run_id"], self._try_number)
         started = self._started(context)
         try:
             # Inside the block that removes them: a submission that fails half way (a missing registry
@@ -846,8 +851,8 @@ class LaterStepOperator(SparkJobOperator):
     def execute(self, context: Any) -> dict:
         from airflow.sdk.exceptions import AirflowException
 
-        ti = context.get("ti")
-        if int(getattr(ti, "try_number", 1) or 1) == 1:
+        self._try_number = try_number(context)
+        if self._try_number == 1:
             folder = self.run_folder(context)
             summary_path = folder / f"{self.task_id}-summary.json"
             error_path = folder / self.error_file
@@ -950,6 +955,11 @@ def raise_if_lock_lost(failure: PipelineError) -> None:
         from airflow.sdk.exceptions import AirflowFailException
 
         raise AirflowFailException(str(failure)) from failure
+
+
+def try_number(context: Any) -> int:
+    """Airflow's try number of the running task (1 on its first try; 1 without a task instance)."""
+    return int(getattr(context.get("ti"), "try_number", 1) or 1)
 
 
 def request_plan(context: Any) -> dict:

@@ -34,7 +34,7 @@ from airflow.sdk import BaseOperator, PokeReturnValue
 
 from include.config import PipelineConfig
 from include.contract.errors import PipelineError
-from include.contract.jobs import INGEST_TASK, PREFLIGHT_TASK, TRANSFORM_TASK
+from include.contract.jobs import INGEST_TASK, PREFLIGHT_TASK, TRANSFORM_TASK, TRY_NUMBER_KEY
 
 if TYPE_CHECKING:  # the OpenLineage provider is imported only when lineage is asked for
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -331,14 +331,15 @@ class ContinuityOperator(BaseOperator):
     def execute(self, context: Any) -> dict:
         ti, cfg = context["ti"], self.pipeline
         return run_task(
-            ti, self._check, cfg, run_id=context["run_id"], preflight_result=ti.xcom_pull(task_ids=PREFLIGHT_TASK),
+            ti, self._check, cfg, try_number=int(getattr(ti, "try_number", 1) or 1), run_id=context["run_id"],
+            preflight_result=ti.xcom_pull(task_ids=PREFLIGHT_TASK),
             ingest_summary=ti.xcom_pull(task_ids=INGEST_TASK),
             transform_summary=ti.xcom_pull(task_ids=TRANSFORM_TASK) if cfg.transform else None,
         )  # fmt: skip
 
-    def _check(self, cfg: PipelineConfig, **kwargs: Any) -> dict:
+    def _check(self, cfg: PipelineConfig, *, try_number: int = 1, **kwargs: Any) -> dict:
         try:
-            self._report = check_continuity(cfg, **kwargs)
+            self._report = {**check_continuity(cfg, **kwargs), TRY_NUMBER_KEY: try_number}
         except FailTask as broken:
             self._report = broken.report if isinstance(broken.report, dict) else None
             raise

@@ -46,6 +46,9 @@ COLUMNS: dict[str, str] = {
     "lag_after": "int64",
     "lost": "int64",
     "continuity": "string",  # CONTINUOUS | BROKEN | not checked
+    # how many of Airflow's tries the run's steps took: the most any step took, and per step
+    "tries": "int64",
+    "tries_json": "string",
     # the transform (null for pipelines without one): where the bronze records it read went
     "silver_read": "int64",
     "silver_upserted": "int64",

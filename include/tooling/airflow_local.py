@@ -186,3 +186,116 @@ def stop_standalone(proc: subprocess.Popen, timeout_s: float = 60) -> None:
     except ProcessLookupError:
         pass
     proc.wait()
+
+
+def login_environment(folder: Path, user: str, password: str, role: str = "admin") -> dict[str, str]:
+    """Settings for Airflow's simple auth manager with one user (its passwords file written in ``folder``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    passwords = folder / "simple-auth-passwords.json"
+    passwords.write_text(json.dumps({user: password}))
+    passwords.chmod(0o600)
+    return {
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{user}:{role}",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+    }
+
+
+class AirflowApi:
+    """Airflow's REST API (v2) on ``127.0.0.1:port``, as a user of the simple auth manager.
+
+    What the scheduler tests, the soak and the Compose test drive a running Airflow with: trigger runs,
+    unpause DAGs, read runs and task instances (with their try numbers) as the UI shows them.
+    """
+
+    def __init__(self, port: int, user: str, password: str, *, host: str = "127.0.0.1") -> None:
+        self.root = f"http://{host}:{port}"
+        self._login = {"username": user, "password": password}
+        self._token: str | None = None
+
+    def request(self, method: str, path: str, body: object = None, *, timeout: float = 60,
+                token: bool = True) -> tuple[int, object]:  # fmt: skip
+        """``method path`` with ``body`` as JSON; (HTTP status, the answer's JSON or text). Never raises on a status."""
+        import urllib.error
+        import urllib.request
+
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        if token:
+            headers["Authorization"] = f"Bearer {self.token()}"
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.root + path, data=data, headers=headers, method=method)
+        # No proxies (see wait_until_serving).
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(req, timeout=timeout) as resp:
+                status, text = resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            status, text = exc.code, exc.read().decode()
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, text
+
+    def token(self) -> str:
+        """A JWT from ``POST /auth/token``, asked once."""
+        if self._token is None:
+            status, answer = self.request("POST", "/auth/token", self._login, token=False)
+            if status not in (200, 201) or not isinstance(answer, dict):
+                raise RuntimeError(f"Airflow refused the login of {self._login['username']!r}: {status} {answer}")
+            self._token = str(answer["access_token"])
+        return self._token
+
+    def _ok(self, method: str, path: str, body: object = None) -> dict:
+        status, answer = self.request(method, path, body)
+        if status >= 300 or not isinstance(answer, dict):
+            raise RuntimeError(f"{method} {path} answered {status}: {str(answer)[:2000]}")
+        return answer
+
+    def wait_for_dag(self, dag_id: str, *, timeout_s: float = 180) -> dict:
+        """The DAG once the DAG processor has parsed it."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status, answer = self.request("GET", f"/api/v2/dags/{dag_id}")
+            if status == 200 and isinstance(answer, dict):
+                return answer
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"DAG {dag_id!r} did not appear within {timeout_s:.0f}s: {status} {answer}")
+            time.sleep(2)
+
+    def unpause(self, dag_id: str) -> None:
+        """Let the scheduler run ``dag_id``'s runs."""
+        self._ok("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+
+    def trigger(self, dag_id: str, conf: dict | None = None, *, run_id: str | None = None) -> tuple[int, object]:
+        """``POST /api/v2/dags/{dag_id}/dagRuns`` (a manual run, no logical date); (status, answer)."""
+        body: dict[str, object] = {"logical_date": None, "conf": conf or {}}
+        if run_id:
+            body["dag_run_id"] = run_id
+        return self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)
+
+    def runs(self, dag_id: str) -> list[dict]:
+        """Every run of ``dag_id``, oldest first."""
+        answer = self._ok("GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=run_after&limit=1000")
+        return list(answer.get("dag_runs") or [])
+
+    def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict]:
+        """The run's task instances by task id (``state``, ``try_number``, ...)."""
+        import urllib.parse
+
+        answer = self._ok("GET", f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances")
+        return {ti["task_id"]: ti for ti in answer.get("task_instances") or []}
+
+    def wait_for_run(self, dag_id: str, run_id: str, *, timeout_s: float = 900) -> dict:
+        """The run once it has ended (``success`` or ``failed``)."""
+        import time
+        import urllib.parse
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            run = self._ok("GET", f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}")
+            if run.get("state") in ("success", "failed"):
+                return run
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"run {run_id} of {dag_id} did not end within {timeout_s:.0f}s: {run.get('state')}")
+            time.sleep(3)

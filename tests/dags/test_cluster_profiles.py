@@ -131,7 +131,7 @@ def _run(monkeypatch, op, *, fail: bool = False) -> tuple[list[str], list[list[s
         with pytest.raises(RuntimeError, match="spark-submit failed"):
             op.execute(_context())
     else:
-        assert op.execute(_context()) == SUMMARY
+        assert op.execute(_context()) == {**SUMMARY, "try_number": 1}
     (cmd,) = commands
     return cmd, kills
 

@@ -26,6 +26,11 @@ TRANSFORM = {"run_id": RUN_ID, "read": 3, "upserted": 3, "deleted": 0, "quaranti
              "silver_version": 1, "epoch": 0, "duration_s": 1.0}  # fmt: skip
 
 
+def tried(summary: dict, try_number: int = 1) -> dict:
+    """A step's XCom: the job's summary with the try that reported it."""
+    return {**summary, "try_number": try_number}
+
+
 @pytest.fixture(autouse=True)
 def _env(kafka_connection, monkeypatch):
     monkeypatch.delenv(settings.SPARK_LOG_LEVEL_ENV, raising=False)
@@ -84,7 +89,7 @@ def test_with_a_transform_the_ingest_task_submits_both_steps_as_one_application(
 
     seen = _submits(monkeypatch, app)
     op = IngestOperator(task_id="ingest", pipeline=cfg, master="spark://127.0.0.1:7077")
-    assert op.execute(_context()) == INGEST
+    assert op.execute(_context()) == tried(INGEST)
     (cmd,) = seen
     assert str(settings.PROJECT_ROOT / "spark_jobs" / "run_steps.py") in cmd
     steps = _steps(cmd)
@@ -98,7 +103,7 @@ def test_with_a_transform_the_ingest_task_submits_both_steps_as_one_application(
 
     # The transform task reports that step; it submits nothing.
     seen.clear()
-    assert TransformOperator(task_id="transform", pipeline=cfg).execute(_context()) == TRANSFORM
+    assert TransformOperator(task_id="transform", pipeline=cfg).execute(_context()) == tried(TRANSFORM)
     assert seen == []
 
 
@@ -118,7 +123,7 @@ def test_transform_failure_in_the_application_fails_the_transform_task_not_inges
         Path(steps[1]["error_path"]).write_text(json.dumps({"job": "bronze_to_silver", "error": "silver is odd"}))
 
     seen = _submits(monkeypatch, app)
-    assert IngestOperator(task_id="ingest", pipeline=cfg, master="spark://x:7077").execute(_context()) == INGEST
+    assert IngestOperator(task_id="ingest", pipeline=cfg, master="spark://x:7077").execute(_context()) == tried(INGEST)
     from airflow.sdk.exceptions import AirflowException
 
     seen.clear()
@@ -129,7 +134,7 @@ def test_transform_failure_in_the_application_fails_the_transform_task_not_inges
     # Its retry submits the transform alone.
     seen_retry = _submits(monkeypatch, lambda cmd: Path(_arg(cmd, "summary-path")).write_text(json.dumps(TRANSFORM)))
     op = TransformOperator(task_id="transform", pipeline=cfg, master="spark://x:7077")
-    assert op.execute(_context(try_number=2)) == TRANSFORM
+    assert op.execute(_context(try_number=2)) == tried(TRANSFORM, 2)
     assert str(settings.PROJECT_ROOT / "spark_jobs" / "bronze_to_silver.py") in seen_retry[0]
 
 
@@ -142,9 +147,9 @@ def test_application_dying_after_ingest_keeps_ingest_and_the_transform_task_subm
         raise RuntimeError("Cannot execute: spark-submit ... Error code is: -9.")
 
     _submits(monkeypatch, app)
-    assert IngestOperator(task_id="ingest", pipeline=cfg, master="spark://x:7077").execute(_context()) == INGEST
+    assert IngestOperator(task_id="ingest", pipeline=cfg, master="spark://x:7077").execute(_context()) == tried(INGEST)
     alone = _submits(monkeypatch, lambda cmd: Path(_arg(cmd, "summary-path")).write_text(json.dumps(TRANSFORM)))
-    assert TransformOperator(task_id="transform", pipeline=cfg, master="spark://x:7077").execute(_context()) == TRANSFORM
+    assert TransformOperator(task_id="transform", pipeline=cfg, master="spark://x:7077").execute(_context()) == tried(TRANSFORM)
     assert len(alone) == 1 and str(settings.PROJECT_ROOT / "spark_jobs" / "bronze_to_silver.py") in alone[0]
 
 
@@ -208,7 +213,7 @@ def test_maintenance_due_is_the_last_step_of_the_runs_application_and_its_task_r
     assert run_steps.read_steps(_arg(seen[0], "steps-file"))[1][-1][0] == "maintain_tables"
 
     seen.clear()
-    assert MaintainOperator(task_id="maintain", pipeline=cfg).execute(_context(maintenance=due)) == MAINTAINED
+    assert MaintainOperator(task_id="maintain", pipeline=cfg).execute(_context(maintenance=due)) == tried(MAINTAINED)
     assert seen == []
     assert "SUMMARY maintain: bronze files 12 -> 1, 2.0 -> 1.5 MB in 1.0s; silver no table yet" in capsys.readouterr().out
 
@@ -239,8 +244,8 @@ def test_maintenance_failure_in_the_application_fails_the_maintain_task_and_a_re
         Path(steps[2]["error_path"]).write_text(json.dumps({"job": "maintain_tables", "error": "disk full"}))
 
     seen = _submits(monkeypatch, app)
-    assert IngestOperator(task_id="ingest", pipeline=cfg, master="local[1]").execute(_context(maintenance=due)) == INGEST
-    assert TransformOperator(task_id="transform", pipeline=cfg).execute(_context(maintenance=due)) == TRANSFORM
+    assert IngestOperator(task_id="ingest", pipeline=cfg, master="local[1]").execute(_context(maintenance=due)) == tried(INGEST)
+    assert TransformOperator(task_id="transform", pipeline=cfg).execute(_context(maintenance=due)) == tried(TRANSFORM)
     with pytest.raises(AirflowException, match="maintain of pipeline 'orders' failed in the run's Spark application: "
                                                "disk full .the run's data stands as committed"):  # fmt: skip
         MaintainOperator(task_id="maintain", pipeline=cfg).execute(_context(maintenance=due))
@@ -248,7 +253,7 @@ def test_maintenance_failure_in_the_application_fails_the_maintain_task_and_a_re
     seen.clear()
     retry = _submits(monkeypatch, lambda cmd: Path(_arg(cmd, "summary-path")).write_text(json.dumps(MAINTAINED)))
     assert MaintainOperator(task_id="maintain", pipeline=cfg, master="local[1]").execute(
-        _context(try_number=2, maintenance=due)) == MAINTAINED  # fmt: skip
+        _context(try_number=2, maintenance=due)) == tried(MAINTAINED, 2)  # fmt: skip
     assert str(settings.PROJECT_ROOT / "spark_jobs" / "maintain_tables.py") in retry[0]
     assert "--table=quarantine=" in " ".join(retry[0])
 

@@ -175,3 +175,18 @@ def test_job_main_lets_an_unexpected_error_through_and_still_stops_the_session(t
     with pytest.raises(KeyError):
         job_common.job_main(_step(tmp_path, run), ["--pipeline=orders"])
     assert [s.stopped for s in sessions] == [1] and not (tmp_path / "summary.json").exists()
+
+
+def test_with_a_state_folder_each_failpoint_fires_its_times_then_lets_the_retried_try_pass(monkeypatch, tmp_path):
+    # Under a real scheduler the retried try runs in the same environment as the try the point killed.
+    kills: list[int] = []
+    monkeypatch.setattr(job_common.os, "kill", lambda pid, sig: None)
+    monkeypatch.setattr(job_common.os, "killpg", lambda pgid, sig: kills.append(sig))
+    monkeypatch.setenv(settings.FAILPOINT_ENV, "kill-driver-after-bronze-commit:1, kill-after-silver-commit:0*2")
+    monkeypatch.setenv(settings.FAILPOINT_STATE_ENV, str(tmp_path / "fired"))
+    for _ in range(3):
+        job_common.failpoint("bronze", 1)
+        job_common.failpoint("silver", 0)
+    assert len(kills) == 3  # bronze once, silver twice
+    assert sorted(p.name for p in (tmp_path / "fired").iterdir()) == [
+        "kill-after-silver-commit@0.0", "kill-after-silver-commit@0.1", "kill-driver-after-bronze-commit@1.0"]

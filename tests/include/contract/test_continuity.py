@@ -82,7 +82,7 @@ def test_commit_of_another_run_is_a_violation():
 
 def test_job_rows_must_match_the_commits():
     report = check([(5, commit([("t", 0, 10, 15, 5)], {"t": {0: 15, 1: 20}}))], expected_rows=6)
-    assert report.violations == ["the job reported 6 rows but the run's commits hold 5"]
+    assert report.violations == ["the job reported 6 rows but its commits in this run hold 5"]
 
 
 def test_checkpoint_behind_the_table_is_a_violation():
@@ -240,3 +240,61 @@ def test_after_a_restore_of_silver_the_run_must_reread_from_where_silver_stood_t
     # A run that went on from the old position after the RESTORE is caught.
     went_on = _silver(0, 5, 6, 0, epoch=0)
     assert not _check_transform([replace(went_on, batch_id=3)], previous, {5: 0}, 5, stand_before=stand).ok
+
+
+# --------------------------------------------------------------------------- every try of a run counts
+
+
+def _two_tries():
+    """Try 1 of the run committed version 5 and died before it reported; try 2 (Airflow's retry) committed 6."""
+    return [
+        (5, commit([("t", 0, 10, 15, 5)], {"t": {0: 15, 1: 20}})),
+        (6, commit([("t", 0, 15, 18, 3), ("t", 1, 20, 22, 2)], {"t": {0: 18, 1: 22}}, batch_id=1)),
+    ]
+
+
+def test_rows_an_earlier_try_committed_count_for_the_run_and_the_last_try_answers_for_its_own():
+    report = check_run(run_id="run-2", start=START, commits=_two_tries(), checkpoint_position={"t": {0: 18, 1: 22}},
+                       expected_rows=5, job_versions={6})  # fmt: skip
+    assert report.ok, report.violations
+    assert (report.rows, report.earlier_tries_rows, report.earlier_tries_commits) == (10, 5, 1)
+    assert "Delta version(s) 5 (5 rows in 1 commits) were written by an earlier try" in report.notes[0]
+    assert report.to_json()["earlier_tries_rows"] == 5
+
+
+def test_without_the_tries_versions_a_retried_run_reads_as_a_broken_one():
+    # What a run retried by Airflow was judged by before every try counted: a false alarm.
+    report = check_run(run_id="run-2", start=START, commits=_two_tries(), checkpoint_position={"t": {0: 18, 1: 22}},
+                       expected_rows=5)  # fmt: skip
+    assert report.violations == ["the job reported 5 rows but its commits in this run hold 10"]
+
+
+def test_a_retried_try_that_committed_nothing_new_still_accounts_for_the_earlier_tries_commits():
+    report = check_run(run_id="run-2", start=START, commits=_two_tries(), checkpoint_position={"t": {0: 18, 1: 22}},
+                       expected_rows=0, job_versions=set())  # fmt: skip
+    assert report.ok, report.violations
+    assert (report.rows, report.earlier_tries_rows, report.earlier_tries_commits) == (10, 10, 2)
+
+
+def test_an_earlier_tries_commit_after_the_reporting_tries_first_is_a_second_driver():
+    tries = _two_tries()
+    tries.append((7, commit([("t", 0, 18, 19, 1)], {"t": {0: 19, 1: 22}}, batch_id=2)))
+    report = check_run(run_id="run-2", start=START, commits=tries, checkpoint_position={"t": {0: 19, 1: 22}},
+                       expected_rows=5, job_versions={6})  # fmt: skip
+    assert report.violations == [
+        "Delta version(s) 7 of this run were committed after the reporting try's first commit (version 6) by "
+        "another driver of the run: an earlier try was still writing"
+    ]
+
+
+def test_silver_batches_an_earlier_try_committed_are_accounted_and_the_job_answers_for_its_own():
+    earlier, mine = _silver(0, 0, 1, 4, upserted=4), _silver(1, 1, 2, 3, upserted=2, superseded=1)
+    expected = {"read": 3, "upserted": 2, "superseded": 1,
+                "batches": [{"batch_id": 1, "skipped_replay": False, "silver_version": mine.version}]}  # fmt: skip
+    result = _check_transform([earlier, mine], None, {0: 4, 1: 3}, 1, expected=expected)
+    assert result.ok, result.violations
+    assert (result.read, result.counts["upserted"]) == (7, 6)
+    assert any("silver version(s) 10 (4 bronze records read) were written by an earlier try" in n for n in result.notes)
+    # the same totals against every commit of the run: what a retried transform was judged by before
+    unnamed = {**expected, "batches": [{"batch_id": 1, "skipped_replay": False}]}
+    assert not _check_transform([earlier, mine], None, {0: 4, 1: 3}, 1, expected=unnamed).ok

@@ -45,6 +45,23 @@ def test_record_success_carries_rows_ranges_and_lag(cfg):
     assert row["partitions_json"][0]["from"] == 10 and row["partitions_json"][0]["lag_before"] == 7
 
 
+def test_a_run_retried_by_airflow_records_the_rows_of_every_try_and_how_many_tries_each_step_took(cfg):
+    # Try 1 of ingest committed [10, 15) and died; try 2 (what the XCom reports) committed [15, 17).
+    row = _record(
+        cfg, {"wait_for_lag": "success", "preflight": "success", "ingest": "success", "record_run": "running"},
+        preflight={"lag": {"total_lag": 7, "partitions": []}, "table_version": 3, "accepted_gaps": [], "findings": []},
+        ingest={"rows": 2, "epoch": 1, "bronze_version": 5, "commits": 1, "try_number": 2,
+                "batches": [{"skipped_replay": False, "delta_version": 5}],
+                "partitions": {"t": {"0": {"from": 15, "until": 17, "rows": 2}}}},
+        check_continuity={"ok": True, "violations": [], "earlier_tries_rows": 5, "earlier_tries_commits": 1,
+                          "try_number": 1, "partitions": [{"topic": "t", "partition": 0, "from": 10, "until": 17,
+                                                           "rows": 7}]},
+    )  # fmt: skip
+    assert (row["outcome"], row["rows"], row["commits"]) == ("success", 7, 2)
+    assert (row["partitions_json"][0]["from"], row["partitions_json"][0]["rows"]) == (10, 7)
+    assert (row["tries"], row["tries_json"]) == (2, {"ingest": 2, "check_continuity": 1})
+
+
 def test_record_failed_names_the_task_and_the_blocking_findings(cfg):
     from include.contract.offsets import PartitionState, TopicState
     from include.contract.preflight import preflight

@@ -401,9 +401,9 @@ def test_check_continuity_fails_when_the_job_reports_rows_no_commit_holds(cfg, c
         tasks.check_continuity(cfg, run_id="manual__1", preflight_result={"table_version": None, "table_next": None},
                                ingest_summary={"rows": 3}, transform_summary=None)  # fmt: skip
     assert str(ended.value) == ("continuity check of pipeline 'orders' failed:\n"
-                                "  - the job reported 3 rows but the run's commits hold 0")  # fmt: skip
+                                "  - the job reported 3 rows but its commits in this run hold 0")  # fmt: skip
     assert ended.value.key == "failed_report" and ended.value.report["ok"] is False
-    assert ended.value.report["violations"] == ["the job reported 3 rows but the run's commits hold 0"]
+    assert ended.value.report["violations"] == ["the job reported 3 rows but its commits in this run hold 0"]
     out = capsys.readouterr().out
     assert "continuity violation: the job reported 3 rows" in out and "SUMMARY continuity: BROKEN (1 violations)" in out
 
