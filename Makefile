@@ -9,7 +9,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test-tools browser-tools db-tools demo ui test test-all test-cpu soak lint typecheck bench profile-transform lock clean
+.PHONY: setup test-tools browser-tools db-tools demo ui test test-all test-cpu soak soak-scheduler lint typecheck bench profile-transform lock clean
 
 # uv installs the same locked set as pip (constraints.txt), in about half pip's time with no cache.
 # --compile-bytecode as pip does: with PYTHONDONTWRITEBYTECODE set (as on CI) every process would
@@ -64,7 +64,7 @@ ui: setup
 TEST_WORKERS ?= 3
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 # The fast tier: every test not marked `full` (pytest.ini). `make test-all` adds the full tier.
-FAST := -m "not full"
+FAST := -m "not full and not scheduler_soak"
 test: setup test-tools
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check $(FORMATTED)
@@ -75,7 +75,7 @@ test-all: setup test-tools browser-tools db-tools
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check $(FORMATTED)
 	$(PY) -m mypy
-	$(PY) -m pytest $(XDIST)
+	$(PY) -m pytest -m "not scheduler_soak" $(XDIST)
 
 # The fast tier, with each test's CPU measured over its worker's process tree: the costliest files and
 # tests are printed at the end and kept in .cache/test-cpu/report.md (tests/cpu_report.py).
@@ -91,6 +91,15 @@ SOAK_SEED ?= random
 soak: setup
 	SOAK_FAULTS=$(SOAK_FAULTS) SOAK_SEED=$(SOAK_SEED) $(PY) -m pytest \
 	  tests/soak/test_soak.py::test_random_faults_across_runs_lose_and_duplicate_nothing -p no:xdist -s --timeout 0
+
+# The fault soak under a real scheduler (tests/soak/scheduler_soak.py), a tier of its own: the components
+# started one by one, the pipeline's default retries, scheduled runs with data arriving, REST-triggered
+# backfills, replays and normal runs, and 30 faults (SCHEDULER_SOAK_FAULTS) across every kind.
+SCHEDULER_SOAK_FAULTS ?= 30
+SCHEDULER_SOAK_SEED ?= 20261201
+soak-scheduler: setup
+	SOAK_FAULTS=$(SCHEDULER_SOAK_FAULTS) SOAK_SEED=$(SCHEDULER_SOAK_SEED) SOAK_KINDS=$(SOAK_KINDS) $(PY) -m pytest \
+	  tests/soak/test_scheduler_soak.py -p no:xdist -s --timeout 0 -m scheduler_soak
 
 bench: setup
 	$(PY) -m include.tooling.benchmark $(BENCH_ARGS)

@@ -82,6 +82,8 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
     earlier = (continuity or {}).get("earlier_tries_rows") or 0
     if earlier:
         written = {(p["topic"], int(p["partition"])): p for p in continuity["partitions"]}
+    backfill = (continuity or {}).get("backfill") or {}
+    earlier += backfill.get("earlier_tries_inserted") or 0
     partitions = []
     for tp in sorted(set(lag_by_tp) | set(after_by_tp) | set(written)):
         before, after, w = lag_by_tp.get(tp, {}), after_by_tp.get(tp, {}), written.get(tp, {})
@@ -115,7 +117,8 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
         "bronze_version_before": version_before,
         "bronze_version_after": summary.bronze_version if summary.bronze_version is not None else version_before,
         "rows": summary.rows + earlier,
-        "commits": summary.commits + ((continuity or {}).get("earlier_tries_commits") or 0),
+        "commits": summary.commits + ((continuity or {}).get("earlier_tries_commits") or 0)
+        + (backfill.get("earlier_tries_commits") or 0),
         **_tries(xcoms, transform, continuity),
         "lag_before": lag_report.get("total_lag"),
         "lag_after": (lag_after or {}).get("total_lag"),

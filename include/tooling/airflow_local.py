@@ -131,6 +131,23 @@ def start_api_server(env: Mapping[str, str], *, port: int, log_file: Path) -> su
                          port=port, log_file=log_file)  # fmt: skip
 
 
+#: The Airflow components a deployment runs, each its own process: what ``airflow standalone`` starts in one.
+COMPONENTS = ("api-server", "dag-processor", "scheduler", "triggerer")
+
+
+def start_component(env: Mapping[str, str], component: str, *, port: int, log_file: Path) -> subprocess.Popen:
+    """One Airflow component (:data:`COMPONENTS`) on its own, with the LocalExecutor, all of them reaching the API
+    server on 127.0.0.1:``port``: what a test that restarts the scheduler mid-run starts one by one.
+
+    Stop it with :func:`stop_standalone`; wait for the API server with :func:`wait_until_serving`.
+    """
+    if component not in COMPONENTS:
+        raise ValueError(f"unknown Airflow component {component!r}; expected one of {', '.join(COMPONENTS)}")
+    if component == "api-server":
+        return start_api_server(env, port=port, log_file=log_file)
+    return _start_server(env, (component,), port=port, log_file=log_file)
+
+
 def _start_server(env: Mapping[str, str], args: tuple[str, ...], *, port: int, log_file: Path) -> subprocess.Popen:
     env = dict(env)
     env.update({

@@ -572,56 +572,15 @@ class Soak:
 
     def check(self) -> list[str]:
         """Everything against an independent read-committed read of the topic; the problems found."""
-        from deltalake import DeltaTable
-
-        problems: list[str] = []
-        records = read_committed(self.bootstrap, self.topic)
-        table = self.lake / self.name
-        bronze = DeltaTable(str(table / "bronze")).to_pyarrow_table(columns=["partition", "offset"])
-        got = Counter(zip(bronze.column("partition").to_pylist(), bronze.column("offset").to_pylist(), strict=True))
-        want = {(p, o) for p, o, _, _ in records}
-        self.last_duplicates = sum(n - 1 for n in got.values() if n > 1)
-        self.last_losses = len(want - set(got))
-        extra = set(got) - want
-        if self.last_duplicates or self.last_losses or extra:
-            problems.append(f"bronze: {self.last_duplicates} duplicates, {self.last_losses} lost, "
-                                   f"{len(extra)} not in the topic, e.g. {sorted(want - set(got))[:3]}")  # fmt: skip
-
-        silver = DeltaTable(str(table / "silver")).to_pyarrow_table(
-            columns=["order_id", "_deleted", "event_time", "_kafka_partition", "_kafka_offset"]).to_pylist()
-        keys = Counter(r["order_id"] for r in silver)
-        if any(n > 1 for n in keys.values()):
-            problems.append(f"silver: keys held twice: {[k for k, n in keys.items() if n > 1][:5]}")
-        expected = newest_per_key(records)
-        actual = {r["order_id"]: (r["_deleted"], r["_kafka_partition"], r["_kafka_offset"]) for r in silver}
-        want_silver = {k: (v[0], v[2], v[3]) for k, v in expected.items()}
-        if actual != want_silver:
-            wrong = sorted(k for k in set(actual) | set(want_silver) if actual.get(k) != want_silver.get(k))
-            problems.append(f"silver: {len(wrong)} keys differ from the newest per key, e.g. "
-                                   f"{[(k, actual.get(k), want_silver.get(k)) for k in wrong[:3]]}")  # fmt: skip
-
-        quarantine = DeltaTable(str(table / "quarantine")).to_pyarrow_table(columns=["partition", "offset"])
-        q = Counter(zip(quarantine.column("partition").to_pylist(), quarantine.column("offset").to_pylist(),
-                        strict=True))  # fmt: skip
-        bad = {(p, o) for p, o, _, v in records if v is not None and is_bad(v)}
-        if any(n > 1 for n in q.values()) or set(q) != bad:
-            problems.append(f"quarantine: {sum(n - 1 for n in q.values())} duplicates, "
-                                   f"{len(bad - set(q))} missing, {len(set(q) - bad)} not bad")  # fmt: skip
-
+        problems, self.last_duplicates, self.last_losses = exact_problems(self.bootstrap, self.topic,
+                                                                          self.lake / self.name, self.name)  # fmt: skip
         # Runs that found nothing new are skipped (continuity "not checked"); the newest run that read
         # something must have succeeded with its offsets continuous.
-        runs = run_ledger.read_runs(table / "_runs")
+        runs = run_ledger.read_runs(self.lake / self.name / "_runs")
         newest = next((r for r in runs if r["outcome"] != "skipped"), None)
         if newest is None or (newest["outcome"], newest["continuity"]) != ("success", "CONTINUOUS"):
             problems.append(f"ledger: the last run that read records is "
                             f"{newest and (newest['outcome'], newest['continuity'])}")  # fmt: skip
-
-        ends = {p: high for p, (_, high) in watermarks(self.bootstrap, self.topic).items()}
-        group = {p: n for (_, p), n in kafka_state.group_offsets(
-            {"bootstrap.servers": self.bootstrap}, f"kafka-delta-elt.{self.name}",
-            [(self.topic, p) for p in ends]).items()}  # fmt: skip
-        if group != ends:
-            problems.append(f"consumer group: {group}, topic ends {ends}")
 
         left = soak_processes(self.var, self.server)
         if left:
@@ -654,6 +613,52 @@ class Soak:
         lines.append(f"maintenance (every {MAINTENANCE_EVERY} runs): tables maintained by {dict(sorted(done.items()))} "
                      "runs; every check after them passed or is listed above")  # fmt: skip
         return "\n".join(lines)
+
+
+def exact_problems(bootstrap: str, topic: str, table: Path, name: str) -> tuple[list[str], int, int]:
+    """Bronze, silver, quarantine and the consumer group of pipeline ``name`` (tables under ``table``) against an
+    independent read-committed read of ``topic``: (the problems found, bronze's duplicates, its losses)."""
+    from deltalake import DeltaTable
+
+    problems: list[str] = []
+    records = read_committed(bootstrap, topic)
+    bronze = DeltaTable(str(table / "bronze")).to_pyarrow_table(columns=["partition", "offset"])
+    got = Counter(zip(bronze.column("partition").to_pylist(), bronze.column("offset").to_pylist(), strict=True))
+    want = {(p, o) for p, o, _, _ in records}
+    duplicates = sum(n - 1 for n in got.values() if n > 1)
+    losses = len(want - set(got))
+    extra = set(got) - want
+    if duplicates or losses or extra:
+        problems.append(f"bronze: {duplicates} duplicates, {losses} lost, "
+                        f"{len(extra)} not in the topic, e.g. {sorted(want - set(got))[:3]}")  # fmt: skip
+
+    silver = DeltaTable(str(table / "silver")).to_pyarrow_table(
+        columns=["order_id", "_deleted", "event_time", "_kafka_partition", "_kafka_offset"]).to_pylist()
+    keys = Counter(r["order_id"] for r in silver)
+    if any(n > 1 for n in keys.values()):
+        problems.append(f"silver: keys held twice: {[k for k, n in keys.items() if n > 1][:5]}")
+    expected = newest_per_key(records)
+    actual = {r["order_id"]: (r["_deleted"], r["_kafka_partition"], r["_kafka_offset"]) for r in silver}
+    want_silver = {k: (v[0], v[2], v[3]) for k, v in expected.items()}
+    if actual != want_silver:
+        wrong = sorted(k for k in set(actual) | set(want_silver) if actual.get(k) != want_silver.get(k))
+        problems.append(f"silver: {len(wrong)} keys differ from the newest per key, e.g. "
+                        f"{[(k, actual.get(k), want_silver.get(k)) for k in wrong[:3]]}")  # fmt: skip
+
+    quarantine = DeltaTable(str(table / "quarantine")).to_pyarrow_table(columns=["partition", "offset"])
+    q = Counter(zip(quarantine.column("partition").to_pylist(), quarantine.column("offset").to_pylist(),
+                    strict=True))  # fmt: skip
+    bad = {(p, o) for p, o, _, v in records if v is not None and is_bad(v)}
+    if any(n > 1 for n in q.values()) or set(q) != bad:
+        problems.append(f"quarantine: {sum(n - 1 for n in q.values())} duplicates, "
+                        f"{len(bad - set(q))} missing, {len(set(q) - bad)} not bad")  # fmt: skip
+
+    ends = {p: high for p, (_, high) in watermarks(bootstrap, topic).items()}
+    group = {p: n for (_, p), n in kafka_state.group_offsets(
+        {"bootstrap.servers": bootstrap}, f"kafka-delta-elt.{name}", [(topic, p) for p in ends]).items()}  # fmt: skip
+    if group != ends:
+        problems.append(f"consumer group: {group}, topic ends {ends}")
+    return problems, duplicates, losses
 
 
 def _files(folder: Path, pattern: str) -> set[str]:

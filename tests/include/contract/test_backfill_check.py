@@ -52,7 +52,7 @@ def test_backfill_confirmed_by_delta_and_the_job():
     assert (result.commits, result.read, result.inserted) == (1, 15, 3)
     assert result.violations == [] and result.notes == []
     assert result.summary_line() == "backfill confirmed: 15 records re-read, 3 inserted, 12 were there already"
-    assert result.to_json() == {"ok": True, "commits": 1, "read": 15, "inserted": 3, "present": 12,
+    assert result.to_json() == {"ok": True, "commits": 1, "read": 15, "inserted": 3, "earlier_tries_inserted": 0, "earlier_tries_commits": 0, "present": 12,
                                 "violations": [], "notes": []}  # fmt: skip
 
 
@@ -83,7 +83,7 @@ def test_another_runs_backfill_is_noted_not_counted():
 
 def test_job_reporting_other_inserts_than_the_commit_is_a_violation():
     result = check([(7, bcommit((0, 10, 20, 10, 3)), {"numTargetRowsInserted": "3"})], expected={"inserted": 4})
-    assert result.violations == ["the job reported 4 rows inserted but the run's backfill commits hold 3"]
+    assert result.violations == ["the job reported 4 rows inserted but its backfill commits in this run hold 3"]
 
 
 def test_nothing_missing_means_no_commit_and_the_jobs_ranges_are_checked():
@@ -102,7 +102,7 @@ def test_nothing_missing_means_no_commit_and_the_jobs_ranges_are_checked():
 
 def test_job_claiming_inserts_without_a_commit_is_a_violation():
     result = check([], expected={"inserted": 2, "read": 5, "ranges": []})
-    assert result.violations == ["the job reported 2 rows inserted but the run's backfill commits hold 0"]
+    assert result.violations == ["the job reported 2 rows inserted but its backfill commits in this run hold 0"]
     assert not result.ok
     assert (result.commits, result.read, result.inserted) == (0, 5, 0)
 
@@ -258,3 +258,16 @@ def test_backfill_range_from_json_defaults_counts_to_zero():
 def test_invalid_backfill_ranges_raise(args, message):
     with pytest.raises(OffsetError, match=message):
         BackfillRange("orders", 0, *args)
+
+
+def test_a_backfill_try_that_died_after_its_commit_counts_and_the_retried_try_answers_for_its_own():
+    # Try 1 inserted 3 rows at version 7 and died; try 2 found them there, inserted nothing, wrote no commit.
+    expected = {"inserted": 0, "read": 10, "bronze_version": None, "ranges": [
+        {"topic": "orders", "partition": 0, "from": 10, "until": 20, "read": 10, "inserted": 0}]}  # fmt: skip
+    result = check([(7, bcommit((0, 10, 20, 10, 3)), {"numTargetRowsInserted": "3"})], expected=expected)
+    assert result.ok, result.violations
+    assert (result.inserted, result.earlier_tries_inserted, result.earlier_tries_commits) == (3, 3, 1)
+    assert "3 rows were inserted by an earlier try of this run's backfill" in result.notes[0]
+    # judged against every commit of the run, as before every try counted, the same run is broken
+    assert not check([(7, bcommit((0, 10, 20, 10, 3)), {"numTargetRowsInserted": "3"})],
+                     expected={k: v for k, v in expected.items() if k != "bronze_version"}).ok
