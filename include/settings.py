@@ -59,6 +59,9 @@ PROTOBUF_JAVA_VERSION = "4.36.2"
 LAKEHOUSE_ROOT_ENV = "KDE_LAKEHOUSE_ROOT"
 #: Folder of pipeline files, instead of ``include/pipelines`` (tests, deployments).
 PIPELINES_DIR_ENV = "KDE_PIPELINES_DIR"
+#: Folders (separated by ``os.pathsep``) besides a pipeline file's own whose files a pipeline file may name
+#: as its schema files (include/config/owned_files.py); an operator's setting, never a pipeline file's.
+PIPELINE_FILE_ROOTS_ENV = "KDE_PIPELINE_FILE_ROOTS"
 #: ``KDE_SPARK_LOG_LEVEL=INFO`` (or DEBUG, ...) brings Spark's own INFO lines back into the task log.
 SPARK_LOG_LEVEL_ENV = "KDE_SPARK_LOG_LEVEL"
 #: Spark's log levels, most verbose first.
@@ -100,6 +103,11 @@ def lakehouse_root_override() -> str | None:
 def pipelines_dir() -> Path:
     """Where the pipeline files are read from: ``KDE_PIPELINES_DIR``, else ``<project>/include/pipelines``."""
     return Path(os.environ.get(PIPELINES_DIR_ENV) or PROJECT_ROOT / "include" / "pipelines")
+
+
+def pipeline_file_roots() -> tuple[Path, ...]:
+    """``KDE_PIPELINE_FILE_ROOTS``: the folders, besides a pipeline file's own, its schema files may be in."""
+    return tuple(Path(p) for p in os.environ.get(PIPELINE_FILE_ROOTS_ENV, "").split(os.pathsep) if p.strip())
 
 
 def spark_log_level() -> str:

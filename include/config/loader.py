@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath
 from pydantic import ValidationError
 
 from include import settings
+from include.config import owned_files
 from include.config.errors import PipelineConfigError, _config_error, _describe, _did_you_mean, _display_path
 from include.config.pipeline import _PIPELINE_FILE, PipelineConfig, PipelineFile, TablesConfig
 from include.config.sections import (
@@ -65,6 +66,11 @@ def load_pipeline(path: str | os.PathLike[str]) -> PipelineConfig:
     """Read and validate one pipeline file; raises :class:`PipelineConfigError`."""
     path = Path(path)
     shown = _display_path(path)
+    try:
+        # A pipeline file is its folder's own: a symlink to a file elsewhere is refused before it is read.
+        owned_files.check_owned(path, shown, path.parent)
+    except owned_files.NotOwnedFile as exc:
+        raise PipelineConfigError(shown, "(file)", f"expected a pipeline file of its folder: {exc}") from None
     data = _read_yaml(path, shown)
     try:
         file = _PIPELINE_FILE.validate_python(data, context={"folder": path.parent})
@@ -115,6 +121,7 @@ def load_pipelines(
                     f"expected a name no other pipeline uses, got {config.name!r}, already used by {names[config.name]}",
                 )
             mine = [(getattr(config.tables, key), key) for key, *_ in _TABLE_LOCATIONS]
+            _check_not_reserved(shown, mine)
             _check_apart(shown, mine, claimed)
             names[config.name] = shown
             claimed.extend((location, key, config.name, shown) for location, key in mine)
@@ -360,8 +367,26 @@ def _join_location(root: str, *parts: str) -> str:
     return str(Path(root, *parts))
 
 
+#: URI schemes that name one store, as Hadoop's and delta-rs' clients read them: compared as the first.
+_SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
+
+
+def _comparable(location: str) -> str:
+    """``location`` as what it resolves to, so that two spellings of one folder compare equal: a local path or a
+    ``file://`` URI made absolute with its symlinks resolved, a URI's scheme aliases folded (``s3a://`` is
+    ``s3://``), its host lower-cased and its path normalised."""
+    head, sep, rest = location.partition("://")
+    if not sep or head.lower() == "file":
+        return "file://" + os.path.realpath(os.path.expanduser(rest if sep else location))
+    scheme = _SCHEME_ALIASES.get(head.lower(), head.lower())
+    host, _, path = rest.partition("/")
+    return f"{scheme}://{host.lower()}" + os.path.normpath("/" + path).rstrip("/")
+
+
 def _relation(location: str, other: str) -> str | None:
-    """How ``location`` lies to ``other`` when they overlap (the same, inside, or holding it); ``None`` when apart."""
+    """How ``location`` lies to ``other`` when they overlap (the same, inside, or holding it), compared by what
+    they resolve to (:func:`_comparable`); ``None`` when apart."""
+    location, other = _comparable(location), _comparable(other)
     if location == other:
         return "the same location as"
     if _is_within(location, other):
@@ -369,6 +394,34 @@ def _relation(location: str, other: str) -> str | None:
     if _is_within(other, location):
         return "a folder holding"
     return None
+
+
+def _reserved_folders() -> tuple[tuple[str, str], ...]:
+    """Folders no table, checkpoint, ledger or lock may be at, inside or hold: a table's VACUUM deletes the files
+    it does not know (the run folders' credentials among them), and the others are the deployment's own."""
+    return (
+        (
+            str(settings.VAR_DIR / "runs"),
+            "the run folders (KDE_VAR_DIR/runs), where the jobs' credentials are",
+        ),
+        (str(settings.pipelines_dir()), "the pipelines folder (KDE_PIPELINES_DIR)"),
+        (str(settings.CACHE_DIR), "the jars and archives cache (KDE_CACHE_DIR)"),
+        (str(settings.PROJECT_ROOT / "dags"), "the DAG folder"),
+    )
+
+
+def _check_not_reserved(shown: str, mine: list[tuple[str, str]]) -> None:
+    """No location of a pipeline overlaps a folder of :func:`_reserved_folders`."""
+    for location, key in mine:
+        for folder, what in _reserved_folders():
+            relation = _relation(location, folder)
+            if relation is not None:
+                raise PipelineConfigError(
+                    shown,
+                    f"tables.{key}",
+                    f"expected {_LOCATION_NAMES[key]} apart from {what}, got {location!r}, {relation} {folder}; "
+                    "choose a folder of the pipeline's own (tables.lakehouse_root)",
+                )
 
 
 def _is_within(inner: str, outer: str) -> bool:

@@ -28,6 +28,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic_core import PydanticUseDefault
 
 from include import settings
+from include.config import owned_files
 from include.config.errors import (
     _choices,
     _config_error,
@@ -40,7 +41,7 @@ from include.config.errors import (
 )
 from include.config.sections import _SECTION_CONFIG, _optional, _Section
 from include.config.validators import _choice, _integer, _text
-from include.config.yaml_reader import _read_yaml
+from include.config.yaml_reader import _parse_yaml
 from include.contract.transform_spec import (
     CDC_SOURCES,
     DEFAULT_MAX_VALUE_BYTES,
@@ -328,7 +329,9 @@ class ValueSchemaSection(_Section):
     file: Annotated[str, _text(_AVSC_EXPECTED)] | None = Field(
         default=None,
         description="An Avro schema file (.avsc), relative to the pipeline file's folder: the record schema "
-        "every value was written with (plain Avro binary, no header). Read when the pipeline file is loaded.",
+        "every value was written with (plain Avro binary, no header). Read when the pipeline file is loaded. "
+        "It must be a regular file of at most 1 MiB inside the pipelines folder (symlinks resolved) or under a "
+        "folder the operator lists in KDE_PIPELINE_FILE_ROOTS; any other path is refused unread.",
     )
     registry: Annotated[str, _text("an Airflow connection id")] | None = Field(
         default=None,
@@ -385,8 +388,9 @@ class ValueSchemaSection(_Section):
         """The :class:`ValueSchema` the Spark job reads: the registry subject named, or the file's schema."""
         if self.file is not None:
             shown = Path(self.file)
+            # The loader checked that the file is the pipeline's own; here it must still be a bounded regular file.
             text, _ = _read_avro_schema_file(
-                self.file, settings.PROJECT_ROOT if not shown.is_absolute() else Path("/")
+                self.file, settings.PROJECT_ROOT if not shown.is_absolute() else Path("/"), owned=False
             )
             return ValueSchema(file=self.file, text=text)
         subject = self.subject
@@ -480,7 +484,9 @@ class TransformSection(_Section):
     schema_file: Annotated[str, _text(_SCHEMA_FILE_EXPECTED)] | None = Field(
         default=None,
         description="Instead of schema: a YAML file holding that same mapping; a relative path is taken from "
-        "the pipeline file's folder. Errors in it name that file.",
+        "the pipeline file's folder. Errors in it name that file. It must be a regular file of at most 1 MiB "
+        "inside the pipelines folder (symlinks resolved) or under a folder the operator lists in "
+        "KDE_PIPELINE_FILE_ROOTS; any other path is refused unread.",
     )
     key: Annotated[str | tuple[str, ...], BeforeValidator(_check_key)] = Field(
         description="Required: a field name or a list of them, the silver table's MERGE key; each of type "
@@ -640,13 +646,18 @@ def _file_beside(value: Any, folder: Path, expected: str, at: str) -> tuple[Path
     return path, _display_path(path)
 
 
-def _read_avro_schema_file(value: Any, folder: Path) -> tuple[str, str]:
-    """The text of ``transform.value_schema.file`` and the file as shown; it must hold an Avro record schema."""
+def _read_avro_schema_file(value: Any, folder: Path, *, owned: bool = True) -> tuple[str, str]:
+    """The text of ``transform.value_schema.file`` and the file as shown; it must hold an Avro record schema.
+
+    ``owned``: the file must be the pipeline file's own (:mod:`include.config.owned_files`); a job reading
+    the file the loader already checked passes ``False``, and the file must still be a bounded regular file.
+    """
     path, shown = _file_beside(value, folder, _AVSC_EXPECTED, ".file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _invalid(f"{_AVSC_EXPECTED}; cannot read {shown!r}: {exc}", value, at=".file") from None
+        real = owned_files.check_owned(path, shown, folder if owned else path.parent)
+        text = owned_files.read_owned(real, shown)
+    except (OSError, owned_files.NotOwnedFile) as exc:
+        raise _problem(f"expected {_AVSC_EXPECTED}: {exc}", ".file") from None
     try:
         schema = json.loads(text)
     except ValueError as exc:
@@ -675,7 +686,12 @@ def _read_schema_file(value: Any, folder: Path) -> tuple[dict[str, SchemaField],
         is_file = False
     if not is_file:
         raise _invalid(f"{expected}; looked for {shown!r}, which is not a file", value, at=".schema_file")
-    data = _read_yaml(path, shown)
+    try:
+        text = owned_files.read_owned(owned_files.check_owned(path, shown, folder), shown)
+    except (OSError, owned_files.NotOwnedFile) as exc:
+        # Never what the file holds: it may be a file the pipeline does not own.
+        raise _problem(f"expected {expected}: {exc}", ".schema_file") from None
+    data = _parse_yaml(text, shown)
     try:
         return _SCHEMA_FILE.validate_python(data), shown
     except ValidationError as exc:

@@ -906,6 +906,40 @@ def test_a_location_inside_equal_to_or_above_another_pipelines_is_refused(tmp_pa
     assert f"{relation} ({first}); give each pipeline its own folders" in errors[str(second)]
 
 
+@pytest.mark.parametrize(("a", "b"), [
+    ("{root}/lake/a_orders/bronze", "file://{root}/lake/a_orders/bronze"),  # a scheme on a local path
+    ("{root}/lake/a_orders/bronze", "{root}/lake/../lake/a_orders/bronze/"),
+    ("{root}/lake/a_orders/bronze", "{root}/linked/a_orders/bronze"),  # a symlink to the same folder
+    ("s3a://Bucket/lake/a/bronze", "s3://bucket/lake//a/bronze"),  # a scheme alias, a host's case
+])  # fmt: skip
+def test_two_spellings_of_one_table_location_are_one_location(tmp_path, a, b):
+    # Compared as strings, these let two pipelines share a table, and one's VACUUM delete the other's files.
+    (tmp_path / "lake").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "lake")
+    (tmp_path / "pipes").mkdir()
+    _write(tmp_path / "pipes", _set("tables.bronze_path", a.format(root=tmp_path)), "a.yaml")
+    second = _write(tmp_path / "pipes", _set("tables.bronze_path", b.format(root=tmp_path)), "b.yaml")
+    configs, errors = load_pipelines(tmp_path / "pipes")
+    assert list(configs) == ["a"], errors
+    assert "the same location as tables.bronze_path" in errors[str(second)]
+
+
+def test_a_table_may_not_lie_in_the_run_folders_or_hold_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(settings, "VAR_DIR", tmp_path / "var")
+    (tmp_path / "pipes").mkdir()
+    for tables, relation in (({"tables.lakehouse_root": str(tmp_path / "var" / "runs" / "x")}, "inside"),
+                             ({"tables.lakehouse_root": str(tmp_path / "lh"), "tables.bronze_path": str(tmp_path / "var")},
+                              "a folder holding")):  # fmt: skip
+        path = _write(tmp_path / "pipes", _config(**tables), "a.yaml")
+        configs, errors = load_pipelines(tmp_path / "pipes")
+        assert configs == {}
+        assert "apart from the run folders (KDE_VAR_DIR/runs), where the jobs' credentials are, got" in errors[str(path)]
+        assert relation in errors[str(path)]
+    # the default, <KDE_VAR_DIR>/lakehouse, is apart from them
+    _write(tmp_path / "pipes", _set("tables.lakehouse_root", str(tmp_path / "var" / "lakehouse")), "a.yaml")
+    assert list(load_pipelines(tmp_path / "pipes")[0]) == ["a"]
+
+
 def test_unexpected_loader_failure_is_contained_to_its_file(tmp_path, monkeypatch):
     _write(tmp_path, BASE, "a.yaml")
     boom = _write(tmp_path, BASE, "boom.yaml")
@@ -1482,6 +1516,70 @@ def test_schema_file_that_is_missing_names_the_path_looked_for(tmp_path):
     assert err.problem.endswith("got 'schemas/typo.schema.yaml' (str)")
 
 
+SECRET = "supersecretvalue-abcdef-0123456789"
+
+
+@pytest.mark.parametrize("how", ["absolute", "dotdot", "symlink"])
+def test_a_schema_file_outside_the_pipelines_folder_is_refused_without_reading_it(tmp_path, how):
+    # A secrets file the DAG processor can read: the loader once printed its content in the import error.
+    secret = tmp_path / "secrets" / "jwt_secret"
+    secret.parent.mkdir()
+    secret.write_text(SECRET)
+    value = {"absolute": str(secret), "dotdot": "../secrets/jwt_secret", "symlink": "schemas/linked.yaml"}[how]
+    path = _schema_files(tmp_path, TRANSFORM["schema"], value)
+    (tmp_path / "pipes" / "schemas" / "linked.yaml").symlink_to(secret)
+    for field in ("transform.schema_file", "transform.value_schema.file"):
+        data = _transform_config(**{"transform.schema": DELETE, "transform.schema_file": value})
+        if field.endswith("value_schema.file"):
+            data = _transform_config(**{"transform.format": "avro", "transform.value_schema": {"file": value}})
+        path = _write(tmp_path / "pipes", data)
+        err = _error(path)
+        assert err.field == field, str(err)
+        assert SECRET not in str(err) and "supersecret" not in str(err)
+        assert f"resolves to {secret}, outside the pipelines folder {tmp_path / 'pipes'}" in err.problem
+        assert "KDE_PIPELINE_FILE_ROOTS" in err.problem  # the fix
+
+
+def test_a_root_the_operator_lists_lets_a_pipeline_file_name_a_schema_there(tmp_path, monkeypatch):
+    shared = tmp_path / "shared-schemas"
+    shared.mkdir()
+    _write(shared, TRANSFORM["schema"], "orders.schema.yaml")
+    path = _schema_files(tmp_path, TRANSFORM["schema"], str(shared / "orders.schema.yaml"))
+    assert "outside the pipelines folder" in _error(path).problem
+    monkeypatch.setenv(settings.PIPELINE_FILE_ROOTS_ENV, str(shared))
+    assert load_pipeline(path).transform == TRANSFORM_SPEC
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "large"])
+def test_a_schema_file_that_is_not_a_bounded_regular_file_is_refused_before_it_is_read(tmp_path, monkeypatch, kind):
+    import os
+
+    path = _schema_files(tmp_path, TRANSFORM["schema"], "schemas/odd.yaml")
+    odd = tmp_path / "pipes" / "schemas" / "odd.yaml"
+    if kind == "device":  # /dev/zero once hung the DAG processor: only a file under a listed root may be read
+        monkeypatch.setenv(settings.PIPELINE_FILE_ROOTS_ENV, "/dev")
+        odd.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(odd)
+    else:
+        odd.write_text("a: string\n" + "#" * (2 << 20))
+    data = _transform_config(**{"transform.format": "avro", "transform.value_schema": {"file": "schemas/odd.yaml"}})
+    err = _error(_write(tmp_path / "pipes", data))  # the value_schema path: the schema_file one checks is_file first
+    assert err.field == "transform.value_schema.file"
+    assert ("is not a regular file" if kind != "large" else "over the 1048576 a schema file may hold") in err.problem
+    assert path.exists()
+
+
+def test_a_pipeline_file_that_links_outside_its_folder_is_refused_unread(tmp_path):
+    secret = tmp_path / "elsewhere.yaml"
+    secret.write_text(f"name: {SECRET}\n")
+    (tmp_path / "pipes").mkdir()
+    (tmp_path / "pipes" / "orders.yaml").symlink_to(secret)
+    configs, errors = load_pipelines(tmp_path / "pipes")
+    assert configs == {} and SECRET not in str(errors)
+    assert "resolves to" in next(iter(errors.values())) and "outside the pipelines folder" in next(iter(errors.values()))
+
+
 def test_schema_file_that_is_a_folder_is_refused(tmp_path):
     err = _error(_schema_files(tmp_path, TRANSFORM["schema"], "schemas"))
     assert err.field == "transform.schema_file" and "which is not a file" in err.problem
@@ -1689,7 +1787,7 @@ def test_a_registry_names_the_reader_schemas_subject_and_version(tmp_path, value
     ({"file": "schemas/payment.avsc"}, "json_schema", ["p"], "transform.value_schema.file",
      "expected registry for format json_schema"),
     ({"file": "schemas/missing.avsc"}, "avro", ["p"], "transform.value_schema.file",
-     "schemas/missing.avsc': [Errno 2] No such file or directory"),
+     "schemas/missing.avsc': No such file or directory"),
     ({"file": "schemas/payment.avsc", "version": 2}, "avro", ["p"], "transform.value_schema.version",
      "expected no version with a schema file"),
     ({"registry": "sr"}, "avro", ["a", "b"], "transform.value_schema.subject_strategy",
