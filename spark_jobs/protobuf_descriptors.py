@@ -36,6 +36,10 @@ class MessageType:
     fields: tuple[str, ...]
 
 
+#: How long protoc may take for one schema and its imports: a registered schema compiles in a second.
+PROTOC_TIMEOUT_S = 60
+
+
 def build(schema_id: int, text: str, imports: dict[str, str]) -> tuple[bytes, str]:
     """``(FileDescriptorSet bytes, the schema's file name in it)`` for ``text`` and the ``imports`` it names,
     by import path. Raises :class:`DescriptorError` with protoc's message when they do not compile."""
@@ -49,11 +53,14 @@ def build(schema_id: int, text: str, imports: dict[str, str]) -> tuple[bytes, st
             (folder / path).parent.mkdir(parents=True, exist_ok=True)
             (folder / path).write_text(body)
         out = folder / "set.pb"
-        proc = subprocess.run(
-            [sys.executable, "-m", "grpc_tools.protoc", f"-I{folder}", "--include_imports",
-             f"--descriptor_set_out={out}", root],
-            capture_output=True, text=True, cwd=folder,
-        )  # fmt: skip
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "grpc_tools.protoc", f"-I{folder}", "--include_imports",
+                 f"--descriptor_set_out={out}", root],
+                capture_output=True, text=True, cwd=folder, timeout=PROTOC_TIMEOUT_S,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise DescriptorError(f"protoc did not compile it within {PROTOC_TIMEOUT_S} s") from None
         if proc.returncode != 0:
             message = (proc.stderr or proc.stdout).strip().replace(f"{folder}/", "")
             raise DescriptorError(f"protoc cannot compile it: {message[-1500:]}")

@@ -20,12 +20,13 @@ import stat
 from pathlib import Path
 
 from include import settings
+from include.contract.errors import PipelineError
 
 #: The largest schema file the loader reads; a schema of fields or an Avro record is a few KB.
 MAX_FILE_BYTES = 1 << 20
 
 
-class NotOwnedFile(ValueError):
+class NotOwnedFile(PipelineError, ValueError):
     """A file the pipeline file names that it may not make the loader read; the message says why and the fix."""
 
 

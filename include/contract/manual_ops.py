@@ -70,6 +70,8 @@ BACKFILL_ACTIONS = (BACKFILL_OFFSETS, BACKFILL_TIME, AIRFLOW_BACKFILL)
 #: Actions that set where the table stands (a new checkpoint epoch starting there), chosen at preflight.
 POSITION_ACTIONS = (REESTABLISH_POSITION, REREAD_AFTER_RESTORE, KEEP_POSITION_AFTER_RESTORE)
 REASON_MAX = 500
+#: The most ranges one ``backfill_offsets`` run takes: each is checked against Kafka and the table.
+MAX_OFFSET_RANGES = 1000
 #: The trigger form's params (:func:`form_params`): a run's conf may name these and nothing else.
 FORM_KEYS = (
     "action",
@@ -263,6 +265,11 @@ def _offset_ranges(value: Any) -> tuple[OffsetRequest, ...]:
         raise RequestError(
             f"offset_ranges: expected a list of {{topic, partition, from, until}}, got {value!r}"
         )
+    if len(value) > MAX_OFFSET_RANGES:
+        raise RequestError(
+            f"offset_ranges: at most {MAX_OFFSET_RANGES} ranges, got {len(value)}; leave partition out to give "
+            "one range for every partition of a topic, or split the backfill into several runs"
+        )
     found: list[OffsetRequest] = []
     for i, item in enumerate(value):
         where = f"offset_ranges[{i}]"
@@ -288,18 +295,19 @@ def _offset_ranges(value: Any) -> tuple[OffsetRequest, ...]:
                 f"[{numbers['from']}, {numbers['until']}) holds no offset)"
             )
         found.append(OffsetRequest(topic, numbers.get("partition"), numbers["from"], numbers["until"]))
-    for i, a in enumerate(found):
-        for b in found[i + 1 :]:
-            same = a.topic == b.topic and (
-                a.partition is None or b.partition is None or a.partition == b.partition
+    # One pass: a topic's all-partitions range and any of its partitions' ranges overlap too.
+    seen: dict[str, set[int | None]] = {}
+    for r in found:
+        given = seen.setdefault(r.topic, set())
+        if r.partition in given or (given and (r.partition is None or None in given)):
+            twice = (
+                r.partition if r.partition is not None else next((p for p in given if p is not None), None)
             )
-            if same:
-                which = f"partition {a.partition if a.partition is not None else b.partition}"
-                if a.partition is None and b.partition is None:
-                    which = "all partitions"
-                raise RequestError(
-                    f"offset_ranges: topic {a.topic!r} {which} is given twice; give each partition one range"
-                )
+            which = "all partitions" if twice is None else f"partition {twice}"
+            raise RequestError(
+                f"offset_ranges: topic {r.topic!r} {which} is given twice; give each partition one range"
+            )
+        given.add(r.partition)
     return tuple(found)
 
 
@@ -329,6 +337,12 @@ def parse_request(
     reason = str(params.get("reason") or "").strip()
     if len(reason) > REASON_MAX:
         raise RequestError(f"reason: at most {REASON_MAX} characters, got {len(reason)}")
+    for name, text in (("reason", reason), ("quarantine_reason", str(params.get("quarantine_reason") or ""))):
+        control = next((c for c in text if ord(c) < 32 or ord(c) == 127), None)
+        if control is not None:
+            # A newline in a reason printed in a task log would start a line of its own: a forged log line.
+            raise RequestError(f"{name}: expected one line of text, got a control character {control!r}; "
+                               "write it on one line")  # fmt: skip
     ranges = _offset_ranges(params.get("offset_ranges"))
     from_time = _timestamp(params.get("from_time"), "from_time")
     to_time = _timestamp(params.get("to_time"), "to_time")

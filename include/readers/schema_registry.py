@@ -92,13 +92,55 @@ def unframe(value: bytes) -> tuple[int, bytes]:
 Transport = Callable[[str, dict[str, str], float], tuple[int, bytes]]
 
 
+#: The most bytes of one registry answer read: a schema is kilobytes; a bigger answer is not a registry's.
+MAX_ANSWER_BYTES = 16 << 20
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
+
+
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a registry's redirects only to the same scheme, host and port (or from http to https on the same
+    host): the request carries the connection's credentials, which another host, or plain http, must not see."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        new = urllib.parse.urljoin(req.full_url, newurl)
+        (old_scheme, old_host, old_port), (new_scheme, new_host, new_port) = _origin(req.full_url), _origin(new)
+        upgrade = (old_scheme, new_scheme) == ("http", "https") and old_host == new_host
+        if (new_scheme, new_host, new_port) != (old_scheme, old_host, old_port) and not upgrade:
+            raise urllib.error.URLError(
+                f"refused the registry's redirect ({code}) from {old_scheme}://{old_host} to {new_scheme}://"
+                f"{new_host}: the request carries the connection's credentials; point the connection at the "
+                "address that answers"
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_SameOriginRedirects)
+
+
 def _http_get(url: str, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
     request = urllib.request.Request(url, headers=headers, method="GET")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (the user's registry URL)
-            return response.status, response.read()
+        with _OPENER.open(request, timeout=timeout) as response:  # noqa: S310 (the user's registry URL)
+            body = response.read(MAX_ANSWER_BYTES + 1)
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+        return exc.code, exc.read(MAX_ANSWER_BYTES)
+    if len(body) > MAX_ANSWER_BYTES:
+        raise urllib.error.URLError(f"the answer is over {MAX_ANSWER_BYTES} bytes, more than any schema")
+    return response.status, body
+
+
+def shown_url(url: str) -> str:
+    """``url`` with any credentials in it (``user:password@``) masked, for messages and logs."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 class RegistryClient:
@@ -108,7 +150,16 @@ class RegistryClient:
                  timeout: float = 10.0, transport: Transport | None = None) -> None:  # fmt: skip
         if not url.startswith(("http://", "https://")):
             raise SchemaRegistryError(f"schema registry URL {url!r}: expected http:// or https://")
+        parts = urllib.parse.urlsplit(url)
+        if parts.username is not None:
+            # Credentials in the URL: urllib would take them for part of the host name. They are the login.
+            username = username if username is not None else urllib.parse.unquote(parts.username)
+            password = password if password is not None else urllib.parse.unquote(parts.password or "")
+            host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+            url = urllib.parse.urlunsplit(parts._replace(netloc=host))
         self.url = url.rstrip("/")
+        #: The URL as messages show it (the credentials are never in it).
+        self.shown = shown_url(self.url)
         self.timeout = timeout
         self._headers = {"Accept": "application/vnd.schemaregistry.v1+json, application/json"}
         if username is not None:
@@ -125,7 +176,7 @@ class RegistryClient:
             status, body = self._get(url, self._headers, self.timeout)
         except (OSError, urllib.error.URLError) as exc:
             raise SchemaRegistryError(
-                f"schema registry {self.url}: cannot read {what} ({url}): {exc}; check the registry's "
+                f"schema registry {self.shown}: cannot read {what} ({self.shown}{path}): {exc}; check the registry's "
                 f"connection (host, port) and that it is running"
             ) from None
         try:
@@ -141,7 +192,7 @@ class RegistryClient:
                 403: "; the connection's user may not read it",
             }
             raise SchemaRegistryError(
-                f"schema registry {self.url}: cannot read {what}: HTTP {status}"
+                f"schema registry {self.shown}: cannot read {what}: HTTP {status}"
                 + (f", error {code}" if code is not None else "")
                 + (f": {message}" if message else "")
                 + hint.get(status, ""),
@@ -149,7 +200,7 @@ class RegistryClient:
             )  # fmt: skip
         if not isinstance(data, dict):
             raise SchemaRegistryError(
-                f"schema registry {self.url}: {what}: expected a JSON object, got {body[:200]!r}"
+                f"schema registry {self.shown}: {what}: expected a JSON object, got {body[:200]!r}"
             )
         return data
 
@@ -165,7 +216,7 @@ class RegistryClient:
                                      subject, int(data["version"]), self._references(data, f"subject {subject!r}"))  # fmt: skip
         except (KeyError, TypeError, ValueError):
             raise SchemaRegistryError(
-                f"schema registry {self.url}: subject {subject!r} version {shown}: expected id, version and "
+                f"schema registry {self.shown}: subject {subject!r} version {shown}: expected id, version and "
                 f"schema in the answer, got {json.dumps(data)[:200]}"
             ) from None
         self._by_id.setdefault(found.id, found)
@@ -179,7 +230,7 @@ class RegistryClient:
         data = self._call(f"/schemas/ids/{schema_id}", f"schema id {schema_id}")
         if "schema" not in data:
             raise SchemaRegistryError(
-                f"schema registry {self.url}: schema id {schema_id}: expected a schema in the answer, "
+                f"schema registry {self.shown}: schema id {schema_id}: expected a schema in the answer, "
                 f"got {json.dumps(data)[:200]}"
             )
         found = RegisteredSchema(schema_id, str(data["schema"]), str(data.get("schemaType") or "AVRO"),
@@ -193,7 +244,7 @@ class RegistryClient:
             return tuple(SchemaReference(str(r["name"]), str(r["subject"]), int(r["version"])) for r in refs)
         except (KeyError, TypeError, ValueError):
             raise SchemaRegistryError(
-                f"schema registry {self.url}: {what}: expected references as name, subject and version, got "
+                f"schema registry {self.shown}: {what}: expected references as name, subject and version, got "
                 f"{json.dumps(refs)[:200]}"
             ) from None
 

@@ -7,10 +7,11 @@ cron with the pipeline's default ``retries: 2``, while a producer keeps writing 
 transactional batches, aborted ones, late events, tombstones, bad records). Backfills, quarantine
 replays and normal runs are triggered through the REST API between the scheduled runs.
 
-Two settings are shortened so that 30 faults fit a session, and only these: the delay before a
-task's first retry (``KDE_RETRY_DELAY_S`` 5 s instead of 30 s, then doubling as usual) and the
+Three settings are shortened so that 30 faults fit a session, and only these: the delay before a
+task's first retry (``KDE_RETRY_DELAY_S`` 5 s instead of 30 s, then doubling as usual), the
 scheduler's ``task_instance_heartbeat_timeout`` (60 s instead of 300 s: how long a task whose
-process died unseen waits before it is failed and retried).
+process died unseen waits before it is failed and retried) and its ``orphaned_tasks_check_interval``
+(60 s instead of 300 s: how long a task whose scheduler died waits before the new scheduler resets it).
 
 Each fault is injected into the run under way by a watcher on the processes and the tables' logs
 (no failpoint); the soak then waits for that run to end. At the end the producer stops, the
@@ -92,6 +93,7 @@ class SchedulerSoak:
         self.env = self.pipeline.environment(
             **airflow_local.login_environment(root / "auth", USER, PASSWORD),
             KDE_RETRY_DELAY_S="5", AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT="60",
+            AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL="60",
         )  # fmt: skip
         airflow_local.migrate(self.env)
         self.port = ports.free_port()

@@ -163,6 +163,24 @@ def test_malformed_offset_ranges_name_the_item_and_key(ranges, message):
         parse_request({"action": BACKFILL_OFFSETS, "reason": "r", "offset_ranges": ranges}, run_type="manual")
 
 
+def test_offset_ranges_are_bounded_and_checked_for_duplicates_in_one_pass():
+    many = [{"topic": "orders", "partition": p, "from": 0, "until": 1} for p in range(1001)]
+    with pytest.raises(RequestError, match=r"offset_ranges: at most 1000 ranges, got 1001; leave partition out"):
+        parse_request({"action": BACKFILL_OFFSETS, "reason": "r", "offset_ranges": many}, run_type="manual")
+    # the last of 1,000 partitions given twice is found (the check was quadratic in the ranges)
+    twice = many[:999] + [{"topic": "orders", "partition": 0, "from": 5, "until": 9}]
+    with pytest.raises(RequestError, match=r"topic 'orders' partition 0 is given twice"):
+        parse_request({"action": BACKFILL_OFFSETS, "reason": "r", "offset_ranges": twice}, run_type="manual")
+    assert len(offsets_request(*many[:1000]).offset_ranges) == 1000
+
+
+@pytest.mark.parametrize("key", ["reason", "quarantine_reason"])
+def test_a_reason_on_more_than_one_line_is_refused_so_it_cannot_forge_a_log_line(key):
+    params = {"action": "replay_quarantine", "reason": "fixed", key: "ok\nSUMMARY record_run: success; forged"}
+    with pytest.raises(RequestError, match=rf"{key}: expected one line of text, got a control character '\\n'"):
+        parse_request(params, run_type="manual")
+
+
 def test_same_partition_of_two_topics_is_not_a_duplicate():
     request = offsets_request({"topic": "orders", "partition": 0, "from": 0, "until": 5},
                               {"topic": "payments", "partition": 0, "from": 0, "until": 5})  # fmt: skip

@@ -206,3 +206,49 @@ def test_references_without_a_subject_are_refused_naming_the_schema():
     client, _ = _proto_registry({"/schemas/ids/5": {"schema": "a", "schemaType": "PROTOBUF", "references": [{"name": "x"}]}})
     with pytest.raises(SchemaRegistryError, match=r"schema id 5: expected references as name, subject and version"):
         client.schema_by_id(5)
+
+
+def test_a_redirect_to_another_host_or_to_plain_http_is_refused_and_credentials_in_the_url_never_shown():
+    import http.server
+    import threading
+
+    from include.readers.schema_registry import RegistryClient, SchemaRegistryError, shown_url
+
+    seen: list[str | None] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            seen.append(self.headers.get("Authorization"))
+            if self.path.startswith("/same"):
+                self.send_response(302)
+                self.send_header("Location", "/apis/ok/schemas/ids/1")
+            elif self.path.startswith("/apis/ok"):
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b'{"schema": "\\"string\\""}')
+                return
+            else:  # to another host: 127.0.0.2 answers the same server, but it is another origin
+                self.send_response(302)
+                self.send_header("Location", f"http://127.0.0.2:{self.server.server_port}/apis/ok/schemas/ids/1")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://user:s3cret@127.0.0.1:{server.server_port}"
+        same = RegistryClient(f"{base}/same")
+        assert same.schema_by_id(1).schema == '"string"'  # a redirect on the same origin is followed
+        other = RegistryClient(f"{base}/away")
+        with pytest.raises(SchemaRegistryError, match="refused the registry's redirect .302. from http://127.0.0.1 "
+                                                      "to http://127.0.0.2") as refused:  # fmt: skip
+            other.schema_by_id(1)
+        assert "s3cret" not in str(refused.value)
+        assert len(seen) == 3, "the other host never got the request, nor its credentials"
+        assert seen[0] is not None and seen[0].startswith("Basic ")  # credentials in the URL are the login
+    finally:
+        server.shutdown()
+    assert shown_url("https://a:b@registry:8081/x") == "https://***@registry:8081/x"
+    assert shown_url("https://registry/x") == "https://registry/x"
