@@ -111,6 +111,13 @@ def _never_null(avro_type: Any) -> bool:
     return avro_type != "null"
 
 
+def chosen_ids(counts: dict[int, int], *, known: set[int], cap: int) -> list[int]:
+    """The schema ids of a batch to look up, at most ``cap``: the ``known`` ones the batch holds, then the others
+    by how many records carry them (most first, then the lower id); ``counts`` is records per id."""
+    ranked = sorted(counts, key=lambda i: (i not in known, -counts[i], i))
+    return sorted(ranked[:cap])
+
+
 class ValueSchemas:
     """The schemas one transform run reads values with (see the module's docstring)."""
 
@@ -261,16 +268,23 @@ class ValueSchemas:
         value = F.col("value")
         framed = (F.octet_length(value) >= HEADER_BYTES) & (F.hex(F.substring(value, 1, 1)) == "00")
         cap = self.spec.limits.schema_ids
-        # At most the cap's first ids reach the driver and the registry: random leading bytes in every
-        # record would otherwise cost one lookup per record.
-        ids = sorted(r["id"] for r in bronze.where(framed).select(
-            F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long").alias("id")).distinct()
-            .orderBy("id").limit(cap + 1).collect())  # fmt: skip
-        capped = len(ids) > cap
-        ids = ids[:cap]
+        # At most the cap's ids reach the registry: random leading bytes in every record would otherwise cost
+        # one lookup per record. Which ones: those this run knows and the reader's first, then by how many
+        # records carry them, so that a producer writing a few values under made-up ids cannot push the
+        # batch's real records out (taking the lowest ids let ids 0..19 do exactly that).
+        known = set(self.writers) | ({self.reader.id} if self.reader else set())
+        per_id = (bronze.where(framed).select(F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long").alias("id"))
+                  .groupBy("id").agg(F.count("*").alias("n")))  # fmt: skip
+        if known:
+            per_id = per_id.orderBy(F.col("id").isin(*known).desc(), F.desc("n"), "id")
+        else:
+            per_id = per_id.orderBy(F.desc("n"), "id")
+        counts = {int(r["id"]): int(r["n"]) for r in per_id.limit(cap + 1).collect()}
+        ids = chosen_ids(counts, known=known, cap=cap)
+        capped = len(counts) > len(ids)
         if capped:
             log.warning("more than %s distinct schema ids in this batch (transform.limits.schema_ids); records "
-                        "with ids above %s go to quarantine", cap, ids[-1])  # fmt: skip
+                        "with the %s others go to quarantine", cap, len(counts) - len(ids))  # fmt: skip
         for schema_id in ids:
             if schema_id not in self.writers:
                 self.writers[schema_id] = self._writer(schema_id)

@@ -83,3 +83,31 @@ def test_the_registry_file_must_hold_a_url(tmp_path):
         read_registry_file(str(path))
     path.write_text(json.dumps({"url": URL, "username": "u", "password": "p"}))
     assert read_registry_file(str(path)) == {"url": URL, "username": "u", "password": "p"}
+
+
+def test_the_schema_id_cap_keeps_known_ids_then_the_ones_most_records_carry():
+    from spark_jobs.value_formats import chosen_ids
+
+    # A producer wrote 20 values framed with made-up ids 0..19; the batch's 500 real records carry id 41.
+    counts = {**{i: 1 for i in range(20)}, 41: 500, 42: 3}
+    assert chosen_ids(counts, known=set(), cap=20) == sorted([41, 42, *range(18)])
+    assert 41 in chosen_ids(counts, known=set(), cap=1)
+    # an id the run already looked up (or the reader's) is kept even when few records carry it
+    assert chosen_ids({**counts, 7: 1}, known={42}, cap=2) == [41, 42]
+
+
+@pytest.mark.integration
+def test_made_up_schema_ids_do_not_push_a_batchs_real_records_past_the_cap(spark):
+    import dataclasses
+
+    from include.readers.schema_registry import frame
+    from tests.spark_jobs.test_silver_rules import bronze
+
+    # Values a producer framed with made-up ids 0..3 and 50 real ones under id 5, with a cap of 3: taking the
+    # lowest ids, as the cap did, put every real record in quarantine.
+    spec = dataclasses.replace(_spec(), limits=dataclasses.replace(_spec().limits, schema_ids=3))
+    values = ValueSchemas(spark, spec, client=_client())
+    rows = [(b"k", frame(i, b"{}")) for i in range(4)] + [(b"k", frame(5, b'{"id": "a"}')) for _ in range(50)]
+    plan = values.plan(bronze(spark, rows))
+    assert 5 in [w.id for w in plan.writers] and len(plan.writers) == 3
+    assert plan.id_cap == 3  # two made-up ids go to quarantine under the cap's reason; the real ones decode
