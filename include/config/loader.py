@@ -396,26 +396,25 @@ def _relation(location: str, other: str) -> str | None:
     return None
 
 
-def _reserved_folders() -> tuple[tuple[str, str], ...]:
-    """Folders no table, checkpoint, ledger or lock may be at, inside or hold: a table's VACUUM deletes the files
-    it does not know (the run folders' credentials among them), and the others are the deployment's own."""
+def _reserved_folders() -> tuple[tuple[str, str, bool], ...]:
+    """Folders no table, checkpoint, ledger or lock may be at or hold, and whether one may lie inside: a table's
+    VACUUM deletes the files it does not know (the run folders' credentials among them, or pipeline files),
+    and the pruning of old run folders would delete a table inside them."""
+    runs = "the run folders (KDE_VAR_DIR/runs), where the jobs' credentials are"
     return (
-        (
-            str(settings.VAR_DIR / "runs"),
-            "the run folders (KDE_VAR_DIR/runs), where the jobs' credentials are",
-        ),
-        (str(settings.pipelines_dir()), "the pipelines folder (KDE_PIPELINES_DIR)"),
-        (str(settings.CACHE_DIR), "the jars and archives cache (KDE_CACHE_DIR)"),
-        (str(settings.PROJECT_ROOT / "dags"), "the DAG folder"),
+        (str(settings.VAR_DIR / "runs"), runs, False),
+        (str(settings.pipelines_dir()), "the pipelines folder (KDE_PIPELINES_DIR)", True),
+        (str(settings.CACHE_DIR), "the jars and archives cache (KDE_CACHE_DIR)", True),
+        (str(settings.PROJECT_ROOT / "dags"), "the DAG folder", True),
     )
 
 
 def _check_not_reserved(shown: str, mine: list[tuple[str, str]]) -> None:
-    """No location of a pipeline overlaps a folder of :func:`_reserved_folders`."""
+    """No location of a pipeline overlaps a folder of :func:`_reserved_folders` the way it forbids."""
     for location, key in mine:
-        for folder, what in _reserved_folders():
+        for folder, what, inside_allowed in _reserved_folders():
             relation = _relation(location, folder)
-            if relation is not None:
+            if relation is not None and not (relation == "inside" and inside_allowed):
                 raise PipelineConfigError(
                     shown,
                     f"tables.{key}",

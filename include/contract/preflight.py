@@ -81,6 +81,9 @@ class LagReport:
     #: ``starting_offsets: latest`` and the table has not fixed where "latest" was yet: the next
     #: run records it, so records produced after that moment are read.
     start_unfixed: bool = False
+    #: Records bronze holds that silver has not applied (a transform that failed or was never run); ``None``
+    #: without a transform. They are work: a run with them pending is never skipped.
+    silver_pending: int | None = None
 
     @property
     def total_lag(self) -> int:
@@ -105,6 +108,7 @@ class LagReport:
             "oldest_pending_age_s": None if now is None else self.oldest_pending_age_s(now),
             "position_problem": self.position_problem,
             "start_unfixed": self.start_unfixed,
+            "silver_pending": self.silver_pending,
             "partitions": [p.to_json() for p in self.partitions],
         }
 
@@ -120,6 +124,8 @@ class LagReport:
             text += f", {self.total_lost} records lost to retention"
         if self.start_unfixed:
             text += "; the starting position 'latest' is not fixed in the table yet"
+        if self.silver_pending:
+            text += f"; silver lag {self.silver_pending} records (in bronze, not applied to silver)"
         return text
 
 
@@ -171,6 +177,13 @@ def lag_decision(report: LagReport, *, min_records: int, max_wait_s: float, now:
         )
     if report.total_lost:
         return Decision("proceed", f"{report.total_lost} records were lost to retention; preflight decides")
+    if report.silver_pending:
+        # Silver's lag is work whatever min_records says: a transform that failed runs again now.
+        return Decision(
+            "proceed",
+            f"silver lag {report.silver_pending} records: bronze holds records silver has not applied; "
+            "this run's transform applies them",
+        )
     if total == 0:
         return Decision("skip", "no new records in any partition")
     if total >= min_records:

@@ -354,11 +354,13 @@ def snapshot(cfg: PipelineConfig, client: dict[str, str], *,
     except PositionUnknownError as exc:
         version = delta_progress.table_version(cfg.tables.bronze_path, storage_options=options("bronze_path"))
         return LagReport((), version, position_problem=str(exc)), None, topics
-    return lag_report(cfg, client, topics, progress), progress, topics
+    return lag_report(cfg, client, topics, progress, options=options), progress, topics
 
 
-def lag_report(cfg: PipelineConfig, client: dict[str, str], topics: dict, progress: TableProgress | None) -> LagReport:
-    """The lag of the table standing at ``progress`` against Kafka's ``topics``, oldest pending record included."""
+def lag_report(cfg: PipelineConfig, client: dict[str, str], topics: dict, progress: TableProgress | None, *,
+               options: TableOptions | None = None) -> LagReport:  # fmt: skip
+    """The lag of the table standing at ``progress`` against Kafka's ``topics``, oldest pending record included,
+    and with a transform, silver's lag behind bronze (:func:`silver_lag`)."""
     report = measure_lag(
         progress.next_offsets if progress else None,
         topics,
@@ -373,7 +375,16 @@ def lag_report(cfg: PipelineConfig, client: dict[str, str], topics: dict, progre
         seen = [t for t in stamps.values() if t is not None]
         if seen:
             report = replace(report, oldest_pending=min(seen))
+    if cfg.transform is not None and progress is not None:
+        report = replace(report, silver_pending=silver_lag(cfg, options=options))
     return report
+
+
+def silver_lag(cfg: PipelineConfig, *, options: TableOptions | None = None) -> int:
+    """Records bronze holds that silver has not applied: from silver's stand and bronze's commits after it."""
+    options = options or TableOptions(cfg)
+    stand = delta_progress.silver_stand(cfg.tables.silver_path, cfg.name, storage_options=options("silver_path"))
+    return delta_progress.silver_pending(cfg.tables.bronze_path, stand, storage_options=options("bronze_path"))
 
 
 def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunRequest | None = None, *,
@@ -718,7 +729,7 @@ def mirror_offsets(cfg: PipelineConfig, client: dict[str, str], *,
     topics = kafka_state.read_topics(client, topics=cfg.kafka.topics, pattern=cfg.kafka.topic_pattern,
                                      timeout_s=KAFKA_TIMEOUT_S)  # fmt: skip
     progress = read_progress(cfg, topics, options=options)
-    lag = lag_report(cfg, client, topics, progress)
+    lag = lag_report(cfg, client, topics, progress, options=options)
     if progress is None:
         return {}, lag
     positions = {(t, p): o for t, parts in progress.next_offsets.items() for p, o in parts.items()}

@@ -358,6 +358,19 @@ def bronze_rows_by_version(path: TableRef, since: int, *,
     return _newest_data_version(entries, since - 1), rows
 
 
+def silver_pending(bronze: TableRef, stand: SilverStand | None, *,
+                   storage_options: dict[str, str] | None = None) -> int:
+    """Records bronze holds that the transform standing at ``stand`` (``None``: it never committed) has not
+    applied, from bronze's own commits after the stand; only the commits since the stand are read.
+
+    A stand inside a bronze version (a batch that ended between its files) counts that version whole:
+    an upper bound, never a miss.
+    """
+    since = 0 if stand is None else stand.bronze_end.version
+    _, rows = bronze_rows_by_version(bronze, since, storage_options=storage_options)
+    return sum(rows.values())
+
+
 def bronze_data_version(path: TableRef, *, storage_options: dict[str, str] | None = None) -> int | None:
     """Bronze's newest version that may hold records: the current one, less trailing maintenance commits."""
     table = _log(path, storage_options)

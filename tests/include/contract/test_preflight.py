@@ -9,6 +9,7 @@ import pytest
 from include.contract.offsets import Gap, PartitionState, TopicState
 from include.contract.preflight import (
     BLOCKING,
+    LagReport,
     lag_decision,
     measure_lag,
     preflight,
@@ -179,3 +180,15 @@ def test_an_unfixed_latest_start_or_an_unusable_position_proceeds_to_the_preflig
     broken = LagReport((), 3, position_problem="restored")
     assert lag_decision(broken, min_records=10, max_wait_s=60, now=now).action == "proceed"
     assert lag_decision(LagReport((), 3), min_records=10, max_wait_s=60, now=now).action == "skip"
+
+
+def test_records_silver_has_not_applied_are_work_whatever_kafka_and_min_records_say():
+    # A transform that failed (a poison value, a registry outage, a crash): Kafka has nothing new, but bronze
+    # holds records silver never got. The run used to be skipped ("no new records"), and silver stayed behind.
+    now = datetime(2026, 3, 1, tzinfo=UTC)
+    behind = LagReport((), 3, silver_pending=101)
+    decision = lag_decision(behind, min_records=1000, max_wait_s=60, now=now)
+    assert decision.action == "proceed" and "silver lag 101 records" in decision.reason
+    assert "silver lag 101 records (in bronze, not applied to silver)" in behind.summary_line(now)
+    assert behind.to_json()["silver_pending"] == 101
+    assert lag_decision(LagReport((), 3, silver_pending=0), min_records=1, max_wait_s=60, now=now).action == "skip"

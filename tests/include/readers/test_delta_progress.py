@@ -116,3 +116,16 @@ def test_backfill_commits_carry_what_they_inserted_and_count_as_rows_but_not_pro
     assert delta_progress.bronze_rows_by_version(bronze, 1) == (2, {1: 2, 2: 1})
     assert delta_progress.commits_since(bronze, 1) == (2, [])
     assert delta_progress.read_progress(bronze, P).commit_version == 1
+
+
+def test_silver_lag_is_the_rows_of_bronzes_commits_after_where_the_transform_stands(bronze):
+    from include.contract.transform_spec import BronzePosition, SilverStand
+
+    # No transform commit yet: every ingested row is pending; a stand past bronze's last version, none.
+    assert delta_progress.silver_pending(bronze, None) == 5
+    stand = SilverStand(epoch=0, batch_id=0, bronze_end=BronzePosition(1), source="state")  # 0 applied, 1 not
+    assert delta_progress.silver_pending(bronze, stand) == 2
+    assert delta_progress.silver_pending(bronze, SilverStand(0, 1, BronzePosition(2), "state")) == 0
+    # a stand inside version 1 (a batch that ended between its files) counts the version whole: an upper bound
+    assert delta_progress.silver_pending(bronze, SilverStand(0, 1, BronzePosition(1, 0), "state")) == 2
+    assert delta_progress.silver_pending(bronze.parent / "none", None) == 0
