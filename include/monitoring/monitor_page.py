@@ -419,6 +419,7 @@ def render_pipeline(snap: dict, *, base: str) -> str:
         "kafka_down": _kafka_down(snap),
         "ledger_down": _ledger_down(snap),
         "lag": _pick(lag, "records", "partitions_behind"),
+        "silver_lag": _d(snap.get("silver_lag")) if snap.get("silver_lag") is not None else None,
         "pending_age_s": _pending_age(lag, now),
         "last_run": {**_pick(last, "outcome", "continuity"), "relative": _relative(last_when, now)} if last else None,
         "open_gaps": _open_gaps(snap),

@@ -383,8 +383,8 @@ def lag_report(cfg: PipelineConfig, client: dict[str, str], topics: dict, progre
 def silver_lag(cfg: PipelineConfig, *, options: TableOptions | None = None) -> int:
     """Records bronze holds that silver has not applied: from silver's stand and bronze's commits after it."""
     options = options or TableOptions(cfg)
-    stand = delta_progress.silver_stand(cfg.tables.silver_path, cfg.name, storage_options=options("silver_path"))
-    return delta_progress.silver_pending(cfg.tables.bronze_path, stand, storage_options=options("bronze_path"))
+    return delta_progress.silver_lag(cfg.tables.bronze_path, cfg.tables.silver_path, cfg.name,
+                                     bronze_options=options("bronze_path"), silver_options=options("silver_path"))  # fmt: skip
 
 
 def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunRequest | None = None, *,

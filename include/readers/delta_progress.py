@@ -371,6 +371,13 @@ def silver_pending(bronze: TableRef, stand: SilverStand | None, *,
     return sum(rows.values())
 
 
+def silver_lag(bronze: TableRef, silver: TableRef, pipeline: str, *, bronze_options: dict[str, str] | None = None,
+               silver_options: dict[str, str] | None = None) -> int:  # fmt: skip
+    """Records bronze holds that silver has not applied (:func:`silver_pending` from :func:`silver_stand`)."""
+    stand = silver_stand(silver, pipeline, storage_options=silver_options)
+    return silver_pending(bronze, stand, storage_options=bronze_options)
+
+
 def bronze_data_version(path: TableRef, *, storage_options: dict[str, str] | None = None) -> int | None:
     """Bronze's newest version that may hold records: the current one, less trailing maintenance commits."""
     table = _log(path, storage_options)
