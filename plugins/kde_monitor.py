@@ -27,7 +27,7 @@ import concurrent.futures
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 # The API server puts the plugins folder on sys.path, not the project root that holds include/.
 _ROOT = str(Path(__file__).resolve().parents[1])
@@ -39,8 +39,15 @@ from fastapi import Depends, FastAPI, HTTPException, Request, status  # noqa: E4
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response  # noqa: E402
 
 from include import settings  # noqa: E402
-from include.monitoring import monitor, monitor_page  # noqa: E402
 from include.orchestration.trigger_guard import TriggerGuard  # noqa: E402
+
+if TYPE_CHECKING:
+    from include.monitoring.monitor import SchedulerView
+
+# The monitoring modules (and the Kafka and Delta readers under them) are imported when a page is asked for,
+# never at plugin load: Airflow loads plugins in every component, the scheduler among them, whose
+# LocalExecutor workers fork the task processes; a module the plugin imported there would be the one every
+# task then sees, whatever is on disk when the task starts.
 
 PREFIX = "/kde-monitor"
 URL_ROUTE = "kafka-delta"
@@ -76,13 +83,15 @@ def _is_admin(user: Any) -> bool:
     return get_auth_manager().is_authorized_configuration(method="PUT", user=user)
 
 
-def _scheduler_views(dag_ids: list[str]) -> dict[str, monitor.SchedulerView]:
+def _scheduler_views(dag_ids: list[str]) -> dict[str, SchedulerView]:
     """Paused flag and next run time of each DAG from Airflow's metadata database."""
     if not dag_ids:
         return {}
     from airflow.models.dag import DagModel
     from airflow.utils.session import create_session
     from sqlalchemy import select
+
+    from include.monitoring import monitor
 
     with create_session() as session:
         models = session.scalars(select(DagModel).where(DagModel.dag_id.in_(dag_ids))).all()
@@ -99,6 +108,7 @@ def _scheduler_views(dag_ids: list[str]) -> dict[str, monitor.SchedulerView]:
 def _snapshots(user: Any, only: str | None = None) -> tuple[list[dict], dict[str, str]]:
     """Snapshots of the pipelines ``user`` may read (or just ``only``), and invalid pipeline files."""
     from include.config import load_pipelines
+    from include.monitoring import monitor
     from include.readers.connections import kafka_client_config, server_connection
 
     configs, errors = load_pipelines(settings.pipelines_dir())
@@ -179,6 +189,8 @@ BrowserUser = Annotated[Any, Depends(_browser_user)]
 @app.get("/", response_class=HTMLResponse)
 def overview_page(request: Request, user: BrowserUser) -> HTMLResponse:
     """Every pipeline the user may read, with its health at a glance."""
+    from include.monitoring import monitor_page
+
     base, ui_root = _roots(request)
     snaps, errors = _snapshots(user)
     html = monitor_page.render_overview([_rooted(s, ui_root) for s in snaps], base=base,
@@ -189,6 +201,8 @@ def overview_page(request: Request, user: BrowserUser) -> HTMLResponse:
 @app.get("/pipelines/{name}", response_class=HTMLResponse)
 def pipeline_page(name: str, request: Request, user: BrowserUser) -> HTMLResponse:
     """One pipeline: partitions against Kafka, charts, runs, gaps and manual actions."""
+    from include.monitoring import monitor_page
+
     base, ui_root = _roots(request)
     try:
         snaps, _ = _snapshots(user, only=name)

@@ -111,3 +111,19 @@ def test_only_an_admin_sees_why_a_pipeline_file_is_invalid(pipelines, monkeypatc
     assert bool(errors) is shown
     if shown:
         assert [path.rsplit("/", 1)[-1] for path in errors] == ["gamma.yaml"]
+
+
+def test_loading_the_plugin_imports_none_of_the_product_modules_a_task_uses():
+    # Airflow loads plugins in the scheduler too, whose LocalExecutor workers fork the task processes: a module
+    # imported at plugin load is the copy every task then sees (a task once met a reader that code on disk had
+    # changed under it: "module 'include.readers.delta_progress' has no attribute ...").
+    import subprocess
+    import sys
+
+    from include import settings
+
+    code = ("import sys; sys.path.insert(0, 'plugins'); import kde_monitor; "
+            "print(sorted(m for m in sys.modules if m.startswith('include.')))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], cwd=settings.PROJECT_ROOT, capture_output=True, text=True,
+                         check=True).stdout  # fmt: skip
+    assert out.strip() == "['include.orchestration', 'include.orchestration.trigger_guard', 'include.settings']"

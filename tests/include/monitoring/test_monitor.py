@@ -270,3 +270,26 @@ def test_a_failed_runs_recorded_error_names_the_action_that_fixes_it():
     health = monitor._health(_snap(last_run={**view, "continuity": "not checked", "quarantined": None}))
     assert "to fix it, trigger the pipeline with action 'rebuild_checkpoint'" in health["reasons"]
     assert monitor._run_view({"run_id": "r2"}, "orders")["error"] is None
+
+
+def test_silver_lag_is_a_warning_with_the_records_bronze_holds_and_silver_does_not():
+    health = monitor._health(_snap(silver_lag={"records": 101, "error": None}))
+    assert health["state"] == "warning"
+    assert health["reasons"] == ["silver lag: 101 records in bronze not applied to silver yet; the next run's "
+                                 "transform applies them"]  # fmt: skip
+    assert monitor._health(_snap(silver_lag={"records": 0, "error": None}))["state"] == "ok"
+
+
+def test_the_snapshot_reads_silver_lag_from_the_tables_even_with_kafka_down(tmp_path):
+    from tests.include.readers.test_delta_progress import _ingest
+
+    lake = tmp_path / "lake"
+    file = tmp_path / "orders.yaml"
+    file.write_text(f"name: orders\nkafka: {{connection_id: k, topics: [t]}}\nschedule: null\n"
+                    f"tables: {{lakehouse_root: '{lake}'}}\n"
+                    "transform: {schema: {id: string, ts: timestamp}, key: id, ordering: ts}\n")  # fmt: skip
+    cfg = load_pipeline(file)
+    _ingest(lake / "orders" / "bronze", 0, -1, 0, 0, 3, {0: 3})  # 3 records in bronze, no silver yet
+    snap = monitor.pipeline_snapshot(cfg, {"bootstrap.servers": "127.0.0.1:1"}, timeout_s=1.0)
+    assert snap["silver_lag"] == {"records": 3, "error": None}
+    assert any(r.startswith("silver lag: 3 records") for r in snap["health"]["reasons"])
