@@ -60,6 +60,7 @@ from include.contract.jobs import (
     TransformSummary,
     ingest_step_summary,
 )
+from include.orchestration import kubernetes_allowlist
 
 if TYPE_CHECKING:  # the OpenLineage provider is imported only when lineage is asked for
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -414,6 +415,8 @@ def _existing_master_hook(cfg: PipelineConfig, application: str, common: dict[st
                 f"pipeline {cfg.name!r}: Spark connection {conn_id!r} is a Kubernetes master ({master}); "
                 "executor pods need an image: set cluster.kubernetes.image in the pipeline file"
             )
+        # The executor pods run the image with the Kafka credentials: the connection's owner must allow it.
+        kubernetes_allowlist.check_connection(cfg.name, k8s, conn_id, keys=("image", "namespace"))
         conf["spark.kubernetes.container.image"] = k8s.image
         if k8s.namespace:
             conf["spark.kubernetes.namespace"] = k8s.namespace
@@ -441,6 +444,8 @@ def _kubernetes_hook(cfg: PipelineConfig, application: str, common: dict[str, An
         )
     if k8s is None or not pod_base or not run_id:
         raise ValueError(f"pipeline {cfg.name!r}: profile kubernetes needs cluster.kubernetes, a pod name and a run id")
+    # Image, namespace, service account, volume claim and secrets: code and secrets, the connection owner's call.
+    kubernetes_allowlist.check_connection(cfg.name, k8s, conn_id)
     conf = {**job_spark_conf(cfg, transient=False, kubernetes_master=True),
             **kubernetes_conf(cfg, pod_base=pod_base, run_id=run_id)}  # fmt: skip
     if storage is not None:

@@ -47,6 +47,10 @@ K8S = {
     "shared_volume_claim": "kde-shared",
     "kafka_options_secret": "kde-kafka",
 }
+#: What the Spark connection's owner allows pipeline files to ask of Kubernetes (include/orchestration/kubernetes_allowlist.py).
+K8S_ALLOWED = {"images": ["registry.example/kafka-delta-elt:*"], "namespaces": ["data"],
+               "service_accounts": ["spark-driver"], "volume_claims": ["kde-shared"],
+               "secrets": ["kde-kafka", "kde-registry"]}  # fmt: skip
 SUMMARY = {"rows": 3, "batches": [1], "epoch": 0, "bronze_version": 1, "duration_s": 1.0,
            "checkpoint_rebuilt": None}  # fmt: skip
 
@@ -64,7 +68,8 @@ def _env(tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", json.dumps(
         {"conn_type": "spark", "host": "yarn", "extra": {"queue": "etl", "deploy-mode": "cluster"}}))  # fmt: skip
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_K8S", json.dumps(
-        {"conn_type": "spark", "host": K8S_MASTER, "extra": {"namespace": "from-connection"}}))  # fmt: skip
+        {"conn_type": "spark", "host": K8S_MASTER, "extra": {"namespace": "from-connection",
+                                                             "kubernetes_allowed": K8S_ALLOWED}}))  # fmt: skip
     monkeypatch.setattr(jvm_deps, "spark_jars", lambda: [Path(j) for j in FAKE_JARS])
     monkeypatch.setattr(spark_submit, "package_py_files", lambda *a, **k: Path(FAKE_PY_FILES))
 
@@ -319,6 +324,40 @@ def test_existing_k8s_master_without_an_image_is_refused_before_submitting(tmp_p
     cfg = _pipeline(make_pipeline, {"profile": "existing_master", "master_connection_id": "spark_k8s"})
     with pytest.raises(ValueError, match=r"'spark_k8s' is a Kubernetes master .* set cluster.kubernetes.image"):
         _run(monkeypatch, IngestOperator(task_id="ingest", pipeline=cfg))
+
+
+@pytest.mark.parametrize(("changes", "key", "value"), [
+    ({"image": "attacker.example/miner:latest"}, "image", "attacker.example/miner:latest"),
+    ({"namespace": "kube-system"}, "namespace", "kube-system"),
+    ({"service_account": "cluster-admin"}, "service_account", "cluster-admin"),
+    ({"shared_volume_claim": "other-teams-data"}, "shared_volume_claim", "other-teams-data"),
+    ({"kafka_options_secret": "payments-db-password"}, "kafka_options_secret", "payments-db-password"),
+])  # fmt: skip
+def test_a_pipeline_file_may_ask_kubernetes_only_for_what_the_spark_connection_allows(
+    tmp_path, make_pipeline, monkeypatch, kube_client, changes, key, value
+):
+    # The image is code that runs with the Kafka credentials, the secrets are secrets: not the author's call.
+    cfg = _kubernetes(make_pipeline, tmp_path, **changes)
+    with pytest.raises(PipelineError, match=rf"cluster.kubernetes.{key} '{value}' is not allowed by Airflow "
+                                            rf"connection 'spark_k8s' \(extra kubernetes_allowed\."):  # fmt: skip
+        _run(monkeypatch, IngestOperator(task_id="ingest", pipeline=cfg))
+    # existing_master on k8s:// runs executors of the file's image too
+    other = _pipeline(make_pipeline, {"profile": "existing_master", "master_connection_id": "spark_k8s",
+                                      "kubernetes": {"image": "attacker.example/miner:latest"}})  # fmt: skip
+    with pytest.raises(PipelineError, match="cluster.kubernetes.image 'attacker.example/miner:latest' is not allowed"):
+        _run(monkeypatch, IngestOperator(task_id="ingest", pipeline=other))
+
+
+def test_a_spark_connection_without_an_allowlist_allows_nothing_and_a_malformed_one_is_refused():
+    from include.config import KubernetesConfig
+    from include.orchestration.kubernetes_allowlist import KubernetesNotAllowed, check_allowed
+
+    k8s = KubernetesConfig(image="registry.example/kafka-delta-elt:1.4")
+    with pytest.raises(KubernetesNotAllowed, match=r"extra kubernetes_allowed.images allows nothing"):
+        check_allowed("p", k8s, "spark_k8s", {})
+    with pytest.raises(KubernetesNotAllowed, match=r"unknown keys \['imagez'\]"):
+        check_allowed("p", k8s, "spark_k8s", {"kubernetes_allowed": {"imagez": ["x"]}})
+    check_allowed("p", k8s, "spark_k8s", {"kubernetes_allowed": {"images": ["registry.example/*"]}})
 
 
 def test_k8s_master_without_the_kubernetes_provider_is_a_clear_error(tmp_path, make_pipeline, monkeypatch):
