@@ -302,15 +302,23 @@ def quarantine_selected(path: TableRef, selection: ReplaySelection, *,
     """``(rows selection takes, rows in all)`` of the quarantine table at ``path`` (``(0, 0)``: no table).
 
     Reads the four columns the selection looks at, for the count a ``replay_quarantine`` request is
-    refused on before a cluster starts.
+    refused on before a cluster starts, a batch of rows at a time: the memory it takes does not grow with
+    the quarantine (which a producer fills).
     """
     table = _open(path, storage_options)
     if table is None:
         return 0, 0
     data = table.to_pyarrow_dataset()
     columns = [c for c in ("reason", "fields", "timestamp", "replay_outcome") if c in data.schema.names]
-    rows = data.to_table(columns=columns).to_pylist()
-    return sum(1 for row in rows if selection.matches(row)), len(rows)
+    selected = total = 0
+    for batch in data.to_batches(columns=columns, batch_size=QUARANTINE_BATCH_ROWS):
+        total += batch.num_rows
+        selected += sum(1 for row in batch.to_pylist() if selection.matches(row))
+    return selected, total
+
+
+#: Quarantine rows one step of :func:`quarantine_selected` holds as Python values.
+QUARANTINE_BATCH_ROWS = 10_000
 
 
 def backfill_commits_since(path: TableRef, version: int | None, *,

@@ -129,3 +129,22 @@ def test_silver_lag_is_the_rows_of_bronzes_commits_after_where_the_transform_sta
     # a stand inside version 1 (a batch that ended between its files) counts the version whole: an upper bound
     assert delta_progress.silver_pending(bronze, SilverStand(0, 1, BronzePosition(1, 0), "state")) == 2
     assert delta_progress.silver_pending(bronze.parent / "none", None) == 0
+
+
+def test_the_replay_count_reads_the_quarantine_a_batch_at_a_time(tmp_path, monkeypatch):
+    from datetime import UTC, datetime
+
+    from include.contract.replay import ReplaySelection
+
+    path = tmp_path / "quarantine"
+    n = 2_500
+    write_deltalake(str(path), pa.table({
+        "reason": pa.array(["currency: expected one of 'EUR'" if i % 5 == 0 else "amount: expected decimal"
+                            for i in range(n)]),
+        "fields": pa.array([["currency"] if i % 5 == 0 else ["amount"] for i in range(n)], pa.list_(pa.string())),
+        "timestamp": pa.array([datetime(2026, 3, 1, tzinfo=UTC)] * n, pa.timestamp("us", tz="UTC")),
+    }))  # fmt: skip
+    monkeypatch.setattr(delta_progress, "QUARANTINE_BATCH_ROWS", 100)  # 25 batches, as a large quarantine's
+    selected, total = delta_progress.quarantine_selected(path, ReplaySelection(field="currency"))
+    assert (selected, total) == (500, 2_500)
+    assert delta_progress.quarantine_selected(tmp_path / "none", ReplaySelection()) == (0, 0)
