@@ -182,8 +182,11 @@ def test_a_summary_left_by_a_former_try_is_never_taken_for_this_ones(make_pipeli
     run_folder.mkdir(parents=True, exist_ok=True)
     (run_folder / "transform-summary.json").write_text(json.dumps(TRANSFORM))
     (run_folder / "ingest-summary.json").write_text(json.dumps(INGEST))
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="Error code is: 1"):
         op.execute(_context())
+    # the application was submitted, and neither former summary was left for this try to report
+    assert left["transform"] == run_folder / "transform-summary.json"
+    assert not (run_folder / "transform-summary.json").exists() and not (run_folder / "ingest-summary.json").exists()
 
 
 MAINTAINED = {"run_id": RUN_ID, "duration_s": 2.0, "tables": {

@@ -13,7 +13,11 @@ from include.tooling import airflow_local
 
 
 class _Health(http.server.BaseHTTPRequestHandler):
+    #: The paths asked, in order (set by a test).
+    asked: list[str] = []
+
     def do_GET(self) -> None:
+        self.asked.append(self.path)
         self.send_response(200 if self.path == "/api/v2/monitor/health" else 404)
         self.end_headers()
 
@@ -40,4 +44,7 @@ def test_waiting_for_the_local_api_server_ignores_an_http_proxy_of_the_environme
     for name in ("no_proxy", "NO_PROXY"):
         monkeypatch.delenv(name, raising=False)
     running = SimpleNamespace(poll=lambda: None, returncode=None)
+    asked: list[str] = []
+    _Health.asked = asked
     airflow_local.wait_until_serving(running, health_server, timeout_s=3)
+    assert asked == ["/api/v2/monitor/health"], "the server itself answered, not the proxy"
