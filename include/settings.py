@@ -78,7 +78,8 @@ KAFKA_SASL_PASSWORD_ENV = "KDE_KAFKA_SASL_PASSWORD"
 #: spark-submit's whole process group right after that batch's commit, before Spark commits the batch
 #: to its checkpoint: the crash window exactly-once must survive.
 #: ``kill-driver-after-<stage>-commit:<batch id>`` kills only the Python driver (under Airflow, the
-#: process group is the task runner's too). Several points are separated by commas.
+#: process group is the task runner's too). ``kill[-driver]-before-silver-commit:<batch id>`` kills the
+#: transform with nothing of the batch written. Several points are separated by commas.
 FAILPOINT_ENV = "KDE_FAILPOINT"
 #: A folder that makes each failpoint fire a bounded number of times (once, or ``<point>*<n>``) and
 #: records each firing there: under a real scheduler the retried try runs in the same environment, and

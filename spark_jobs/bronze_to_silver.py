@@ -436,6 +436,7 @@ class SilverBatchWriter(BatchWriter):
             # Silver's MERGE and quarantine's append carry one txn action each (their own app ids): the
             # lock's epoch is checked just before them instead.
             check_fence(self.spark, self.cfg.silver_path, self.cfg.fence)
+            failpoint("silver", batch_id, when="before")  # a transform that dies with nothing written
             self._write_quarantine(quarantine, commit, batch_id)
             timer.lap("quarantine_write")
             if self.truncates:

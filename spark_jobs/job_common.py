@@ -509,13 +509,13 @@ def _armed(name: str) -> bool:
     return False
 
 
-def failpoint(stage: str, batch_id: int) -> None:
-    """Kill the job if ``KDE_FAILPOINT`` (:func:`include.settings.failpoint`) asks for it after ``stage``'s
-    commit of ``batch_id``."""
-    for point in (f"kill-after-{stage}-commit:{batch_id}", f"kill-driver-after-{stage}-commit:{batch_id}"):
+def failpoint(stage: str, batch_id: int, *, when: str = "after") -> None:
+    """Kill the job if ``KDE_FAILPOINT`` (:func:`include.settings.failpoint`) asks for it ``when`` (``after`` or
+    ``before``) ``stage``'s commit of ``batch_id``."""
+    for point in (f"kill-{when}-{stage}-commit:{batch_id}", f"kill-driver-{when}-{stage}-commit:{batch_id}"):
         if not _armed(point):
             continue
-        log.warning("failpoint %s: killing the job after the %s commit of batch %s", point, stage, batch_id)
+        log.warning("failpoint %s: killing the job %s the %s commit of batch %s", point, when, stage, batch_id)
         sys.stdout.flush()
         if point.startswith("kill-driver"):
             os.kill(os.getpid(), signal.SIGKILL)

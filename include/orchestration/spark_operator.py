@@ -117,6 +117,24 @@ def _hook_class():
     return RunClusterSparkSubmitHook
 
 
+#: Avro's own bounds (Avro 1.12, in Spark 4.2): a length or count over them throws before the decoder allocates.
+AVRO_LIMITS = ("string", "bytes", "collectionItems")
+
+
+def avro_limit_flags(cfg: PipelineConfig) -> str:
+    """JVM flags that bound what Avro allocates for one value to the pipeline's ``transform.max_value_bytes``.
+
+    A value's string, bytes or array cannot be longer than the value itself, yet a 10-byte value whose
+    length varint claims 2 GiB made the decoder allocate that much: the executor died of OutOfMemoryError
+    and no record of the batch reached silver. With the bound, Avro throws instead, PERMISSIVE ``from_avro``
+    gives that value a record of nulls, and it goes to quarantine alone. Empty without a transform.
+    """
+    if cfg.transform is None:
+        return ""
+    bound = cfg.transform.max_value_bytes
+    return "".join(f" -Dorg.apache.avro.limits.{kind}.maxLength={bound}" for kind in AVRO_LIMITS)
+
+
 def job_spark_conf(cfg: PipelineConfig, *, transient: bool, kubernetes_master: bool = False,
                    workers: int | None = None, backlog: int | None = None) -> dict[str, str]:
     """Spark settings of a job for this pipeline's cluster profile (without the per-run pod settings).
@@ -133,13 +151,14 @@ def job_spark_conf(cfg: PipelineConfig, *, transient: bool, kubernetes_master: b
 
     k8s = cfg.cluster.kubernetes
     in_pod = kubernetes_master and cfg.cluster.profile == "kubernetes"
+    limits = avro_limit_flags(cfg)
     conf = {
         **BASE_CONF,
         # A run's driver lives seconds: it plans and commits on a cluster, or processes a backlog the
         # cluster sizing judged small in local mode (jvm_cds.driver_options).
         "spark.driver.extraJavaOptions": driver_java_options(k8s.app_dir if in_pod and k8s else None,
-                                                             short_job=True),
-        "spark.executor.extraJavaOptions": KAFKA_JVM_FLAGS,
+                                                             short_job=True) + limits,
+        "spark.executor.extraJavaOptions": KAFKA_JVM_FLAGS + limits,
         "spark.executor.cores": str(cfg.cluster.worker_cores),
         "spark.executor.memory": cfg.cluster.worker_memory,
     }
