@@ -466,7 +466,9 @@ class SilverBatchWriter(BatchWriter):
         value_plan = self.values.plan(bronze) if self.values else None
         decoded = silver_rules.decode(bronze, spec, self.fields, value_plan).persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(decoded)
-        budget = spec.limits.new_columns - len(self.summary.fields_added)
+        run_left = spec.limits.new_columns - len(self.summary.fields_added)
+        table_left = spec.limits.silver_columns - len(self.fields)
+        budget = min(run_left, table_left)
         new = silver_rules.plan_new_fields(decoded, spec, self.fields, budget=budget)
         if new.added:
             add_fields(self.spark, cfg.silver_path, new.added,
@@ -479,9 +481,11 @@ class SilverBatchWriter(BatchWriter):
             decoded = silver_rules.decode(bronze, spec, self.fields, value_plan)
         if new.refused:
             allowed = [f.name for f in self.fields] + list(new.waiting)
-            log.warning("batch %s: records with new fields beyond transform.limits.new_columns (%s a run) go to "
-                        "quarantine", batch_id, spec.limits.new_columns)  # fmt: skip
-            decoded = silver_rules.refuse_new_fields(decoded, allowed, spec.limits.new_columns)
+            cap = (f"transform.limits.new_columns ({spec.limits.new_columns} new silver columns a run)"
+                   if run_left <= table_left else
+                   f"transform.limits.silver_columns ({spec.limits.silver_columns} silver columns in all)")  # fmt: skip
+            log.warning("batch %s: records with new fields beyond %s go to quarantine", batch_id, cap)
+            decoded = silver_rules.refuse_new_fields(decoded, allowed, cap)
         if new.added or new.refused:
             decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(decoded)

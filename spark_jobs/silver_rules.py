@@ -662,11 +662,14 @@ def plan_new_fields(decoded, spec: TransformSpec, fields: Sequence[FieldSpec], *
     return NewFields(added=added, ignored=named, unknown=total - len(added), refused=refused, waiting=tuple(waiting))
 
 
-def refuse_new_fields(decoded, allowed: Sequence[str], cap: int):
+def refuse_new_fields(decoded, allowed: Sequence[str], cap: int | str):
     """``decoded`` with a problem for each readable record that carries a usable field name not in ``allowed``:
-    the run has added ``cap`` columns (``transform.limits.new_columns``), and such a record would need more."""
+    silver has taken the columns a cap allows, and such a record would need more. ``cap`` names the cap
+    (``transform.limits.silver_columns (500 silver columns in all)``); a number is the run's
+    ``transform.limits.new_columns``."""
     from pyspark.sql import functions as F
 
+    named = cap if isinstance(cap, str) else f"transform.limits.new_columns ({cap} new silver columns a run)"
     lowered = sorted({a.lower() for a in allowed})
     keys = F.json_object_keys(F.col("_text"))
     beyond = F.filter(keys, lambda k: k.rlike(f"^{FIELD_NAME.pattern}$") & ~F.lower(k).isin(*lowered))
@@ -674,7 +677,7 @@ def refuse_new_fields(decoded, allowed: Sequence[str], cap: int):
         F.lit(NEW_FIELD_PROBLEM).alias("field"),
         F.concat(
             F.lit("new field "), beyond[0],
-            F.lit(f" beyond transform.limits.new_columns ({cap} new silver columns a run); raise the limit "
+            F.lit(f" beyond {named}; raise the limit "
                   "or fix the producer, then replay these records (trigger-form action replay_quarantine)"),
         ).alias("message"),
     )  # fmt: skip

@@ -451,10 +451,19 @@ class LimitsSection(_Section):
         "registry; records framed with further ids go to quarantine naming this cap.",
     )
 
+    silver_columns: Annotated[int, *_integer(10, 10000)] = Field(
+        default=500,
+        description="Integer 10-10000, default 500: columns silver may hold in all with new_fields add (the "
+        "declared fields and those added); records carrying a field past it go to quarantine naming this cap.",
+    )
+
     def spec(self) -> TransformLimits:
         """The caps as the Spark job reads them."""
         return TransformLimits(
-            field_names=self.field_names, new_columns=self.new_columns, schema_ids=self.schema_ids
+            field_names=self.field_names,
+            new_columns=self.new_columns,
+            schema_ids=self.schema_ids,
+            silver_columns=self.silver_columns,
         )
 
 
@@ -545,7 +554,7 @@ class TransformSection(_Section):
     limits: LimitsSection | None = Field(
         default=None,
         description="Section, optional: caps on what one producer's records can make a run keep or do "
-        "(field_names, new_columns, schema_ids); left out, each has its default.",
+        "(field_names, new_columns, schema_ids, silver_columns); left out, each has its default.",
     )
 
     @classmethod

@@ -207,17 +207,21 @@ class TransformLimits:
             add more go to quarantine naming this cap.
         schema_ids: Distinct writer schema ids a batch looks up in the registry; records with
             further ids go to quarantine naming this cap.
+        silver_columns: Columns silver may hold in all (the pipeline's fields and those added); records
+            that would add one past it go to quarantine naming this cap.
     """
 
     field_names: int = 20
     new_columns: int = 20
     schema_ids: int = 20
+    silver_columns: int = 500
 
     def to_json(self) -> dict[str, int]:
         return {
             "field_names": self.field_names,
             "new_columns": self.new_columns,
             "schema_ids": self.schema_ids,
+            "silver_columns": self.silver_columns,
         }
 
     @classmethod
@@ -228,6 +232,7 @@ class TransformLimits:
             field_names=int(data.get("field_names", default.field_names)),
             new_columns=int(data.get("new_columns", default.new_columns)),
             schema_ids=int(data.get("schema_ids", default.schema_ids)),
+            silver_columns=int(data.get("silver_columns", default.silver_columns)),
         )
 
 

@@ -201,6 +201,22 @@ def test_new_columns_beyond_the_runs_cap_are_refused_and_their_records_quarantin
     assert silver_rules.plan_new_fields(decoded, spec, spec.fields, budget=0).added == []
 
 
+def test_a_new_column_past_silvers_total_cap_is_refused_naming_that_cap(spark):
+    values = [(b"o1", record(alpha="a"))]
+    spec = _limited(TransformSpec(**{**SPEC.__dict__, "new_fields": "add"}), silver_columns=len(SPEC.fields))
+    decoded = silver_rules.decode(bronze(spark, values), spec, spec.fields)
+    # silver holds every column the cap allows: the run's budget is what the table has left, none
+    new = silver_rules.plan_new_fields(decoded, spec, spec.fields, budget=0)
+    assert new.added == [] and new.refused
+    cap = f"transform.limits.silver_columns ({len(SPEC.fields)} silver columns in all)"
+    refused = silver_rules.refuse_new_fields(decoded, [f.name for f in spec.fields], cap)
+    (row,) = refused.select("_problems").collect()
+    assert [p["message"] for p in row["_problems"]] == [
+        f"new field alpha beyond {cap}; raise the limit or fix the producer, then replay these records "
+        "(trigger-form action replay_quarantine)"
+    ]
+
+
 def test_a_framed_value_whose_schema_id_is_beyond_the_batch_cap_names_the_cap(spark):
     from spark_jobs.silver_rules import ValuePlan
 
