@@ -36,7 +36,7 @@ from include.readers import run_ledger
 from include.readers.kafka_admin import create_topic, watermarks
 from include.tooling import airflow_local, local_kafka
 from tests.integration.dag_helpers import ORDERS_TRANSFORM, Pipeline
-from tests.soak.soak import Producer, _kill, exact_problems, soak_processes
+from tests.soak.soak import Producer, _kill, bounce, exact_problems, soak_processes
 
 #: Every fault the scheduler soak injects, and what it does.
 FAULTS: dict[str, str] = {
@@ -159,14 +159,7 @@ class SchedulerSoak:
         return running[-1] if running else None
 
     def bounce_broker(self, hard: bool, down_s: float) -> None:
-        if hard:
-            _kill(self.broker.pid)
-            while local_kafka.status(self.broker_dir) is not None:
-                time.sleep(0.05)
-        else:
-            self.broker.stop()
-        time.sleep(down_s)
-        self.broker = local_kafka.start(self.broker_dir, port=self.kafka_port)
+        self.broker = bounce(self.broker, self.broker_dir, self.kafka_port, hard=hard, down_s=down_s)
 
     def restart_scheduler(self, down_s: float) -> None:
         """SIGKILL the scheduler with every process under it (its LocalExecutor workers and the tasks they run,

@@ -372,14 +372,7 @@ class Soak:
     # -- the broker --
 
     def bounce_broker(self, hard: bool, down_s: float) -> None:
-        if hard:
-            _kill(self.broker.pid)
-            while local_kafka.status(self.broker_dir) is not None:
-                time.sleep(0.05)
-        else:
-            self.broker.stop()
-        time.sleep(down_s)
-        self.broker = local_kafka.start(self.broker_dir, port=self.port)
+        self.broker = bounce(self.broker, self.broker_dir, self.port, hard=hard, down_s=down_s)
 
     # -- one fault --
 
@@ -659,6 +652,19 @@ def exact_problems(bootstrap: str, topic: str, table: Path, name: str) -> tuple[
     if group != ends:
         problems.append(f"consumer group: {group}, topic ends {ends}")
     return problems, duplicates, losses
+
+
+def bounce(broker: local_kafka.LocalBroker, data_dir: Path, port: int, *, hard: bool,
+           down_s: float) -> local_kafka.LocalBroker:  # fmt: skip
+    """Kill (``hard``) or stop ``broker``, wait ``down_s``, and start it again on its folder and port; the new one."""
+    if hard:
+        _kill(broker.pid)
+        while local_kafka.status(data_dir) is not None:
+            time.sleep(0.05)
+    else:
+        broker.stop()
+    time.sleep(down_s)
+    return local_kafka.start(data_dir, port=port)
 
 
 def _files(folder: Path, pattern: str) -> set[str]:
