@@ -217,7 +217,8 @@ class SchedulerSoak:
         run: dict | None = None
         drivers: list[int] = []
         asked = scanned = 0.0
-        deadline = time.monotonic() + FAULT_TIMEOUT_S
+        # Maintenance comes every MAINTENANCE_EVERY runs: its fault may wait that many runs for its moment.
+        deadline = time.monotonic() + FAULT_TIMEOUT_S * (MAINTENANCE_EVERY if result.kind == "maintenance" else 1)
         while time.monotonic() < deadline:
             now = time.monotonic()
             if now - asked > 1.0:  # the REST API once a second, the processes ten times, the logs every turn
