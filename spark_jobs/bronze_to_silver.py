@@ -493,8 +493,9 @@ class SilverBatchWriter(BatchWriter):
 
     def _quarantine(self, decoded, start: BronzePosition, batch_id: int, cached: list):
         """Quarantine step: the records read, the bad ones counted by the field of their first problem, and
-        the quarantine rows to append; those a new epoch re-read from a version the last one stood in are in
-        quarantine already (``replayed``). Returns ``(read, {field: count}, replayed, quarantine rows)``."""
+        the quarantine rows to append; those in quarantine already (a new epoch re-reading a version the last
+        one stood in, or a backfill putting records back into bronze) are counted as ``replayed``, never
+        appended twice. Returns ``(read, {field: count}, replayed, quarantine rows)``."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
@@ -507,9 +508,20 @@ class SilverBatchWriter(BatchWriter):
         qfields = {r["field"]: r["n"] for r in groups if r["field"] is not None}
         bad = sum(qfields.values())
         quarantine = silver_rules.quarantine_rows(decoded, cfg.run_id, self.plan.epoch, batch_id)
-        if not (self.plan.may_hold_already(start) and _is_delta(self.spark, cfg.quarantine_path)):
+        if not bad or not _is_delta(self.spark, cfg.quarantine_path):
             return read, qfields, 0, quarantine
         held = self.spark.read.format("delta").load(cfg.quarantine_path).select("topic", "partition", "offset")
+        if not self.plan.may_hold_already(start):
+            # A backfill puts records back into bronze that this transform read before: a bad one among them
+            # is in quarantine already. Only where this batch's bad records are is looked at, so the cost
+            # follows the batch, not the quarantine's history.
+            spans = quarantine.groupBy("topic", "partition").agg(F.min("offset").alias("lo"),
+                                                                 F.max("offset").alias("hi")).collect()  # fmt: skip
+            where = F.lit(False)
+            for r in spans:
+                where = where | ((F.col("topic") == r["topic"]) & (F.col("partition") == r["partition"])
+                                 & F.col("offset").between(r["lo"], r["hi"]))  # fmt: skip
+            held = held.where(where)
         quarantine = quarantine.join(held, ["topic", "partition", "offset"], "left_anti").persist(
             StorageLevel.MEMORY_AND_DISK)  # fmt: skip
         cached.append(quarantine)

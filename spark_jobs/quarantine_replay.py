@@ -87,6 +87,9 @@ def replay(spark, *, pipeline: str, run_id: str, silver_path: str, quarantine_pa
         spark.read.format("delta").option("versionAsOf", start_version).load(quarantine_path)
         .where(selection.sql())
         .select("topic", "partition", "offset", "timestamp", "key", "value")
+        # A record quarantined twice (a backfill put it back into bronze before the transform knew it held
+        # it) is one record: two source rows for it would make the quarantine MERGE fail.
+        .dropDuplicates(["topic", "partition", "offset"])
         .persist(StorageLevel.MEMORY_AND_DISK)
     )  # fmt: skip
     try:
