@@ -438,6 +438,7 @@ class SilverBatchWriter(BatchWriter):
             check_fence(self.spark, self.cfg.silver_path, self.cfg.fence)
             failpoint("silver", batch_id, when="before")  # a transform that dies with nothing written
             self._write_quarantine(quarantine, commit, batch_id)
+            failpoint("quarantine", batch_id)  # quarantine appended, silver not yet committed
             timer.lap("quarantine_write")
             if self.truncates:
                 self._truncate(batch_id)
@@ -510,7 +511,11 @@ class SilverBatchWriter(BatchWriter):
         quarantine = silver_rules.quarantine_rows(decoded, cfg.run_id, self.plan.epoch, batch_id)
         if not bad or not _is_delta(self.spark, cfg.quarantine_path):
             return read, qfields, 0, quarantine
-        held = self.spark.read.format("delta").load(cfg.quarantine_path).select("topic", "partition", "offset")
+        # This batch's own rows, an earlier attempt's append of it, are not "held already": the append below
+        # carries the batch's idempotent-write marker, so Delta skips it, and the batch counts them as its own.
+        own = (F.col("epoch") == self.plan.epoch) & (F.col("batch_id") == batch_id)
+        held = (self.spark.read.format("delta").load(cfg.quarantine_path).where(~own)
+                .select("topic", "partition", "offset"))  # fmt: skip
         if not self.plan.may_hold_already(start):
             # A backfill puts records back into bronze that this transform read before: a bad one among them
             # is in quarantine already. Only where this batch's bad records are is looked at, so the cost

@@ -545,3 +545,30 @@ def test_records_a_backfill_puts_back_are_quarantined_once_and_counted_as_replay
     assert sorted(quarantine(spark, lake)) == [(0, 3), (0, 7)]  # the helper fails on a record held twice
     assert (second["read"], second["quarantined"], second["replayed"]) == (3, 0, 3)
     assert_accounted(spark, lake)
+
+
+def test_a_batch_killed_between_its_quarantine_append_and_its_silver_commit_counts_its_bad_records_once(
+        spark, bootstrap, make_topic, unique_name, lake):  # fmt: skip
+    # The retried batch finds its own earlier attempt's quarantine rows: they are its own (the append is
+    # skipped by its idempotent-write marker), not records held already, and its silver commit says so.
+    # The scheduler soak's replay fault found the check "quarantined 0 but the quarantine commit holds 12".
+    topic = make_topic(unique_name, partitions=1)
+    produce(bootstrap, topic, [(0, f"o{i}".encode(), b"not json" if i % 4 == 0 else order(f"o{i}", i))
+                               for i in range(12)])  # fmt: skip
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    cmd = submit_command("spark_jobs/bronze_to_silver.py", transform_args(lake, unique_name),
+                         master="local[1]", conf={"spark.ui.enabled": "false"})  # fmt: skip
+    env = submit_environment({**os.environ, FAILPOINT_ENV: "kill-after-quarantine-commit:0"})
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, start_new_session=True)
+    assert proc.returncode == -signal.SIGKILL, f"the failpoint did not kill the job: {proc.stderr[-3000:]}"
+    assert sorted(quarantine(spark, lake)) == [(0, 0), (0, 4), (0, 8)] and silver_commits(spark, lake) == []
+
+    rerun = transform(spark, lake, unique_name, run_id="run-1-retry")
+    assert (rerun["quarantined"], rerun["replayed"]) == (3, 0)
+    assert sorted(quarantine(spark, lake)) == [(0, 0), (0, 4), (0, 8)]
+    from include.readers import delta_progress as dp
+
+    (batch,) = silver_commits(spark, lake)
+    held = dp.quarantine_rows_since(str(lake / "quarantine"), None)
+    assert held[(batch.epoch, batch.batch_id)] == batch.counts["quarantined"] == 3  # what check_continuity compares
+    assert_accounted(spark, lake)
