@@ -354,13 +354,11 @@ def snapshot(cfg: PipelineConfig, client: dict[str, str], *,
     except PositionUnknownError as exc:
         version = delta_progress.table_version(cfg.tables.bronze_path, storage_options=options("bronze_path"))
         return LagReport((), version, position_problem=str(exc)), None, topics
-    return lag_report(cfg, client, topics, progress, options=options), progress, topics
+    return lag_report(cfg, client, topics, progress), progress, topics
 
 
-def lag_report(cfg: PipelineConfig, client: dict[str, str], topics: dict, progress: TableProgress | None, *,
-               options: TableOptions | None = None) -> LagReport:  # fmt: skip
-    """The lag of the table standing at ``progress`` against Kafka's ``topics``, oldest pending record included,
-    and with a transform, silver's lag behind bronze (:func:`silver_lag`)."""
+def lag_report(cfg: PipelineConfig, client: dict[str, str], topics: dict, progress: TableProgress | None) -> LagReport:
+    """The lag of the table standing at ``progress`` against Kafka's ``topics``, oldest pending record included."""
     report = measure_lag(
         progress.next_offsets if progress else None,
         topics,
@@ -375,8 +373,6 @@ def lag_report(cfg: PipelineConfig, client: dict[str, str], topics: dict, progre
         seen = [t for t in stamps.values() if t is not None]
         if seen:
             report = replace(report, oldest_pending=min(seen))
-    if cfg.transform is not None and progress is not None:
-        report = replace(report, silver_pending=silver_lag(cfg, options=options))
     return report
 
 
@@ -729,7 +725,7 @@ def mirror_offsets(cfg: PipelineConfig, client: dict[str, str], *,
     topics = kafka_state.read_topics(client, topics=cfg.kafka.topics, pattern=cfg.kafka.topic_pattern,
                                      timeout_s=KAFKA_TIMEOUT_S)  # fmt: skip
     progress = read_progress(cfg, topics, options=options)
-    lag = lag_report(cfg, client, topics, progress, options=options)
+    lag = lag_report(cfg, client, topics, progress)
     if progress is None:
         return {}, lag
     positions = {(t, p): o for t, parts in progress.next_offsets.items() for p, o in parts.items()}

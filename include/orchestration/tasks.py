@@ -156,10 +156,12 @@ def wait_for_lag(cfg: PipelineConfig, *, plan: dict | None) -> PokeReturnValue:
     records, skips the task (the lag report in XCom ``lag``), so no cluster
     starts.
     """
+    from dataclasses import replace
+
     from include.contract import manual_ops
     from include.contract.preflight import lag_decision
     from include.orchestration import pipeline_run
-    from include.readers import connections
+    from include.readers import connections, object_store
 
     plan = plan or {}
     action = plan.get("action", manual_ops.NORMAL)
@@ -171,7 +173,11 @@ def wait_for_lag(cfg: PipelineConfig, *, plan: dict | None) -> PokeReturnValue:
         return PokeReturnValue(is_done=True, xcom_value={"action": action})
     client = connections.kafka_client_config(cfg.kafka.connection_id)
     now = pipeline_run.utcnow()
-    report, _, _ = pipeline_run.snapshot(cfg, client)
+    options = object_store.TableOptions(cfg)
+    report, progress, _ = pipeline_run.snapshot(cfg, client, options=options)
+    if cfg.transform is not None and progress is not None:
+        # Read here only, where it decides: silver's lag is work (the preflight and the mirror need it not).
+        report = replace(report, silver_pending=pipeline_run.silver_lag(cfg, options=options))
     decision = lag_decision(report, min_records=cfg.lag.min_records, max_wait_s=cfg.lag.max_wait_minutes * 60,
                             now=now)  # fmt: skip
     print(f"SUMMARY wait_for_lag: {report.summary_line(now)}; {decision.action}: {decision.reason}")
@@ -329,9 +335,11 @@ class ContinuityOperator(BaseOperator):
         self._report: dict | None = None
 
     def execute(self, context: Any) -> dict:
+        from include.orchestration.spark_operator import try_number
+
         ti, cfg = context["ti"], self.pipeline
         return run_task(
-            ti, self._check, cfg, try_number=int(getattr(ti, "try_number", 1) or 1), run_id=context["run_id"],
+            ti, self._check, cfg, try_number=try_number(context), run_id=context["run_id"],
             preflight_result=ti.xcom_pull(task_ids=PREFLIGHT_TASK),
             ingest_summary=ti.xcom_pull(task_ids=INGEST_TASK),
             transform_summary=ti.xcom_pull(task_ids=TRANSFORM_TASK) if cfg.transform else None,

@@ -200,7 +200,7 @@ def test_check_request_refused_by_kafka_names_the_action_and_leaves_the_reason(c
 
 
 def _snapshot(monkeypatch, report: LagReport) -> None:
-    monkeypatch.setattr(pipeline_run, "snapshot", lambda cfg, client: (report, None, {}))
+    monkeypatch.setattr(pipeline_run, "snapshot", lambda cfg, client, options=None: (report, None, {}))
 
 
 def test_wait_for_lag_skips_a_run_with_nothing_new_and_leaves_the_lag(cfg, monkeypatch, capsys):
