@@ -166,19 +166,6 @@ class TransformPlan:
     start: BronzePosition
     rebuilt_reason: str | None = None
     previous_epoch: int | None = None
-    #: The last bronze version an earlier epoch read (part of): a new epoch re-reads up to it.
-    replay_through: int | None = None
-
-    def may_hold_already(self, batch_start: BronzePosition) -> bool:
-        """Whether a batch starting at ``batch_start`` may re-read records an earlier epoch already applied.
-
-        A new epoch starts at the beginning of the bronze version the last one
-        stood in (or, after a RESTORE of silver, where silver stood then), so
-        its batches re-read bronze until they pass the last version read:
-        their bad records may be in quarantine already.
-        """
-        through = self.start.version if self.replay_through is None else self.replay_through
-        return self.rebuilt_reason is not None and batch_start.version <= through
 
 
 def plan_transform(last: SilverStand | None, checkpoints: dict[int, DeltaCheckpointState | None],
@@ -207,7 +194,7 @@ def plan_transform(last: SilverStand | None, checkpoints: dict[int, DeltaCheckpo
         reason = (f"silver was restored to {restore.restored_to} (silver version {restore.version}), undoing batches "
                   f"up to batch {last.batch_id} of epoch {last.epoch}: re-reading bronze from version "
                   f"{restore.bronze_from.version}, where silver stood then")  # fmt: skip
-        return TransformPlan(epoch, restore.bronze_from, reason, latest, replay_through=last.bronze_end.version)
+        return TransformPlan(epoch, restore.bronze_from, reason, latest)
     if latest is None:
         if last is None:
             return TransformPlan(0, start)
@@ -410,7 +397,7 @@ class SilverBatchWriter(BatchWriter):
         try:
             decoded, new = self._decode(cached[0], batch_id, cached)
             timer.lap("decode")
-            read, qfields, replayed, quarantine = self._quarantine(decoded, start, batch_id, cached)
+            read, qfields, replayed, quarantine = self._quarantine(decoded, batch_id, cached)
             timer.lap("read_and_quarantine_count")
             classified, actions, touches_existing, adds_keys = self._classify(decoded, cached)
             timer.lap("classify")
@@ -492,7 +479,7 @@ class SilverBatchWriter(BatchWriter):
             cached.append(decoded)
         return decoded, new
 
-    def _quarantine(self, decoded, start: BronzePosition, batch_id: int, cached: list):
+    def _quarantine(self, decoded, batch_id: int, cached: list):
         """Quarantine step: the records read, the bad ones counted by the field of their first problem, and
         the quarantine rows to append; those in quarantine already (a new epoch re-reading a version the last
         one stood in, or a backfill putting records back into bronze) are counted as ``replayed``, never
@@ -514,19 +501,18 @@ class SilverBatchWriter(BatchWriter):
         # This batch's own rows, an earlier attempt's append of it, are not "held already": the append below
         # carries the batch's idempotent-write marker, so Delta skips it, and the batch counts them as its own.
         own = (F.col("epoch") == self.plan.epoch) & (F.col("batch_id") == batch_id)
-        held = (self.spark.read.format("delta").load(cfg.quarantine_path).where(~own)
+        # A bad record may be in quarantine already: a new epoch re-reads the bronze version the last one
+        # stood in (or, after a RESTORE of silver, where silver stood then), and a backfill puts records back
+        # into bronze that this transform read before. Only where this batch's bad records are is looked at,
+        # so the cost follows the batch, not the quarantine's history.
+        spans = quarantine.groupBy("topic", "partition").agg(F.min("offset").alias("lo"),
+                                                             F.max("offset").alias("hi")).collect()  # fmt: skip
+        where = F.lit(False)
+        for r in spans:
+            where = where | ((F.col("topic") == r["topic"]) & (F.col("partition") == r["partition"])
+                             & F.col("offset").between(r["lo"], r["hi"]))  # fmt: skip
+        held = (self.spark.read.format("delta").load(cfg.quarantine_path).where(where & ~own)
                 .select("topic", "partition", "offset"))  # fmt: skip
-        if not self.plan.may_hold_already(start):
-            # A backfill puts records back into bronze that this transform read before: a bad one among them
-            # is in quarantine already. Only where this batch's bad records are is looked at, so the cost
-            # follows the batch, not the quarantine's history.
-            spans = quarantine.groupBy("topic", "partition").agg(F.min("offset").alias("lo"),
-                                                                 F.max("offset").alias("hi")).collect()  # fmt: skip
-            where = F.lit(False)
-            for r in spans:
-                where = where | ((F.col("topic") == r["topic"]) & (F.col("partition") == r["partition"])
-                                 & F.col("offset").between(r["lo"], r["hi"]))  # fmt: skip
-            held = held.where(where)
         quarantine = quarantine.join(held, ["topic", "partition", "offset"], "left_anti").persist(
             StorageLevel.MEMORY_AND_DISK)  # fmt: skip
         cached.append(quarantine)
