@@ -23,7 +23,7 @@ caller passes, so the rules have unit tests without a broker.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,6 +126,16 @@ class ContinuityReport:
             f"continuity: {verdict}: {self.commits} commits, {self.rows} rows over "
             f"{sum(1 for p in self.partitions if p.ranges)} partitions{extra}"
         )
+
+
+def earlier_tries(report: Mapping[str, Any] | None) -> tuple[int, int]:
+    """``(rows, commits)`` that earlier, retried tries of a run's ingest or backfill committed before
+    they died, from a continuity report's JSON (:meth:`ContinuityReport.to_json`); ``(0, 0)`` without one."""
+    report = report or {}
+    backfill = report.get("backfill") or {}
+    rows = int(report.get("earlier_tries_rows") or 0) + int(backfill.get("earlier_tries_inserted") or 0)
+    commits = int(report.get("earlier_tries_commits") or 0) + int(backfill.get("earlier_tries_commits") or 0)
+    return rows, commits
 
 
 def check_run(

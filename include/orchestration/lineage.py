@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from include.config import PipelineConfig
+from include.contract.continuity import earlier_tries
 from include.contract.jobs import BackfillSummary, MaintainSummary, TransformSummary, ingest_step_summary
 
 if TYPE_CHECKING:  # the provider is imported only when lineage is asked for
@@ -175,10 +176,12 @@ def continuity_lineage(cfg: PipelineConfig, report: Mapping[str, Any] | None) ->
     inputs = [_dataset(InputDataset, cfg.tables.bronze_path,
                        inputFacets={"dataQualityAssertions": dq.DataQualityAssertionsDatasetFacet(assertions=[verdict])})]  # fmt: skip
     inputs += [_dataset(InputDataset, path) for path in read[1:]]
+    earlier_rows, earlier_commits = earlier_tries(report)
     facet = ContinuityRunFacet(
         continuous=ok, commits=int(report.get("commits") or 0), rows=int(report.get("rows") or 0),
         partitions=list(report.get("partitions") or ()), violations=violations,
         notes=[str(n) for n in report.get("notes") or ()],
+        earlierTriesRows=earlier_rows, earlierTriesCommits=earlier_commits,
     )  # fmt: skip
     return OperatorLineage(inputs=inputs, run_facets={"kde_continuity": facet})
 

@@ -82,7 +82,12 @@ class ContinuityRunFacet(RunFacet):
     partitions: list[dict[str, Any]] = attr.field(factory=list)
     violations: list[str] = attr.field(factory=list)
     notes: list[str] = attr.field(factory=list)
-    _additional_skip_redact: ClassVar[list[str]] = ["continuous", "commits", "rows", "partitions"]
+    #: Of ``rows`` and ``commits``: what an earlier try of the run's job committed before it died and
+    #: Airflow retried it. That try's own ``FAIL`` event could not know; this is where it is counted.
+    earlierTriesRows: int = 0  # noqa: N815 - OpenLineage facet fields are camelCase
+    earlierTriesCommits: int = 0  # noqa: N815
+    _additional_skip_redact: ClassVar[list[str]] = [
+        "continuous", "commits", "rows", "partitions", "earlierTriesRows", "earlierTriesCommits"]  # fmt: skip
 
     @staticmethod
     def _get_schema() -> str:

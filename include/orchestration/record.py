@@ -12,6 +12,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from include.config import PipelineConfig
+from include.contract.continuity import earlier_tries
 from include.contract.errors import ERROR_XCOM_KEY, PipelineError
 from include.contract.jobs import (
     CHECK_CONTINUITY_TASK,
@@ -79,11 +80,9 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
     written = {(t, int(p)): v for t, parts in summary.partitions.items() for p, v in parts.items()}
     # Every try counts: rows an earlier, retried try of ingest committed are the run's too (the continuity
     # check read them from the run's commits), and so are the partitions' ranges then.
-    earlier = (continuity or {}).get("earlier_tries_rows") or 0
-    if earlier:
+    if (continuity or {}).get("earlier_tries_rows"):
         written = {(p["topic"], int(p["partition"])): p for p in continuity["partitions"]}
-    backfill = (continuity or {}).get("backfill") or {}
-    earlier += backfill.get("earlier_tries_inserted") or 0
+    earlier_rows, earlier_commits = earlier_tries(continuity)
     partitions = []
     for tp in sorted(set(lag_by_tp) | set(after_by_tp) | set(written)):
         before, after, w = lag_by_tp.get(tp, {}), after_by_tp.get(tp, {}), written.get(tp, {})
@@ -116,9 +115,8 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
         "epoch": summary.epoch,
         "bronze_version_before": version_before,
         "bronze_version_after": summary.bronze_version if summary.bronze_version is not None else version_before,
-        "rows": summary.rows + earlier,
-        "commits": summary.commits + ((continuity or {}).get("earlier_tries_commits") or 0)
-        + (backfill.get("earlier_tries_commits") or 0),
+        "rows": summary.rows + earlier_rows,
+        "commits": summary.commits + earlier_commits,
         **_tries(xcoms, transform, continuity),
         "lag_before": lag_report.get("total_lag"),
         "lag_after": (lag_after or {}).get("total_lag"),

@@ -149,9 +149,20 @@ def test_the_continuity_verdict_is_an_assertion_on_bronze_and_its_report_a_facet
     _check_facet("kde_continuity", facet)
     assert (facet["continuous"], facet["violations"], facet["partitions"][0]["until"]) == (
         False, report["violations"], 4)  # fmt: skip
+    assert (facet["earlierTriesRows"], facet["earlierTriesCommits"]) == (0, 0)
     ok = lineage.continuity_lineage(make_pipeline(), {**report, "ok": True, "violations": []})
     assert [d.name for d in ok.inputs] == [cfg.tables.bronze_path]  # no transform: bronze only
     assert _json(ok.inputs[0])["inputFacets"]["dataQualityAssertions"]["assertions"][0]["success"] is True
+
+
+def test_the_continuity_facet_counts_what_earlier_tries_committed(make_pipeline):
+    """A try that died after a commit sends only a FAIL event; its rows are counted in the check's facet."""
+    report = {"ok": True, "run_id": "r1", "commits": 3, "rows": 4400, "earlier_tries_rows": 1600,
+              "earlier_tries_commits": 2, "partitions": [], "violations": [], "notes": [],
+              "backfill": {"earlier_tries_inserted": 7, "earlier_tries_commits": 1}}  # fmt: skip
+    facet = _json(lineage.continuity_lineage(make_pipeline(), report).run_facets["kde_continuity"])
+    _check_facet("kde_continuity", facet)
+    assert (facet["rows"], facet["earlierTriesRows"], facet["earlierTriesCommits"]) == (4400, 1607, 3)
 
 
 def test_maintenance_reports_the_tables_it_rewrote_and_nothing_before_it_knows(make_pipeline):
