@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from include.contract import jobs as contract
-from include.contract.errors import StaleLockError, TransformError
+from include.contract.errors import StaleLockError, TableOwnershipError, TransformError
 from include.contract.history import read_until
 from include.contract.jobs import TransformArgs, quarantine_app_id, silver_app_id
 from include.contract.replay import ReplaySelection
@@ -62,6 +62,7 @@ from spark_jobs.job_common import (
     PhaseTimer,
     apply_table_properties,
     check_fence,
+    check_owner,
     checkpoint_files,
     confirm_newest_commit,
     delta_snapshot,
@@ -384,7 +385,7 @@ class SilverBatchWriter(BatchWriter):
         return True
 
     def _write(self, df, batch_id: int) -> None:
-        """One micro-batch: decode → quarantine → classify → commit, each step timed; then the commit confirmed."""
+        """One micro-batch: decode → classify → quarantine → commit, each step timed; then the commit confirmed."""
         from pyspark import StorageLevel
 
         started = time.monotonic()
@@ -397,10 +398,14 @@ class SilverBatchWriter(BatchWriter):
         try:
             decoded, new = self._decode(cached[0], batch_id, cached)
             timer.lap("decode")
-            read, qfields, replayed, quarantine = self._quarantine(decoded, batch_id, cached)
-            timer.lap("read_and_quarantine_count")
             classified, actions, touches_existing, adds_keys = self._classify(decoded, cached)
             timer.lap("classify")
+            if actions.pop(cdc_rules.UNKNOWN_VALUE, 0):
+                # Changes whose unsent value nothing holds go to quarantine with the rest of the bad records.
+                decoded = cdc_rules.with_unknown_values(decoded, classified).persist(StorageLevel.MEMORY_AND_DISK)
+                cached.append(decoded)
+            read, qfields, replayed, quarantine = self._quarantine(decoded, batch_id, cached)
+            timer.lap("read_and_quarantine_count")
             counts = {
                 "upserted": actions.get("insert", 0) + actions.get("update", 0),
                 "deleted": actions.get("delete", 0),
@@ -690,6 +695,8 @@ def read_silver_stand(spark, path: str, pipeline: str) -> SilverStand | None:
 def run(spark, cfg: TransformConfig) -> TransformSummary:
     """One transform run on an existing session; returns (and writes) its summary."""
     started = time.monotonic()
+    check_owner(spark, cfg.silver_path, cfg.pipeline, "silver")
+    check_owner(spark, cfg.quarantine_path, cfg.pipeline, "quarantine")
     last = read_silver_stand(spark, cfg.silver_path, cfg.pipeline)
     if last is not None and last.source == "state":
         log.warning("silver's batch commit of epoch %s batch %s is no longer in its log (log cleanup); "
@@ -737,7 +744,7 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
 
         summary.silver_columns = [{"name": n, "type": t} for n, t in silver_columns(writer.fields, cdc=cfg.spec.cdc)]
     for path in (cfg.silver_path, cfg.quarantine_path):
-        properties_set = apply_table_properties(spark, path, cfg.table_properties, cfg.fence)
+        properties_set = apply_table_properties(spark, path, cfg.table_properties, cfg.fence, owner=cfg.pipeline)
         if properties_set:
             log.info("%s table properties set: %s", path, ", ".join(f"{k}={cfg.table_properties[k]}" for k in properties_set))
     summary.duration_s = time.monotonic() - started
@@ -796,7 +803,7 @@ def _describe(summary: TransformSummary) -> str:
 
 #: The job as a step of a run's Spark application (``spark_jobs/run_steps.py``).
 STEP = JobStep("bronze_to_silver", parse=parse_config, bad_argument=TransformError,
-               run=run, failure=(TransformError, StaleLockError), describe=_describe)  # fmt: skip
+               run=run, failure=(TransformError, StaleLockError, TableOwnershipError), describe=_describe)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,12 @@ Kafka order decides. Event time (``ts_ms``) is never used.
 **Row images.** With PostgreSQL's default replica identity an update's ``before`` is null and a delete's
 holds the key columns only (and defaults for NOT NULL columns), so a delete is judged on its key columns.
 An unchanged TOASTed column arrives as :data:`~include.contract.transform_spec.DEBEZIUM_UNAVAILABLE`: such a
-value is flagged (``_ph_<field>``), never checked or written, and silver keeps the value it holds.
+value is flagged (``_ph_<field>``), never checked or written, and silver keeps the value it holds. A
+primary-key change is a delete of the old key and a create of the new one, whose unchanged TOASTed
+values are placeholders too: the create carries the old key (header ``__debezium.oldkey``), and the value
+comes from the old key's row as it stood just before the change, in the batch or in silver
+(:func:`carry_over`). A value that cannot be known that way is never written as null: the change goes to
+quarantine naming the column (action :data:`UNKNOWN_VALUE`).
 
 Not row changes, skipped with a count: the tombstone that follows a delete, logical-decoding messages,
 transaction markers, heartbeats and schema-change events. A truncate deletes silver's rows of its topic
@@ -43,6 +48,11 @@ CDC_COLUMNS = (
 )
 #: Row operations: they carry a row image and change silver.
 ROW_OPS = ("c", "r", "u", "d")
+#: The header Debezium puts on the create of a row whose primary key changed: the old key, as the
+#: worker's header converter wrote it (Connect's default writes the key struct as a JSON object).
+OLD_KEY_HEADER = "__debezium.oldkey"
+#: The action of a change whose unsent value nothing in the batch or silver holds: it goes to quarantine.
+UNKNOWN_VALUE = "unknown value"
 #: What a record the transform skips is (``_skip``), as its count and the run's summary name it.
 SKIP_KINDS = ("tombstone after a delete", "logical decoding message", "transaction marker", "heartbeat",
               "schema change")  # fmt: skip
@@ -226,6 +236,108 @@ def truncate_condition(truncates: dict[str, int]) -> str:
     return f"NOT _deleted AND ({' OR '.join(parts)})"
 
 
+def old_key_text(bronze):
+    """The text of a record's ``__debezium.oldkey`` header (null without one, or without a ``headers``
+    column: a quarantined record replayed, or a test's frame)."""
+    from pyspark.sql import functions as F
+
+    if "headers" not in bronze.columns:
+        return F.lit(None).cast("string")
+    found = F.filter(F.col("headers"), lambda h: h["key"] == OLD_KEY_HEADER)
+    return F.try_element_at(found, F.lit(1))["value"].cast("string")
+
+
+def _position(commit, lsn):
+    """A change's place in the source's log, comparable as a struct (a snapshot read has no commit LSN)."""
+    from pyspark.sql import functions as F
+
+    return F.struct(F.coalesce(commit, F.lit(-1)).alias("c"), lsn.alias("l"))
+
+
+def carry_over(df, current, spec: TransformSpec, fields: Sequence[FieldSpec]):
+    """``df`` with the values a primary-key change's create did not send filled from the old key's row.
+
+    The old key's row as it stood just before the change is the old key's last change in the batch that
+    sent the value, below the create's source position, else silver's live row of the old key when it was
+    written below that position. A value found clears the field's flag; one not found leaves it set, and
+    :func:`classify` then sends the change to quarantine unless silver holds the new key's row. Only the
+    creates that carry the header and a flag are joined, so a batch without one costs a filter.
+    """
+    from pyspark.sql import functions as F
+
+    from include.contract.transform_spec import spark_type
+
+    flagged = placeholder_fields(fields)
+    by_name = {f.name: f for f in fields}
+    old_key = _unwrapped(F.try_parse_json(F.col("_cdc_old_key")))
+    mover = F.coalesce(F.col("_cdc_old_key").isNotNull() & reduce(lambda a, b: a | b, (
+        F.col(placeholder_column(f)) for f in flagged)), F.lit(False))  # fmt: skip
+    # A record's place in Kafka names it: the key the lookups below are grouped and joined back on.
+    movers = df.where(mover).withColumn("_mv", F.struct("_kafka_topic", "_kafka_partition", "_kafka_offset"))
+    movers = movers.select("*", *(F.try_variant_get(old_key, f"$.{k}", spark_type(by_name[k].type)).alias(f"_ok_{k}")
+                                  for k in spec.key))  # fmt: skip
+    here = _position(F.col("_cdc_commit_lsn"), F.col("_cdc_lsn"))
+    # The old key's changes in the batch that sent values (never a delete: its row image is the key alone).
+    sent = df.where(~F.col("_null_value") & (F.col("_cdc_op") != "d")).select(
+        *(F.col(k).alias(f"_ok_{k}") for k in spec.key),
+        _position(F.col("_cdc_commit_lsn"), F.col("_cdc_lsn")).alias("_op_pos"),
+        *(F.when(~F.col(placeholder_column(f)), F.struct(F.col(f.name).alias("v"))).alias(f"_ob_{f.name}")
+          for f in flagged),
+    )  # fmt: skip
+    keys = [f"_ok_{k}" for k in spec.key]
+    earlier = movers.select("_mv", *keys, here.alias("_mv_pos")).join(sent, keys).where(
+        F.col("_op_pos") < F.col("_mv_pos"))  # fmt: skip
+    # Per create, the newest of those below it that sent each value (a struct's max is by its first field).
+    in_batch = earlier.groupBy("_mv").agg(*(
+        F.max(F.when(F.col(f"_ob_{f.name}").isNotNull(), F.struct(F.col("_op_pos").alias("p"),
+                                                                  F.col(f"_ob_{f.name}").alias("o"))))["o"]
+        .alias(f"_ob_{f.name}") for f in flagged))  # fmt: skip
+    held = current.where(~F.col("_deleted")).select(
+        *(F.col(k).alias(f"_ok_{k}") for k in spec.key),
+        _position(F.col("_cdc_commit_lsn"), F.col("_cdc_lsn")).alias("_os_pos"),
+        *(F.col(f.name).alias(f"_os_{f.name}") for f in flagged),
+    )  # fmt: skip
+    joined = movers.join(in_batch, "_mv", "left").join(held, keys, "left")
+    below = F.coalesce(F.col("_os_pos") < here, F.lit(False))
+    for f in flagged:
+        flag = F.col(placeholder_column(f))
+        found = F.coalesce(F.col(f"_ob_{f.name}"), F.when(below & F.col(f"_os_{f.name}").isNotNull(),
+                                                           F.struct(F.col(f"_os_{f.name}").alias("v"))))  # fmt: skip
+        joined = joined.withColumn(f.name, F.when(flag & found.isNotNull(), found["v"]).otherwise(F.col(f.name)))
+        joined = joined.withColumn(placeholder_column(f), flag & found.isNull())
+    joined = joined.select(*df.columns)
+    return df.where(~mover).unionByName(joined)
+
+
+def with_unknown_values(decoded, classified):
+    """``decoded`` with a problem on each change :func:`classify` found :data:`UNKNOWN_VALUE`, naming the field
+    and the fix, so that it goes to quarantine instead of writing null (the batch's few such records joined
+    back by their Kafka position)."""
+    from pyspark.sql import functions as F
+
+    from include.contract.transform_spec import DEBEZIUM_UNAVAILABLE
+
+    where = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
+    moved = F.when(F.col("_cdc_old_key").isNotNull(),
+                   F.concat(F.lit(" or in the old key's row after this primary-key change from key "),
+                            F.substring(F.col("_cdc_old_key"), 1, 200)))  # fmt: skip
+    message = F.concat(
+        F.col("_unknown"),
+        F.lit(f": the change did not send its value (an unchanged TOASTed column, sent as {DEBEZIUM_UNAVAILABLE}) "
+              "and it is not in this batch, in silver's row of the key"),
+        F.coalesce(moved, F.lit("")),
+        F.lit("; writing it would put null where the table holds a value. Re-snapshot the row (a Debezium "
+              "incremental snapshot of the table) to bring it whole, and give the source table REPLICA "
+              "IDENTITY FULL so that every change carries every column"),
+    )
+    unknown = classified.where(F.col("_action") == UNKNOWN_VALUE).select(
+        *where, F.struct(F.col("_unknown").alias("field"), message.alias("message")).alias("_unknown_problem"))
+    problem = F.col("_unknown_problem")
+    return decoded.join(unknown, where, "left").withColumn(
+        "_problems", F.when(problem.isNotNull(), F.concat(F.col("_problems"), F.array(problem)))
+        .otherwise(F.col("_problems"))).drop("_unknown_problem")  # fmt: skip
+
+
 def classify(valid, current, spec: TransformSpec, fields: Sequence[FieldSpec], truncates: dict[str, int] | None = None):
     """What each valid change event does to silver: a ``_action`` of ``insert``, ``update``, ``delete``,
     ``superseded``, ``replayed`` or ``skipped``.
@@ -236,7 +348,9 @@ def classify(valid, current, spec: TransformSpec, fields: Sequence[FieldSpec], t
     snapshot read (``r``: a snapshot reads the committed state, newer than every change before it in the
     topic) or has no position, Kafka order decides. A Kafka tombstone after a delete is ``skipped``; one
     whose delete is gone (a compacted topic) deletes a live key. Values a change did not send (unchanged
-    TOASTed ones) take the key's last value sent earlier in the batch, else silver keeps its own.
+    TOASTed ones) take the key's last value sent earlier in the batch, else silver keeps its own; after a
+    primary-key change the old key's (:func:`carry_over`). Where neither is there and silver holds no live
+    row of the key, the change is :data:`UNKNOWN_VALUE`, its ``_unknown`` the first such field.
 
     ``truncates`` (:func:`truncated_at`): a change before its topic's truncate is ``superseded``; the
     truncate itself (``skipped`` here) deletes silver's rows in a commit of its own. Adds ``_present``.
@@ -251,6 +365,9 @@ def classify(valid, current, spec: TransformSpec, fields: Sequence[FieldSpec], t
     row_change = (F.col("_skip").isNull() | F.col("_null_value") & ~keyless) & F.coalesce(op != "t", F.lit(True))
     not_rows = valid.where(~row_change)
     rows = valid.where(row_change)
+    flagged = placeholder_fields(fields)
+    if flagged and rows.where(F.col("_cdc_old_key").isNotNull()).limit(1).count():
+        rows = carry_over(rows, current, spec, fields)
     df = silver_state.with_silver_state(rows, current, keys, {"_cdc_op": "_t_op", "_cdc_commit_lsn": "_t_commit",
                                                              "_cdc_lsn": "_t_lsn", "_deleted": "_t_deleted"})  # fmt: skip
     in_log = Window.partitionBy(*keys).orderBy("_kafka_offset", "_kafka_partition")
@@ -294,8 +411,8 @@ def classify(valid, current, spec: TransformSpec, fields: Sequence[FieldSpec], t
                     .otherwise(F.col("_cdc_lsn")))
         .withColumn("_cdc_tx_id", F.when(deleting, F.col("_inherit.tx")).otherwise(F.col("_cdc_tx_id")))
     )  # fmt: skip
-    ours = F.struct(F.coalesce(F.col("_cdc_commit_lsn"), F.lit(-1)), F.col("_cdc_lsn"))
-    theirs = F.struct(F.coalesce(F.col("_t_commit"), F.lit(-1)), F.col("_t_lsn"))
+    ours = _position(F.col("_cdc_commit_lsn"), F.col("_cdc_lsn"))
+    theirs = _position(F.col("_t_commit"), F.col("_t_lsn"))
     comparable = (
         (F.col("_cdc_op") != "r") & F.col("_cdc_lsn").isNotNull()
         & (F.col("_t_op") != "r") & F.col("_t_lsn").isNotNull()
@@ -314,6 +431,13 @@ def classify(valid, current, spec: TransformSpec, fields: Sequence[FieldSpec], t
         .when(F.col("_tombstone"), "delete")
         .otherwise("update")
     )
+    # A value not sent, found neither in the batch nor in the old key's row, with no live row of the key in
+    # silver to keep it from: writing the change would write null where the table holds a value.
+    live = present & ~F.coalesce(F.col("_t_deleted"), F.lit(True))
+    unsent = [F.when(F.col(placeholder_column(f)), F.lit(f.name)) for f in flagged]
+    df = df.withColumn("_unknown", F.when(~live, F.coalesce(*unsent, F.lit(None).cast("string"))))
+    action = F.when(action.isin("insert", "update") & F.col("_unknown").isNotNull(),
+                    F.lit(UNKNOWN_VALUE)).otherwise(action)  # fmt: skip
     classified = (
         df.withColumn("_action", action)
         .withColumn("_present", present)

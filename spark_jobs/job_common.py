@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from include import settings
-from include.contract.errors import PipelineError, StaleLockError, batch_failure
+from include.contract.errors import PipelineError, StaleLockError, TableOwnershipError, batch_failure
 from include.contract.jobs import bronze_app_id, lock_app_id
 
 log = logging.getLogger("kde_jobs")
@@ -433,16 +434,61 @@ def parse_table_properties(pairs: list[str], flag: str = "--table-property") -> 
     return found
 
 
-def apply_table_properties(spark, path: str, properties: dict[str, str], fence: Fence = None) -> list[str]:
+#: The table property that names the pipeline a table belongs to: written with the run's other table
+#: properties, by the first run that writes the table (or, for a table an earlier version made, the
+#: first run since), and read by every job before it writes (:func:`check_owner`).
+OWNER_PROPERTY = "kde.pipeline"
+#: What a location may hold and still take a new table: what Spark's writers leave when a first write
+#: dies before its commit (part files, their checksums, an empty log folder), and partition folders.
+_LEFT_BY_A_FIRST_WRITE = re.compile(r"^(\.?part-.*|_SUCCESS|_delta_log|[^=]+=.*)$")
+
+
+def check_owner(spark, path: str, pipeline: str, what: str) -> None:
+    """Refuse (:class:`TableOwnershipError`) to write ``what`` (``silver``) at ``path`` for ``pipeline`` when the
+    Delta table there belongs to another pipeline (:data:`OWNER_PROPERTY`), or when the location holds files
+    and no Delta table (a new table is made only where nothing else is). A table without the property, made
+    by an earlier version, is adopted: the pipeline loader has already refused two pipeline files that name
+    one location, and the run's table properties mark it."""
+    from delta.tables import DeltaTable
+
+    if DeltaTable.isDeltaTable(spark, path):
+        jvm = spark.sparkContext._jvm
+        configuration = jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+            delta_snapshot(spark, path).metadata().configuration())  # fmt: skip
+        owner = configuration.get(OWNER_PROPERTY)
+        if owner is not None and owner != pipeline:
+            raise TableOwnershipError(
+                f"{path}: the Delta table there belongs to pipeline {owner!r} (table property {OWNER_PROPERTY}), "
+                f"not to {pipeline!r}; give tables.{what}_path of pipeline {pipeline!r} a location of its own",
+                pipeline=pipeline, table=path, owner=owner)  # fmt: skip
+        return
+    files = checkpoint_files(spark, path)
+    if not files.exists(path):
+        return
+    foreign = sorted(name for name, _ in files.children(path) if not _LEFT_BY_A_FIRST_WRITE.match(name))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise TableOwnershipError(
+            f"{path}: the location of {what} holds {shown} and no Delta table; a new table is made only in an "
+            f"empty location, since maintenance deletes what a table does not reference. Give tables.{what}_path "
+            f"of pipeline {pipeline!r} an empty location, or move those files away",
+            pipeline=pipeline, table=path)  # fmt: skip
+
+
+def apply_table_properties(spark, path: str, properties: dict[str, str], fence: Fence = None, *,
+                           owner: str | None = None) -> list[str]:  # fmt: skip
     """Set ``properties`` on the Delta table at ``path`` where they differ, in one commit; returns the keys set.
 
     Nothing is written when the table carries them already (or does not
     exist yet: the next run sets them). The commit holds no progress, as
     every reader of where a table stands expects of other writers' commits.
     ``fence``: refused when the table records a newer lock epoch (:func:`check_fence`).
+    ``owner``: the pipeline the table belongs to, set as :data:`OWNER_PROPERTY` with the rest.
     """
     from delta.tables import DeltaTable
 
+    if owner is not None:
+        properties = {**properties, OWNER_PROPERTY: owner}
     if not properties or not DeltaTable.isDeltaTable(spark, path):
         return []
     jvm = spark.sparkContext._jvm
@@ -451,9 +497,14 @@ def apply_table_properties(spark, path: str, properties: dict[str, str], fence: 
     current = dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(snapshot.metadata().configuration()))
     changed = {k: v for k, v in properties.items() if current.get(k) != v}
     if changed:
-        quoted = ", ".join(f"'{k}' = '{v}'" for k, v in changed.items())
+        quoted = ", ".join(f"'{_sql_text(k)}' = '{_sql_text(v)}'" for k, v in changed.items())
         spark.sql(f"ALTER TABLE delta.`{path.replace('`', '``')}` SET TBLPROPERTIES ({quoted})")
     return sorted(changed)
+
+
+def _sql_text(text: str) -> str:
+    """``text`` for a Spark SQL string literal in single quotes."""
+    return text.replace("\\", "\\\\").replace("'", "\\'")
 
 
 def delta_table_sql(path: str) -> str:

@@ -33,13 +33,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from include.contract import jobs as contract
-from include.contract.errors import BackfillError, StaleLockError
+from include.contract.errors import BackfillError, StaleLockError, TableOwnershipError
 from include.contract.jobs import BackfillArgs, ContractArgumentParser
 from include.contract.offsets import BackfillCommit, BackfillRange, OffsetError, PositionMap
 from spark_jobs.ingest_plan import JobConfigError, read_kafka_options_file
 from spark_jobs.job_common import (
     JobStep,
     check_fence,
+    check_owner,
     fence_of,
     job_main,
     read_table_stand,
@@ -215,6 +216,7 @@ def run(spark, cfg: BackfillConfig) -> dict:
     partitions: dict[str, list[int]] = {}
     for r in cfg.ranges:
         partitions.setdefault(r.topic, []).append(r.partition)
+    check_owner(spark, cfg.bronze_path, cfg.pipeline, "bronze")
     stand = read_table_stand(spark, cfg.bronze_path, cfg.pipeline, partitions)
     if stand is None:
         raise BackfillError(f"bronze table {cfg.bronze_path} has no progress yet; nothing to backfill")
@@ -312,7 +314,7 @@ def run(spark, cfg: BackfillConfig) -> dict:
 #: The job as a step of a run's Spark application (``spark_jobs/run_steps.py``).
 STEP = JobStep(
     "kafka_backfill", parse=parse_config, bad_argument=JobConfigError, run=run,
-    failure=(BackfillError, OffsetError, StaleLockError),
+    failure=(BackfillError, OffsetError, StaleLockError, TableOwnershipError),
     describe=lambda s: f"read={s['read']} inserted={s['inserted']} present={s['present']} version={s['bronze_version']}",
 )  # fmt: skip
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from include.contract import jobs as contract
-from include.contract.errors import IngestionError, KafkaSourceError, StaleLockError
+from include.contract.errors import IngestionError, KafkaSourceError, StaleLockError, TableOwnershipError
 from include.contract.jobs import bronze_app_id
 from include.contract.manual_ops import REBUILD_CHECKPOINT, action_hint
 from include.contract.offsets import (
@@ -59,6 +59,7 @@ from spark_jobs.job_common import (
     JobStep,
     WrittenFile,
     apply_table_properties,
+    check_owner,
     checkpoint_files,
     commit_with_stand,
     failpoint,
@@ -437,6 +438,7 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
     partitions = describe_source(spark, cfg)
     phases["kafka_metadata"] = time.monotonic() - started
     reset = cfg.position_reset
+    check_owner(spark, cfg.bronze_path, cfg.pipeline, "bronze")
     try:
         stand = read_table_stand(spark, cfg.bronze_path, cfg.pipeline, partitions)
     except PositionUnknownError:
@@ -503,7 +505,7 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
         if b.batch_id in triggers:
             b.phases["trigger"] = triggers[b.batch_id]
     summary.next_offsets = writer.positions
-    properties_set = apply_table_properties(spark, cfg.bronze_path, cfg.table_properties, cfg.fence)
+    properties_set = apply_table_properties(spark, cfg.bronze_path, cfg.table_properties, cfg.fence, owner=cfg.pipeline)
     if properties_set:
         log.info("bronze table properties set: %s", ", ".join(f"{k}={cfg.table_properties[k]}" for k in properties_set))
     summary.duration_s = time.monotonic() - started
@@ -516,7 +518,7 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
 #: The job as a step of a run's Spark application (``spark_jobs/run_steps.py``).
 STEP = JobStep(
     "kafka_to_bronze", parse=parse_config, bad_argument=JobConfigError, run=run,
-    failure=(KafkaSourceError, IngestionError, OffsetError, StaleLockError),
+    failure=(KafkaSourceError, IngestionError, OffsetError, StaleLockError, TableOwnershipError),
     describe=lambda s: f"epoch={s.epoch} rows={s.rows} batches={len(s.batches)} duration={s.duration_s:.1f}s",
 )  # fmt: skip
 

@@ -34,11 +34,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from include.contract import jobs as contract
-from include.contract.errors import MaintenanceConfigError, MaintenanceError, StaleLockError
+from include.contract.errors import (
+    MaintenanceConfigError,
+    MaintenanceError,
+    StaleLockError,
+    TableOwnershipError,
+)
 from include.contract.jobs import MAINTAINED_TABLES, ContractArgumentParser, MaintainArgs
 from spark_jobs.job_common import (
     JobStep,
     check_fence,
+    check_owner,
     delta_snapshot,
     delta_table_sql,
     fence_of,
@@ -200,6 +206,8 @@ def run(spark, cfg: MaintenanceConfig) -> dict:
             if not DeltaTable.isDeltaTable(spark, path):
                 tables[name] = {"path": path, "skipped": "no table yet"}
                 continue
+            # VACUUM deletes every file a table does not reference: never another pipeline's table's.
+            check_owner(spark, path, cfg.pipeline, name)
             tables[name] = maintain_table(spark, name, path, cfg)
             t = tables[name]
             print(f"maintain {name}: files {t['files_before']} -> {t['files_after']}, "
@@ -225,7 +233,7 @@ def describe(summary: dict) -> str:
 
 STEP = JobStep(
     "maintain_tables", parse=parse_config, bad_argument=MaintenanceConfigError, run=run,
-    failure=(MaintenanceError, StaleLockError), describe=describe,
+    failure=(MaintenanceError, StaleLockError, TableOwnershipError), describe=describe,
 )  # fmt: skip
 
 

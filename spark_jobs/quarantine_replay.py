@@ -74,7 +74,7 @@ def replay(spark, *, pipeline: str, run_id: str, silver_path: str, quarantine_pa
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from spark_jobs import silver_rules
+    from spark_jobs import cdc_rules, silver_rules
 
     result = ReplayResult(selection=selection.to_json())
     if not DeltaTable.isDeltaTable(spark, quarantine_path):
@@ -104,6 +104,10 @@ def replay(spark, *, pipeline: str, run_id: str, silver_path: str, quarantine_pa
         # events are compared by position only.
         classified = silver_rules.classify(valid, current, spec, fields, {}).persist(StorageLevel.MEMORY_AND_DISK)
         actions = {r["_action"]: r["n"] for r in classified.groupBy("_action").agg(F.count("*").alias("n")).collect()}
+        if actions.pop(cdc_rules.UNKNOWN_VALUE, 0):
+            # A change whose unsent value nothing holds still fails, with that reason.
+            decoded = cdc_rules.with_unknown_values(decoded, classified).persist(StorageLevel.MEMORY_AND_DISK)
+            classified = classified.where(F.col("_action") != cdc_rules.UNKNOWN_VALUE)
         rows = silver_rules.silver_rows(classified, fields, spec, run_id)
         changes = sum(actions.get(a, 0) for a in ("insert", "update", "delete"))
         outcome_counts: dict[str, int] = {}

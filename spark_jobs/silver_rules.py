@@ -383,7 +383,8 @@ def decode(bronze, spec: TransformSpec, fields: Sequence[FieldSpec], value_plan:
 
     if spec.format != "json" and value_plan is None:
         raise ValueError(f"transform.format {spec.format} needs a ValuePlan (spark_jobs/value_formats.py)")
-    df = bronze.select(*(F.col(src).alias(dst) for src, dst in KAFKA_COLUMNS.items()))
+    old_key = [cdc_rules.old_key_text(bronze).alias("_cdc_old_key")] if spec.cdc else []
+    df = bronze.select(*(F.col(src).alias(dst) for src, dst in KAFKA_COLUMNS.items()), *old_key)
     out = [*df.columns, "_tombstone", "_text"]
     if spec.cdc:
         out += ["_null_value", "_skip", "_cdc_snapshot", *(name for name, _ in cdc_rules.CDC_COLUMNS)]

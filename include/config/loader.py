@@ -14,7 +14,7 @@ import json
 import os
 import re
 from dataclasses import replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -33,6 +33,7 @@ from include.config.sections import (
 from include.config.transform import _ValueSchemaProblem
 from include.config.validators import _NAME, _NAME_EXPECTED, NAME_MAX_LEN
 from include.config.yaml_reader import _read_yaml
+from include.contract.locations import comparable, is_within
 from include.contract.transform_spec import REGISTRY_FORMATS, SCHEMA_FORMATS, TransformSpec
 
 #: A location with a scheme (s3a://, abfss://, file://) is a URI, taken as written.
@@ -319,7 +320,7 @@ def _check_pods_reach(shown: str, tables: TablesConfig, kafka: KafkaConfig, k8s:
         location = getattr(tables, key)
         if _URI.match(location):
             continue
-        if not _is_within(location, k8s.shared_dir):
+        if not is_within(location, k8s.shared_dir):
             raise PipelineConfigError(
                 shown,
                 f"tables.{key}",
@@ -367,31 +368,15 @@ def _join_location(root: str, *parts: str) -> str:
     return str(Path(root, *parts))
 
 
-#: URI schemes that name one store, as Hadoop's and delta-rs' clients read them: compared as the first.
-_SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
-
-
-def _comparable(location: str) -> str:
-    """``location`` as what it resolves to, so that two spellings of one folder compare equal: a local path or a
-    ``file://`` URI made absolute with its symlinks resolved, a URI's scheme aliases folded (``s3a://`` is
-    ``s3://``), its host lower-cased and its path normalised."""
-    head, sep, rest = location.partition("://")
-    if not sep or head.lower() == "file":
-        return "file://" + os.path.realpath(os.path.expanduser(rest if sep else location))
-    scheme = _SCHEME_ALIASES.get(head.lower(), head.lower())
-    host, _, path = rest.partition("/")
-    return f"{scheme}://{host.lower()}" + os.path.normpath("/" + path).rstrip("/")
-
-
 def _relation(location: str, other: str) -> str | None:
     """How ``location`` lies to ``other`` when they overlap (the same, inside, or holding it), compared by what
-    they resolve to (:func:`_comparable`); ``None`` when apart."""
-    location, other = _comparable(location), _comparable(other)
+    they resolve to (:func:`~include.contract.locations.comparable`); ``None`` when apart."""
+    location, other = comparable(location), comparable(other)
     if location == other:
         return "the same location as"
-    if _is_within(location, other):
+    if is_within(location, other):
         return "inside"
-    if _is_within(other, location):
+    if is_within(other, location):
         return "a folder holding"
     return None
 
@@ -421,8 +406,3 @@ def _check_not_reserved(shown: str, mine: list[tuple[str, str]]) -> None:
                     f"expected {_LOCATION_NAMES[key]} apart from {what}, got {location!r}, {relation} {folder}; "
                     "choose a folder of the pipeline's own (tables.lakehouse_root)",
                 )
-
-
-def _is_within(inner: str, outer: str) -> bool:
-    a, b = PurePosixPath(inner), PurePosixPath(outer)
-    return a == b or b in a.parents

@@ -232,7 +232,9 @@ class TablesSection(_Section):
         description="Airflow connection (type aws) with which the Airflow side reaches locations on an object "
         "store (s3a:// or s3://): login and password are the access key pair; its extra may hold "
         "aws_session_token, endpoint_url (an S3-compatible store), region_name and config_kwargs "
-        '{"s3": {"addressing_style": "path"}}. Unused while every location is a local path.',
+        '{"s3": {"addressing_style": "path"}}, and allowed_roots: the s3://bucket/prefix URIs the pipeline\'s '
+        "locations on the store must lie under, the connection owner's limit (a location elsewhere is refused "
+        "before any task reads or writes it). Unused while every location is a local path.",
     )
     log_retention_days: Annotated[int, *_integer(1)] = Field(
         default=DEFAULT_LOG_RETENTION_DAYS,

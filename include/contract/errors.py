@@ -232,6 +232,14 @@ class StaleLockError(PipelineError, RuntimeError):
     table_epoch: int | None = None
 
 
+class TableOwnershipError(PipelineError, RuntimeError):
+    """A table location belongs to another pipeline, or holds files that are no table at all; nothing was
+    written. ``owner`` is the pipeline the table names, when it names one."""
+
+    extra_fields = ("owner",)
+    owner: str | None = None
+
+
 class StepsFileError(PipelineError, ValueError):
     """The ``--steps-file`` argument or the file it names cannot be used; the message names the argument or field."""
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+from pathlib import Path, PurePosixPath
+
+#: URI schemes that name one store, as Hadoop's and delta-rs' clients read them: compared as the first.
+SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
 
 
 def scheme_of(location: str) -> str | None:
@@ -17,3 +21,21 @@ def local_path(location: str | Path) -> Path | None:
     if "://" in text and not text.startswith("file://"):
         return None
     return Path(text.removeprefix("file://"))
+
+
+def comparable(location: str) -> str:
+    """``location`` as what it resolves to, so that two spellings of one folder compare equal: a local path or a
+    ``file://`` URI made absolute with its symlinks resolved, a URI's scheme aliases folded (``s3a://`` is
+    ``s3://``), its host lower-cased and its path normalised."""
+    head, sep, rest = location.partition("://")
+    if not sep or head.lower() == "file":
+        return "file://" + os.path.realpath(os.path.expanduser(rest if sep else location))
+    scheme = SCHEME_ALIASES.get(head.lower(), head.lower())
+    host, _, path = rest.partition("/")
+    return f"{scheme}://{host.lower()}" + os.path.normpath("/" + path).rstrip("/")
+
+
+def is_within(inner: str, outer: str) -> bool:
+    """Whether the comparable location ``inner`` is ``outer`` or lies inside it (:func:`comparable`)."""
+    a, b = PurePosixPath(inner), PurePosixPath(outer)
+    return a == b or b in a.parents

@@ -13,7 +13,10 @@ provider reads them (the provider itself is not needed):
 - extra ``region_name``;
 - extra ``config_kwargs: {"s3": {"addressing_style": "virtual"}}``: requests
   to ``bucket.host`` instead of ``host/bucket`` (path style, the default here,
-  which most S3-compatible stores need and AWS serves too).
+  which most S3-compatible stores need and AWS serves too);
+- extra ``allowed_roots``: the ``s3://bucket/prefix`` URIs under which a
+  pipeline's locations on the store may lie, the connection owner's limit on
+  what pipeline files reach with its credentials. Left out: anywhere.
 
 The same settings serve delta-rs (the tables) and obstore (the run lock):
 both are the ``object_store`` library underneath, with the same keys.
@@ -25,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from include.contract.locations import scheme_of
+from include.contract.locations import comparable, is_within, scheme_of
 from include.readers.connections import ConnectionConfigError, _get_connection, mask
 
 #: URI schemes of the object stores a location may name (S3 and S3-compatible stores).
@@ -44,6 +47,8 @@ class S3Settings:
     #: ``bucket.host/key`` requests instead of ``host/bucket/key`` (``object_store``'s default, which most
     #: S3-compatible stores need; AWS serves both).
     virtual_hosted: bool = False
+    #: The prefixes a location on the store must lie under (extra ``allowed_roots``); empty: anywhere.
+    allowed_roots: tuple[str, ...] = ()
 
     def secrets(self) -> list[str]:
         """The values a log must never show."""
@@ -132,6 +137,44 @@ def s3_settings(conn_id: str, *, get_connection: Callable[[str], Any] = _get_con
         endpoint=service.get("endpoint_url") or extra.get("endpoint_url") or None,
         region=extra.get("region_name") or None,
         virtual_hosted=style == "virtual",
+        allowed_roots=_allowed_roots(conn_id, extra.get("allowed_roots")),
+    )
+
+
+def _allowed_roots(conn_id: str, value: Any) -> tuple[str, ...]:
+    """The extra's ``allowed_roots``: a list of ``s3://bucket[/prefix]`` URIs (or one, or a comma-separated
+    text of them); raises :class:`ConnectionConfigError` naming the connection and the entry."""
+    if value is None:
+        return ()
+    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items:
+        raise ConnectionConfigError(
+            f"Airflow connection {conn_id!r}: extra allowed_roots is {value!r}; expected a list of "
+            "s3://bucket/prefix URIs"
+        )
+    roots = []
+    for item in items:
+        if not isinstance(item, str) or scheme_of(item) not in S3_SCHEMES or not item.partition("://")[2].split("/")[0]:
+            raise ConnectionConfigError(
+                f"Airflow connection {conn_id!r}: extra allowed_roots holds {item!r}; expected an "
+                "s3://bucket/prefix URI (s3a:// reads the same)"
+            )
+        roots.append(item)
+    return tuple(roots)
+
+
+def check_allowed(conn_id: str, settings: S3Settings, what: str, location: str) -> None:
+    """Refuse (:class:`ConnectionConfigError`) ``location`` (``what`` names it, ``tables.bronze_path``) when the
+    connection's ``allowed_roots`` do not hold it, compared by what they resolve to (``s3a://`` is ``s3://``,
+    a bucket in capitals is the bucket, ``..`` is resolved)."""
+    if not settings.allowed_roots:
+        return
+    if any(is_within(comparable(location), comparable(root)) for root in settings.allowed_roots):
+        return
+    raise ConnectionConfigError(
+        f"{what} {location!r} lies outside the allowed_roots of Airflow connection {conn_id!r} "
+        f"({', '.join(settings.allowed_roots)}); move it under one of them in the pipeline file, or ask the "
+        "connection's owner to add its prefix to allowed_roots"
     )
 
 
@@ -162,8 +205,13 @@ def store_settings(locations: Mapping[str, str], conn_id: str, *,
     """The S3 settings that reach ``locations`` (what each is -> where), their secrets masked in task logs;
     ``None`` when every one is a local path, and no connection is looked up then. A location on another
     store raises :class:`ConnectionConfigError` naming it and the fix."""
-    on_s3 = [_on_s3(what, location) for what, location in locations.items()]
-    return _masked_settings(conn_id, get_connection) if any(on_s3) else None
+    on_s3 = {what: location for what, location in locations.items() if _on_s3(what, location)}
+    if not on_s3:
+        return None
+    settings = _masked_settings(conn_id, get_connection)
+    for what, location in on_s3.items():
+        check_allowed(conn_id, settings, what, location)
+    return settings
 
 
 def location_options(location: str, conn_id: str, *, what: str = "location",
@@ -192,10 +240,13 @@ class TableOptions:
 
     def settings(self, key: str) -> S3Settings | None:
         """The S3 settings that reach ``tables.<key>``; ``None`` for a local path."""
-        if not _on_s3(f"tables.{key}", getattr(self._cfg.tables, key)):
+        location = getattr(self._cfg.tables, key)
+        if not _on_s3(f"tables.{key}", location):
             return None
+        conn_id = self._cfg.tables.storage_connection_id
         if self._settings is None:
-            self._settings = _masked_settings(self._cfg.tables.storage_connection_id, self._get_connection)
+            self._settings = _masked_settings(conn_id, self._get_connection)
+        check_allowed(conn_id, self._settings, f"tables.{key}", location)
         return self._settings
 
     def __call__(self, key: str) -> dict[str, str] | None:

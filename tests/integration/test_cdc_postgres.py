@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from include.contract.transform_spec import FieldSpec
+from include.contract.transform_spec import FieldSpec, TransformSpec
 from include.tooling import local_connect, local_postgres
 from tests.integration.dag_helpers import Pipeline
 from tests.integration.test_transform_silver import (
@@ -50,14 +50,15 @@ class Capture:
     folder: Path
     prefix: str
     connect: local_connect.LocalConnect | None = None
+    table: str = "accounts"
 
     @property
     def topic(self) -> str:
-        return f"{self.prefix}.public.accounts"
+        return f"{self.prefix}.public.{self.table}"
 
     def source(self, **extra: str) -> local_connect.PostgresSource:
-        return local_connect.PostgresSource(port=self.pg.port, tables=("public.accounts",), topic_prefix=self.prefix,
-                                            extra=dict(extra))  # fmt: skip
+        return local_connect.PostgresSource(port=self.pg.port, tables=(f"public.{self.table}",),
+                                            topic_prefix=self.prefix, extra=dict(extra))  # fmt: skip
 
     def start(self, flush_interval_ms: int = 1000, **extra: str) -> None:
         self.connect = local_connect.start(self.folder, self.bootstrap, self.source(**extra),
@@ -96,10 +97,10 @@ class Capture:
         parts = consumer.list_topics(self.topic, timeout=10).topics[self.topic].partitions
         return tuple(consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1] for p in parts)
 
-    def run(self, spark, lake, run_id: str) -> dict:
+    def run(self, spark, lake, run_id: str, spec: TransformSpec = SPEC) -> dict:
         """One pipeline run: ingest the table's topic into bronze, then the transform."""
         ingest(spark, self.bootstrap, lake, self.prefix, self.topic)
-        return transform(spark, lake, self.prefix, spec=SPEC, run_id=run_id)
+        return transform(spark, lake, self.prefix, spec=spec, run_id=run_id)
 
 
 @pytest.fixture
@@ -217,6 +218,78 @@ def test_silver_follows_the_table_through_snapshot_streaming_restarts_a_resnapsh
     assert_accounted(spark, lake)
     commits = silver_commits(spark, lake)
     assert sum(c.counts.get("skipped", 0) for c in commits) >= 4
+
+
+#: A table keyed on two columns, with a body stored out of line.
+ITEMS = TransformSpec(
+    fields=(FieldSpec("order_id", "int", required=True), FieldSpec("item_id", "int", required=True),
+            FieldSpec("body", "string"), FieldSpec("note", "string")),
+    key=("order_id", "item_id"), ordering=None, tombstones="delete", envelope="debezium", source="postgresql",
+)  # fmt: skip
+
+
+def _items(spark, lake) -> dict[tuple[int, int], tuple]:
+    rows = spark.read.format("delta").load(str(lake / "silver")).where("NOT _deleted").collect()
+    return {(r["order_id"], r["item_id"]): (r["body"], r["note"]) for r in rows}
+
+
+def _items_table(pg) -> dict[tuple[int, int], tuple]:
+    return {(r["order_id"], r["item_id"]): (r["body"], r["note"])
+            for r in pg.rows("SELECT order_id, item_id, body, note FROM items")}  # fmt: skip
+
+
+def test_a_primary_key_change_keeps_the_unchanged_toasted_value_and_one_nothing_holds_goes_to_quarantine(
+    spark, capture, lake, tmp_path
+):
+    """UPDATE of a key column leaves an out-of-line value unsent: Debezium writes a delete of the old key and a
+    create of the new one with the placeholder and the old key in a header. Silver takes the value from the
+    old key's row; where silver never held that row, the create goes to quarantine naming the column, and
+    silver holds no row for the new key rather than a null."""
+    pg = capture.pg
+    capture.table = "items"
+    pg.psql(f"""
+        CREATE TABLE items(order_id int, item_id int, body text, note text, PRIMARY KEY (order_id, item_id));
+        ALTER TABLE items ALTER COLUMN body SET STORAGE EXTERNAL;
+        INSERT INTO items SELECT i, 1, '{BIG}' || i, NULL FROM generate_series(1, 20) i;
+    """)
+    capture.start()
+    capture.drain()
+    first = capture.run(spark, lake, "run-1", ITEMS)
+    assert (first["upserted"], first["quarantined"]) == (20, 0)
+
+    # Key changes that leave the body unchanged: alone, with another column, right after the body changed in
+    # the same run, and a key moved onto one deleted earlier.
+    pg.psql("""
+        UPDATE items SET item_id = 2 WHERE order_id <= 5;
+        UPDATE items SET item_id = 3, note = 'moved' WHERE order_id = 6;
+        UPDATE items SET body = 'changed-7' || repeat('x', 9000) WHERE order_id = 7;
+        UPDATE items SET item_id = 4 WHERE order_id = 7;
+        DELETE FROM items WHERE order_id = 8;
+        UPDATE items SET order_id = 8 WHERE order_id = 9;
+    """)
+    capture.drain()
+    second = capture.run(spark, lake, "run-2", ITEMS)
+    assert second["quarantined"] == 0, quarantine(spark, lake)
+    expected = _items_table(pg)
+    assert expected[(1, 2)][0].startswith(BIG) and expected[(7, 4)][0].startswith("changed-7")
+    assert _items(spark, lake) == expected
+
+    # A second connector that never took a snapshot: its silver lacks every row from before it started.
+    capture.connect.stop()
+    late = Capture(pg, capture.bootstrap, tmp_path / "connect-late", f"late{uuid.uuid4().hex[:8]}", table="items")
+    late.start(**{"snapshot.mode": "no_data"})
+    try:
+        pg.psql("INSERT INTO items VALUES (100, 1, 'small', NULL); UPDATE items SET item_id = 9 WHERE order_id = 10;")
+        late.drain()
+        other = tmp_path / "late-lake"
+        third = late.run(spark, other, "run-3", ITEMS)
+    finally:
+        late.connect.stop()
+    assert (third["upserted"], third["quarantined"], third["quarantine_fields"]) == (1, 1, {"body": 1}), third
+    (bad,) = quarantine(spark, other).values()
+    assert bad["fields"] == ["body"]
+    assert "primary-key change from key" in bad["reason"] and "REPLICA IDENTITY FULL" in bad["reason"], bad["reason"]
+    assert _items(spark, other) == {(100, 1): ("small", None)}  # no row with a null body for (10, 9)
 
 
 #: The table's pipeline file section, as a user writes it (the same columns as :data:`SPEC`).

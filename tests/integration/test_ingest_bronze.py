@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from include.contract.errors import TableOwnershipError
 from include.contract.jobs import bronze_app_id
 from include.contract.offsets import BronzeCommit
 from include.ports import free_port
@@ -24,6 +25,7 @@ from include.settings import FAILPOINT_ENV
 from include.spark.spark_submit import submit_environment
 from include.tooling.job_submit import submit_command
 from spark_jobs.ingest_plan import NO_DICTIONARY_COLUMNS, parse_config
+from spark_jobs.job_common import OWNER_PROPERTY
 from spark_jobs.kafka_to_bronze import KafkaSourceError, main, run
 from tests.kafka_helpers import (
     add_partitions,
@@ -260,6 +262,49 @@ def test_kill_after_delta_commit_before_checkpoint_commit(spark, bootstrap, make
     assert [b.skipped_replay for b in rerun.batches][0] is True
     assert rerun.rows == 300 - before
     _assert_exactly_once(spark, lake, bootstrap, topic, 300)
+
+
+def _owner(spark, path) -> str | None:
+    rows = spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()
+    return {r["key"]: r["value"] for r in rows}.get(OWNER_PROPERTY)
+
+
+def _versions(spark, path) -> int:
+    return spark.sql(f"DESCRIBE HISTORY delta.`{path}`").count()
+
+
+def test_a_table_is_one_pipelines_and_a_new_one_takes_only_an_empty_location(
+    spark, bootstrap, make_topic, unique_name, lake, tmp_path
+):
+    topic = make_topic(unique_name, partitions=1)
+    produce_numbered(bootstrap, topic, 1, 20)
+    assert run(spark, _cfg(bootstrap, lake, unique_name, topic)).rows == 20
+    bronze = str(lake / "bronze")
+    assert _owner(spark, bronze) == unique_name
+    # Another pipeline pointed at the same table (the loader refuses two files that name one location at
+    # once; not a file changed between runs, or one on another deployment): refused, nothing written.
+    versions = _versions(spark, bronze)
+    with pytest.raises(TableOwnershipError, match=f"belongs to pipeline '{unique_name}'.*not to 'other'"):
+        run(spark, _cfg(bootstrap, lake, "other", topic))
+    assert _versions(spark, bronze) == versions
+
+    # A table an earlier version made names no owner: the next run adopts it.
+    spark.sql(f"ALTER TABLE delta.`{bronze}` UNSET TBLPROPERTIES ('{OWNER_PROPERTY}')")
+    assert _owner(spark, bronze) is None
+    produce_numbered(bootstrap, topic, 1, 5, start=20)
+    assert run(spark, _cfg(bootstrap, lake, unique_name, topic)).rows == 5
+    assert _owner(spark, bronze) == unique_name
+
+    # A folder that holds other files and no table: refused before anything is written, its files untouched.
+    folder = tmp_path / "var"
+    folder.mkdir()
+    (folder / "secret.key").write_text("keep me")
+    args = ["--pipeline", "third", "--bootstrap-servers", bootstrap, "--topics", topic, "--bronze-path", str(folder),
+            "--checkpoint-root", str(tmp_path / "third-checkpoints")]  # fmt: skip
+    with pytest.raises(TableOwnershipError, match=r"holds secret\.key and no Delta table.*an empty location"):
+        run(spark, parse_config(args))
+    assert sorted(p.name for p in folder.iterdir()) == ["secret.key"]
+    assert (folder / "secret.key").read_text() == "keep me"
 
 
 def test_missing_topic_fails_fast_and_writes_nothing(spark, bootstrap, unique_name, lake):

@@ -207,3 +207,39 @@ def test_the_lock_and_the_tables_share_one_lookup(make_pipeline, masked):
     assert isinstance(lock_folder(cfg, options), ObjectStoreFolder)
     assert options("bronze_path")["aws_secret_access_key"] == "secret-key"
     assert asked == ["aws_default"] and masked == ["secret-key"]
+
+
+# --------------------------------------------------------------------------- the connection's allowed roots
+
+
+def test_locations_outside_the_connections_allowed_roots_are_refused_naming_both(make_pipeline, masked):
+    from include.readers.object_store import TableOptions, store_settings
+
+    conn = _conn("key", "secret-key", allowed_roots=["s3://Lake-A/teams/orders", "s3a://shared/x"])
+    get = lambda _: conn  # noqa: E731
+    # Inside a root, spelt any way that resolves there: s3a against s3, the bucket in capitals, a trailing /.
+    assert store_settings({"tables.bronze_path": "s3a://lake-a/teams/orders/bronze/"}, "aws_lake", get_connection=get)
+    with pytest.raises(ConnectionConfigError, match=r"tables.silver_path 's3a://lake-a/teams/orders/../payments' lies "
+                                                     r"outside the allowed_roots of Airflow connection 'aws_lake' "
+                                                     r"\(s3://Lake-A/teams/orders, s3a://shared/x\)"):  # fmt: skip
+        store_settings({"tables.bronze_path": "s3a://lake-a/teams/orders/b",
+                        "tables.silver_path": "s3a://lake-a/teams/orders/../payments"}, "aws_lake", get_connection=get)  # fmt: skip
+    # A prefix that only starts alike is another folder.
+    with pytest.raises(ConnectionConfigError, match="outside the allowed_roots"):
+        store_settings({"tables.bronze_path": "s3://lake-a/teams/orders-old"}, "aws_lake", get_connection=get)
+    # The tasks' reads are held to the same roots; a local table looks nothing up.
+    cfg = make_pipeline(tables={"lakehouse_root": "s3a://other/lake", "storage_connection_id": "aws_lake"})
+    with pytest.raises(ConnectionConfigError, match=r"tables.bronze_path 's3a://other/lake/.*' lies outside"):
+        TableOptions(cfg, get_connection=get)("bronze_path")
+    assert TableOptions(make_pipeline(), get_connection=_never)("bronze_path") is None
+
+
+@pytest.mark.parametrize("roots", [[], "", ["/srv/lake"], ["s3://"], [7], {"s3://a": 1}])
+def test_a_malformed_allowed_roots_is_refused_naming_the_connection(roots):
+    with pytest.raises(ConnectionConfigError, match=r"'aws_lake': extra allowed_roots"):
+        _settings(_conn("key", "secret-key", allowed_roots=roots))
+
+
+def test_without_allowed_roots_any_location_on_the_store_is_reached():
+    assert _settings(_conn("key", "secret-key")).allowed_roots == ()
+    assert _settings(_conn(allowed_roots="s3://a/x, s3a://b")).allowed_roots == ("s3://a/x", "s3a://b")
