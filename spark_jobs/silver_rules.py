@@ -96,6 +96,12 @@ _NOUN = {"json": "a JSON object", "avro": "an Avro record", "json_schema": "a JS
 PROTOBUF_FUNCTION = "kde_protobuf_json"
 PROTOBUF_FUNCTION_CLASS = "kde.functions.ProtobufJson"
 PROTOBUF_FUNCTION_TYPE = "struct<json:string,error:string>"
+#: The most characters a Protobuf value's JSON may take, as a multiple of ``transform.max_value_bytes``: JSON
+#: repeats field names and prints defaults, so a legitimate message can print several times its size, while
+#: empty sub-messages of a repeated field print at tens of times theirs.
+PROTOBUF_JSON_FACTOR = 16
+#: ... and at most this many, whatever the setting: one record's text stays far below a JVM string's limit.
+PROTOBUF_JSON_MAX = 256 * 1024 * 1024
 
 _INTEGER_KINDS = ("BIGINT", "INT", "SMALLINT", "TINYINT")
 _NUMBER_KINDS = (*_INTEGER_KINDS, "DOUBLE", "FLOAT")
@@ -254,7 +260,7 @@ def _tombstone_key(spec: TransformSpec, f: FieldSpec):
     return F.try_variant_get(F.try_parse_json(text), f"$.{f.name}", spark_type(f.type))
 
 
-def _with_value_text(df, plan: ValuePlan):
+def _with_value_text(df, plan: ValuePlan, max_value_bytes: int):
     """``df`` plus ``_vt`` (the value as JSON text) and ``_fp`` (why the value cannot be read, naming its schema id).
 
     Framed values: the 4-byte id after magic byte 0. Avro: Spark's ``from_avro`` in PERMISSIVE mode, one
@@ -301,7 +307,7 @@ def _with_value_text(df, plan: ValuePlan):
             F.concat(F.lit("value: schema id "), sid.cast("string"), F.lit(why)),
         )
     if plan.format == "protobuf":
-        return _with_protobuf_text(df, plan, problem)
+        return _with_protobuf_text(df, plan, problem, max_value_bytes)
     if plan.format != "avro":
         return df.select("*", payload.cast("string").alias("_vt"), problem.alias("_fp"))
     from pyspark.sql.avro.functions import from_avro
@@ -330,21 +336,24 @@ def _with_value_text(df, plan: ValuePlan):
     return df.select("*", F.to_json(avro).alias("_vt"), fp.alias("_fp"))
 
 
-def _with_protobuf_text(df, plan: ValuePlan, problem):
+def _with_protobuf_text(df, plan: ValuePlan, problem, max_value_bytes: int):
     """Protobuf values: :data:`PROTOBUF_FUNCTION` in the JVM, one branch per usable writer id, each with the
-    writer's descriptor set as a literal (each executor parses it once, under a key naming id and content)."""
+    writer's descriptor set as a literal (each executor parses it once, under a key naming id and content).
+    A value over ``max_value_bytes`` is never decoded (its record's problem is its size), and the JSON of one
+    within it is bounded (:data:`PROTOBUF_JSON_FACTOR`)."""
     import hashlib
 
     from pyspark.sql import functions as F
 
     sid, payload = F.col("_sid"), F.col("_payload")
-    decoded = F.when(F.lit(False), F.lit(None).cast(PROTOBUF_FUNCTION_TYPE))
+    max_json = F.lit(min(PROTOBUF_JSON_FACTOR * max_value_bytes, PROTOBUF_JSON_MAX))
+    decoded = F.when(F.octet_length(F.col("_kafka_value")) > max_value_bytes, F.lit(None).cast(PROTOBUF_FUNCTION_TYPE))
     for w in plan.writers:
         if w.descriptor is None or w.problem:
             continue
         key = f"{w.id}:{hashlib.sha256(w.descriptor).hexdigest()[:16]}"
         decoded = decoded.when(sid == w.id, F.call_function(PROTOBUF_FUNCTION, payload, F.lit(w.descriptor),
-                                                            F.lit(w.file), F.lit(key)))  # fmt: skip
+                                                            F.lit(w.file), F.lit(key), max_json))  # fmt: skip
     df = df.select("*", problem.alias("_fp0"), decoded.alias("_pb"))
     fp = F.when(F.col("_fp0").isNotNull(), F.col("_fp0")).when(
         F.col("_pb.error").isNotNull(),
@@ -409,7 +418,7 @@ def _with_text(df, spec: TransformSpec, value_plan: ValuePlan | None):
     if value_plan is None:
         text, format_problem = F.col("_kafka_value").cast("string"), F.lit(None).cast("string")
     else:
-        df = _with_value_text(df, value_plan)
+        df = _with_value_text(df, value_plan, spec.max_value_bytes)
         text, format_problem = F.col("_vt"), F.col("_fp")
         readable = readable & format_problem.isNull()
     df = df.select(

@@ -141,9 +141,54 @@ def test_the_function_follows_nested_message_indexes_past_map_entries(spark, ord
                         (b"z", pb.framed(1, [1, 1], b""))])  # fmt: skip
     writer = values.plan(df).writers[0]
     out = df.select(F.call_function("kde_protobuf_json", F.expr("substring(value, 6)"), F.lit(writer.descriptor),
-                                    F.lit(writer.file), F.lit("t")).alias("r")).collect()  # fmt: skip
+                                    F.lit(writer.file), F.lit("t"), F.lit(1 << 20)).alias("r")).collect()  # fmt: skip
     assert (out[0]["r"]["json"], out[0]["r"]["error"]) == ('{"sku":"x","count":3}', None)
     assert out[1]["r"]["error"] == "message index [1, 1] is out of range: shop.Order has 1 nested message type(s)"
+
+
+def test_json_that_would_pass_its_bound_is_an_error_naming_it_not_an_allocation(spark, orders_pb2):
+    """Fields print at their defaults, so an empty sub-message of a repeated field (2 bytes) prints as 21
+    characters: the function writes into a buffer that refuses to grow past the bound it is given."""
+    from pyspark.sql import functions as F
+
+    values = ValueSchemas(spark, _spec(), client=_client())
+    order = orders_pb2.Order(order_id="o", quantity=1, amount="1.00")
+    for _ in range(1000):
+        order.lines.add()
+    payload = order.SerializeToString()
+    df = bronze(spark, [(b"o", pb.framed(1, [1], payload))])
+    writer = values.plan(df).writers[0]
+
+    def call(bound: int):
+        return df.select(F.call_function("kde_protobuf_json", F.expr("substring(value, 6)"), F.lit(writer.descriptor),
+                                         F.lit(writer.file), F.lit("b"), F.lit(bound)).alias("r")).collect()[0]["r"]  # fmt: skip
+
+    whole = call(1 << 20)
+    assert whole["error"] is None and whole["json"].count('{"sku":"","count":0}') == 1000
+    assert len(whole["json"]) > 10 * len(payload)
+    bounded = call(len(whole["json"]) - 1)
+    assert bounded["json"] is None
+    assert bounded["error"] == (f"shop.Order prints as more than {len(whole['json']) - 1} characters of JSON, the "
+                                "bound transform.max_value_bytes sets (16 times it, at most 256 MiB); raise "
+                                "transform.max_value_bytes, or fix the producer")  # fmt: skip
+    assert call(len(whole["json"]))["json"] == whole["json"]  # the bound itself is allowed
+
+
+def test_the_transforms_bound_on_protobuf_json_follows_max_value_bytes(spark, orders_pb2):
+    """A value within max_value_bytes decodes with a JSON bound of 16 times it; one over it is not decoded
+    at all, and its problem is its size."""
+    spec = _spec(max_value_bytes=64)
+    values = ValueSchemas(spark, spec, client=_client())
+    small = _order(orders_pb2, "o1")
+    big = orders_pb2.Order(order_id="o" * 200, quantity=1, amount="1.00").SerializeToString()
+    small, big = pb.framed(1, [1], small), pb.framed(1, [1], big)
+    df = bronze(spark, [(b"s", small), (b"b", big)])
+    decoded = silver_rules.decode(df, spec, spec.fields, values.plan(df))
+    plan = decoded._jdf.queryExecution().executedPlan().toString()
+    assert f"{16 * 64}" in plan, "the JSON bound is not 16 times max_value_bytes"
+    got = {bytes(r["_kafka_key"]).decode(): [p["message"] for p in r["_problems"]] for r in decoded.collect()}
+    assert len(small) <= 64 and got["s"] == [], got
+    assert got["b"] == [f"value: expected at most 64 bytes, got {len(big)} bytes"], got
 
 
 def test_a_reader_schema_without_the_declared_fields_stops_the_run_naming_its_messages(spark):

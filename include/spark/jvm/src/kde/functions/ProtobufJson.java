@@ -17,23 +17,30 @@ import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
-import org.apache.spark.sql.api.java.UDF4;
+import org.apache.spark.sql.api.java.UDF5;
 
 /**
  * A Protobuf value, as Confluent's serializer frames it, printed as JSON text for the transform's field rules.
  *
- * <p>Spark SQL function {@code kde_protobuf_json(payload, descriptor_set, file, key)} returns
+ * <p>Spark SQL function {@code kde_protobuf_json(payload, descriptor_set, file, key, max_json)} returns
  * {@code struct<json string, error string>}: {@code payload} is the value after the magic byte and schema id
  * (the message-index path, then the message); {@code descriptor_set} a {@code FileDescriptorSet} built by
  * protoc with {@code --include_imports}; {@code file} the name of the writer's file in it; {@code key} names
- * that pair, so each executor builds its descriptors once, however many rows it decodes. Exactly one of
- * {@code json} and {@code error} is set for a non-null payload.
+ * that pair, so each executor builds its descriptors once, however many rows it decodes; {@code max_json} the
+ * most characters the JSON may take. Exactly one of {@code json} and {@code error} is set for a non-null
+ * payload.
+ *
+ * <p>A producer's bytes cost bounded memory: a length the bytes claim is checked against the bytes there are
+ * before anything is allocated (protobuf-java's array input), and the JSON is written into a buffer that
+ * refuses to grow past {@code max_json}, since printing a field at its default makes an empty sub-message of a
+ * repeated field (two bytes) tens of characters. Running out of memory all the same fails the record, not the
+ * executor.
  *
  * <p>JSON as protobuf-java-util prints it: field names as declared, fields without presence at their defaults
  * (a required {@code int32} of 0 is there), 64-bit integers as strings (exact), enums by name, unknown fields
  * left out.
  */
-public final class ProtobufJson implements UDF4<byte[], byte[], String, String, Row> {
+public final class ProtobufJson implements UDF5<byte[], byte[], String, String, Integer, Row> {
   private static final long serialVersionUID = 1L;
 
   /** Parsed descriptor sets by key: the messages of the writer's file, or why there are none. */
@@ -46,7 +53,7 @@ public final class ProtobufJson implements UDF4<byte[], byte[], String, String, 
           .omittingInsignificantWhitespace();
 
   @Override
-  public Row call(byte[] payload, byte[] descriptorSet, String file, String key) {
+  public Row call(byte[] payload, byte[] descriptorSet, String file, String key, Integer maxJson) {
     if (payload == null) {
       return null;
     }
@@ -72,11 +79,74 @@ public final class ProtobufJson implements UDF4<byte[], byte[], String, String, 
       return RowFactory.create(null, "the bytes do not parse as " + type.getFullName() + ": " + e.getMessage());
     } catch (IOException | RuntimeException e) {
       return RowFactory.create(null, "the bytes do not parse as " + type.getFullName() + ": " + e);
+    } catch (OutOfMemoryError e) {
+      return RowFactory.create(null, outOfMemory(type, payload, "parsing"));
     }
+    Bounded json = new Bounded(maxJson == null ? Integer.MAX_VALUE : maxJson);
     try {
-      return RowFactory.create(PRINTER.print(message), null);
+      PRINTER.appendTo(message, json);
+      return RowFactory.create(json.toString(), null);
+    } catch (Bounded.Full e) {
+      return RowFactory.create(null, type.getFullName() + " prints as more than " + json.max + " characters of "
+          + "JSON, the bound transform.max_value_bytes sets (16 times it, at most 256 MiB); raise "
+          + "transform.max_value_bytes, or fix the producer");
     } catch (IOException | RuntimeException e) {
       return RowFactory.create(null, type.getFullName() + " cannot be printed as JSON: " + e.getMessage());
+    } catch (OutOfMemoryError e) {
+      return RowFactory.create(null, outOfMemory(type, payload, "printing it as JSON"));
+    }
+  }
+
+  private static String outOfMemory(Descriptor type, byte[] payload, String doing) {
+    return "the executor ran out of memory " + doing + " as " + type.getFullName() + " (" + payload.length
+        + " bytes); give the cluster's executors more memory, or lower transform.max_value_bytes";
+  }
+
+  /** A character buffer that refuses to grow past {@code max}: it throws {@link Full} instead. */
+  static final class Bounded implements Appendable {
+    /** Thrown when an append would pass the bound; no stack trace, as it is an answer, not a bug. */
+    static final class Full extends RuntimeException {
+      private static final long serialVersionUID = 1L;
+
+      Full() {
+        super(null, null, false, false);
+      }
+    }
+
+    final int max;
+    private final StringBuilder out = new StringBuilder();
+
+    Bounded(int max) {
+      this.max = max;
+    }
+
+    @Override
+    public Appendable append(CharSequence text) {
+      CharSequence s = text == null ? "null" : text;
+      return append(s, 0, s.length());
+    }
+
+    @Override
+    public Appendable append(CharSequence text, int start, int end) {
+      if (end - start > max - out.length()) {
+        throw new Full();
+      }
+      out.append(text, start, end);
+      return this;
+    }
+
+    @Override
+    public Appendable append(char c) {
+      if (out.length() >= max) {
+        throw new Full();
+      }
+      out.append(c);
+      return this;
+    }
+
+    @Override
+    public String toString() {
+      return out.toString();
     }
   }
 
