@@ -67,6 +67,8 @@ class IngestConfig:
     kafka_options: dict[str, str] = field(default_factory=dict, repr=False)
     #: Data-loss gaps the orchestrator's preflight accepted for this run.
     accepted_gaps: tuple[Gap, ...] = ()
+    #: Offsets an operator's ``skip_offsets`` passes, each from where the table stands on its partition.
+    skipped: tuple[Gap, ...] = ()
     #: Kafka topic ids seen by the preflight; recorded in every commit so the
     #: next preflight can tell a recreated topic from the one the table read.
     topic_ids: dict[str, str] = field(default_factory=dict)
@@ -118,7 +120,7 @@ def parse_config(argv: list[str]) -> IngestConfig:
     """Parse and validate the job's arguments; raises :class:`JobConfigError` naming the argument."""
     args = IngestArgs.from_args(argv).check()
     kafka_options = read_kafka_options_file(args.kafka_options_file)
-    gaps, topic_ids, reset = _read_preflight_file(args.preflight_file)
+    gaps, topic_ids, reset, skipped = _read_preflight_file(args.preflight_file)
     try:
         properties = parse_table_properties(list(args.table_property))
     except ValueError as exc:
@@ -138,6 +140,7 @@ def parse_config(argv: list[str]) -> IngestConfig:
         admin_timeout_s=args.admin_timeout_s or IngestConfig.admin_timeout_s,
         kafka_options=kafka_options,
         accepted_gaps=gaps,
+        skipped=skipped,
         topic_ids=topic_ids,
         rebuild_reason=(args.rebuild_checkpoint or "").strip() or None,
         position_reset=reset,
@@ -160,15 +163,16 @@ def read_kafka_options_file(name: str | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()}
 
 
-def _read_preflight_file(name: str | None) -> tuple[tuple[Gap, ...], dict[str, str], dict | None]:
+def _read_preflight_file(name: str | None) -> tuple[tuple[Gap, ...], dict[str, str], dict | None, tuple[Gap, ...]]:
     if not name:
-        return (), {}, None
+        return (), {}, None, ()
     path = Path(name)
     try:
         data = json.loads(path.read_text())
         if not isinstance(data, dict):
             raise TypeError("expected a JSON object")
         gaps = tuple(Gap.from_json(g) for g in data.get("accepted_gaps") or ())
+        skipped = tuple(Gap.from_json(g) for g in data.get("skipped") or ())
         topic_ids = {str(k): str(v) for k, v in (data.get("topic_ids") or {}).items()}
         reset = data.get("position_reset")
         if reset is not None:
@@ -178,9 +182,9 @@ def _read_preflight_file(name: str | None) -> tuple[tuple[Gap, ...], dict[str, s
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise JobConfigError(
             f"--preflight-file {path}: expected {{'topic_ids': {{topic: id}}, 'accepted_gaps': [...], "
-            f"'position_reset': {{'positions': ..., 'reason': ...}} or none}}: {exc!r}"
+            f"'position_reset': {{'positions': ..., 'reason': ...}} or none, 'skipped': [...] or none}}: {exc!r}"
         ) from None
-    return gaps, topic_ids, reset
+    return gaps, topic_ids, reset, skipped
 
 
 @dataclass(frozen=True)

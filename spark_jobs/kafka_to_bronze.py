@@ -394,8 +394,51 @@ def record_position(spark, cfg: IngestConfig, partitions: dict[str, list[int]], 
     at preflight. The record is written before any batch, so it holds even
     when no new record arrives in this run.
     """
+    return _record_stand(spark, cfg, partitions, checkpoints, table, positions, {"position_set": note},
+                         f"position set: {note.get('reason')}")  # fmt: skip
+
+
+def record_skip(spark, cfg: IngestConfig, partitions: dict[str, list[int]], checkpoints: dict,
+                table: BronzeCommit | None) -> tuple[BronzeCommit, CheckpointPlan | None]:  # fmt: skip
+    """Record the offsets ``skip_offsets`` passes (``cfg.skipped``) as gaps, in a commit of their own before any
+    batch, and plan a new epoch after them; ``(table, None)`` when an earlier try of this run recorded them.
+
+    Each must start where the table stands on its partition: the preflight checked it, and a table that
+    moved since (another writer, a stale request) stops the run rather than drop records it has not read.
+    """
+    if table is None:
+        raise OffsetError("skip_offsets needs a bronze table to skip from; it has none", pipeline=cfg.pipeline,
+                          table=cfg.bronze_path)  # fmt: skip
+    stands = flatten(table.next_offsets)
+    todo = []
+    for g in cfg.skipped:
+        now = stands.get((g.topic, g.partition))
+        if now == g.until_offset and table.run_id == cfg.run_id:
+            continue  # recorded by an earlier try of this run
+        if now != g.from_offset:
+            raise OffsetError(
+                f"skip_offsets asked to skip [{g.from_offset}, {g.until_offset}), but the table now stands at "
+                f"{now}; nothing was skipped. Trigger it again from where the table stands",
+                pipeline=cfg.pipeline, topic=g.topic, partition=g.partition, offsets=(g.from_offset, g.until_offset),
+                table=cfg.bronze_path,
+            )  # fmt: skip
+        todo.append(g)
+    if not todo:
+        return table, None
+    described = ", ".join(f"{g.topic}-{g.partition} [{g.from_offset}, {g.until_offset})" for g in todo)
+    why = f"skipping {described}: {todo[0].reason}"
+    commit, plan = _record_stand(spark, cfg, partitions, checkpoints, table, skip_gaps(table.next_offsets, todo),
+                                 {"gaps": [g.to_json() for g in todo]}, why)  # fmt: skip
+    return commit, CheckpointPlan(plan.epoch, plan.starting_offsets, why, max(checkpoints, default=None))
+
+
+def _record_stand(spark, cfg: IngestConfig, partitions: dict[str, list[int]], checkpoints: dict,
+                  table: BronzeCommit | None, positions: PositionMap, extra: dict,
+                  why: str) -> tuple[BronzeCommit, CheckpointPlan]:  # fmt: skip
+    """A commit of no rows that makes the table stand at ``positions`` (``extra`` says why), and a new epoch
+    planned there."""
     epoch = max([0, *checkpoints, *([table.epoch] if table else [])]) + 1
-    extra = {"position_set": note, **({"topic_ids": dict(cfg.topic_ids)} if cfg.topic_ids else {})}
+    extra = {**extra, **({"topic_ids": dict(cfg.topic_ids)} if cfg.topic_ids else {})}
     commit = BronzeCommit(pipeline=cfg.pipeline, run_id=cfg.run_id, run_type=cfg.run_type, epoch=epoch,
                           batch_id=-1, ranges=(), next_offsets=positions, extra=extra)  # fmt: skip
     commit_with_stand(
@@ -406,7 +449,7 @@ def record_position(spark, cfg: IngestConfig, partitions: dict[str, list[int]], 
         )),
         idempotency=None, schema=bronze_schema(spark, cfg), fence=cfg.fence,
     )  # fmt: skip
-    log.warning("position set (epoch %s): %s: %s", epoch, note.get("reason"), positions_to_json(positions))
+    log.warning("epoch %s: %s: %s", epoch, why, positions_to_json(positions))
     return commit, CheckpointPlan(epoch, json.dumps(resume_offsets(positions, partitions)))
 
 
@@ -471,6 +514,11 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
             "action": "starting_offsets", "reason": "starting_offsets: latest, fixed on the pipeline's first run",
         })  # fmt: skip
         position_set = table
+    elif cfg.skipped and (skip := record_skip(spark, cfg, partitions, checkpoints, table))[1] is not None:
+        table, plan = skip
+        if cfg.accepted_gaps:  # data loss on other partitions: a further epoch starts after it too
+            plan = plan_checkpoint(table=table, checkpoints=checkpoints, partitions=partitions,
+                                   starting_offsets=cfg.starting_offsets, gaps=cfg.accepted_gaps)  # fmt: skip
     else:
         plan = plan_checkpoint(
             table=table, checkpoints=checkpoints, partitions=partitions,

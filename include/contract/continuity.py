@@ -178,7 +178,8 @@ def check_run(
             dag_id=dag_id,
             count_records=count_records,
         )
-        by_version[version] = walk.rows - before
+        if commit.batch_id >= 0:  # a position or skip commit (batch -1) is no try's batch
+            by_version[version] = walk.rows - before
     earlier = {v: n for v, n in by_version.items() if job_versions is not None and v not in job_versions}
     mine = walk.rows - sum(earlier.values())
     if earlier:

@@ -40,7 +40,7 @@ from datetime import datetime
 from typing import Any
 
 from include.contract.errors import PipelineError
-from include.contract.offsets import BackfillRange, PositionMap, TopicState
+from include.contract.offsets import BackfillRange, Gap, PositionMap, TopicState
 from include.contract.replay import ReplaySelection
 
 NORMAL = "normal"
@@ -48,6 +48,7 @@ BACKFILL_OFFSETS = "backfill_offsets"
 BACKFILL_TIME = "backfill_time"
 REBUILD_CHECKPOINT = "rebuild_checkpoint"
 ACKNOWLEDGE_GAP = "acknowledge_gap"
+SKIP_OFFSETS = "skip_offsets"
 REESTABLISH_POSITION = "reestablish_position"
 REREAD_AFTER_RESTORE = "reread_after_restore"
 KEEP_POSITION_AFTER_RESTORE = "keep_position_after_restore"
@@ -61,6 +62,7 @@ ACTIONS: dict[str, str] = {
     BACKFILL_TIME: "Backfill by time: re-read records by Kafka timestamp",
     REBUILD_CHECKPOINT: "Rebuild checkpoint: new checkpoint at the table's next offsets",
     ACKNOWLEDGE_GAP: "Acknowledge data loss: accept the gap the preflight finds, with a reason",
+    SKIP_OFFSETS: "Skip offsets at ingest: pass records ingest cannot read (recorded as a gap), with a reason",
     REESTABLISH_POSITION: "Re-establish the position from bronze's own rows (max offset + 1), new checkpoint",
     REREAD_AFTER_RESTORE: "After a RESTORE: read again from the restored table's position, new checkpoint",
     KEEP_POSITION_AFTER_RESTORE: "After a RESTORE: keep the position, record what the restore undid",
@@ -369,9 +371,9 @@ def parse_request(
         raise RequestError(
             f"reason: required for action {action!r}; say why (it is recorded in the run ledger)"
         )
-    if ranges and action != BACKFILL_OFFSETS:
+    if ranges and action not in (BACKFILL_OFFSETS, SKIP_OFFSETS):
         raise RequestError(
-            f"offset_ranges is set but action is {action!r}; choose {BACKFILL_OFFSETS!r} "
+            f"offset_ranges is set but action is {action!r}; choose {BACKFILL_OFFSETS!r} (or {SKIP_OFFSETS!r}) "
             "or clear offset_ranges"
         )
     if (from_time or to_time) and action not in (BACKFILL_TIME, REPLAY_QUARANTINE):
@@ -397,6 +399,18 @@ def parse_request(
             'offset_ranges: required for backfill_offsets, e.g. [{"topic": "orders", "partition": 0, '
             '"from": 0, "until": 100}] (leave partition out for all partitions)'
         )
+    if action == SKIP_OFFSETS:
+        if not ranges:
+            raise RequestError(
+                'offset_ranges: required for skip_offsets, e.g. [{"topic": "orders", "partition": 0, "from": 41, '
+                '"until": 42}]: from is where ingest stands on that partition'
+            )
+        whole = next((r for r in ranges if r.partition is None), None)
+        if whole is not None:
+            raise RequestError(
+                f"offset_ranges: skip_offsets skips records of one partition at a time; give the partition of "
+                f"topic {whole.topic!r} (ingest stands at a different offset on each)"
+            )
     if action == BACKFILL_TIME:
         if from_time is None or to_time is None:
             raise RequestError("from_time and to_time: both required for backfill_time")
@@ -569,3 +583,33 @@ def plan_time_backfill(
             + "\n  - ".join(held + notes or ["no partition the table has read is in Kafka now"])
         )
     return BackfillPlan(tuple(ranges), tuple(notes))
+
+
+def plan_skip(request: RunRequest, *, table_next: PositionMap | None,
+              kafka: Mapping[str, TopicState]) -> tuple[Gap, ...]:  # fmt: skip
+    """The gaps a ``skip_offsets`` request records: each range must start where the table stands on its
+    partition (where ingest is stuck, a record it cannot read) and end within what Kafka holds; raises
+    :class:`RequestError` naming the range and what is allowed."""
+    who = f" by {request.requested_by}" if request.requested_by else ""
+    gaps = []
+    for i, r in enumerate(request.offset_ranges):
+        where = f"offset_ranges[{i}] {r.topic}-{r.partition}"
+        state = kafka.get(r.topic)
+        if state is None or r.partition not in state.partitions:
+            raise RequestError(f"{where}: Kafka has no such partition")
+        stands = (table_next or {}).get(r.topic, {}).get(r.partition)
+        if stands is None:
+            raise RequestError(f"{where}: the table has read nothing of this partition yet; skip_offsets passes "
+                               "records where ingest stands, so run the pipeline first")  # fmt: skip
+        if r.from_offset != stands:
+            raise RequestError(
+                f"{where}: from is {r.from_offset}, but ingest stands at offset {stands} on this partition; skip "
+                f"from {stands} (skipping elsewhere would drop records the table still has to read, or has read)"
+            )
+        latest = state.partitions[r.partition].latest
+        if r.until_offset > latest:
+            raise RequestError(f"{where}: until is {r.until_offset}, past what Kafka holds (offsets up to {latest}, "
+                               "exclusive)")  # fmt: skip
+        gaps.append(Gap(r.topic, r.partition, r.from_offset, r.until_offset,
+                        reason=f"skipped at ingest{who}: {request.reason}"))  # fmt: skip
+    return tuple(gaps)

@@ -232,6 +232,9 @@ class PreflightReport:
     #: Where a position action (re-establish, after a RESTORE) makes the table stand: the job records
     #: it in a commit of its own and starts a new checkpoint epoch there.
     position_reset: dict[str, Any] | None = None
+    #: Offsets ``skip_offsets`` passes at ingest: the job records them as gaps in a commit of its own,
+    #: before any batch, and starts a new checkpoint epoch after them.
+    skipped: tuple[Gap, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -251,6 +254,7 @@ class PreflightReport:
             "accepted_gaps": [g.to_json() for g in self.accepted_gaps],
             "topic_ids": dict(self.topic_ids),
             "position_reset": self.position_reset,
+            "skipped": [g.to_json() for g in self.skipped],
         }
 
     def job_file(self) -> dict[str, Any]:
@@ -261,6 +265,8 @@ class PreflightReport:
         }
         if self.position_reset is not None:
             found["position_reset"] = dict(self.position_reset)
+        if self.skipped:
+            found["skipped"] = [g.to_json() for g in self.skipped]
         return found
 
     def summary_line(self) -> str:

@@ -23,9 +23,10 @@ from include.contract.continuity import ContinuityReport, TransformCheck, check_
 from include.contract.errors import PipelineError
 from include.contract.locations import local_path, scheme_of
 from include.contract.manual_ops import RunRequest
-from include.contract.offsets import PositionMap, positions_from_json, positions_to_json
+from include.contract.offsets import PositionMap, TopicState, positions_from_json, positions_to_json
 from include.contract.preflight import (
     BLOCKING,
+    DATA_LOSS,
     Finding,
     LagReport,
     PreflightReport,
@@ -430,10 +431,34 @@ def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunReque
             gaps = tuple(replace(g, reason=f"{g.reason}; acknowledged{who}: {request.reason}")
                          for g in verdict.accepted_gaps)  # fmt: skip
             verdict = replace(verdict, accepted_gaps=gaps, policy=f"{cfg.data_loss_policy} (acknowledged)")
+    elif request is not None and request.action == manual_ops.SKIP_OFFSETS:
+        verdict = _with_skipped(verdict, request, table_next, topics, dag_id=cfg.name)
     elif request is not None and request.is_backfill:
         verdict = replace(verdict, accepted_gaps=(),
                           blocking=tuple(f for f in verdict.findings if f.severity == BLOCKING))  # fmt: skip
     return verdict, report, progress
+
+
+def _with_skipped(verdict: PreflightReport, request: RunRequest, table_next: PositionMap | None,
+                  topics: Mapping[str, TopicState], *, dag_id: str) -> PreflightReport:  # fmt: skip
+    """``skip_offsets``: the verdict with the request's ranges to skip, or a blocking finding saying why not (a
+    range that does not start where ingest stands, or one on a partition where the preflight finds data loss
+    too, which ``acknowledge_gap`` decides first)."""
+    try:
+        skipped = manual_ops.plan_skip(request, table_next=table_next, kafka=topics)
+        lost = {(g.topic, g.partition) for g in verdict.accepted_gaps}
+        lost |= {(f.topic, f.partition) for f in verdict.findings if f.kind == DATA_LOSS}
+        both = sorted(f"{g.topic}-{g.partition}" for g in skipped if (g.topic, g.partition) in lost)
+        if both:
+            raise manual_ops.RequestError(
+                f"skip_offsets: Kafka deleted records of {', '.join(both)} that the table has not read; "
+                f"acknowledge that first ({manual_ops.action_hint(dag_id, manual_ops.ACKNOWLEDGE_GAP)}), "
+                "then skip from where ingest stands after it"
+            )
+    except manual_ops.RequestError as exc:
+        refused = Finding("skip_refused", BLOCKING, "", None, str(exc))
+        return replace(verdict, findings=(*verdict.findings, refused), blocking=(*verdict.blocking, refused))
+    return replace(verdict, skipped=skipped)
 
 
 #: What the ledger's witness reads of a run's row: not the commits a long run names.

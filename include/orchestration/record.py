@@ -94,7 +94,8 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
             "latest": after.get("latest", before.get("latest")),
             "next_offset": after.get("next_offset", before.get("next_offset")),
         })  # fmt: skip
-    gaps = list(passed.get("accepted_gaps") or [])
+    # Offsets skip_offsets passed are not in bronze either: counted as lost, with the reason that says why.
+    gaps = list(passed.get("accepted_gaps") or []) + list(passed.get("skipped") or [])
     version_before = passed.get("table_version")
     return {
         "pipeline": cfg.name,

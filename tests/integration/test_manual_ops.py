@@ -182,6 +182,49 @@ def test_data_loss_gap_acknowledged_through_the_form_is_recorded_with_its_reason
     assert len(keys) == 115 and not {(1, o) for o in range(20, 25)} & keys
 
 
+def test_skip_offsets_passes_what_ingest_cannot_read_recorded_as_a_gap_and_nothing_else(pipeline, bootstrap):
+    """The remedy for a record ingest cannot read. The failure itself is not made here: the Kafka client
+    allocates a value's declared size before any of the project's code sees it, and a small compressed batch
+    can declare gigabytes, more than this machine holds. What is checked is that the skip passes exactly the
+    offsets asked for, from where ingest stands, recorded as a gap that continuity and the ledger follow."""
+    p = pipeline
+    t = p.topic
+    produce_numbered(bootstrap, t, 3, 60)  # offsets 0..19 of each partition
+    _ok(*p.run())
+    produce_numbered(bootstrap, t, 3, 30, start=60)  # offsets 20..29 of each partition
+    folders = p.run_dirs()
+    skip = {"action": "skip_offsets", "reason": "INC-7: a value ingest cannot allocate at offset 20"}
+    for ranges, message in [
+        ([{"topic": t, "partition": 1, "from": 22, "until": 23}],
+         f"offset_ranges[0] {t}-1: from is 22, but ingest stands at offset 20 on this partition"),
+        ([{"topic": t, "partition": 1, "from": 20, "until": 99}],
+         f"offset_ranges[0] {t}-1: until is 99, past what Kafka holds (offsets up to 30, exclusive)"),
+        ([{"topic": t, "from": 20, "until": 22}], "skips records of one partition at a time"),
+    ]:  # fmt: skip
+        proc, log = p.run({**skip, "offset_ranges": ranges})
+        assert proc.returncode == 1 and message in log, (ranges, log[-4000:])
+        assert p.ledger()[0]["outcome"] == "failed" and message in p.ledger()[0]["reason"]
+    assert p.run_dirs() == folders, "a refused skip started a cluster"
+    assert len(p.bronze_keys()) == 60
+
+    _ok(*p.run({**skip, "offset_ranges": [{"topic": t, "partition": 1, "from": 20, "until": 22}]}))
+    row = p.ledger()[0]
+    assert (row["outcome"], row["action"], row["lost"], row["rows"], row["continuity"]) == (
+        "success", "skip_offsets", 2, 28, "CONTINUOUS")  # fmt: skip
+    (gap,) = row["gaps_json"]
+    assert (gap["partition"], gap["from"], gap["until"]) == (1, 20, 22)
+    assert gap["reason"] == "skipped at ingest by dag_test: INC-7: a value ingest cannot allocate at offset 20"
+    assert [g for part in row["continuity_json"]["partitions"] for g in part["gaps"]] == [gap]
+    keys = set(p.bronze_keys())
+    assert len(keys) == 88 and not {(1, 20), (1, 21)} & keys and {(1, 22), (0, 20), (2, 20)} <= keys
+
+    produce_numbered(bootstrap, t, 3, 30, start=90)
+    _ok(*p.run())
+    after = p.ledger()[0]
+    assert (after["outcome"], after["rows"], after["lost"], after["continuity"]) == ("success", 30, 0, "CONTINUOUS")
+    assert len(p.bronze_keys()) == 118
+
+
 def _refusal(p: Pipeline, conf: dict, monkeypatch) -> str:
     """What ``check_request`` makes of ``conf``: the same two calls as the task, against the real broker and table."""
     from include import settings

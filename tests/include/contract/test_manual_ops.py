@@ -15,12 +15,14 @@ from include.contract.manual_ops import (
     BACKFILL_TIME,
     FORM_KEYS,
     NORMAL,
+    SKIP_OFFSETS,
     OffsetRequest,
     RequestError,
     RunRequest,
     form_params,
     parse_request,
     plan_offsets_backfill,
+    plan_skip,
     plan_time_backfill,
 )
 from include.contract.offsets import BackfillRange, PartitionState, TopicState
@@ -95,7 +97,7 @@ def test_backfill_time_request_accepts_z_and_is_described():
 
 def test_unknown_action_names_the_allowed_ones():
     with pytest.raises(RequestError, match=r"action: expected one of normal, backfill_offsets, backfill_time, "
-                                           r"rebuild_checkpoint, acknowledge_gap, reestablish_position, reread_after_restore, "
+                                           r"rebuild_checkpoint, acknowledge_gap, skip_offsets, reestablish_position, reread_after_restore, "
                                                r"keep_position_after_restore, replay_quarantine, got 'delete'"):  # fmt: skip
         parse_request({"action": "delete", "reason": "x"}, run_type="manual")
 
@@ -522,3 +524,41 @@ def test_replay_quarantine_takes_a_selection_and_refuses_its_params_elsewhere():
         parse_request({"action": "replay_quarantine", "reason": "x", "from_time": T1.isoformat(),
                        "to_time": T0.isoformat()}, run_type="manual")  # fmt: skip
 
+
+
+# --------------------------------------------------------------------------- skip_offsets
+
+
+def _skip(*ranges: dict) -> RunRequest:
+    return parse_request({"action": SKIP_OFFSETS, "reason": "INC-7: poison at 100", "offset_ranges": list(ranges)},
+                         run_type="manual", requested_by="alice")  # fmt: skip
+
+
+def test_skip_offsets_records_gaps_from_where_ingest_stands_with_who_and_why():
+    gaps = plan_skip(_skip({"topic": "orders", "partition": 1, "from": 100, "until": 102},
+                           {"topic": "payments", "partition": 1, "from": 40, "until": 60}), table_next=TABLE, kafka=KAFKA)
+    assert [(g.topic, g.partition, g.from_offset, g.until_offset) for g in gaps] == [
+        ("orders", 1, 100, 102), ("payments", 1, 40, 60)]  # fmt: skip
+    assert {g.reason for g in gaps} == {"skipped at ingest by alice: INC-7: poison at 100"}
+
+
+@pytest.mark.parametrize(("item", "message"), [
+    ({"topic": "orders", "partition": 1, "from": 101, "until": 102},
+     "offset_ranges[0] orders-1: from is 101, but ingest stands at offset 100 on this partition; skip from 100"),
+    ({"topic": "orders", "partition": 1, "from": 100, "until": 151},
+     "offset_ranges[0] orders-1: until is 151, past what Kafka holds (offsets up to 150, exclusive)"),
+    ({"topic": "orders", "partition": 2, "from": 0, "until": 1},
+     "offset_ranges[0] orders-2: the table has read nothing of this partition yet"),
+    ({"topic": "orders", "partition": 9, "from": 0, "until": 1}, "offset_ranges[0] orders-9: Kafka has no such partition"),
+])  # fmt: skip
+def test_skip_offsets_refuses_a_range_that_is_not_where_ingest_stands(item, message):
+    with pytest.raises(RequestError) as info:
+        plan_skip(_skip(item), table_next=TABLE, kafka=KAFKA)
+    assert message in str(info.value)
+
+
+def test_skip_offsets_needs_ranges_of_one_partition_each():
+    with pytest.raises(RequestError, match="offset_ranges: required for skip_offsets"):
+        parse_request({"action": SKIP_OFFSETS, "reason": "r"}, run_type="manual")
+    with pytest.raises(RequestError, match="skips records of one partition at a time; give the partition of topic"):
+        _skip({"topic": "orders", "from": 0, "until": 1})
