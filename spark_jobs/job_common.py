@@ -462,10 +462,14 @@ def check_owner(spark, path: str, pipeline: str, what: str) -> None:
                 f"not to {pipeline!r}; give tables.{what}_path of pipeline {pipeline!r} a location of its own",
                 pipeline=pipeline, table=path, owner=owner)  # fmt: skip
         return
+    from include.contract.locations import local_path
+
     files = checkpoint_files(spark, path)
-    if not files.exists(path):
+    local = local_path(path)
+    where = str(local) if local is not None else path  # a file:// URI read as its path
+    if not files.exists(where):
         return
-    foreign = sorted(name for name, _ in files.children(path) if not _LEFT_BY_A_FIRST_WRITE.match(name))
+    foreign = sorted(name for name, _ in files.children(where) if not _LEFT_BY_A_FIRST_WRITE.match(name))
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise TableOwnershipError(
