@@ -453,8 +453,8 @@ def check_owner(spark, path: str, pipeline: str, what: str) -> None:
 
     if DeltaTable.isDeltaTable(spark, path):
         jvm = spark.sparkContext._jvm
-        configuration = jvm.scala.jdk.javaapi.CollectionConverters.asJava(
-            delta_snapshot(spark, path).metadata().configuration())  # fmt: skip
+        configuration = dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+            delta_snapshot(spark, path).metadata().configuration()))  # fmt: skip
         owner = configuration.get(OWNER_PROPERTY)
         if owner is not None and owner != pipeline:
             raise TableOwnershipError(
