@@ -746,7 +746,7 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
     for path in (cfg.silver_path, cfg.quarantine_path):
         properties_set = apply_table_properties(spark, path, cfg.table_properties, cfg.fence, owner=cfg.pipeline)
         if properties_set:
-            log.info("%s table properties set: %s", path, ", ".join(f"{k}={cfg.table_properties[k]}" for k in properties_set))
+            log.info("%s table properties set: %s", path, ", ".join(f"{k}={v}" for k, v in properties_set.items()))
     summary.duration_s = time.monotonic() - started
     phases["stream"] = summary.duration_s - sum(phases.values())
     log.info("transform phases: %s", ", ".join(f"{k} {v:.1f}s" for k, v in phases.items()))

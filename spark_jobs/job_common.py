@@ -480,8 +480,8 @@ def check_owner(spark, path: str, pipeline: str, what: str) -> None:
 
 
 def apply_table_properties(spark, path: str, properties: dict[str, str], fence: Fence = None, *,
-                           owner: str | None = None) -> list[str]:  # fmt: skip
-    """Set ``properties`` on the Delta table at ``path`` where they differ, in one commit; returns the keys set.
+                           owner: str | None = None) -> dict[str, str]:  # fmt: skip
+    """Set ``properties`` on the Delta table at ``path`` where they differ, in one commit; returns those set.
 
     Nothing is written when the table carries them already (or does not
     exist yet: the next run sets them). The commit holds no progress, as
@@ -494,7 +494,7 @@ def apply_table_properties(spark, path: str, properties: dict[str, str], fence: 
     if owner is not None:
         properties = {**properties, OWNER_PROPERTY: owner}
     if not properties or not DeltaTable.isDeltaTable(spark, path):
-        return []
+        return {}
     jvm = spark.sparkContext._jvm
     snapshot = delta_snapshot(spark, path)
     check_fence(spark, path, fence, snapshot)
@@ -503,7 +503,7 @@ def apply_table_properties(spark, path: str, properties: dict[str, str], fence: 
     if changed:
         quoted = ", ".join(f"'{_sql_text(k)}' = '{_sql_text(v)}'" for k, v in changed.items())
         spark.sql(f"ALTER TABLE delta.`{path.replace('`', '``')}` SET TBLPROPERTIES ({quoted})")
-    return sorted(changed)
+    return dict(sorted(changed.items()))
 
 
 def _sql_text(text: str) -> str:

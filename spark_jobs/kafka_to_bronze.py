@@ -555,7 +555,7 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
     summary.next_offsets = writer.positions
     properties_set = apply_table_properties(spark, cfg.bronze_path, cfg.table_properties, cfg.fence, owner=cfg.pipeline)
     if properties_set:
-        log.info("bronze table properties set: %s", ", ".join(f"{k}={cfg.table_properties[k]}" for k in properties_set))
+        log.info("bronze table properties set: %s", ", ".join(f"{k}={v}" for k, v in properties_set.items()))
     summary.duration_s = time.monotonic() - started
     phases["stream"] = summary.duration_s - sum(phases.values())
     log.info("ingest phases: %s", ", ".join(f"{k} {v:.1f}s" for k, v in phases.items()))
