@@ -457,10 +457,12 @@ def check_owner(spark, path: str, pipeline: str, what: str) -> None:
             delta_snapshot(spark, path).metadata().configuration()))  # fmt: skip
         owner = configuration.get(OWNER_PROPERTY)
         if owner is not None and owner != pipeline:
-            raise TableOwnershipError(
+            error = TableOwnershipError(
                 f"{path}: the Delta table there belongs to pipeline {owner!r} (table property {OWNER_PROPERTY}), "
                 f"not to {pipeline!r}; give tables.{what}_path of pipeline {pipeline!r} a location of its own",
-                pipeline=pipeline, table=path, owner=owner)  # fmt: skip
+                pipeline=pipeline, table=path)  # fmt: skip
+            error.owner = owner
+            raise error
         return
     from include.contract.locations import local_path
 
