@@ -591,6 +591,10 @@ def plan_request(cfg: PipelineConfig, client: dict[str, str], request: RunReques
     if request.replay is not None:
         plan["replay"] = plan_replay(cfg, request, options=options)
         return plan
+    if request.action == manual_ops.SKIP_OFFSETS:
+        # Checked against Kafka and the table by the preflight, which reads both anyway.
+        plan["skip"] = [r.to_json() for r in request.offset_ranges]
+        return plan
     if not request.is_backfill:
         return plan
     topics = kafka_state.read_topics(client, topics=cfg.kafka.topics, pattern=cfg.kafka.topic_pattern,

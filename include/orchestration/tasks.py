@@ -196,13 +196,14 @@ def preflight(cfg: PipelineConfig, *, plan: dict | None) -> dict:
     result in XCom ``failed_report``; Kafka settings the Spark job could not
     take fail it with the connection's error.
     """
-    from include.contract.manual_ops import RunRequest
+    from include.contract.manual_ops import OffsetRequest, RunRequest
     from include.contract.offsets import positions_to_json
     from include.orchestration import pipeline_run
     from include.readers import connections, object_store
 
     plan = plan or {}
-    request = RunRequest(plan.get("action", "normal"), plan.get("reason", ""), plan.get("requested_by"))
+    skip = tuple(OffsetRequest(r["topic"], r["partition"], r["from"], r["until"]) for r in plan.get("skip") or ())
+    request = RunRequest(plan.get("action", "normal"), plan.get("reason", ""), plan.get("requested_by"), skip)
     client = connections.kafka_client_config(cfg.kafka.connection_id)
     try:
         # The Spark job's settings are derived in ingest; refuse settings it cannot
