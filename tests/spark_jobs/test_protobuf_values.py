@@ -177,7 +177,7 @@ def test_json_that_would_pass_its_bound_is_an_error_naming_it_not_an_allocation(
 def test_the_transforms_bound_on_protobuf_json_follows_max_value_bytes(spark, orders_pb2):
     """A value within max_value_bytes decodes with a JSON bound of 16 times it; one over it is not decoded
     at all, and its problem is its size."""
-    spec = _spec(max_value_bytes=64)
+    spec = _spec(max_value_bytes=77)  # a bound of 1232, a literal nothing else in the plan holds
     values = ValueSchemas(spark, spec, client=_client())
     small = _order(orders_pb2, "o1")
     big = orders_pb2.Order(order_id="o" * 200, quantity=1, amount="1.00").SerializeToString()
@@ -185,10 +185,10 @@ def test_the_transforms_bound_on_protobuf_json_follows_max_value_bytes(spark, or
     df = bronze(spark, [(b"s", small), (b"b", big)])
     decoded = silver_rules.decode(df, spec, spec.fields, values.plan(df))
     plan = decoded._jdf.queryExecution().executedPlan().toString()
-    assert f"{16 * 64}" in plan, "the JSON bound is not 16 times max_value_bytes"
+    assert "1232" in plan and "1024" not in plan, "the JSON bound is not 16 times max_value_bytes"
     got = {bytes(r["_kafka_key"]).decode(): [p["message"] for p in r["_problems"]] for r in decoded.collect()}
-    assert len(small) <= 64 and got["s"] == [], got
-    assert got["b"] == [f"value: expected at most 64 bytes, got {len(big)} bytes"], got
+    assert len(small) <= 77 and got["s"] == [], got
+    assert got["b"] == [f"value: expected at most 77 bytes, got {len(big)} bytes"], got
 
 
 def test_a_reader_schema_without_the_declared_fields_stops_the_run_naming_its_messages(spark):
