@@ -9,7 +9,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test-tools browser-tools db-tools demo ui test test-all test-cpu soak soak-scheduler lint typecheck bench profile-transform lock clean
+.PHONY: setup test-tools browser-tools db-tools container-tools demo ui test test-all test-cpu test-compose clean-containers soak soak-scheduler lint typecheck bench profile-transform lock clean
 
 # uv installs the same locked set as pip (constraints.txt), in about half pip's time with no cache.
 # --compile-bytecode as pip does: with PYTHONDONTWRITEBYTECODE set (as on CI) every process would
@@ -48,6 +48,11 @@ test-tools:
 db-tools:
 	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { $(APT_INSTALL) postgresql >/dev/null; }
 
+# Podman, runc, debootstrap (Debian's packages) and docker-compose for make test-compose.
+container-tools: test-tools
+	@command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null || { \
+	  $(APT_INSTALL) podman runc debootstrap >/dev/null; }
+
 browser-tools:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
 	  $(APT_INSTALL) chromium chromium-driver >/dev/null; }
@@ -64,7 +69,7 @@ ui: setup
 TEST_WORKERS ?= 3
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 # The fast tier: every test not marked `full` (pytest.ini). `make test-all` adds the full tier.
-FAST := -m "not full and not scheduler_soak"
+FAST := -m "not full and not scheduler_soak and not compose_stack"
 test: setup test-tools
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check $(FORMATTED)
@@ -75,7 +80,7 @@ test-all: setup test-tools browser-tools db-tools
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check $(FORMATTED)
 	$(PY) -m mypy
-	$(PY) -m pytest -m "not scheduler_soak" $(XDIST)
+	$(PY) -m pytest -m "not scheduler_soak and not compose_stack" $(XDIST)
 
 # The fast tier, with each test's CPU measured over its worker's process tree: the costliest files and
 # tests are printed at the end and kept in .cache/test-cpu/report.md (tests/cpu_report.py).
@@ -100,6 +105,16 @@ SCHEDULER_SOAK_SEED ?= 20261201
 soak-scheduler: setup
 	SOAK_FAULTS=$(SCHEDULER_SOAK_FAULTS) SOAK_SEED=$(SCHEDULER_SOAK_SEED) SOAK_KINDS=$(SOAK_KINDS) $(PY) -m pytest \
 	  tests/soak/test_scheduler_soak.py -p no:xdist -s --timeout 0 -m scheduler_soak
+
+# docker-compose.yaml started under Podman, a tier of its own (tests/compose_stack): every image built here
+# (first use: see docs/docker-compose.md), two scheduled runs on the stack's own scheduler, the
+# existing_master pipeline on its Spark master, then down -v. Images stay in .cache/containers.
+test-compose: setup container-tools browser-tools
+	$(PY) -m pytest tests/compose_stack -p no:xdist -s --timeout 0 -m compose_stack
+
+# Everything the Compose test built (vfs keeps every layer as a full copy).
+clean-containers:
+	rm -rf .cache/containers
 
 bench: setup
 	$(PY) -m include.tooling.benchmark $(BENCH_ARGS)

@@ -9,8 +9,11 @@
 # docker/airflow.Dockerfile.dockerignore keeps .venv, .cache and var out of the context.
 
 # Pinned to apache-airflow in requirements.txt and to the Python constraints.txt
-# was locked on; tests/test_compose.py fails when either moves alone.
-FROM apache/airflow:3.3.2-python3.11
+# was locked on; tests/test_compose.py fails when either moves alone. A build
+# argument, so a builder with no registry can pass a base it built itself (the
+# Podman test does: tests/compose_stack/); the default is the official image.
+ARG AIRFLOW_BASE_IMAGE=apache/airflow:3.3.2-python3.11
+FROM ${AIRFLOW_BASE_IMAGE}
 
 USER root
 # Debian's OpenJDK 17, the Java major of the Spark image (Temurin 17) and of

@@ -108,6 +108,16 @@ def option_value(args: list[str], option: str) -> str:
     return args[args.index(option) + 1]
 
 
+#: ``${KDE_<NAME>_IMAGE:-<default>}``: the public image unless a variable names another (the Podman test does).
+IMAGE_VARIABLE = re.compile(r"\$\{(KDE_[A-Z]+_IMAGE):-([^}]+)\}")
+
+
+def image_of(service: dict[str, Any]) -> str:
+    """A service's image as users get it: the default of its ``${KDE_..._IMAGE:-...}`` variable, else as written."""
+    match = IMAGE_VARIABLE.fullmatch(str(service["image"]))
+    return match.group(2) if match else str(service["image"])
+
+
 def image_ref(image: str) -> tuple[str, str | None]:
     """``repo:tag`` -> (repo, tag); the tag is None when there is none (a registry port is not a tag)."""
     name = image.split("@", 1)[0]
@@ -127,13 +137,19 @@ def requirement_pin(name: str, path: Path = ROOT / "requirements.txt") -> str:
     raise AssertionError(f"{path.name} pins no {name}")
 
 
+def dockerfile_args(path: Path) -> dict[str, str]:
+    """The defaults of a Dockerfile's ``ARG NAME=default`` lines."""
+    return dict(re.findall(r"^\s*ARG\s+(\w+)=(\S+)", path.read_text(), re.IGNORECASE | re.MULTILINE))
+
+
 def dockerfile_bases(path: Path) -> list[str]:
-    """The images of a Dockerfile's ``FROM`` lines."""
+    """The images of a Dockerfile's ``FROM`` lines, a ``${ARG}`` replaced by the argument's default."""
+    args = dockerfile_args(path)
     bases = []
     for line in path.read_text().splitlines():
         match = re.match(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", line, re.IGNORECASE)
         if match:
-            bases.append(match.group(1))
+            bases.append(re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), m.group(0)), match.group(1)))
     return bases
 
 
@@ -232,8 +248,23 @@ def test_documented_services_are_the_compose_services(services: dict[str, Any]) 
     assert CORE_SERVICES <= set(documented)
 
 
+def test_every_public_image_can_be_replaced_by_a_variable_whose_default_is_it(services: dict[str, Any]) -> None:
+    # A builder with no registry (the Podman test, an air-gapped site) passes images it built itself; what
+    # users pull stays the default, pinned by the tests below.
+    for name, svc in services.items():
+        if "build" in svc:
+            continue
+        match = IMAGE_VARIABLE.fullmatch(str(svc["image"]))
+        assert match, f"{name}: image {svc['image']!r} is not ${{KDE_<NAME>_IMAGE:-<public image>}}"
+        assert match.group(1) == f"KDE_{name.split('-')[0].upper()}_IMAGE", f"{name}: variable {match.group(1)}"
+    text = AIRFLOW_DOCKERFILE.read_text()
+    assert re.search(r"^FROM \$\{AIRFLOW_BASE_IMAGE\}$", text, re.MULTILINE), "the base is not a build argument"
+    assert image_ref(dockerfile_args(AIRFLOW_DOCKERFILE)["AIRFLOW_BASE_IMAGE"])[0] == "apache/airflow"
+    assert image_of({"image": "${KDE_KAFKA_IMAGE:-apache/kafka:4.3.1}"}) == "apache/kafka:4.3.1"
+
+
 def test_every_image_is_pinned_to_an_exact_version(services: dict[str, Any]) -> None:
-    images = {name: svc["image"] for name, svc in services.items() if "image" in svc}
+    images = {name: image_of(svc) for name, svc in services.items() if "image" in svc}
     images.update({f"{AIRFLOW_DOCKERFILE.name} FROM": base for base in dockerfile_bases(AIRFLOW_DOCKERFILE)})
     for name, svc in services.items():
         assert "image" in svc or "build" in svc, f"{name}: neither image nor build"
@@ -362,7 +393,7 @@ def test_the_airflow_image_ships_no_local_tooling() -> None:
 
 
 def test_spark_image_matches_pyspark_settings_and_the_airflow_java(services: dict[str, Any]) -> None:
-    images = {services[name]["image"] for name in SPARK_SERVICES}
+    images = {image_of(services[name]) for name in SPARK_SERVICES}
     assert len(images) == 1, f"master and worker run different images: {images}"
     repo, tag = image_ref(images.pop())
     assert repo == "apache/spark"
@@ -396,7 +427,7 @@ def test_spark_jobs_need_no_python_on_the_executors() -> None:
 
 
 def test_kafka_image_is_the_broker_version_the_tests_run(services: dict[str, Any]) -> None:
-    repo, tag = image_ref(services["kafka"]["image"])
+    repo, tag = image_ref(image_of(services["kafka"]))
     assert repo == "apache/kafka"
     assert tag == settings.KAFKA_BROKER_VERSION
 

@@ -11,7 +11,6 @@ seconds. Screenshots land in ``var/test-artifacts/monitor/``.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 import urllib.error
 import urllib.request
@@ -23,6 +22,8 @@ from include import ports, settings
 from include.monitoring.monitor import OUT_OF_TIME
 from include.readers.kafka_admin import create_topic, watermarks
 from include.tooling import airflow_local, local_kafka
+from tests.browser import browser as _browser
+from tests.browser import wait_for as _wait
 from tests.integration.dag_helpers import ORDERS_TRANSFORM, Pipeline, order
 from tests.kafka_helpers import produce
 
@@ -61,28 +62,6 @@ class Http:
         status, _, text = self.request("/auth/token", body={"username": user, "password": password})
         assert status in (200, 201), text
         return json.loads(text)["access_token"]
-
-
-def _browser(download_dir: Path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", "--window-size=1400,1000", f"--user-data-dir={download_dir}"):  # fmt: skip
-        options.add_argument(flag)
-    service = Service(executable_path=shutil.which("chromedriver") or "/usr/bin/chromedriver")
-    return webdriver.Chrome(options=options, service=service)
-
-
-def _wait(driver, css: str, timeout: float = 30):
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    return WebDriverWait(driver, timeout).until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, css)))
 
 
 def _screenshot(driver, name: str) -> None:
