@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yaml"
 DOC = ROOT / "docs" / "docker-compose.md"
 AIRFLOW_DOCKERFILE = ROOT / "docker" / "airflow.Dockerfile"
+HOST_NETWORK = ROOT / "docker" / "compose.host-network.yaml"
 
 #: Services the stack is useless without; the guide and the file must both name them.
 CORE_SERVICES = {
@@ -283,6 +284,56 @@ def test_long_running_services_have_health_checks(services: dict[str, Any]) -> N
         check = svc.get("healthcheck") or {}
         assert check.get("test") and not check.get("disable"), f"{name}: no health check"
         assert check["test"][0] in ("CMD", "CMD-SHELL"), f"{name}: health check {check['test']!r}"
+
+
+def test_health_checks_survive_podmans_docker_api(services: dict[str, Any]) -> None:
+    # Podman's Docker API (4.3) joins a CMD health check's arguments with spaces and splits them again
+    # on whitespace: a `python -c "<one-liner>"` becomes a SyntaxError and `bash -c "<script>"` runs
+    # `bash -c exec`, healthy whatever the service does. CMD-SHELL keeps its one string.
+    override = yaml.safe_load(HOST_NETWORK.read_text())["services"]
+    checks = {f"{COMPOSE_FILE.name}: {n}": s["healthcheck"]["test"] for n, s in services.items() if s.get("healthcheck")}
+    checks |= {f"{HOST_NETWORK.name}: {n}": s["healthcheck"]["test"] for n, s in override.items() if s.get("healthcheck")}
+    for where, test in checks.items():
+        if test[0] == "CMD":
+            spaced = [a for a in test[1:] if re.search(r"\s", str(a))]
+            assert not spaced, f"{where}: CMD argument(s) with whitespace {spaced}: use CMD-SHELL with one string"
+        else:
+            assert test[0] == "CMD-SHELL" and len(test) == 2, f"{where}: CMD-SHELL takes one string, got {test!r}"
+
+
+def test_the_host_network_file_covers_every_service_and_resolves_every_name(services: dict[str, Any]) -> None:
+    override = yaml.safe_load(HOST_NETWORK.read_text())["services"]
+    assert set(override) == set(services), f"{HOST_NETWORK.name} must put every service on the host network"
+    # The names the stack addresses its services by: in settings, commands and the hostname it sets.
+    said = json.dumps([[env_of(s), command_args(s), s.get("hostname")] for s in services.values()])
+    addressed = {n for n in services if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", said)}
+    assert {"postgres", "kafka", "spark-master", "airflow-scheduler"} <= addressed, addressed
+    for name, svc in override.items():
+        assert svc.get("network_mode") == "host", f"{HOST_NETWORK.name}: {name} is not on the host network"
+        hosts = dict(h.split(":", 1) for h in svc.get("extra_hosts") or [])
+        assert set(hosts) <= set(services) and set(hosts.values()) == {"127.0.0.1"}, hosts
+        unresolved = addressed - set(hosts)
+        assert not unresolved, f"{HOST_NETWORK.name}: {name} cannot resolve {sorted(unresolved)}"
+
+
+def test_the_host_network_file_moves_only_the_spark_master_ui_off_the_api_servers_port(
+    services: dict[str, Any],
+) -> None:
+    # On one network namespace the master's UI (8080 in the container) would take the API server's port;
+    # the override moves it and nothing else of the master's command, and its health check follows it.
+    master = yaml.safe_load(HOST_NETWORK.read_text())["services"]["spark-master"]
+    original, moved = command_args(services["spark-master"]), command_args(master)
+    ui_port = option_value(moved, "--webui-port")
+    assert ui_port != "8080" and option_value(original, "--webui-port") == "8080"
+
+    def without_ui_port(args: list[str]) -> list[str]:
+        at = args.index("--webui-port")
+        return args[:at] + args[at + 2 :]
+
+    assert without_ui_port(moved) == without_ui_port(original)
+    assert f"/dev/tcp/127.0.0.1/{ui_port} " in master["healthcheck"]["test"][1]
+    others = {n: s for n, s in yaml.safe_load(HOST_NETWORK.read_text())["services"].items() if n != "spark-master"}
+    assert all(set(s) <= {"network_mode", "extra_hosts"} for s in others.values()), others
 
 
 def test_depends_on_names_existing_services_with_meetable_conditions(services: dict[str, Any]) -> None:
