@@ -12,7 +12,7 @@ fi
 user="${POSTGRES_USER:-postgres}"
 db="${POSTGRES_DB:-${user}}"
 if [ ! -s "${PGDATA}/PG_VERSION" ]; then
-    initdb -D "${PGDATA}" --username="${user}" --pwfile=<(printf '%s\n' "${POSTGRES_PASSWORD}") \
+    initdb -D "${PGDATA}" --encoding=UTF8 --username="${user}" --pwfile=<(printf '%s\n' "${POSTGRES_PASSWORD}") \
         --auth-local=trust --auth-host=scram-sha-256 >/dev/null
     echo "listen_addresses = '*'" >> "${PGDATA}/postgresql.conf"
     echo "host all all all scram-sha-256" >> "${PGDATA}/pg_hba.conf"
