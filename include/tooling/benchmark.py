@@ -211,8 +211,8 @@ class BenchmarkReport:
     total_s: float = 0.0
     #: The checkout the figures come from (``git describe``-like, ``-dirty`` with uncommitted changes).
     commit: str = "unknown"
-    #: When the report was written (UTC) and the command that wrote it.
-    written_at: str = ""
+    #: The command that wrote the report. No date: the commit and the speed reference say where the
+    #: figures come from, and a date in a checked-in report reads as a narrative.
     command: str = "make bench"
     runs: list[DagRunTiming] = field(default_factory=list)
     #: The silver part: the demo's shape with the pipeline's defaults and with a cluster forced.
@@ -697,7 +697,7 @@ def render_markdown(report: BenchmarkReport) -> str:
     lines = [
         "# Kafka -> Delta benchmark",
         "",
-        f"- commit: {report.commit}; written {report.written_at} by `{report.command}`",
+        f"- commit: {report.commit}; written by `{report.command}`",
         f"- machine: {report.machine}; load average {report.load_before} at start, {report.load_after} at end",
         *([f"- speed reference: {report.speed_reference_s[0]:.2f}s at the start, {report.speed_reference_s[1]:.2f}s "
            "at the end, for a fixed single-core Python loop (lower is faster; set figures from another day or "
@@ -912,7 +912,6 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
         report.speed_reference_s = (reference_start_s, speed_reference())
         report.total_s = time.monotonic() - started
         report.commit = commit
-        report.written_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         return report
     finally:
         if broker is not None:
