@@ -280,9 +280,9 @@ class AirflowApi:
                 raise RuntimeError(f"DAG {dag_id!r} did not appear within {timeout_s:.0f}s: {status} {answer}")
             time.sleep(2)
 
-    def unpause(self, dag_id: str) -> None:
-        """Let the scheduler run ``dag_id``'s runs."""
-        self._ok("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+    def unpause(self, dag_id: str, *, paused: bool = False) -> None:
+        """Let the scheduler run ``dag_id``'s runs (``paused=True``: stop it creating new ones)."""
+        self._ok("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": paused})
 
     def trigger(self, dag_id: str, conf: dict | None = None, *, run_id: str | None = None) -> tuple[int, object]:
         """``POST /api/v2/dags/{dag_id}/dagRuns`` (a manual run, no logical date); (status, answer)."""

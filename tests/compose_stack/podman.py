@@ -23,12 +23,15 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import yaml
 
 from include import settings
 from include.spark import jvm_deps
@@ -38,8 +41,11 @@ IMAGES = Path(__file__).resolve().parent / "images"
 #: Podman's configuration, storage and socket: the project's ignored cache folder, so built images are
 #: kept for the next run (``make clean-containers`` removes them).
 STATE = settings.CACHE_DIR / "containers"
-PROJECT_IMAGE = "kafka-delta-elt-airflow:3.3.2-python3.11"
-BASE_IMAGE = "localhost/kde-test/debian:bookworm"
+#: The tag docker-compose.yaml gives the project's image (its Airflow services run it, none builds it here).
+PROJECT_IMAGE = yaml.safe_load((ROOT / "docker-compose.yaml").read_text())["services"]["airflow-init"]["image"]
+#: Every image this module builds is named under it; :func:`remove_stale` untags the ones no longer current.
+LOCAL_PREFIX = "localhost/kde-test/"
+BASE_IMAGE = f"{LOCAL_PREFIX}debian:bookworm"
 #: The stand-ins and the compose variable (or the Dockerfile's build argument) each replaces.
 STAND_INS = {
     "airflow-base": "AIRFLOW_BASE_IMAGE",
@@ -269,7 +275,7 @@ def build_images(podman: Podman, work: Path) -> Built:
         started = time.monotonic()
         context = work / "contexts" / name
         _stage(name, context)
-        tag = f"localhost/kde-test/{name}:{_digest(context, base_id)}"
+        tag = f"{LOCAL_PREFIX}{name}:{_digest(context, base_id)}"
         if not podman.image_exists(tag):
             podman.run("build", *builds.options, "--build-arg", f"BASE={base}", "--file",
                        str(context / f"{name}.Containerfile"), "--tag", tag, str(context), timeout=1800,
@@ -281,7 +287,7 @@ def build_images(podman: Podman, work: Path) -> Built:
     airflow_base = variables.pop("AIRFLOW_BASE_IMAGE")
     # The build cache is pruned after each test (vfs copies every layer): a tag named after the image's
     # inputs is what lets an unchanged project skip the build.
-    built_tag = f"localhost/kde-test/project:{_project_digest(podman.image_id(airflow_base))}"
+    built_tag = f"{LOCAL_PREFIX}project:{_project_digest(podman.image_id(airflow_base))}"
     if not podman.image_exists(built_tag):
         # The Dockerfile's own ignore file is a BuildKit convention: named here, so Podman reads it too.
         podman.run("build", *builds.options, "--build-arg", f"AIRFLOW_BASE_IMAGE={airflow_base}",
@@ -290,7 +296,22 @@ def build_images(podman: Podman, work: Path) -> Built:
                    "--tag", built_tag, str(ROOT), timeout=3600, output=work / "project.build.log")  # fmt: skip
     podman.run("tag", built_tag, PROJECT_IMAGE)
     seconds["project image"] = time.monotonic() - started
+    remove_stale(podman, {BASE_IMAGE, built_tag, *variables.values(), airflow_base})
     return Built(variables, seconds)
+
+
+def remove_stale(podman: Podman, current: set[str]) -> list[str]:
+    """Untag this module's images that are not ``current`` (built from inputs since changed); returns them.
+
+    vfs keeps every layer as a full copy, so each stale set costs gigabytes; untagged, the image prune
+    after the test removes them. Chosen by name from the listing: a reference filter matches images by
+    what they share, and would take the project's own tag with them.
+    """
+    listed = podman.run("images", "--format", "{{.Repository}}:{{.Tag}}", quiet=True).stdout.decode().split()
+    stale = sorted({ref for ref in listed if ref.startswith(LOCAL_PREFIX) and ref not in current})
+    for ref in stale:
+        podman.run("untag", ref, ref, check=False)  # that name only: without one, untag drops every name
+    return stale
 
 
 def _project_digest(base_id: str) -> str:
@@ -334,6 +355,8 @@ class HealthChecker(threading.Thread):
         self.podman, self.project = podman, project
         self.starting_s, self.healthy_s = starting_s, healthy_s
         self.status: dict[str, str] = {}
+        #: Every container id of the project it has seen, for :func:`stop_exec_monitors` after ``down``.
+        self.seen: set[str] = set()
         self._checked: dict[str, float] = {}
         self._stop = threading.Event()
 
@@ -346,6 +369,7 @@ class HealthChecker(threading.Thread):
             service = (c.get("Labels") or {}).get("com.docker.compose.service")
             if service and c.get("State") == "running":
                 found[service] = c["Id"]
+        self.seen.update(found.values())
         return found
 
     def check_once(self) -> dict[str, str]:
@@ -373,6 +397,30 @@ class HealthChecker(threading.Thread):
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def stop_exec_monitors(container_ids: set[str]) -> int:
+    """Stop the ``conmon`` processes left watching exec sessions (``compose exec``) of removed containers.
+
+    Podman 4.3's Docker API leaves one per exec session behind when the container goes away; the test
+    must not leave processes on the machine. Returns how many it stopped.
+    """
+    stopped = 0
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if not argv or not argv[0].endswith(b"conmon") or b"-c" not in argv:
+            continue
+        at = argv.index(b"-c")
+        if at + 1 < len(argv) and argv[at + 1].decode(errors="replace") in container_ids:
+            try:
+                os.kill(int(proc.name), signal.SIGTERM)
+                stopped += 1
+            except (OSError, ValueError):
+                pass
+    return stopped
 
 
 def compose_command(podman: Podman, project: str, files: list[Path], variables: Mapping[str, str]) -> Callable:
