@@ -9,7 +9,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test-tools browser-tools db-tools container-tools demo ui test test-all test-cpu test-compose clean-containers soak soak-scheduler lint typecheck bench profile-transform lock clean
+.PHONY: setup test-tools browser-tools db-tools container-tools demo ui screenshots test test-all test-cpu test-compose clean-containers soak soak-scheduler lint typecheck bench profile-transform lock clean
 
 # uv installs the same locked set as pip (constraints.txt), in about half pip's time with no cache.
 # --compile-bytecode as pip does: with PYTHONDONTWRITEBYTECODE set (as on CI) every process would
@@ -62,6 +62,11 @@ demo: setup
 
 ui: setup
 	$(PY) -m include.tooling.ui
+
+# The README's monitoring screenshots, from the demo's pipelines (after make demo), in the headless Chromium
+# the UI test uses; docs/images/screenshots.json records each image's sha256 (tests/test_docs.py checks it).
+screenshots: setup browser-tools
+	$(PY) -m include.tooling.screenshots
 
 # Three workers (pytest-xdist). --dist loadgroup keeps each costly thing a test needs on one worker
 # (tests/conftest.py: the in-process SparkSession, the Airflow home, the fault soak), so it is paid for

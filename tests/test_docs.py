@@ -179,3 +179,18 @@ def test_performance_page_holds_the_benchmark_markers_in_order():
     begin, end = (text.find(marker) for marker in BENCH_MARKERS)
     assert begin != -1 and end != -1, f"docs/performance.md lacks {BENCH_MARKERS}; make bench fills between them"
     assert begin < end and text.count(BENCH_MARKERS[0]) == text.count(BENCH_MARKERS[1]) == 1
+
+
+def test_the_monitoring_screenshots_are_the_ones_make_screenshots_rendered_from_the_demo():
+    from include.tooling import screenshots
+
+    assert screenshots.MARKER.exists(), "docs/images/screenshots.json is missing: run make demo, then make screenshots"
+    marker = json.loads(screenshots.MARKER.read_text())
+    for name, digest in marker["images"].items():
+        path = screenshots.IMAGES / name
+        assert screenshots.sha256(path) == digest, f"{path.name} is not the image make screenshots wrote: rerun it"
+    assert set(marker["images"]) == {screenshots.OVERVIEW, screenshots.PIPELINE_PAGE}
+    assert marker["pipelines"] == screenshots.demo_pipeline_names(), "a screenshot shows pipelines not the demo's"
+    shown = {m for page in pages() for m in re.findall(r"\]\((?:docs/)?images/(monitor-[\w-]+\.png)\)", page.read_text())}
+    assert shown <= set(marker["images"]), f"pages show monitoring images make screenshots does not render: {shown}"
+    assert re.fullmatch(r"[0-9a-f]{7,40}(-dirty)?", marker["commit"]), marker["commit"]

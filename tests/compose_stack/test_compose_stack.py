@@ -307,7 +307,7 @@ def test_the_monitoring_json_with_a_token_and_the_page_in_a_browser(stack):
 
     from selenium.webdriver.common.by import By
 
-    from tests.browser import browser, wait_for
+    from include.tooling.browser import browser, wait_for
 
     driver = browser(stack.work / "chromium")
     try:

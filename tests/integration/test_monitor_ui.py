@@ -22,8 +22,8 @@ from include import ports, settings
 from include.monitoring.monitor import OUT_OF_TIME
 from include.readers.kafka_admin import create_topic, watermarks
 from include.tooling import airflow_local, local_kafka
-from tests.browser import browser as _browser
-from tests.browser import wait_for as _wait
+from include.tooling.browser import browser as _browser
+from include.tooling.browser import wait_for as _wait
 from tests.integration.dag_helpers import ORDERS_TRANSFORM, Pipeline, order
 from tests.kafka_helpers import produce
 

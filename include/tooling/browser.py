@@ -1,4 +1,5 @@
-"""Headless Chromium for the tests that read a page as a user does (the monitoring page)."""
+"""Headless Debian Chromium for reading a page as a user does: the monitoring page's tests, the Compose test and
+``make screenshots``."""
 
 from __future__ import annotations
 
