@@ -785,7 +785,7 @@ class IngestOperator(SparkJobOperator):
             later.append((self.transform_task_id, TRANSFORM_APPLICATION, TRANSFORM_ERROR_FILE,
                           lambda summary: transform_job_args(cfg, folder, context["run_id"], summary, epoch,
                                                              self._plan(context).get("replay"))))  # fmt: skip
-        if maintenance_due(context, self.preflight_task_id):
+        if maintenance_reason(context, self.preflight_task_id):
             later.append((self.maintain_task_id, MAINTAIN_APPLICATION, MAINTAIN_ERROR_FILE,
                           lambda summary: maintain_job_args(cfg, context["run_id"], summary, epoch)))  # fmt: skip
         self._later = bool(later)
@@ -953,12 +953,12 @@ class MaintainOperator(LaterStepOperator):
     def execute(self, context: Any) -> dict:
         from airflow.sdk.exceptions import AirflowSkipException
 
-        if not maintenance_due(context, self.preflight_task_id):
+        if not maintenance_reason(context, self.preflight_task_id):
             raise AirflowSkipException("table maintenance is not due in this run")
         return super().execute(context)
 
 
-def maintenance_due(context: Any, preflight_task_id: str) -> str | None:
+def maintenance_reason(context: Any, preflight_task_id: str) -> str | None:
     """Why the preflight found the tables' maintenance due in this run, or ``None``."""
     ti = context.get("ti")
     preflight = (ti.xcom_pull(task_ids=preflight_task_id) if ti is not None else None) or {}

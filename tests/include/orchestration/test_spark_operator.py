@@ -30,7 +30,7 @@ from include.orchestration.spark_operator import (
     lost_lock,
     maintain_job_args,
     maintain_summary_text,
-    maintenance_due,
+    maintenance_reason,
     transform_job_args,
     transform_summary_text,
 )
@@ -150,13 +150,13 @@ def test_a_driver_pod_is_killed_with_spark_submits_own_kill_in_its_namespace():
 # --------------------------------------------------------------------------- maintenance
 
 
-def test_maintenance_due_is_the_preflights_reason_or_none(fake_ti):
+def test_maintenance_reason_is_the_preflights_or_none(fake_ti):
     due = {"due": "every_runs 2: this is run 2"}
-    assert maintenance_due({"ti": fake_ti(preflight={"maintenance": due})}, "preflight") == "every_runs 2: this is run 2"
-    assert maintenance_due({"ti": fake_ti(preflight={"maintenance": None})}, "preflight") is None
-    assert maintenance_due({"ti": fake_ti()}, "preflight") is None  # preflight failed or never ran
-    assert maintenance_due({"ti": fake_ti(preflight="not a dict")}, "preflight") is None
-    assert maintenance_due({}, "preflight") is None
+    assert maintenance_reason({"ti": fake_ti(preflight={"maintenance": due})}, "preflight") == "every_runs 2: this is run 2"
+    assert maintenance_reason({"ti": fake_ti(preflight={"maintenance": None})}, "preflight") is None
+    assert maintenance_reason({"ti": fake_ti()}, "preflight") is None  # preflight failed or never ran
+    assert maintenance_reason({"ti": fake_ti(preflight="not a dict")}, "preflight") is None
+    assert maintenance_reason({}, "preflight") is None
 
 
 def test_maintain_job_args_name_the_pipelines_tables_and_what_its_maintenance_turns_off(make_pipeline, tmp_path):
