@@ -773,7 +773,7 @@ class IngestOperator(SparkJobOperator):
                        rebuild_checkpoint=f"asked{who}: {plan.get('reason', '')}" if rebuild else None,
                        ).to_args()  # fmt: skip
 
-    def submission(self, context: Any, folder: Path, summary_path: Path) -> tuple[str, list[str], list[Path]]:
+    def submission(self, context: Any, folder: Path, summary_path: Path) -> tuple[str, list[str]]:
         """With a transform, or maintenance due: the run's application runs this step, then the transform,
         then the maintenance (one driver, one session); the transform and maintain tasks report theirs.
         Otherwise this step's job alone."""
