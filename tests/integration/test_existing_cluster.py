@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -97,6 +98,24 @@ class Cluster:
             proc.wait(30)
 
 
+def executor_stderr(pid: int) -> Path:
+    """The executor's stderr file, in its work folder (the process's working directory)."""
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd")) / "stderr"
+    except OSError:
+        return Path("/nonexistent")
+
+
+def unfinished_tasks(stderr: Path) -> set[str]:
+    """Task ids the executor's log says it began running and never finished (Spark's default INFO log)."""
+    try:
+        text = stderr.read_text(errors="replace")
+    except OSError:
+        return set()
+    began = set(re.findall(r"Running task .*?\(TID (\d+)\)", text))
+    return began - set(re.findall(r"Finished task .*?\(TID (\d+)\)", text))
+
+
 @pytest.fixture
 def cluster(tmp_path) -> Iterator[Cluster]:
     started = Cluster(tmp_path / "spark-cluster", workers=2)
@@ -122,13 +141,20 @@ def test_a_run_on_an_existing_cluster_survives_a_lost_executor_and_leaves_nothin
 
     proc, log = p.start(AIRFLOW_CONN_SPARK_EXISTING=json.dumps({"conn_type": "spark", "host": cluster.master}))
     deadline = time.monotonic() + 300
-    while len(cluster.executors()) < 2:  # both executors up: the job is running its batches
+    lost, stderr = 0, Path()
+    while not lost:  # an executor in the middle of a task: the kill must hit running work
         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
-        time.sleep(0.2)
-    time.sleep(2)
-    lost = cluster.executors()[0]
-    os.kill(lost, signal.SIGKILL)
+        executors = cluster.executors()
+        for pid in executors if len(executors) == 2 else ():  # both up: the other one takes the work over
+            stderr = executor_stderr(pid)
+            if unfinished_tasks(stderr):
+                os.kill(pid, signal.SIGKILL)
+                lost = pid
+                break
+        time.sleep(0.05)
     assert proc.wait(600) == 0, log.read_text()[-5000:]
+    # The executor's own log: a task it began and never finished (Spark ran it again on the other one).
+    assert unfinished_tasks(stderr), stderr.read_text(errors="replace")[-3000:]
 
     (run,) = p.ledger()
     assert (run["outcome"], run["rows"], run["continuity"]) == ("success", RECORDS, "CONTINUOUS")

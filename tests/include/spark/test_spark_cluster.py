@@ -290,9 +290,10 @@ def test_stop_finds_and_kills_the_whole_tree(tmp_path):
         assert str(run_dir / "logs" / "master.log") in str(err.value)
 
         started = time.monotonic()
-        # The escaped child ignores SIGTERM: it takes the SIGKILL after 1 s.
+        # The escaped child ignores SIGTERM: it takes the SIGKILL after the 1 s grace, no sooner (the upper
+        # bound only catches a stop that waits for nothing: it is 30 times the grace, as the machine may be busy).
         assert stop_standalone(run_dir, timeout_s=1) == sorted(ticks)
-        assert 1 <= time.monotonic() - started < 10
+        assert 1 <= time.monotonic() - started < 30
         assert running_processes(run_dir) == []
         assert not any(_same_process_alive(pid, t) for pid, t in ticks.items())
         assert stop_standalone(run_dir) == []
