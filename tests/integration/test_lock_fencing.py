@@ -8,11 +8,20 @@ reaches its commit after the fence or races it.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import time
+
 import pytest
 
-from include.contract.errors import IngestionError, StaleLockError, TransformError
+from include.contract.errors import IngestionError, StaleLockError, TransformError, summary_failure
 from include.contract.jobs import lock_app_id
 from include.orchestration.pipeline_run import fence_tables
+from include.settings import FAILPOINT_ENV
+from include.spark.spark_submit import submit_environment
+from include.tooling.job_submit import submit_command
 from spark_jobs import bronze_to_silver, kafka_to_bronze, maintain_tables
 from spark_jobs.ingest_plan import parse_config
 from tests.integration.test_transform_silver import order, transform_args
@@ -21,12 +30,16 @@ from tests.kafka_helpers import produce, produce_numbered, read_all
 pytestmark = pytest.mark.integration
 
 
-def _ingest(spark, bootstrap, lake, name, topic, epoch: int):
-    return kafka_to_bronze.run(spark, parse_config([
+def _args(bootstrap, lake, name, topic, epoch: int) -> list[str]:
+    return [
         "--pipeline", name, "--bootstrap-servers", bootstrap, "--topics", topic,
         "--bronze-path", str(lake / "bronze"), "--checkpoint-root", str(lake / "checkpoints" / "bronze"),
         "--lock-epoch", str(epoch),
-    ]))  # fmt: skip
+    ]  # fmt: skip
+
+
+def _ingest(spark, bootstrap, lake, name, topic, epoch: int):
+    return kafka_to_bronze.run(spark, parse_config(_args(bootstrap, lake, name, topic, epoch)))
 
 
 def _bronze(spark, lake) -> list[tuple[int, int]]:
@@ -82,26 +95,36 @@ def test_after_a_takeover_fence_the_older_epochs_ingest_commits_nothing_and_the_
 
 
 @pytest.mark.full
-def test_an_older_epochs_commit_that_races_the_fence_loses(spark, bootstrap, make_topic, unique_name, lake,
-                                                          monkeypatch):  # fmt: skip
-    """The fence lands after the stale job read the table and before it commits: Delta's conflict check on
-    the lock's app id refuses the stale commit (the job must not treat it as a commit to retry)."""
+def test_an_older_epochs_commit_that_races_the_fence_loses(spark, bootstrap, make_topic, unique_name, lake, tmp_path):
+    """The fence lands after the stale job wrote its batch's files and before it commits: Delta's conflict check
+    on the lock's app id refuses the stale commit (the job must not treat it as a commit to retry).
+
+    The stale job is a real driver process of its own, paused at that moment by the
+    ``stop-before-bronze-commit`` failpoint, as a frozen worker would be; the fence commits from delta-rs
+    meanwhile, as another worker's check_request would, and the job is then woken."""
     topic = make_topic(unique_name, partitions=1)
     produce_numbered(bootstrap, topic, 1, 30)
-    _ingest(spark, bootstrap, lake, unique_name, topic, epoch=1)
+    _ingest(spark, bootstrap, lake, unique_name, topic, epoch=1)  # batch 0 of epoch 1's checkpoint
     produce_numbered(bootstrap, topic, 1, 20, start=30)
-    decide = kafka_to_bronze.stand_actions
-
-    def fence_meanwhile(**kwargs):
-        # Called once the batch's files are written, inside the open transaction: the takeover's fence
-        # commits in between, from delta-rs, as another worker's check_request would.
+    summary, log = tmp_path / "summary.json", tmp_path / "stale-job.log"
+    cmd = submit_command("spark_jobs/kafka_to_bronze.py",
+                         [*_args(bootstrap, lake, unique_name, topic, epoch=1), "--summary-path", str(summary)],
+                         master="local[1]", conf={"spark.ui.enabled": "false"})  # fmt: skip
+    env = submit_environment({**os.environ, FAILPOINT_ENV: "stop-before-bronze-commit:1"})
+    with log.open("wb") as out:
+        stale = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while "failpoint stop-before-bronze-commit:1" not in log.read_text(errors="replace"):
+            assert stale.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-4000:]
+            time.sleep(0.2)
         fence_tables(unique_name, {"bronze": str(lake / "bronze")}, 2)
-        return decide(**kwargs)
-
-    monkeypatch.setattr(kafka_to_bronze, "stand_actions", fence_meanwhile)
-    with pytest.raises(IngestionError) as refused:
-        _ingest(spark, bootstrap, lake, unique_name, topic, epoch=1)
-    _refused(refused.value, mine=1, table=2)
+    finally:
+        os.killpg(stale.pid, signal.SIGCONT)
+    assert stale.wait(300) != 0, log.read_text(errors="replace")[-4000:]
+    failure = summary_failure(json.loads(summary.read_text()))
+    assert failure is not None and isinstance(failure, IngestionError), failure
+    _refused(failure, mine=1, table=2)
     assert len(_bronze(spark, lake)) == 30
 
 
