@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from include import settings
-from include.contract.errors import PipelineError, StaleLockError, TableOwnershipError, batch_failure
+from include.contract.errors import (
+    DeltaCommitError,
+    JobConfigError,
+    PipelineError,
+    StaleLockError,
+    TableOwnershipError,
+    batch_failure,
+)
 from include.contract.jobs import bronze_app_id, lock_app_id
 
 log = logging.getLogger("kde_jobs")
@@ -383,7 +390,7 @@ def commit_with_stand(spark, path: str, df, *, finish: Finish, idempotency: tupl
     # One Java view of the Seq: apply(i) on a Scala List walks it from the head every time.
     for action in jvm.scala.jdk.javaapi.CollectionConverters.asJava(files):
         if action.getClass().getSimpleName() != "AddFile":
-            raise RuntimeError(f"{path}: Delta's writer returned a {action.getClass().getSimpleName()} for an append")
+            raise DeltaCommitError(f"{path}: Delta's writer returned a {action.getClass().getSimpleName()} for an append")
         written.append(WrittenFile(str(action.path()), action.stats()))
     user_metadata, txns = finish(int(txn.readVersion()), written)
     if fence is not None:
@@ -428,7 +435,7 @@ def parse_table_properties(pairs: list[str], flag: str = "--table-property") -> 
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip() or not value.strip() or any(q in pair for q in "'`"):
-            raise ValueError(f"{flag}: expected KEY=VALUE without quotes (e.g. delta.logRetentionDuration="
+            raise JobConfigError(f"{flag}: expected KEY=VALUE without quotes (e.g. delta.logRetentionDuration="
                              f"interval 30 days), got {pair!r}")  # fmt: skip
         found[key.strip()] = value.strip()
     return found

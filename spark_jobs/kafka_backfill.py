@@ -127,7 +127,7 @@ def parse_config(argv: list[str]) -> BackfillConfig:
         if time_range is not None:
             for key in ("from", "to"):
                 if datetime.fromisoformat(time_range[key]).tzinfo is None:
-                    raise ValueError(f"time_range.{key} has no time zone")
+                    raise JobConfigError(f"time_range.{key} has no time zone")
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise JobConfigError(
             f"--request-file {path}: expected {{'action', 'reason', 'ranges': [{{topic, partition, from, until}}], "

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from include.contract.errors import ContractError
 from include.contract.transform_spec import (
     DEBEZIUM_UNAVAILABLE,
     FIELD_NAME,
@@ -391,7 +392,7 @@ def decode(bronze, spec: TransformSpec, fields: Sequence[FieldSpec], value_plan:
     from pyspark.sql import functions as F
 
     if spec.format != "json" and value_plan is None:
-        raise ValueError(f"transform.format {spec.format} needs a ValuePlan (spark_jobs/value_formats.py)")
+        raise ContractError(f"transform.format {spec.format} needs a ValuePlan (spark_jobs/value_formats.py)")
     old_key = [cdc_rules.old_key_text(bronze).alias("_cdc_old_key")] if spec.cdc else []
     df = bronze.select(*(F.col(src).alias(dst) for src, dst in KAFKA_COLUMNS.items()), *old_key)
     out = [*df.columns, "_tombstone", "_text"]

@@ -201,3 +201,51 @@ def test_the_jobs_import_only_what_the_py_files_archive_ships():
     assert not {k: v for k, v in missing.items() if v}, (
         f"spark_jobs import modules --py-files does not ship (a cluster's executors would fail on import): {missing}"
     )
+
+
+#: Built-in exceptions product code does not raise: each failure is a member of the error family
+#: (``include.contract.errors.PipelineError``), which carries its topic, partition, table and fix as data.
+BARE = {"Exception", "RuntimeError", "ValueError"}
+#: Product modules that may still raise them, and why.
+MAY_RAISE_BARE = {
+    # The base module every layer imports; it imports only the standard library, so not the family (which
+    # is the contract layer's). Its errors are a bad environment variable, at process start.
+    "include/settings.py",
+}
+
+
+def _bare_raises(path: Path) -> list[str]:
+    """``line: name`` of each ``raise`` of a name in :data:`BARE` (called or not) in the file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            target = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            if isinstance(target, ast.Name) and target.id in BARE:
+                found.append((node.lineno, target.id))
+    return [f"{line}: {name}" for line, name in sorted(found)]
+
+
+def _product_modules() -> list[Path]:
+    return [p for folder in ("include", "spark_jobs", "dags", "plugins") for p in _modules(folder)
+            if not _module_name(p).startswith("include.tooling")]  # fmt: skip
+
+
+def test_product_code_raises_the_error_family_not_bare_builtins():
+    offenders = {
+        str(p.relative_to(ROOT)): found
+        for p in _product_modules()
+        if str(p.relative_to(ROOT)) not in MAY_RAISE_BARE and (found := _bare_raises(p))
+    }
+    assert not offenders, (
+        f"product code raises {sorted(BARE)} itself; raise a member of the error family instead "
+        f"(include/contract/errors.py, or a subclass of PipelineError beside the code), so the failure "
+        f"carries its fields: {offenders}"
+    )
+
+
+def test_the_bare_raise_check_finds_a_raise_of_a_builtin(tmp_path: Path):
+    module = tmp_path / "m.py"
+    module.write_text("def f(x):\n    if x:\n        raise ValueError('no')\n    raise RuntimeError\n"
+                      "def g():\n    raise KeyError('fine')\n")  # fmt: skip
+    assert _bare_raises(module) == ["3: ValueError", "4: RuntimeError"]
+    assert {str(p.relative_to(ROOT)) for p in _product_modules()} >= MAY_RAISE_BARE, "an exemption names no module"

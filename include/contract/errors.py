@@ -240,6 +240,16 @@ class TableOwnershipError(PipelineError, RuntimeError):
     owner: str | None = None
 
 
+class ContractError(PipelineError, ValueError):
+    """A value breaks a rule a function of the pipeline states: an argument out of range, a record or a string
+    not in the form it must have. The message names the value and the rule; reaching it is a bug, or data
+    that should not have got this far."""
+
+
+class DeltaCommitError(PipelineError, RuntimeError):
+    """Delta's writer or log answered something a commit of the pipeline cannot use; nothing was committed."""
+
+
 class StepsFileError(PipelineError, ValueError):
     """The ``--steps-file`` argument or the file it names cannot be used; the message names the argument or field."""
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from include.contract.errors import ContractError
+
 E = TypeVar("E")
 
 #: Entries read first: enough for a table whose newest commit is one of ours, the usual case.
@@ -37,7 +39,7 @@ def read_until(
     :data:`WIDEN` times as many, capped at a count ``covered`` returned.
     """
     if first < 1:
-        raise ValueError(f"first must be at least 1, got {first}")
+        raise ContractError(f"first must be at least 1, got {first}")
     limit = first
     while True:
         entries = read(limit)

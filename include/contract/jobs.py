@@ -326,9 +326,9 @@ class IngestArgs(JobArgs):
             ("summary_path", summary_path),
         ):
             if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{arg}: expected a non-empty string, got {_describe(value)}")
+                raise JobConfigError(f"{arg}: expected a non-empty string, got {_describe(value)}")
         if run_type not in RUN_TYPES:
-            raise ValueError(
+            raise JobConfigError(
                 f"run_type: expected one of {', '.join(map(repr, RUN_TYPES))}, got {_describe(run_type)}"
             )
         kafka, tables = cfg.kafka, cfg.tables

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 from typing import Any
 
+from include.contract.errors import MaintenanceConfigError
+
 #: The parts of maintenance and the ledger-row keys that record each was done.
 PARTS: dict[str, tuple[str, ...]] = {"tables": ("bronze", "silver", "quarantine"), "ledger": ("ledger",)}
 WINDOW = re.compile(r"([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)")
@@ -41,10 +43,10 @@ class Window:
         """The window ``text`` names; ``ValueError`` when it is not ``HH:MM-HH:MM`` with two different times."""
         m = WINDOW.fullmatch(text.strip())
         if not m:
-            raise ValueError(f"expected HH:MM-HH:MM (UTC, 24-hour), got {text!r}")
+            raise MaintenanceConfigError(f"expected HH:MM-HH:MM (UTC, 24-hour), got {text!r}")
         start, end = time(int(m[1]), int(m[2])), time(int(m[3]), int(m[4]))
         if start == end:
-            raise ValueError(f"expected a window whose start and end differ, got {text!r}")
+            raise MaintenanceConfigError(f"expected a window whose start and end differ, got {text!r}")
         return cls(start, end)
 
     def opened(self, now: datetime) -> datetime | None:
@@ -86,7 +88,7 @@ def due(
     of them, or all since the window opened, whichever reaches further back.
     """
     if part not in PARTS:
-        raise ValueError(f"unknown maintenance part {part!r}; expected one of {', '.join(PARTS)}")
+        raise MaintenanceConfigError(f"unknown maintenance part {part!r}; expected one of {', '.join(PARTS)}")
     since = 0
     last: Mapping[str, Any] | None = None
     newest = list(rows)

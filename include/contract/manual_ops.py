@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from include.contract.errors import PipelineError
+from include.contract.errors import ContractError, PipelineError
 from include.contract.offsets import BackfillRange, Gap, PositionMap, TopicState
 from include.contract.replay import ReplaySelection
 
@@ -89,7 +89,7 @@ FORM_KEYS = (
 def action_hint(dag_id: str, action: str, reason: str = "<why>", **params: Any) -> str:
     """How to trigger ``action``: its name in the trigger form and the exact CLI command (with ``params``)."""
     if action not in ACTIONS:
-        raise ValueError(f"unknown trigger-form action {action!r}")
+        raise ContractError(f"unknown trigger-form action {action!r}")
     conf = json.dumps({"action": action, "reason": reason, **params})
     return f"the trigger form's action {action!r} (airflow dags trigger {dag_id} -c '{conf}')"
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
+from include.contract.errors import ContractError
 from include.contract.jobs import SILVER_APP_PREFIX
 
 #: Simple field types and what a JSON value must be to take them.
@@ -136,17 +137,17 @@ def subject_name(strategy: str, topic: str | None, record_name: str | None) -> s
     """The value subject Confluent's naming ``strategy`` gives a topic and a record's full name."""
     if strategy == "topic_name":
         if not topic:
-            raise ValueError("subject strategy topic_name needs the topic")
+            raise ContractError("subject strategy topic_name needs the topic")
         return f"{topic}-value"
     if not record_name:
-        raise ValueError(f"subject strategy {strategy} needs the record's full name")
+        raise ContractError(f"subject strategy {strategy} needs the record's full name")
     if strategy == "record_name":
         return record_name
     if strategy == "topic_record_name":
         if not topic:
-            raise ValueError("subject strategy topic_record_name needs the topic")
+            raise ContractError("subject strategy topic_record_name needs the topic")
         return f"{topic}-{record_name}"
-    raise ValueError(f"unknown subject strategy {strategy!r}")
+    raise ContractError(f"unknown subject strategy {strategy!r}")
 
 
 @dataclass(frozen=True)
@@ -438,13 +439,13 @@ def silver_txn_version(bronze_version: int, batch_id: int) -> int:
     the packed value only grows: Delta's rule for one app id.
     """
     if not 0 <= batch_id <= MAX_BATCH_ID:
-        raise ValueError(
+        raise ContractError(
             f"batch id {batch_id} does not fit silver's position record (at most {MAX_BATCH_ID} batches per "
             "epoch); move the transform's checkpoint folder (tables.transform_checkpoint_root) aside: the next "
             "run starts a new epoch where silver stands"
         )
     if bronze_version < 0 or bronze_version >= 1 << (63 - BATCH_BITS):
-        raise ValueError(f"bronze version {bronze_version} does not fit silver's position record")
+        raise ContractError(f"bronze version {bronze_version} does not fit silver's position record")
     return (bronze_version << BATCH_BITS) | batch_id
 
 
@@ -624,7 +625,7 @@ def _stand(state: dict[int, int], newest: SilverCommit | None) -> SilverStand | 
     here, there = (from_state.epoch, from_state.batch_id), (newest.epoch, newest.batch_id)
     if here == there:
         if from_state.bronze_end.version != newest.bronze_end.version:
-            raise ValueError(
+            raise ContractError(
                 f"silver's state says epoch {newest.epoch} batch {newest.batch_id} ended at bronze version "
                 f"{from_state.bronze_end.version}, its commit (version {newest.version}) says "
                 f"{newest.bronze_end.version}; another writer has used the transform's app id"

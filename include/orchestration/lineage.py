@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from include.config import PipelineConfig
 from include.contract.continuity import earlier_tries
+from include.contract.errors import ContractError
 from include.contract.jobs import BackfillSummary, MaintainSummary, TransformSummary, ingest_step_summary
 
 if TYPE_CHECKING:  # the provider is imported only when lineage is asked for
@@ -43,7 +44,7 @@ def kafka_namespace(bootstrap_servers: str) -> str:
     if "://" in first:
         first = first.split("://", 1)[1]
     if not first:
-        raise ValueError(f"no bootstrap server in {bootstrap_servers!r}")
+        raise ContractError(f"no bootstrap server in {bootstrap_servers!r}")
     host, sep, port = first.rpartition(":")
     if not sep or not port.isdigit() or (host.count(":") and not host.endswith("]")):
         host, port = first, str(KAFKA_DEFAULT_PORT)  # no port, or a bare IPv6 address
@@ -56,12 +57,12 @@ def table_dataset(location: str) -> tuple[str, str]:
     parts = urlsplit(location)
     if parts.scheme in ("s3a", "s3"):
         if not parts.netloc:
-            raise ValueError(f"no bucket in {location!r}")
+            raise ContractError(f"no bucket in {location!r}")
         return f"s3://{parts.netloc}", parts.path.strip("/")
     if parts.scheme == "file":
         return "file", os.path.abspath(parts.path)
     if parts.scheme and len(parts.scheme) > 1:  # not a Windows drive letter
-        raise ValueError(f"{location!r}: lineage names only local and S3 tables")
+        raise ContractError(f"{location!r}: lineage names only local and S3 tables")
     return "file", os.path.abspath(location)
 
 

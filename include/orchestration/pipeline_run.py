@@ -304,7 +304,7 @@ def stop_leftovers(cfg: PipelineConfig, run_id: str, *, timeout_s: float = 30) -
     cluster = spark_cluster.stop_standalone(folder / "cluster", timeout_s=timeout_s)
     left = spark_cluster.recorded_jobs(folder) + spark_cluster.running_processes(folder / "cluster")
     if left:
-        raise RuntimeError(f"processes {left} of run {run_id} (folder {folder}) survived SIGKILL"
+        raise spark_cluster.ClusterError(f"processes {left} of run {run_id} (folder {folder}) survived SIGKILL"
                            f"{f' (not allowed to signal {refused})' if refused else ''}; "
                            "stop them by hand before this pipeline runs again")  # fmt: skip
     if not jobs and not cluster:

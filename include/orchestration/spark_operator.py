@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from include.config import KubernetesConfig, PipelineConfig
-from include.contract.errors import ERROR_XCOM_KEY, PipelineError, summary_failure
+from include.contract.errors import ERROR_XCOM_KEY, ContractError, PipelineError, summary_failure
 from include.contract.jobs import (
     CHECK_REQUEST_TASK,
     MAINTAIN_TASK,
@@ -220,7 +220,7 @@ def kubernetes_conf(cfg: PipelineConfig, *, pod_base: str, run_id: str) -> dict[
     """
     k8s = cfg.cluster.kubernetes
     if k8s is None or cfg.cluster.profile != "kubernetes":
-        raise ValueError(f"pipeline {cfg.name!r}: kubernetes_conf is for cluster.profile kubernetes")
+        raise ContractError(f"pipeline {cfg.name!r}: kubernetes_conf is for cluster.profile kubernetes")
     conf = {
         "spark.kubernetes.container.image": k8s.image,
         "spark.kubernetes.namespace": k8s.namespace or "default",
@@ -405,7 +405,7 @@ def _local_standalone_hook(cfg: PipelineConfig, application: str, common: dict[s
     if scratch_dir is not None and not os.environ.get("SPARK_LOCAL_DIRS"):  # the worker's own choice wins
         env["SPARK_LOCAL_DIRS"] = str(scratch_dir)
     if not run_master:
-        raise ValueError("no master URL from this run's cluster setup task")
+        raise ContractError("no master URL from this run's cluster setup task")
     if cluster_dir is not None:
         # The driver joins the run's cluster with its secret (include/spark/spark_cluster.py).
         env[settings.SPARK_SECRET_FILE_ENV] = str(Path(cluster_dir) / SECRET_FILE)
@@ -430,7 +430,7 @@ def _existing_master_hook(cfg: PipelineConfig, application: str, common: dict[st
     conf = job_spark_conf(cfg, transient=False, kubernetes_master=on_k8s)
     if on_k8s:
         if k8s is None or not k8s.image:
-            raise ValueError(
+            raise ContractError(
                 f"pipeline {cfg.name!r}: Spark connection {conn_id!r} is a Kubernetes master ({master}); "
                 "executor pods need an image: set cluster.kubernetes.image in the pipeline file"
             )
@@ -457,12 +457,12 @@ def _kubernetes_hook(cfg: PipelineConfig, application: str, common: dict[str, An
 
     k8s = cfg.cluster.kubernetes
     if not master.startswith("k8s://"):
-        raise ValueError(
+        raise ContractError(
             f"pipeline {cfg.name!r}: cluster.profile kubernetes needs a k8s://https://... master, but Spark "
             f"connection {conn_id!r} names {master!r}"
         )
     if k8s is None or not pod_base or not run_id:
-        raise ValueError(f"pipeline {cfg.name!r}: profile kubernetes needs cluster.kubernetes, a pod name and a run id")
+        raise ContractError(f"pipeline {cfg.name!r}: profile kubernetes needs cluster.kubernetes, a pod name and a run id")
     # Image, namespace, service account, volume claim and secrets: code and secrets, the connection owner's call.
     kubernetes_allowlist.check_connection(cfg.name, k8s, conn_id)
     conf = {**job_spark_conf(cfg, transient=False, kubernetes_master=True),
@@ -478,10 +478,12 @@ def _kubernetes_hook(cfg: PipelineConfig, application: str, common: dict[str, An
 def _require_kubernetes_provider(cfg: PipelineConfig, master: str) -> None:
     from airflow.providers.apache.spark.hooks import spark_submit
 
+    from include.spark.spark_cluster import ClusterError
+
     # The Spark hook refuses k8s:// masters unless the cncf.kubernetes
     # provider imported (it deletes the driver pod on kill with its client).
     if getattr(spark_submit, "kube_client", None) is None:
-        raise RuntimeError(
+        raise ClusterError(
             f"pipeline {cfg.name!r}: the Spark master {master} is Kubernetes, which the Spark provider's "
             "hook only accepts with apache-airflow-providers-cncf-kubernetes installed"
         )
@@ -647,7 +649,7 @@ class SparkJobOperator(BaseOperator):
                         ))  # fmt: skip
                     except Exception as exc:
                         if watch is not None and watch.lost:
-                            raise RuntimeError(watch.message()) from exc
+                            raise spark_cluster.ClusterError(watch.message()) from exc
                         raise
                 ok = True
             except Exception as exc:
@@ -1030,7 +1032,7 @@ def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_p
     owner-only ``secrets/`` (:func:`include.orchestration.pipeline_run.write_secret`), which the submit removes.
     """
     if cfg.transform is None:
-        raise ValueError(f"pipeline {cfg.name!r} has no transform section")
+        raise ContractError(f"pipeline {cfg.name!r} has no transform section")
     spec_file = folder / "transform-spec.json"
     spec_file.write_text(json.dumps(cfg.transform.to_json(), indent=2))
     registry = None

@@ -44,7 +44,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from include.contract.errors import PipelineError
+from include.contract.errors import ContractError, PipelineError
 from include.contract.offsets import PartitionState, TopicState
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,13 @@ _FUTURE_GRACE_S = 2.0
 
 class KafkaUnavailableError(PipelineError, RuntimeError):
     """Kafka did not answer within the timeout (unreachable, down, or too slow)."""
+
+
+class KafkaRangeError(PipelineError, RuntimeError):
+    """Kafka answered, and the partition or the range of offsets asked for is not there: no such partition,
+    records removed, or an end not readable yet. ``topic`` and ``partition`` name it; the message says which."""
+
+    render_where = False  # the message names the partition already
 
 
 #: How long past twice its timeout a public call may run before it is given up on as hung.
@@ -169,7 +176,7 @@ class _Call:
 
     def __init__(self, config: Mapping[str, Any], timeout_s: float, what: str) -> None:
         if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+            raise ContractError(f"timeout_s must be positive, got {timeout_s}")
         self.servers = _servers(config)
         self.timeout_s = timeout_s
         self.what = what
@@ -376,8 +383,10 @@ def _list_offsets_once(call: _Call, admin: AdminClient, partitions: Iterable[tup
                 # might also mean a leader election, and that topic is not gone.
                 if missing_ok and code == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     continue
-                raise RuntimeError(
-                    f"Kafka at {call.servers}, {call.what}: {tp.topic} partition {tp.partition} does not exist"
+                raise KafkaRangeError(
+                    f"Kafka at {call.servers}, {call.what}: {tp.topic} partition {tp.partition} does not exist",
+                    topic=tp.topic,
+                    partition=tp.partition,
                 ) from exc.__cause__
     return {
         key: PartitionState(offsets["earliest"][key], offsets["latest"][key])
@@ -544,7 +553,7 @@ def offsets_for_times(config: Mapping[str, str], partitions: Iterable[tuple[str,
     if not keys:
         return {}
     if when.tzinfo is None:
-        raise ValueError(f"offsets_for_times: {when!r} has no time zone")
+        raise ContractError(f"offsets_for_times: {when!r} has no time zone")
     ms = epoch_ms(when)
     call = _Call(config, timeout_s, f"looking up offsets for time {when.isoformat()}")
     result: dict[tuple[str, int], int | None] = {}
@@ -571,7 +580,7 @@ def commit_group_offsets(config: Mapping[str, str], group_id: str, positions: Ma
     """
     for (topic, partition), offset in positions.items():
         if offset < 0:
-            raise ValueError(f"offset for {topic} partition {partition} must be >= 0, got {offset}")
+            raise ContractError(f"offset for {topic} partition {partition} must be >= 0, got {offset}")
     if not positions:
         return
     call = _Call(config, timeout_s, f"committing offsets of consumer group {group_id!r}")
@@ -650,16 +659,17 @@ def count_records(config: Mapping[str, str], topic: str, partition: int, from_of
     end. The whole call takes at most about ``timeout_s``.
     """
     if from_offset < 0 or until_offset < from_offset:
-        raise ValueError(f"invalid range [{from_offset}, {until_offset}) of {topic} partition {partition}")
+        raise ContractError(f"invalid range [{from_offset}, {until_offset}) of {topic} partition {partition}")
     where = f"{topic} partition {partition} [{from_offset}, {until_offset})"
     call = _Call(config, timeout_s, f"counting records of {where}")
     with call.admin() as admin:
         states = _list_offsets(call, admin, [(topic, partition)])
     state = states[(topic, partition)]
     if from_offset < state.earliest:
-        raise _range_gone(where, f"the partition now starts at offset {state.earliest}")
+        raise _range_gone(topic, partition, where, f"the partition now starts at offset {state.earliest}")
     if until_offset > state.latest:
-        raise RuntimeError(f"{where} is not fully readable yet: its read_committed end is {state.latest}")
+        raise KafkaRangeError(f"{where} is not fully readable yet: its read_committed end is {state.latest}",
+                              topic=topic, partition=partition)
     if until_offset == from_offset:
         return 0
     with call.reader() as consumer:
@@ -688,10 +698,10 @@ def _count(call: _Call, consumer: Consumer, where: str, from_offset: int, until_
                 # The end is at or past until_offset (checked before reading).
                 return count
             elif error.code() == KafkaError._AUTO_OFFSET_RESET:
-                raise _range_gone(where, "records were removed while it was being read")
+                raise _range_gone(msg.topic(), msg.partition(), where, "records were removed while it was being read")
             else:
                 raise call.failed(KafkaException(error), where)
 
 
-def _range_gone(where: str, why: str) -> RuntimeError:
-    return RuntimeError(f"{where} is no longer fully available in Kafka: {why}")
+def _range_gone(topic: str | None, partition: int | None, where: str, why: str) -> KafkaRangeError:
+    return KafkaRangeError(f"{where} is no longer fully available in Kafka: {why}", topic=topic, partition=partition)

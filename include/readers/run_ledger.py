@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from include.contract.errors import ContractError
+
 #: Column name -> arrow type name; the order is the table's column order.
 COLUMNS: dict[str, str] = {
     "pipeline": "string",
@@ -177,7 +179,7 @@ def ledger_version(path: str | Path, *, storage_options: dict[str, str] | None =
 def _check_known(names: Iterable[str]) -> None:
     unknown = sorted(set(names) - set(COLUMNS))
     if unknown:
-        raise ValueError(f"run ledger: unknown columns {unknown}; expected some of {list(COLUMNS)}")
+        raise ContractError(f"run ledger: unknown columns {unknown}; expected some of {list(COLUMNS)}")
 
 
 def _wanted(columns: Sequence[str] | None) -> list[str]:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from include.contract.errors import PipelineError
+from include.contract.errors import ContractError, PipelineError
 
 #: The wire format's header: magic byte, then the 4-byte schema id.
 MAGIC = 0
@@ -81,7 +81,7 @@ def frame(schema_id: int, payload: bytes) -> bytes:
 def unframe(value: bytes) -> tuple[int, bytes]:
     """``(schema id, payload)`` of a value in the Confluent wire format; ``ValueError`` when it is not."""
     if len(value) < HEADER_BYTES or value[0] != MAGIC:
-        raise ValueError(
+        raise ContractError(
             f"expected the Confluent wire format (magic byte 0, a 4-byte schema id, then the payload), got "
             f"{len(value)} bytes starting with {value[:HEADER_BYTES].hex() or 'nothing'}"
         )

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from include import settings
-from include.contract.errors import PipelineError
+from include.contract.errors import ContractError, PipelineError
 
 
 class JvmDependencyError(PipelineError, RuntimeError):
@@ -153,7 +153,7 @@ def artifact_id_of(jar_name: str) -> str:
     """``kafka-clients-3.9.2.jar`` -> ``kafka-clients`` (version stripped)."""
     match = _JAR_NAME.match(jar_name)
     if not match:
-        raise ValueError(f"not a versioned jar file name: {jar_name!r}")
+        raise ContractError(f"not a versioned jar file name: {jar_name!r}")
     return match.group("artifact")
 
 

@@ -52,7 +52,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from include.contract.errors import PipelineError
+from include.contract.errors import ContractError, PipelineError
 from include.ports import free_port
 from include.private_files import write_private
 from include.spark.spark_submit import spark_home
@@ -142,7 +142,7 @@ def _parse_stat(text: str) -> _ProcStat:
     # the last ")" rather than on whitespace.
     head, sep, rest = text.rpartition(")")
     if not sep or " (" not in head:
-        raise ValueError(f"not a /proc/<pid>/stat line: {text[:200]!r}")
+        raise ContractError(f"not a /proc/<pid>/stat line: {text[:200]!r}")
     fields = rest.split()
     # fields[0] is field 3 of proc(5): state, ppid, pgrp, session, ... starttime (22).
     return _ProcStat(
@@ -482,7 +482,7 @@ def _refuse_to_start(run_dir: Path, workers: int, worker_cores: int) -> None:
     """A cluster needs a worker and a core, and ``run_dir`` must not hold a cluster that still runs: its state
     file is what stops it later, so starting over it would lose those processes."""
     if workers < 1 or worker_cores < 1:
-        raise ValueError(
+        raise ContractError(
             f"a Spark cluster in {run_dir} needs workers >= 1 and worker_cores >= 1, "
             f"got workers={workers}, worker_cores={worker_cores}"
         )
