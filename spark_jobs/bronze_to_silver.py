@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from include.contract import jobs as contract
-from include.contract.errors import StaleLockError, TableOwnershipError, TransformError
+from include.contract.errors import TransformError
 from include.contract.history import read_until
 from include.contract.jobs import TransformArgs, quarantine_app_id, silver_app_id
 from include.contract.replay import ReplaySelection
@@ -803,7 +803,7 @@ def _describe(summary: TransformSummary) -> str:
 
 #: The job as a step of a run's Spark application (``spark_jobs/run_steps.py``).
 STEP = JobStep("bronze_to_silver", parse=parse_config, bad_argument=TransformError,
-               run=run, failure=(TransformError, StaleLockError, TableOwnershipError), describe=_describe)  # fmt: skip
+               run=run, describe=_describe)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

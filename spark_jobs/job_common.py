@@ -628,15 +628,14 @@ class JobStep:
 
     ``parse`` turns the job's arguments into its config (raising
     ``bad_argument``); ``run(spark, cfg)`` does the work and writes the
-    summary; ``failure`` are the errors whose message is the whole story;
-    ``describe(result)`` is the one-line result.
+    summary; ``describe(result)`` is the one-line result. Any member of the
+    error family that ``run`` raises is the step's failure, written as data.
     """
 
     name: str
     parse: Callable[[list[str]], Any]
     bad_argument: type[Exception] | tuple[type[Exception], ...]
     run: Callable[[Any, Any], Any]
-    failure: tuple[type[Exception], ...]
     describe: Callable[[Any], str]
 
 
@@ -644,8 +643,10 @@ def job_main(step: JobStep, argv: list[str] | None) -> int:
     """What every job's ``main`` does: args -> session -> run -> one result line.
 
     Exit 2 on a bad argument (before any session starts), 1 on a failure of
-    the run (its message on stderr), 0 with the result line printed
-    otherwise. The session is stopped in every case.
+    the run, any member of the error family (its message on stderr, the error
+    as data in the summary file), 0 with the result line printed otherwise. An
+    error outside the family (a bug) goes through with its traceback. The
+    session is stopped in every case.
     """
     configure_logging()
     try:
@@ -656,7 +657,7 @@ def job_main(step: JobStep, argv: list[str] | None) -> int:
     spark = build_session(f"{step.name}:{cfg.pipeline}")
     try:
         result = step.run(spark, cfg)
-    except step.failure as exc:
+    except PipelineError as exc:
         print(f"{step.name}: {exc}", file=sys.stderr)
         write_failure(step.name, cfg, exc)
         return 1

@@ -33,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from include.contract import jobs as contract
-from include.contract.errors import BackfillError, StaleLockError, TableOwnershipError
+from include.contract.errors import BackfillError
 from include.contract.jobs import BackfillArgs, ContractArgumentParser
 from include.contract.offsets import BackfillCommit, BackfillRange, OffsetError, PositionMap
 from spark_jobs.ingest_plan import JobConfigError, read_kafka_options_file
@@ -314,7 +314,6 @@ def run(spark, cfg: BackfillConfig) -> dict:
 #: The job as a step of a run's Spark application (``spark_jobs/run_steps.py``).
 STEP = JobStep(
     "kafka_backfill", parse=parse_config, bad_argument=JobConfigError, run=run,
-    failure=(BackfillError, OffsetError, StaleLockError, TableOwnershipError),
     describe=lambda s: f"read={s['read']} inserted={s['inserted']} present={s['present']} version={s['bronze_version']}",
 )  # fmt: skip
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from include.contract import jobs as contract
-from include.contract.errors import IngestionError, KafkaSourceError, StaleLockError, TableOwnershipError
+from include.contract.errors import IngestionError, KafkaSourceError
 from include.contract.jobs import bronze_app_id
 from include.contract.manual_ops import REBUILD_CHECKPOINT, action_hint
 from include.contract.offsets import (
@@ -566,7 +566,6 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
 #: The job as a step of a run's Spark application (``spark_jobs/run_steps.py``).
 STEP = JobStep(
     "kafka_to_bronze", parse=parse_config, bad_argument=JobConfigError, run=run,
-    failure=(KafkaSourceError, IngestionError, OffsetError, StaleLockError, TableOwnershipError),
     describe=lambda s: f"epoch={s.epoch} rows={s.rows} batches={len(s.batches)} duration={s.duration_s:.1f}s",
 )  # fmt: skip
 

@@ -37,8 +37,6 @@ from include.contract import jobs as contract
 from include.contract.errors import (
     MaintenanceConfigError,
     MaintenanceError,
-    StaleLockError,
-    TableOwnershipError,
 )
 from include.contract.jobs import MAINTAINED_TABLES, ContractArgumentParser, MaintainArgs
 from spark_jobs.job_common import (
@@ -233,7 +231,7 @@ def describe(summary: dict) -> str:
 
 STEP = JobStep(
     "maintain_tables", parse=parse_config, bad_argument=MaintenanceConfigError, run=run,
-    failure=(MaintenanceError, StaleLockError, TableOwnershipError), describe=describe,
+    describe=describe,
 )  # fmt: skip
 
 

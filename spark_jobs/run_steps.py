@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         first, *later = planned
         try:
             result = first.step.run(spark, first.cfg)
-        except first.step.failure as exc:
+        except PipelineError as exc:
             print(f"{first.step.name}: {exc}", file=sys.stderr)
             write_failure(first.step.name, first.cfg, exc)
             return 1
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 result = p_.step.run(spark, p_.cfg)
             except Exception as exc:  # noqa: BLE001 - any failure of a later step is that step's outcome
-                known = isinstance(exc, p_.step.failure)
+                known = isinstance(exc, PipelineError)
                 message = str(exc) if known else f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 detail = None if known else traceback.format_exc()[-4000:]
                 _write_error(p_.error_path, p_.step.name, message, detail, as_pipeline_error(exc, pipeline=pipeline))

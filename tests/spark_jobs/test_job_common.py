@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from include import settings
-from include.contract.errors import PipelineError, summary_failure
+from include.contract.errors import ContractError, DeltaCommitError, PipelineError, summary_failure
 from include.contract.offsets import OffsetError
 from spark_jobs import job_common
 
@@ -135,7 +135,7 @@ def _step(tmp_path, run) -> job_common.JobStep:
         return SimpleNamespace(pipeline="orders", run_id="r1", summary_path=str(tmp_path / "summary.json"))
 
     return job_common.JobStep("demo_job", parse=parse, bad_argument=_BadArgument, run=run,
-                              failure=(OffsetError,), describe=lambda result: f"rows={result}")  # fmt: skip
+                              describe=lambda result: f"rows={result}")  # fmt: skip
 
 
 @pytest.fixture
@@ -157,14 +157,16 @@ def test_job_main_exits_0_with_the_result_line_and_stops_the_session(tmp_path, s
     assert [s.stopped for s in sessions] == [1]
 
 
-def test_job_main_exits_1_writing_the_failure_as_data_and_stops_the_session(tmp_path, sessions, capsys):
+@pytest.mark.parametrize("error", [OffsetError, ContractError, DeltaCommitError])
+def test_job_main_exits_1_writing_any_failure_of_the_family_as_data_and_stops_the_session(tmp_path, sessions,
+                                                                                         capsys, error):  # fmt: skip
     def run(spark, cfg):
-        raise OffsetError("batch 2 starts at 9", topic="t", partition=0)
+        raise error("batch 2 starts at 9", topic="t", partition=0)
 
     assert job_common.job_main(_step(tmp_path, run), ["--pipeline=orders"]) == 1
     assert "demo_job: t-0: batch 2 starts at 9" in capsys.readouterr().err
     back = summary_failure(json.loads((tmp_path / "summary.json").read_text()))
-    assert type(back) is OffsetError and back.pipeline == "orders"
+    assert type(back) is error and back.pipeline == "orders" and (back.topic, back.partition) == ("t", 0)
     assert [s.stopped for s in sessions] == [1]
 
 
