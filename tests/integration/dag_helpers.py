@@ -172,8 +172,18 @@ class StorePipeline(Pipeline):
     def bronze_keys(self) -> list[tuple[int, int]]:
         return bronze_keys_of(f"{self.uri}/{self.name}/bronze", self.options)
 
-    def files(self, *parts: str) -> Path:
-        """The server's folder behind ``<lake>/<pipeline>/<parts>``."""
-        return self.server.root / self.bucket.removeprefix("s3a://") / "lake" / self.name / Path(*parts)
+    def listing(self, *parts: str) -> list[str]:
+        """The names directly under ``<lake>/<pipeline>/<parts>/``, listed through the server's S3 API (objects
+        and the prefixes that group others, not the empty marker object Hadoop's S3A writes for a folder), sorted."""
+        import obstore
+        from obstore.store import from_url
+
+        config, client = self.server.settings().obstore_args()
+        store = from_url("/".join([self.uri, self.name, *parts]).replace("s3a://", "s3://", 1), config=config,
+                         client_options=client)  # fmt: skip
+        answer = obstore.list_with_delimiter(store)
+        prefixes = [str(p).rstrip("/").rsplit("/", 1)[-1] for p in answer["common_prefixes"]]
+        objects = [str(o["path"]).rsplit("/", 1)[-1] for o in answer["objects"]]
+        return sorted(prefixes + [name for name in objects if name])  # not the folder's own S3A marker
 
 
