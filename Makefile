@@ -136,7 +136,8 @@ lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check $(FORMATTED)
 
-# mypy, strict on include/contract and include/config (pyproject.toml's [tool.mypy]; its cache is in
+# mypy, strict on include/contract, include/config, include/readers and include/spark (pyproject.toml's
+# [tool.mypy]; its cache is in
 # .cache/mypy): pure Python from PyPI, where pyright needs a Node runtime; its pydantic plugin reads the
 # config models, and PySpark and Airflow ship inline types for when more of the code is checked.
 # `make test` and `make test-all` run it right after ruff.

@@ -29,9 +29,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from include.contract.errors import PipelineError
+
+if TYPE_CHECKING:
+    import airflow.models.connection
+    import airflow.sdk
 
 #: librdkafka settings the Java client (the Spark job) takes under the same name and with the same values.
 _SHARED_WITH_JAVA = ("client.id", "client.dns.lookup")
@@ -67,7 +71,7 @@ class ConnectionConfigError(PipelineError, ValueError):
     """A connection is missing or lacks a setting; the message names the connection and the setting."""
 
 
-def _get_connection(conn_id: str):
+def _get_connection(conn_id: str) -> airflow.sdk.Connection:
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
 
@@ -80,7 +84,7 @@ def _get_connection(conn_id: str):
         ) from None
 
 
-def server_connection(conn_id: str):
+def server_connection(conn_id: str) -> airflow.models.connection.Connection:
     """The connection ``conn_id`` as Airflow's server processes see it (no task context needed).
 
     The API server (where the monitoring plugin runs) is not a task: the Task
@@ -319,11 +323,11 @@ class _Translation:
             return
         if "ssl.keystore.password" in self.config:
             raise self.error("ssl.keystore.password", "ssl.keystore.location with it", "<set>")
-        if cert is None and key is None:
-            if key_password is not None:
-                raise self.error("ssl.key.password", "ssl.key.location or ssl.key.pem with it", "<set>")
-            return
         if cert is None:
+            if key is None:
+                if key_password is not None:
+                    raise self.error("ssl.key.password", "ssl.key.location or ssl.key.pem with it", "<set>")
+                return
             raise self.error("ssl.certificate.location", f"a value (or ssl.certificate.pem): {key[0]} is set and "
                              "a client certificate needs both")  # fmt: skip
         if key is None:

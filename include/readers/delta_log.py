@@ -22,6 +22,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from include.contract.locations import local_path
 
@@ -43,7 +44,7 @@ class LogView:
     _version: int
     _txn: dict[str, int]
     _commits: set[int] = field(repr=False)
-    _infos: dict[int, dict] = field(default_factory=dict, repr=False)
+    _infos: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     def version(self) -> int:
         """The table's newest commit version."""
@@ -53,10 +54,10 @@ class LogView:
         """The version of the table's ``txn`` for ``app_id`` (its state), or ``None`` when it has none."""
         return self._txn.get(app_id)
 
-    def history(self, limit: int | None = None) -> list[dict]:
+    def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The ``commitInfo`` of the newest ``limit`` commits the log still holds, newest first, each with its
         ``version`` (as delta-rs's ``DeltaTable.history`` gives it)."""
-        found: list[dict] = []
+        found: list[dict[str, Any]] = []
         for v in sorted((c for c in self._commits if c <= self._version), reverse=True):
             if limit is not None and len(found) >= limit:
                 break
@@ -69,7 +70,7 @@ class LogView:
         return found
 
 
-def _commit_info(path: Path) -> dict:
+def _commit_info(path: Path) -> dict[str, Any]:
     """The ``commitInfo`` action of one commit file (``{}`` when it has none)."""
     with open(path, encoding="utf-8") as fh:
         for line in fh:
@@ -80,7 +81,7 @@ def _commit_info(path: Path) -> dict:
     return {}
 
 
-def _features(protocol: dict | None) -> set[str]:
+def _features(protocol: dict[str, Any] | None) -> set[str]:
     if not protocol:
         return set()
     return set(protocol.get("readerFeatures") or ()) | set(protocol.get("writerFeatures") or ())
@@ -126,8 +127,8 @@ def read(path: str | Path) -> LogView | None:
     if any(v not in commits for v in range(start, latest + 1)):
         return None  # a gap: only delta-rs's own replay may say what the table is
     txn: dict[str, int] = {}
-    protocol: dict | None = None
-    infos: dict[int, dict] = {}
+    protocol: dict[str, Any] | None = None
+    infos: dict[int, dict[str, Any]] = {}
     try:
         if checkpoint is not None:
             import pyarrow.parquet as pq

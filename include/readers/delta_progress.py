@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from include.contract import table_stand
+from include.contract.errors import PipelineError
 from include.contract.history import FIRST_READ, Verdict, read_until
 from include.contract.jobs import bronze_app_id, silver_app_id
 from include.contract.offsets import BackfillCommit, BronzeCommit, PositionMap
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 TableRef: TypeAlias = "str | Path | DeltaTable | delta_log.LogView"
 
 
-def _open(path: TableRef, storage_options: dict[str, str] | None):
+def _open(path: TableRef, storage_options: dict[str, str] | None) -> DeltaTable | None:
     """The Delta table at ``path`` with its files (delta-rs), or ``None`` when there is none yet."""
     from deltalake import DeltaTable
 
@@ -52,7 +53,7 @@ def _open(path: TableRef, storage_options: dict[str, str] | None):
     return DeltaTable(str(path), storage_options=storage_options)
 
 
-def _log(path: TableRef, storage_options: dict[str, str] | None):
+def _log(path: TableRef, storage_options: dict[str, str] | None) -> DeltaTable | delta_log.LogView | None:
     """The table at ``path`` for reads of its version, history and txn state only (``None``: no table).
 
     From the log alone where :func:`include.readers.delta_log.read` takes the
@@ -111,9 +112,12 @@ class TableProgress:
         return self.stand.restore
 
 
-def _has_rows(table) -> bool:
+def _has_rows(table: DeltaTable | None, where: str) -> bool:
     import pyarrow as pa
 
+    if table is None:  # its log was read a moment ago: the table went away since (someone removed it)
+        raise PipelineError(f"{where}: the table went away while where it stands was being read; run again",
+                            table=where)
     counts = pa.table(table.get_add_actions(flatten=True)).column("num_records")
     # A file without statistics (another tool wrote it) may hold rows: never take it for an empty table.
     return any(n is None or n > 0 for n in counts.to_pylist())
@@ -155,7 +159,7 @@ def read_progress(path: TableRef, pipeline: str, topics: Mapping[str, Iterable[i
     stand = table_stand.resolve(
         pipeline=pipeline, state=state, history=entries,
         # Only a table whose state holds no stand may be one that has rows but no position: only then the files.
-        has_rows=state is not None or _has_rows(_open(table, storage_options)),
+        has_rows=state is not None or _has_rows(_open(table, storage_options), _where(path)),
         txn_seen=lambda c: probe(bronze_app_id(c.pipeline, c.epoch)) is not None,
         path=_where(path),
     )  # fmt: skip
@@ -185,7 +189,7 @@ def positions_from_rows(path: TableRef, *, storage_options: dict[str, str] | Non
 
 
 def _entries_after(path: TableRef, version: int | None,
-                   storage_options: dict[str, str] | None) -> tuple[int | None, list[dict]]:  # fmt: skip
+                   storage_options: dict[str, str] | None) -> tuple[int | None, list[dict[str, Any]]]:  # fmt: skip
     """The table's current version and its log entries after ``version`` (``None``: all), newest first.
 
     Reads only those entries, so the cost follows the number of new commits,
@@ -238,17 +242,20 @@ def silver_commits_since(path: TableRef, version: int | None, *,
         return None, []
     current = table.version()
     start = -1 if version is None else version
-    def split(entries: Sequence[dict]) -> tuple[SilverCommit | None, list[SilverCommit]]:
-        after, previous = [], None
+    def split(entries: Sequence[dict[str, Any]]) -> tuple[SilverCommit | None, list[SilverCommit]]:
+        # Each commit kept with its version as an int: the commit's own ``version`` field is optional.
+        after: list[tuple[int, SilverCommit]] = []
+        previous: SilverCommit | None = None
         for entry in entries:  # newest first
-            commit = SilverCommit.from_user_metadata(entry.get("userMetadata"), version=int(entry["version"]))
+            v = int(entry["version"])
+            commit = SilverCommit.from_user_metadata(entry.get("userMetadata"), version=v)
             if commit is None:
                 continue
-            if commit.version > start:
-                after.append(commit)
+            if v > start:
+                after.append((v, commit))
             elif previous is None:
                 previous = commit
-        return previous, sorted(after, key=lambda c: c.version)
+        return previous, [c for _, c in sorted(after, key=lambda item: item[0])]
 
     entries = read_until(table.history, lambda found: start < 0 or split(found)[0] is not None,
                          first=max(current - start, 0) + FIRST_READ)  # fmt: skip
@@ -322,7 +329,7 @@ QUARANTINE_BATCH_ROWS = 10_000
 
 
 def backfill_commits_since(path: TableRef, version: int | None, *,
-                           storage_options: dict[str, str] | None = None) -> list[tuple[int, BackfillCommit, dict]]:  # fmt: skip
+                           storage_options: dict[str, str] | None = None) -> list[tuple[int, BackfillCommit, dict[str, Any]]]:  # fmt: skip
     """Backfill commits after ``version`` (oldest first), each with Delta's own operation metrics."""
     found = []
     for entry in _entries_after(path, version, storage_options)[1]:
@@ -337,7 +344,7 @@ def backfill_commits_since(path: TableRef, version: int | None, *,
 REWRITE_OPERATIONS = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END"})
 
 
-def _newest_data_version(entries: list[dict], before: int) -> int:
+def _newest_data_version(entries: Sequence[dict[str, Any]], before: int) -> int:
     """The newest version among ``entries`` (newest first) that is not a :data:`REWRITE_OPERATIONS` commit;
     ``before`` when they all are."""
     for entry in entries:

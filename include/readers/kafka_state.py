@@ -39,6 +39,7 @@ from confluent_kafka import (
     IsolationLevel,
     KafkaError,
     KafkaException,
+    Message,
     TopicCollection,
     TopicPartition,
 )
@@ -105,6 +106,7 @@ class KafkaRangeError(PipelineError, RuntimeError):
 _HUNG_GRACE_S = 30.0
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_T = TypeVar("_T")
 
 
 def _bounded(func: _F) -> _F:
@@ -123,7 +125,7 @@ def _bounded(func: _F) -> _F:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         limit = 2 * float(bound.arguments["timeout_s"]) + _HUNG_GRACE_S
-        outcome: list = []
+        outcome: list[tuple[bool, Any]] = []  # (True, its return value) or (False, what it raised)
 
         def run() -> None:
             try:
@@ -248,7 +250,7 @@ class _Call:
                 "connection the pipeline names"
             )
 
-    def result(self, future: concurrent.futures.Future, subject: str) -> Any:
+    def result(self, future: concurrent.futures.Future[_T], subject: str) -> _T:
         """``future``'s result; a future that never completes becomes :class:`KafkaUnavailableError`.
 
         While it waits, a refusal by the broker (wrong credentials, TLS) ends the
@@ -306,13 +308,14 @@ class _Call:
             consumer.close()
 
 
-def _kafka_error(exc: BaseException) -> KafkaError | None:
+def _kafka_error(exc: BaseException | None) -> KafkaError | None:
+    # None too: callers pass an exception's __cause__, which may be unset (then there is no code).
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
         return exc.args[0]
     return None
 
 
-def _error_code(exc: BaseException) -> int | None:
+def _error_code(exc: BaseException | None) -> int | None:
     error = _kafka_error(exc)
     return error.code() if error is not None else None
 
@@ -361,7 +364,8 @@ def _list_offsets_once(call: _Call, admin: AdminClient, partitions: Iterable[tup
     if not keys:
         return {}
     requests = {}
-    for name, spec in (("earliest", OffsetSpec.earliest()), ("latest", OffsetSpec.latest())):
+    # confluent-kafka leaves OffsetSpec.earliest() and .latest() unannotated (they return an OffsetSpec).
+    for name, spec in (("earliest", OffsetSpec.earliest()), ("latest", OffsetSpec.latest())):  # type: ignore[no-untyped-call]
         requests[name] = admin.list_offsets(
             {TopicPartition(t, p): spec for t, p in keys},
             isolation_level=IsolationLevel.READ_COMMITTED,
@@ -433,9 +437,11 @@ def read_topics(config: Mapping[str, str], *, topics: Sequence[str] = (), patter
     result = {}
     for name, description in described.items():
         parts = {p.id: states.get((name, p.id)) for p in description.partitions}
-        if all(state is not None for state in parts.values()):
+        # A topic only with the offsets of every partition (``known`` then holds them all).
+        known = {p: state for p, state in parts.items() if state is not None}
+        if len(known) == len(parts):
             result[name] = TopicState(
-                name, _kafka_topic_id(description.topic_id), dict(sorted(parts.items()))
+                name, _kafka_topic_id(description.topic_id), dict(sorted(known.items()))
             )
     return result
 
@@ -514,7 +520,7 @@ def _read_first(call: _Call, consumer: Consumer, start: dict[tuple[str, int], in
                 result[key] = None
             else:
                 raise call.failed(KafkaException(error), f"{key[0]} partition {key[1]} at {start[key]}")
-        elif msg.offset() < start[key]:
+        elif _offset(msg) < start[key]:
             continue
         else:
             ts_type, ts_ms = msg.timestamp()
@@ -525,6 +531,18 @@ def _read_first(call: _Call, consumer: Consumer, start: dict[tuple[str, int], in
         pending.discard(key)
         # Its later records are of no use; fetching them would only slow the others.
         consumer.pause([TopicPartition(*key)])
+
+
+def _offset(msg: Message) -> int:
+    """The offset of a record (a message without an error).
+
+    confluent-kafka types it optional: only an error event has none. A record without one would have
+    failed the comparison it is read for with a :class:`TypeError`, which this raises instead.
+    """
+    offset = msg.offset()
+    if offset is None:
+        raise TypeError(f"Kafka gave a record of {msg.topic()} partition {msg.partition()} without an offset")
+    return offset
 
 
 def epoch_ms(when: datetime) -> int:
@@ -690,10 +708,11 @@ def _count(call: _Call, consumer: Consumer, where: str, from_offset: int, until_
         for msg in consumer.consume(wanted, timeout=min(0.1, call.remaining())):
             error = msg.error()
             if error is None:
-                if msg.offset() >= until_offset:
+                offset = _offset(msg)
+                if offset >= until_offset:
                     return count
                 count += 1
-                position = msg.offset() + 1
+                position = offset + 1
             elif error.code() == KafkaError._PARTITION_EOF:
                 # The end is at or past until_offset (checked before reading).
                 return count

@@ -16,9 +16,13 @@ import json
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from include.contract.errors import ContractError
+
+if TYPE_CHECKING:
+    import pyarrow
+    from deltalake import DeltaTable
 
 #: Column name -> arrow type name; the order is the table's column order.
 COLUMNS: dict[str, str] = {
@@ -78,7 +82,7 @@ COLUMNS: dict[str, str] = {
 }
 
 
-def _schema():
+def _schema() -> pyarrow.Schema:
     import pyarrow as pa
 
     types = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64(),
@@ -96,7 +100,7 @@ def _cell(name: str, value: Any) -> Any:
     return value
 
 
-def arrow_rows(records: Sequence[dict[str, Any]]):
+def arrow_rows(records: Sequence[dict[str, Any]]) -> pyarrow.Table:
     """Runs' rows as a pyarrow table in the ledger's schema and encoding (missing columns are null).
 
     Unknown keys are an error, so a typo in a caller never silently drops a field.
@@ -189,13 +193,15 @@ def _wanted(columns: Sequence[str] | None) -> list[str]:
     return ["finished_at", *(c for c in columns if c != "finished_at")]
 
 
-def _read(table: Any, wanted: list[str], filters: list | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+def _read(table: DeltaTable, wanted: list[str], filters: list[tuple[str, str, Any]] | None = None,
+          limit: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
     # A ledger written before a column was added lacks it until its next append: read those it has.
     present = {f.name for f in table.schema().fields}
     rows = table.to_pyarrow_table(columns=[c for c in wanted if c in present], filters=filters)
     if limit is not None:  # the newest rows only, cut in Arrow before any becomes a Python dict
         rows = rows.sort_by([("finished_at", "descending")]).slice(0, limit)
-    return rows.to_pylist()
+    # pyarrow is untyped; a table's to_pylist() is a list of {column: value} dicts.
+    return cast(list[dict[str, Any]], rows.to_pylist())
 
 
 def _decoded(rows: list[dict[str, Any]], wanted: Sequence[str] = tuple(COLUMNS)) -> list[dict[str, Any]]:

@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from include.contract.errors import ContractError, PipelineError
 from include.ports import free_port
@@ -79,7 +79,7 @@ _KEPT_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "T
 
 #: Processes started by this Python process, so their exit codes can be read
 #: while starting and they are reaped (not left as zombies) when stopped.
-_CHILDREN: dict[int, subprocess.Popen] = {}
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 class ClusterError(PipelineError, RuntimeError):
@@ -99,7 +99,7 @@ class StandaloneCluster:
     run_dir: str
     pids: dict[str, int]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable dict (e.g. for an Airflow XCom)."""
         return {
             "master_url": self.master_url,
@@ -219,12 +219,13 @@ def _log_path(run_dir: Path, name: str) -> Path:
     return run_dir / "logs" / f"{name}.log"
 
 
-def _load_state(run_dir: Path) -> dict | None:
+def _load_state(run_dir: Path) -> dict[str, Any] | None:
     path = _state_path(run_dir)
     if not path.exists():
         return None
     try:
-        state = json.loads(path.read_text())
+        # Checked just below: a state without these keys or of another shape is refused.
+        state = cast(dict[str, Any], json.loads(path.read_text()))
         StandaloneCluster.from_json(state)
         for key in ("cluster_id", "sids", "pgids", "start_ticks"):
             state[key]  # noqa: B018 - only checks that the key is there
@@ -347,7 +348,7 @@ def _process_error(run_dir: Path, name: str, problem: str) -> ClusterError:
     )
 
 
-def _launch(run_dir: Path, name: str, cmd: list[str], env: Mapping[str, str]) -> subprocess.Popen:
+def _launch(run_dir: Path, name: str, cmd: list[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
     log = _log_path(run_dir, name)
     with open(log, "ab") as out:
         # Own session: the daemon outlives the Airflow task that started it,
@@ -366,7 +367,7 @@ def _launch(run_dir: Path, name: str, cmd: list[str], env: Mapping[str, str]) ->
     return proc
 
 
-def _record(state: dict, name: str, proc: subprocess.Popen) -> None:
+def _record(state: dict[str, Any], name: str, proc: subprocess.Popen[bytes]) -> None:
     stat = _read_stat(proc.pid)
     state["pids"][name] = proc.pid
     # Popen returns after exec, so setsid() has run: the daemon leads its own
@@ -376,16 +377,17 @@ def _record(state: dict, name: str, proc: subprocess.Popen) -> None:
     state["start_ticks"][name] = stat.start_ticks if stat else -1
 
 
-def _master_json(web_ui_url: str, timeout_s: float = 2.0) -> dict:
+def _master_json(web_ui_url: str, timeout_s: float = 2.0) -> dict[str, Any]:
     # No proxies: an http_proxy in the environment must not see 127.0.0.1.
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(f"{web_ui_url}/json/", timeout=timeout_s) as resp:
-        return json.load(resp)
+        # The master's /json/ page is one object (its status, workers and applications).
+        return cast(dict[str, Any], json.load(resp))
 
 
 def _wait_ready(
     run_dir: Path,
-    procs: Mapping[str, subprocess.Popen],
+    procs: Mapping[str, subprocess.Popen[bytes]],
     web_ui_url: str,
     worker_ports: Mapping[str, int],
     deadline: float,
@@ -393,7 +395,7 @@ def _wait_ready(
 ) -> None:
     """Wait until the master is ALIVE and each worker in ``worker_ports`` is registered ALIVE."""
     last_error: Exception | None = None
-    info: dict = {}
+    info: dict[str, Any] = {}
     while True:
         for name, proc in procs.items():
             code = proc.poll()
@@ -453,7 +455,7 @@ def start_standalone(
     master_port, master_ui_port, *worker_port_pairs = _distinct_free_ports(2 + 2 * workers)
     state = _initial_state(run_dir, home, cluster_id, master_port, master_ui_port,
                            workers=workers, worker_cores=worker_cores, worker_memory=worker_memory)  # fmt: skip
-    procs: dict[str, subprocess.Popen] = {}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         _start_master(run_dir, state, procs, home, master_port, master_ui_port, secret)
         # Workers start once the master answers: a worker that cannot reach
@@ -517,7 +519,7 @@ def _initial_state(run_dir: Path, home: Path, cluster_id: str, master_port: int,
     }
 
 
-def _start_master(run_dir: Path, state: dict[str, Any], procs: dict[str, subprocess.Popen], home: Path,
+def _start_master(run_dir: Path, state: dict[str, Any], procs: dict[str, subprocess.Popen[bytes]], home: Path,
                   master_port: int, master_ui_port: int, secret: str) -> None:  # fmt: skip
     """Launch the master and record it in ``state`` and the state file (without waiting for it)."""
     procs["master"] = _launch(
@@ -533,8 +535,8 @@ def _start_master(run_dir: Path, state: dict[str, Any], procs: dict[str, subproc
     _save_state(run_dir, state)
 
 
-def _start_workers(run_dir: Path, state: dict[str, Any], procs: dict[str, subprocess.Popen], home: Path,
-                   worker_port_pairs: list[int], secret: str) -> None:  # fmt: skip
+def _start_workers(run_dir: Path, state: dict[str, Any], procs: dict[str, subprocess.Popen[bytes]],
+                   home: Path, worker_port_pairs: list[int], secret: str) -> None:  # fmt: skip
     """Launch each worker on its own port pair and work folder, registering with the master; the state file is
     saved after each, so a stop finds every worker started so far."""
     for i in range(1, state["workers"] + 1):

@@ -15,9 +15,13 @@ import sys
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from include import settings
 from include.spark import jvm_cds, jvm_deps
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 #: Modules the jobs import, shipped to the cluster in one zip.
 _SHIPPED = (
@@ -170,7 +174,9 @@ PR_SET_PDEATHSIG = 1
 SESSION_CODEGEN_CACHE_ENTRIES = 1000
 
 
-def local_session(app_name: str, *, warehouse: Path, cores: int = 2, driver_memory: str = "2g"):
+def local_session(
+    app_name: str, *, warehouse: Path, cores: int = 2, driver_memory: str = "2g"
+) -> SparkSession:
     """An in-process ``local[cores]`` SparkSession with the project's jars and settings, for a process that
     runs many jobs in it (the test suite, the benchmark's in-session parts)."""
     from pyspark.sql import SparkSession
