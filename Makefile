@@ -137,9 +137,9 @@ lint: setup
 	$(PY) -m ruff format --check $(FORMATTED)
 
 # mypy, strict on include/contract, include/config, include/readers and include/spark (pyproject.toml's
-# [tool.mypy]; its cache is in
-# .cache/mypy): pure Python from PyPI, where pyright needs a Node runtime; its pydantic plugin reads the
-# config models, and PySpark and Airflow ship inline types for when more of the code is checked.
+# [tool.mypy]; its cache is in .cache/mypy): pure Python from PyPI, where pyright needs a Node runtime; its
+# pydantic plugin reads the config models, and PySpark and Airflow ship inline types for the layers still to
+# check.
 # `make test` and `make test-all` run it right after ruff.
 typecheck: setup
 	$(PY) -m mypy
