@@ -42,6 +42,7 @@ from include import settings  # noqa: E402
 from include.orchestration.trigger_guard import TriggerGuard  # noqa: E402
 
 if TYPE_CHECKING:
+    from include.config import PipelineConfig
     from include.monitoring.monitor import SchedulerView
 
 # The monitoring modules (and the Kafka and Delta readers under them) are imported when a page is asked for,
@@ -105,7 +106,7 @@ def _scheduler_views(dag_ids: list[str]) -> dict[str, SchedulerView]:
         }
 
 
-def _snapshots(user: Any, only: str | None = None) -> tuple[list[dict], dict[str, str]]:
+def _snapshots(user: Any, only: str | None = None) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Snapshots of the pipelines ``user`` may read (or just ``only``), and invalid pipeline files."""
     from include.config import load_pipelines
     from include.monitoring import monitor
@@ -126,7 +127,7 @@ def _snapshots(user: Any, only: str | None = None) -> tuple[list[dict], dict[str
         scheduler = {}
     timeout_s = settings.monitor_timeout_s(monitor.DEFAULT_TIMEOUT_S)
 
-    def one(cfg) -> dict:
+    def one(cfg: PipelineConfig) -> dict[str, Any]:
         try:
             client, problem = kafka_client_config(cfg.kafka.connection_id, get_connection=server_connection), None
         except Exception as exc:  # noqa: BLE001 - a missing connection is shown on the page
@@ -148,7 +149,7 @@ def _roots(request: Request) -> tuple[str, str]:
     return base, base[: -len(PREFIX)] if base.endswith(PREFIX) else ""
 
 
-def _rooted(snap: dict, ui_root: str) -> dict:
+def _rooted(snap: dict[str, Any], ui_root: str) -> dict[str, Any]:
     if ui_root:
         snap["links"] = {k: (ui_root + v if v else v) for k, v in snap["links"].items()}
         for run in snap["runs"]:  # last_run is runs[0], the same dict

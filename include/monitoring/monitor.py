@@ -29,13 +29,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from include.config import PipelineConfig
 from include.contract.errors import PipelineError
 from include.contract.preflight import measure_lag
 from include.readers import delta_progress, kafka_state, run_ledger
 from include.readers.object_store import TableOptions
+
+if TYPE_CHECKING:
+    from include.contract.offsets import PositionMap
 
 #: The whole Kafka part of one snapshot must finish within this many seconds.
 DEFAULT_TIMEOUT_S = 5.0
@@ -188,7 +191,7 @@ def run_link(dag_id: str, run_id: str) -> str:
     return f"{dag_link(dag_id)}/runs/{quote(run_id, safe='')}"
 
 
-def _history(rows: list[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
+def _history(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Recorded gaps and manual actions in ledger rows (newest first)."""
     gaps, actions = [], []
     for row in rows:
@@ -407,7 +410,7 @@ def _silver_lag(cfg: PipelineConfig, options: TableOptions) -> dict[str, Any]:
 
 
 def _kafka_part(snap: dict[str, Any], cfg: PipelineConfig, config: Mapping[str, str] | None, error: str | None,
-                table_next: Mapping[str, Mapping[int, int]] | None, timeout_s: float,
+                table_next: PositionMap | None, timeout_s: float,
                 now: Callable[[], datetime], options: TableOptions) -> None:  # fmt: skip
     """Fill ``kafka``, ``partitions``, ``lag`` and ``open_gaps``; on failure, from the table alone.
 
@@ -457,7 +460,7 @@ def _kafka_part(snap: dict[str, Any], cfg: PipelineConfig, config: Mapping[str, 
         else:  # no connection, unknown topic settings, authentication refused, ...
             snap["kafka"] = {"ok": False, "error": text, "notes": []}
 
-    partitions = []
+    partitions: list[dict[str, Any]] = []
     if report is not None:
         for p in report.partitions:
             key = (p.topic, p.partition)

@@ -53,15 +53,15 @@ _RANGES_SHOWN = 4
 # --------------------------------------------------------------------------- small formatters
 
 
-def _d(value: object) -> dict:
+def _d(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _l(value: object) -> list:
+def _l(value: object) -> list[Any]:
     return list(value) if isinstance(value, list | tuple) else []
 
 
-def _pick(item: dict, *keys: str) -> dict:
+def _pick(item: dict[str, Any], *keys: str) -> dict[str, Any]:
     """``item`` with exactly ``keys`` (missing ones None), so templates never meet an undefined field."""
     return {key: item.get(key) for key in keys}
 
@@ -192,7 +192,7 @@ def _root(base: str) -> str:
     return (base or "").rstrip("/")
 
 
-def _name(snap: dict) -> object:
+def _name(snap: dict[str, Any]) -> object:
     return snap.get("pipeline") or snap.get("dag_id")
 
 
@@ -246,7 +246,7 @@ _PROBLEM_LABELS = {
 }
 
 
-def _problem(key: str, snap: dict) -> dict | None:
+def _problem(key: str, snap: dict[str, Any]) -> dict[str, Any] | None:
     """An alert for a source of the snapshot that could not be read, or None when it could."""
     part = _d(snap.get(key))
     if part.get("ok") is not False:
@@ -254,11 +254,11 @@ def _problem(key: str, snap: dict) -> dict | None:
     return {"key": key, "label": _PROBLEM_LABELS[key], "error": part.get("error")}
 
 
-def _problems(snap: dict) -> list[dict]:
+def _problems(snap: dict[str, Any]) -> list[dict[str, Any]]:
     return [problem for key in _PROBLEM_LABELS if (problem := _problem(key, snap))]
 
 
-def _reasons(snap: dict, *, shown_as_alerts: bool) -> list[str]:
+def _reasons(snap: dict[str, Any], *, shown_as_alerts: bool) -> list[str]:
     """Health reasons; those an alert already says in the same words are left out."""
     reasons = [str(r) for r in _l(_d(snap.get("health")).get("reasons")) if r not in (None, "")]
     if not shown_as_alerts:
@@ -267,15 +267,15 @@ def _reasons(snap: dict, *, shown_as_alerts: bool) -> list[str]:
     return [r for r in reasons if r.casefold() not in said]
 
 
-def _kafka_down(snap: dict) -> bool:
+def _kafka_down(snap: dict[str, Any]) -> bool:
     return _d(snap.get("kafka")).get("ok") is False
 
 
-def _ledger_down(snap: dict) -> bool:
+def _ledger_down(snap: dict[str, Any]) -> bool:
     return _d(snap.get("ledger")).get("ok") is False
 
 
-def _pending_age(lag: dict, now: object) -> float | None:
+def _pending_age(lag: dict[str, Any], now: object) -> float | None:
     age = _count(lag.get("oldest_pending_age_s"))
     if age is not None:
         return age
@@ -283,7 +283,7 @@ def _pending_age(lag: dict, now: object) -> float | None:
     return (ref - oldest).total_seconds() if oldest and ref else None
 
 
-def _lag(snap: dict, now: object) -> dict | None:
+def _lag(snap: dict[str, Any], now: object) -> dict[str, Any] | None:
     """Records waiting in Kafka, or None when unknown."""
     lag = _d(snap.get("lag"))
     records = lag.get("records")
@@ -293,7 +293,7 @@ def _lag(snap: dict, now: object) -> dict | None:
     return {"records": records, "age_s": _pending_age(lag, now), "behind": lag.get("partitions_behind")}
 
 
-def _open_gaps(snap: dict) -> dict | None:
+def _open_gaps(snap: dict[str, Any]) -> dict[str, Any] | None:
     """How many open data-loss gaps and the records they lost (None if not known), or None when unknown."""
     gaps = snap.get("open_gaps")
     if _kafka_down(snap) or gaps is None:
@@ -303,17 +303,18 @@ def _open_gaps(snap: dict) -> dict | None:
     return {"count": len(gaps), "lost": sum(known) if known else None}
 
 
-def _next_run(snap: dict, now: object) -> dict:
+def _next_run(snap: dict[str, Any], now: object) -> dict[str, Any]:
     next_at = snap.get("next_run_at")
     return {"paused": snap.get("paused") is True, "schedule": snap.get("schedule"), "at": next_at,
             "relative": _relative(next_at, now)}  # fmt: skip
 
 
-def _runs_by_id(snap: dict) -> dict:
+def _runs_by_id(snap: dict[str, Any]) -> dict[object, dict[str, Any]]:
     return {r.get("run_id"): r for r in _l(snap.get("runs")) if isinstance(r, dict) and r.get("run_id")}
 
 
-def _history_rows(items: object, runs_by_id: dict, *keys: str) -> list[dict]:
+def _history_rows(items: object, runs_by_id: dict[object, dict[str, Any]],
+                  *keys: str) -> list[dict[str, Any]]:  # fmt: skip
     """Recorded gaps or manual actions, each with the Airflow link of the run that recorded it if listed."""
     rows = []
     for item in _l(items):
@@ -328,7 +329,11 @@ def _history_rows(items: object, runs_by_id: dict, *keys: str) -> list[dict]:
 
 
 def render_overview(
-    snapshots: list[dict], *, base: str, checked_at: str, invalid_files: dict[str, str] | None = None
+    snapshots: list[dict[str, Any]],
+    *,
+    base: str,
+    checked_at: str,
+    invalid_files: dict[str, str] | None = None,
 ) -> str:
     """The overview page: one table row per pipeline, worst problems visible at a glance.
 
@@ -356,7 +361,7 @@ def render_overview(
     )
 
 
-def _overview_row(snap: dict, *, checked_at: str) -> dict:
+def _overview_row(snap: dict[str, Any], *, checked_at: str) -> dict[str, Any]:
     now = snap.get("checked_at") or checked_at
     health = _d(snap.get("health"))
     last = snap.get("last_run")
@@ -386,7 +391,7 @@ def _overview_row(snap: dict, *, checked_at: str) -> dict:
 # --------------------------------------------------------------------------- pipeline page
 
 
-def render_pipeline(snap: dict, *, base: str) -> str:
+def render_pipeline(snap: dict[str, Any], *, base: str) -> str:
     """The page of one pipeline: health, Kafka and table status, partitions, charts and history.
 
     Args:
@@ -440,7 +445,7 @@ def render_pipeline(snap: dict, *, base: str) -> str:
     return _render("pipeline.html", refresh_s=REFRESH_S, root=_root(base), page=page)
 
 
-def _kafka_box(snap: dict) -> dict:
+def _kafka_box(snap: dict[str, Any]) -> dict[str, Any]:
     kafka, source = _d(snap.get("kafka")), _d(snap.get("source"))
     return {
         "ok": kafka.get("ok"),
@@ -453,7 +458,7 @@ def _kafka_box(snap: dict) -> dict:
     }
 
 
-def _table_box(snap: dict) -> dict:
+def _table_box(snap: dict[str, Any]) -> dict[str, Any]:
     table, paths = _d(snap.get("table")), _d(snap.get("tables"))
     return {
         **_pick(table, "ok", "exists", "version", "epoch"),
@@ -466,7 +471,7 @@ def _table_box(snap: dict) -> dict:
     }
 
 
-def _partition_rows(snap: dict, now: object) -> list[dict]:
+def _partition_rows(snap: dict[str, Any], now: object) -> list[dict[str, Any]]:
     parts = [p for p in _l(snap.get("partitions")) if isinstance(p, dict)]
     parts.sort(key=lambda p: (str(p.get("topic")), _count(p.get("partition")) or 0))
     rows = []
@@ -482,7 +487,7 @@ def _partition_rows(snap: dict, now: object) -> list[dict]:
     return rows
 
 
-def _run_row(run: dict) -> dict:
+def _run_row(run: dict[str, Any]) -> dict[str, Any]:
     ranges = [_pick(r, "topic", "partition", "from", "until", "rows") for r in _l(run.get("ranges"))
               if isinstance(r, dict)]  # fmt: skip
     return {
@@ -523,7 +528,7 @@ def render_error(title: str, message: str, *, base: str, status_hint: str = "") 
 _LEFT, _RIGHT, _TOP, _BOTTOM = 56, 14, 28, 34
 
 
-def _plottable(runs: list[dict]) -> list[tuple[datetime, dict]]:
+def _plottable(runs: list[dict[str, Any]]) -> list[tuple[datetime, dict[str, Any]]]:
     """Runs that have a time, oldest first; runs come newest first, so equal times keep run order."""
     points = []
     for run in reversed(_l(runs)):
@@ -579,13 +584,13 @@ class _Frame:
         return _TOP + self.plot_h
 
 
-def _empty_chart(width: int, height: int, label: str) -> dict:
+def _empty_chart(width: int, height: int, label: str) -> dict[str, Any]:
     # A short strip rather than a tall empty frame; the template writes its text large because the
     # chart scales down.
     return {"empty": True, "width": width, "height": min(height, 80), "label": f"{label}: no runs to plot yet"}
 
 
-def _x_ticks(frame: _Frame, times: list[datetime]) -> list[dict]:
+def _x_ticks(frame: _Frame, times: list[datetime]) -> list[dict[str, Any]]:
     # Labels need room: at most one per ~110 px and never more than six, whatever the run count.
     count = len(times)
     labels = max(1, min(count, 6, int(frame.plot_w // 110)))
@@ -611,7 +616,7 @@ def _x_ticks(frame: _Frame, times: list[datetime]) -> list[dict]:
     return ticks
 
 
-def _legend(items: list[tuple[str, str, str]], width: int) -> list[dict]:
+def _legend(items: list[tuple[str, str, str]], width: int) -> list[dict[str, Any]]:
     """Legend entries (label, colour, shape) right-aligned above the plot, rightmost first."""
     entries, x = [], width - _RIGHT
     for label, colour, shape in reversed(items):
@@ -620,8 +625,9 @@ def _legend(items: list[tuple[str, str, str]], width: int) -> list[dict]:
     return entries
 
 
-def _chart(points: list[tuple[datetime, dict]], values: list[float | None], *, width: int, height: int,
-           label: str, unit: str, legend: list[tuple[str, str, str]]) -> tuple[dict, _Frame]:  # fmt: skip
+def _chart(points: list[tuple[datetime, dict[str, Any]]], values: list[float | None], *, width: int,
+           height: int, label: str, unit: str,
+           legend: list[tuple[str, str, str]]) -> tuple[dict[str, Any], _Frame]:  # fmt: skip
     """What every chart has: frame, axes and legend; the caller adds its marks."""
     frame = _Frame(width, height, len(points), _nice_ticks(max((v for v in values if v is not None), default=0)))
     chart = {
@@ -647,14 +653,14 @@ def _chart(points: list[tuple[datetime, dict]], values: list[float | None], *, w
     return chart, frame
 
 
-def _run_title(when: datetime, run: dict, lines: list[str]) -> str:
+def _run_title(when: datetime, run: dict[str, Any], lines: list[str]) -> str:
     head = [str(run.get("run_id") or "run"), f"{when:%Y-%m-%d %H:%M:%S} UTC"]
     if run.get("outcome"):
         head.append(f"outcome: {run.get('outcome')}")
     return "\n".join(head + lines)
 
 
-def _lag_chart(runs: list[dict], *, width: int = 720, height: int = 220) -> dict:
+def _lag_chart(runs: list[dict[str, Any]], *, width: int = 720, height: int = 220) -> dict[str, Any]:
     width, height = max(int(width), 240), max(int(height), 120)
     label = "Consumer lag before and after each run"
     points = _plottable(runs)
@@ -696,7 +702,7 @@ def _lag_chart(runs: list[dict], *, width: int = 720, height: int = 220) -> dict
     return chart
 
 
-def _rows_chart(runs: list[dict], *, width: int = 720, height: int = 220) -> dict:
+def _rows_chart(runs: list[dict[str, Any]], *, width: int = 720, height: int = 220) -> dict[str, Any]:
     width, height = max(int(width), 240), max(int(height), 120)
     label = "Rows ingested per run"
     points = _plottable(runs)
@@ -726,7 +732,7 @@ def _rows_chart(runs: list[dict], *, width: int = 720, height: int = 220) -> dic
     return chart
 
 
-def lag_chart_svg(runs: list[dict], *, width: int = 720, height: int = 220) -> str:
+def lag_chart_svg(runs: list[dict[str, Any]], *, width: int = 720, height: int = 220) -> str:
     """Inline SVG of each run's lag before and after it, oldest run on the left.
 
     Runs are placed in equal slots in time order (``finished_at``, else
@@ -747,7 +753,7 @@ def lag_chart_svg(runs: list[dict], *, width: int = 720, height: int = 220) -> s
     return _render("lag_chart.svg", chart=_lag_chart(runs, width=width, height=height))
 
 
-def rows_chart_svg(runs: list[dict], *, width: int = 720, height: int = 220) -> str:
+def rows_chart_svg(runs: list[dict[str, Any]], *, width: int = 720, height: int = 220) -> str:
     """Inline SVG bar chart of the rows each run ingested, oldest run on the left.
 
     One ``<rect class="bar" data-run=...>`` with a ``<title>`` per run whose row
