@@ -136,7 +136,7 @@ lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check $(FORMATTED)
 
-# mypy, strict on every layer but orchestration, the tooling and the Spark jobs (pyproject.toml's
+# mypy, strict on every layer of include/ but the tooling, and on dags/ and plugins/ (pyproject.toml's
 # [tool.mypy]; its cache is in .cache/mypy): pure Python from PyPI, where pyright needs a Node runtime; its
 # pydantic plugin reads the config models, and PySpark and Airflow ship inline types for the layers still to
 # check.

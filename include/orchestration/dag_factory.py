@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, PokeReturnValue, TriggerRule, chain, task
 
@@ -187,7 +187,8 @@ def _dag_arguments(cfg: PipelineConfig) -> dict[str, Any]:
 
 
 # The task functions below carry no docstring: TaskFlow would show it as the task's doc_md. Their
-# ``-> dict`` annotations stay: they make TaskFlow push each key as an XCom of its own too.
+# ``-> dict[str, Any]`` annotations stay: they make TaskFlow push each key as an XCom of its own too (it
+# evaluates them in this module, so ``Any`` is imported at run time, not under TYPE_CHECKING).
 
 
 def _check_tasks(cfg: PipelineConfig) -> tuple[Any, Any, Any]:
@@ -224,7 +225,7 @@ def _check_tasks(cfg: PipelineConfig) -> tuple[Any, Any, Any]:
         return tasks.run_task(ti, tasks.wait_for_lag, cfg, plan=ti.xcom_pull(task_ids=CHECK_REQUEST_TASK))
 
     @task(task_id=PREFLIGHT_TASK, retries=cfg.retries)
-    def run_preflight(**context: Any) -> dict:
+    def run_preflight(**context: Any) -> dict[str, Any]:
         ti = context["ti"]
         return tasks.run_task(ti, tasks.preflight, cfg, plan=ti.xcom_pull(task_ids=CHECK_REQUEST_TASK))
 
@@ -240,16 +241,25 @@ def _cluster_tasks(cfg: PipelineConfig) -> tuple[Any, Any]:
     the jobs did as long as the cluster started."""
 
     @task(task_id=START_CLUSTER_TASK, retries=1)
-    def start_cluster(**context: Any) -> dict:
+    def start_cluster(**context: Any) -> dict[str, Any]:
         ti = context["ti"]
         return tasks.start_cluster(cfg, run_id=context["run_id"], plan=ti.xcom_pull(task_ids=CHECK_REQUEST_TASK),
                                    preflight_result=ti.xcom_pull(task_ids=PREFLIGHT_TASK))  # fmt: skip
 
     @task(task_id=STOP_CLUSTER_TASK, trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS, retries=2)
-    def stop_cluster(**context: Any) -> dict:
+    def stop_cluster(**context: Any) -> dict[str, Any]:
         return tasks.stop_cluster(cfg, run_id=context["run_id"])
 
     return start_cluster(), stop_cluster()
+
+
+class _JobArgs(TypedDict):
+    """What :func:`_job_tasks` gives each Spark job operator besides its task id."""
+
+    pipeline: PipelineConfig
+    master: str | None
+    retries: int
+    execution_timeout: timedelta
 
 
 def _job_tasks(cfg: PipelineConfig, checked: Any, cluster: tuple[Any, Any] | None) -> tuple[list[Any], Any]:
@@ -257,7 +267,7 @@ def _job_tasks(cfg: PipelineConfig, checked: Any, cluster: tuple[Any, Any] | Non
     on the transient cluster between its setup and teardown when there is one (the master URL is
     ``start_cluster``'s XCom). Returns what the closing checks wait on, and the maintain task (or ``None``)."""
     master = "{{ ti.xcom_pull(task_ids='start_cluster')['master_url'] }}" if cluster else None
-    job = dict(pipeline=cfg, master=master, retries=cfg.retries, execution_timeout=INGEST_TIMEOUT)
+    job = _JobArgs(pipeline=cfg, master=master, retries=cfg.retries, execution_timeout=INGEST_TIMEOUT)
     ingest = IngestOperator(task_id=INGEST_TASK, **job)
     jobs = [ingest, TransformOperator(task_id=TRANSFORM_TASK, **job)] if cfg.transform else [ingest]
     chain(*jobs)
@@ -283,11 +293,11 @@ def _closing_tasks(cfg: PipelineConfig, outlets: list[Asset], checks: tuple[Any,
     happened before it (every earlier task is upstream of it) and updates the assets."""
 
     @task(task_id=MIRROR_OFFSETS_TASK, retries=cfg.retries)
-    def mirror_offsets() -> dict:
+    def mirror_offsets() -> dict[str, Any]:
         return tasks.mirror_offsets(cfg)
 
     @task(task_id=RECORD_RUN_TASK, trigger_rule=TriggerRule.ALL_DONE, outlets=outlets, retries=cfg.retries)
-    def record_run(**context: Any) -> dict:
+    def record_run(**context: Any) -> dict[str, Any]:
         from include.orchestration import record
 
         return record.record_run(cfg, outlets, context)

@@ -95,7 +95,9 @@ def check_connection(pipeline: str, k8s: KubernetesConfig | None, conn_id: str, 
     if k8s is None:
         return
     if get_connection is None:
-        from include.readers.connections import _get_connection as get_connection
+        from include.readers.connections import _get_connection
+
+        get_connection = _get_connection
     conn = get_connection(conn_id)
     extra = conn.extra_dejson if hasattr(conn, "extra_dejson") else {}
     check_allowed(pipeline, k8s, conn_id, extra, keys=keys)

@@ -29,7 +29,14 @@ from include.contract.errors import ContractError
 from include.contract.jobs import BackfillSummary, MaintainSummary, TransformSummary, ingest_step_summary
 
 if TYPE_CHECKING:  # the provider is imported only when lineage is asked for
+    from typing import TypeAlias
+
     from airflow.providers.openlineage.extractors import OperatorLineage
+    from openlineage.client.event_v2 import Dataset
+    from openlineage.client.facet_v2 import RunFacet
+
+    #: What each function here returns: input and output datasets, and run facets (lineage_facets' among them).
+    Lineage: TypeAlias = OperatorLineage[Dataset, RunFacet]
 
 #: Kafka's port when a bootstrap server names none.
 KAFKA_DEFAULT_PORT = 9092
@@ -71,7 +78,7 @@ def _dataset(kind: type, location: str, **facets: Any) -> Any:
     return kind(namespace=namespace, name=name, **facets)
 
 
-def ingest_lineage(cfg: PipelineConfig, bootstrap_servers: str, summary: Mapping[str, Any] | None) -> OperatorLineage:
+def ingest_lineage(cfg: PipelineConfig, bootstrap_servers: str, summary: Mapping[str, Any] | None) -> Lineage:
     """The ingest task: the topics it read into bronze. With the step's summary (an ingestion's or a
     backfill's): the topics it actually read, each with its row count, bronze's new version and row
     count, and the offsets per partition (run facet ``kde_kafkaOffsets``). Without one (the task starting
@@ -86,7 +93,7 @@ def ingest_lineage(cfg: PipelineConfig, bootstrap_servers: str, summary: Mapping
 
     namespace = kafka_namespace(bootstrap_servers)
     if summary is None:
-        inputs = [InputDataset(namespace=namespace, name=t) for t in cfg.kafka.topics or ()]
+        inputs: list[Dataset] = [InputDataset(namespace=namespace, name=t) for t in cfg.kafka.topics or ()]
         return OperatorLineage(inputs=inputs, outputs=[_dataset(OutputDataset, cfg.tables.bronze_path)])
     s = ingest_step_summary(summary, strict=False)
     rows_of = {topic: sum(int(p.get("rows") or 0) for p in parts.values()) for topic, parts in s.partitions.items()}
@@ -108,7 +115,7 @@ def ingest_lineage(cfg: PipelineConfig, bootstrap_servers: str, summary: Mapping
     return OperatorLineage(inputs=inputs, outputs=[bronze], run_facets={"kde_kafkaOffsets": offsets})
 
 
-def transform_lineage(cfg: PipelineConfig, summary: Mapping[str, Any] | None) -> OperatorLineage:
+def transform_lineage(cfg: PipelineConfig, summary: Mapping[str, Any] | None) -> Lineage:
     """The transform task: bronze in; silver and quarantine out. With the step's summary: the field
     rules as data-quality assertions on bronze (one failed assertion per field that sent records to
     quarantine, with the count; one passing assertion when none did), silver's schema and version, each
@@ -157,7 +164,7 @@ def transform_lineage(cfg: PipelineConfig, summary: Mapping[str, Any] | None) ->
                            run_facets={"kde_transformOutcome": outcome})  # fmt: skip
 
 
-def continuity_lineage(cfg: PipelineConfig, report: Mapping[str, Any] | None) -> OperatorLineage:
+def continuity_lineage(cfg: PipelineConfig, report: Mapping[str, Any] | None) -> Lineage:
     """The continuity check: it reads bronze (and silver, with a transform). With its report: the
     verdict as a data-quality assertion on bronze, and the report (run facet ``kde_continuity``)."""
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -187,7 +194,7 @@ def continuity_lineage(cfg: PipelineConfig, report: Mapping[str, Any] | None) ->
     return OperatorLineage(inputs=inputs, run_facets={"kde_continuity": facet})
 
 
-def maintain_lineage(cfg: PipelineConfig, summary: Mapping[str, Any] | None) -> OperatorLineage:
+def maintain_lineage(cfg: PipelineConfig, summary: Mapping[str, Any] | None) -> Lineage:
     """Table maintenance: the tables it rewrote (compaction, VACUUM, log checkpoint) and what it did to
     each (run facet ``kde_maintenance``). Without a summary nothing is known yet (maintenance may not be
     due): no dataset."""

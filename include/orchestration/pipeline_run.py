@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypedDict
 
 from include import settings
 from include.config import PipelineConfig
@@ -177,7 +178,7 @@ class LockClaim:
     #: The lock's epoch this run holds, which its Spark jobs carry (``--lock-epoch``); ``None`` while waiting.
     epoch: int | None
     #: The live holder's record while this run waits, else ``None``.
-    holder: dict | None = None
+    holder: dict[str, Any] | None = None
     #: A line for the task log: what to do about the holder, or what a takeover stopped and fenced.
     message: str | None = None
 
@@ -313,7 +314,7 @@ def stop_leftovers(cfg: PipelineConfig, run_id: str, *, timeout_s: float = 30) -
             f"and {len(cluster)} processes of its cluster {cluster}")
 
 
-def run_backlog(plan: dict | None, preflight: dict | None) -> int | None:
+def run_backlog(plan: dict[str, Any] | None, preflight: dict[str, Any] | None) -> int | None:
     """How many records this run will read: a backfill's offsets, else the preflight's lag; ``None`` if unknown."""
     from include.contract.manual_ops import BACKFILL_ACTIONS
 
@@ -325,7 +326,8 @@ def run_backlog(plan: dict | None, preflight: dict | None) -> int | None:
     return int(lag) if isinstance(lag, int) else None
 
 
-def read_progress(cfg: PipelineConfig, topics: dict, *, options: TableOptions | None = None) -> TableProgress | None:
+def read_progress(cfg: PipelineConfig, topics: Mapping[str, TopicState], *,
+                  options: TableOptions | None = None) -> TableProgress | None:  # fmt: skip
     """Where bronze stands for ``cfg``'s pipeline, looking at the partitions Kafka has now (``topics``).
 
     ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here).
@@ -337,8 +339,9 @@ def read_progress(cfg: PipelineConfig, topics: dict, *, options: TableOptions | 
     )
 
 
-def snapshot(cfg: PipelineConfig, client: dict[str, str], *,
-             options: TableOptions | None = None) -> tuple[LagReport, TableProgress | None, dict]:  # fmt: skip
+def snapshot(
+    cfg: PipelineConfig, client: dict[str, str], *, options: TableOptions | None = None
+) -> tuple[LagReport, TableProgress | None, dict[str, TopicState]]:
     """Lag of the table against Kafka, with the age of the oldest pending record.
 
     A table whose position cannot be read, or was restored, is reported on
@@ -358,7 +361,8 @@ def snapshot(cfg: PipelineConfig, client: dict[str, str], *,
     return lag_report(cfg, client, topics, progress), progress, topics
 
 
-def lag_report(cfg: PipelineConfig, client: dict[str, str], topics: dict, progress: TableProgress | None) -> LagReport:
+def lag_report(cfg: PipelineConfig, client: dict[str, str], topics: Mapping[str, TopicState],
+               progress: TableProgress | None) -> LagReport:  # fmt: skip
     """The lag of the table standing at ``progress`` against Kafka's ``topics``, oldest pending record included."""
     report = measure_lag(
         progress.next_offsets if progress else None,
@@ -385,7 +389,7 @@ def silver_lag(cfg: PipelineConfig, *, options: TableOptions | None = None) -> i
 
 
 def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunRequest | None = None, *,
-                  ledger_rows: list[dict] | None = None,
+                  ledger_rows: list[dict[str, Any]] | None = None,
                   options: TableOptions | None = None) -> tuple[PreflightReport, LagReport, TableProgress | None]:  # fmt: skip
     """The preflight verdict for the table and Kafka as they are now, for what the run was asked to do.
 
@@ -446,7 +450,8 @@ def _with_skipped(verdict: PreflightReport, request: RunRequest, table_next: Pos
     too, which ``acknowledge_gap`` decides first)."""
     try:
         skipped = manual_ops.plan_skip(request, table_next=table_next, kafka=topics)
-        lost = {(g.topic, g.partition) for g in verdict.accepted_gaps}
+        # A finding's partition may be None (a whole topic's); no skipped range matches it.
+        lost: set[tuple[str, int | None]] = {(g.topic, g.partition) for g in verdict.accepted_gaps}
         lost |= {(f.topic, f.partition) for f in verdict.findings if f.kind == DATA_LOSS}
         both = sorted(f"{g.topic}-{g.partition}" for g in skipped if (g.topic, g.partition) in lost)
         if both:
@@ -467,7 +472,7 @@ WITNESS_COLUMNS = ("run_id", "finished_at", "outcome", "partitions_json")
 WITNESS_FILES = 20
 
 
-def preflight_ledger(cfg: PipelineConfig, *, options: TableOptions | None = None) -> list[dict]:
+def preflight_ledger(cfg: PipelineConfig, *, options: TableOptions | None = None) -> list[dict[str, Any]]:
     """The ledger rows the preflight needs, read once: for the witness and for whether maintenance is due.
 
     Newest first; the columns of both, from as many of the newest files as
@@ -483,7 +488,7 @@ def preflight_ledger(cfg: PipelineConfig, *, options: TableOptions | None = None
                                   storage_options=(options or TableOptions(cfg))("ledger_path"))  # fmt: skip
 
 
-def ledger_witness(cfg: PipelineConfig, table_next: PositionMap | None, rows: list[dict] | None = None, *,
+def ledger_witness(cfg: PipelineConfig, table_next: PositionMap | None, rows: list[dict[str, Any]] | None = None, *,
                    options: TableOptions | None = None) -> Finding | None:  # fmt: skip
     """The run ledger's last successful run against where the table stands now (see :func:`ledger_overlap`).
 
@@ -506,8 +511,10 @@ def ledger_witness(cfg: PipelineConfig, table_next: PositionMap | None, rows: li
     return None
 
 
-def position_choice(cfg: PipelineConfig, report: LagReport, progress: TableProgress | None, request: RunRequest | None,
-                    *, options: TableOptions | None = None) -> tuple[dict | None, Finding | None]:  # fmt: skip
+def position_choice(
+    cfg: PipelineConfig, report: LagReport, progress: TableProgress | None, request: RunRequest | None, *,
+    options: TableOptions | None = None,
+) -> tuple[dict[str, Any] | None, Finding | None]:  # fmt: skip
     """Where a position action asks the table to stand (the job's ``position_reset``), or the refusal.
 
     With no such action, a table whose position is unusable is refused,
@@ -557,7 +564,7 @@ def position_choice(cfg: PipelineConfig, report: LagReport, progress: TableProgr
     ))  # fmt: skip
 
 
-def plan_replay(cfg: PipelineConfig, request: RunRequest, *, options: TableOptions | None = None) -> dict:
+def plan_replay(cfg: PipelineConfig, request: RunRequest, *, options: TableOptions | None = None) -> dict[str, Any]:
     """A ``replay_quarantine`` request's selection and how many quarantined records it takes; refused
     (:class:`manual_ops.RequestError`) without a transform, or when it takes none."""
     assert request.replay is not None
@@ -577,14 +584,24 @@ def plan_replay(cfg: PipelineConfig, request: RunRequest, *, options: TableOptio
     return {**selection.to_json(), "rows": selected}
 
 
+class _TimeBackfillArgs(TypedDict):
+    """The arguments of :func:`manual_ops.plan_time_backfill` that :func:`plan_request` gives both its calls."""
+
+    pipeline: str
+    kafka: Mapping[str, TopicState]
+    table_next: PositionMap | None
+    start_offsets: Mapping[tuple[str, int], int | None]
+    end_offsets: Mapping[tuple[str, int], int | None]
+
+
 def plan_request(cfg: PipelineConfig, client: dict[str, str], request: RunRequest, *,
-                 options: TableOptions | None = None) -> dict:  # fmt: skip
+                 options: TableOptions | None = None) -> dict[str, Any]:  # fmt: skip
     """What the run will do (XCom of ``check_request``): for a backfill, its offset ranges, checked
     against the pipeline, Kafka and the table; raises :class:`manual_ops.RequestError`.
 
     ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here, if bronze is read).
     """
-    plan: dict = {
+    plan: dict[str, Any] = {
         "action": request.action, "reason": request.reason, "requested_by": request.requested_by,
         "describe": request.describe(), "ranges": [], "time_range": None, "notes": [],
     }  # fmt: skip
@@ -611,7 +628,8 @@ def plan_request(cfg: PipelineConfig, client: dict[str, str], request: RunReques
         assert request.from_time is not None and request.to_time is not None
         start = kafka_state.offsets_for_times(client, parts, request.from_time, timeout_s=KAFKA_TIMEOUT_S)
         end = kafka_state.offsets_for_times(client, parts, request.to_time, timeout_s=KAFKA_TIMEOUT_S)
-        args = dict(pipeline=cfg.name, kafka=topics, table_next=table_next, start_offsets=start, end_offsets=end)
+        args = _TimeBackfillArgs(pipeline=cfg.name, kafka=topics, table_next=table_next, start_offsets=start,
+                                 end_offsets=end)  # fmt: skip
         try:
             planned = manual_ops.plan_time_backfill(request, **args)
         except manual_ops.RequestError:
@@ -635,7 +653,7 @@ def plan_request(cfg: PipelineConfig, client: dict[str, str], request: RunReques
     return plan
 
 
-def checkpoint_position(cfg: PipelineConfig) -> dict | None:
+def checkpoint_position(cfg: PipelineConfig) -> PositionMap | None:
     """Committed offsets of the newest checkpoint epoch, or ``None`` when it is not a local folder."""
     root = local_path(cfg.tables.checkpoint_root)
     if root is None:
@@ -648,8 +666,9 @@ def checkpoint_position(cfg: PipelineConfig) -> dict | None:
 
 
 def check_continuity(cfg: PipelineConfig, client: dict[str, str], *, run_id: str, version_before: int | None,
-                     start: PositionMap | None, job_summary: dict | None, transform_before: dict | None = None,
-                     transform_summary: dict | None = None, options: TableOptions | None = None) -> ContinuityReport:  # fmt: skip
+                     start: PositionMap | None, job_summary: dict[str, Any] | None,
+                     transform_before: dict[str, Any] | None = None, transform_summary: dict[str, Any] | None = None,
+                     options: TableOptions | None = None) -> ContinuityReport:  # fmt: skip
     """Check the commits this run wrote (the Delta log after ``version_before``).
 
     ``start`` is where the table stood at ``version_before`` (from the preflight).
@@ -687,7 +706,7 @@ def check_continuity(cfg: PipelineConfig, client: dict[str, str], *, run_id: str
     return report
 
 
-def reported_versions(job_summary: dict) -> set[int] | None:
+def reported_versions(job_summary: Mapping[str, Any]) -> set[int] | None:
     """The Delta versions the reporting try of ingest committed (its summary's batches); ``None`` when the
     summary does not list them, and every commit of the run is taken as that try's."""
     batches = job_summary.get("batches")
@@ -696,7 +715,7 @@ def reported_versions(job_summary: dict) -> set[int] | None:
     return {int(b["delta_version"]) for b in batches if b.get("delta_version") is not None}
 
 
-def transform_versions(cfg: PipelineConfig, *, options: TableOptions | None = None) -> dict:
+def transform_versions(cfg: PipelineConfig, *, options: TableOptions | None = None) -> dict[str, Any]:
     """Silver's and quarantine's versions now, and where the transform stands: where the run's transform check starts.
 
     The stand comes from silver's state, so the check can chain the run's first
@@ -715,7 +734,7 @@ def transform_versions(cfg: PipelineConfig, *, options: TableOptions | None = No
     }
 
 
-def check_transform(cfg: PipelineConfig, *, before: dict, job_summary: dict | None,
+def check_transform(cfg: PipelineConfig, *, before: dict[str, Any], job_summary: dict[str, Any] | None,
                     bronze: delta_progress.TableRef | None = None,
                     options: TableOptions | None = None) -> TransformCheck:  # fmt: skip
     """Check the silver batches written since ``before`` (:func:`transform_versions` of the preflight).
@@ -763,7 +782,7 @@ def mirror_offsets(cfg: PipelineConfig, client: dict[str, str], *,
     return committed, lag
 
 
-def recorded_topic_ids(progress: TableProgress | None, topics: dict) -> dict[str, str]:
+def recorded_topic_ids(progress: TableProgress | None, topics: Mapping[str, TopicState]) -> dict[str, str]:
     """The topic ids the table's last progress read, comparable with Kafka's now."""
     if progress is None:
         return {}
@@ -798,7 +817,7 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def maintenance_due(cfg: PipelineConfig, part: str, now: datetime, newest: list[dict] | None = None, *,
+def maintenance_due(cfg: PipelineConfig, part: str, now: datetime, newest: list[dict[str, Any]] | None = None, *,
                     options: TableOptions | None = None) -> str | None:  # fmt: skip
     """Why ``part`` (:data:`include.contract.maintenance.PARTS`) of the pipeline's maintenance is due in the
     run starting ``now``, from the run ledger; ``None`` when it is not (or the pipeline is never maintained).

@@ -42,8 +42,8 @@ def _xcom(ti: Any, task_id: str, key: str = "return_value") -> Any:
 
 
 def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str, states: dict[str, str],
-                 xcoms: dict[str, Any], lag_after: dict | None, started_at: Any, finished_at: Any,
-                 params: dict) -> dict[str, Any]:  # fmt: skip
+                 xcoms: dict[str, Any], lag_after: dict[str, Any] | None, started_at: Any, finished_at: Any,
+                 params: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     """The ledger row of one run, from the task states and the tasks' XComs (pure)."""
     passed = xcoms.get("preflight") or {}  # only a preflight that let the run go on returns a value
     checked = passed or xcoms.get("preflight_failed") or {}
@@ -80,7 +80,7 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
     written = {(t, int(p)): v for t, parts in summary.partitions.items() for p, v in parts.items()}
     # Every try counts: rows an earlier, retried try of ingest committed are the run's too (the continuity
     # check read them from the run's commits), and so are the partitions' ranges then.
-    if (continuity or {}).get("earlier_tries_rows"):
+    if continuity and continuity.get("earlier_tries_rows"):
         written = {(p["topic"], int(p["partition"])): p for p in continuity["partitions"]}
     earlier_rows, earlier_commits = earlier_tries(continuity)
     partitions = []
@@ -161,7 +161,8 @@ def _job_error(failed: list[str], xcoms: dict[str, Any]) -> PipelineError | None
     return None
 
 
-def _maintenance(preflight: dict, tables: dict | None, ledger: dict | None, states: dict[str, str]) -> dict | None:
+def _maintenance(preflight: dict[str, Any], tables: dict[str, Any] | None, ledger: dict[str, Any] | None,
+                 states: dict[str, str]) -> dict[str, Any] | None:  # fmt: skip
     """What the run's maintenance did: the maintain task's tables and the ledger's; ``None`` when none was due."""
     due = (preflight.get("maintenance") or {}).get("due")
     if not due and not ledger:
@@ -178,7 +179,7 @@ def _maintenance(preflight: dict, tables: dict | None, ledger: dict | None, stat
     return out
 
 
-def maintain_ledger(cfg: PipelineConfig, *, options: TableOptions | None = None) -> dict | None:
+def maintain_ledger(cfg: PipelineConfig, *, options: TableOptions | None = None) -> dict[str, Any] | None:
     """The ledger's maintenance when due (:mod:`include.contract.maintenance`), before the run's row is written.
 
     A failure is recorded (``{"error": ...}``) and never stops the row: the
@@ -208,7 +209,7 @@ def maintain_ledger(cfg: PipelineConfig, *, options: TableOptions | None = None)
     return {"due": due, "result": result}
 
 
-def _transform_columns(summary: dict | None, checked: dict | None) -> dict[str, Any]:
+def _transform_columns(summary: dict[str, Any] | None, checked: dict[str, Any] | None) -> dict[str, Any]:
     """Ledger columns of the transform: its counts (from the continuity check's reading of
     the silver commits when there is one, else the job's own summary)."""
     if summary is None and checked is None:
@@ -228,7 +229,7 @@ def _transform_columns(summary: dict | None, checked: dict | None) -> dict[str, 
     }
 
 
-def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict:
+def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict[str, Any]:
     """Task body of ``record_run``: write the ledger row, then end as the run went."""
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 

@@ -45,6 +45,10 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:  # obstore's option types exist only in its stubs
+    from obstore.store import ClientConfig, S3Config
 
 #: DAG run states in which a holder still holds the lock.
 ACTIVE_STATES = ("queued", "running")
@@ -134,7 +138,10 @@ class ObjectStoreFolder:
         from obstore.store import from_url
 
         self.uri = uri.rstrip("/")
-        self.store = from_url(self.uri, config=config, client_options=client_options or {})
+        # An S3 prefix (pipeline_run.lock_folder refuses any other store), with the option names obstore
+        # also takes in their ``aws_`` form and the client's flags as strings: its typed dicts name neither.
+        self.store = from_url(self.uri, config=cast("S3Config", config),
+                              client_options=cast("ClientConfig", client_options or {}))  # fmt: skip
 
     def __str__(self) -> str:
         return self.uri
@@ -185,7 +192,7 @@ def _folder(folder: Folder) -> LocalFolder | ObjectStoreFolder:
     return LocalFolder(folder) if isinstance(folder, Path) else folder
 
 
-def _parse(text: str) -> dict:
+def _parse(text: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except ValueError:
@@ -194,7 +201,8 @@ def _parse(text: str) -> dict:
     return data if isinstance(data, dict) else {"run_id": None, "unreadable": text[:200]}
 
 
-def _newest(folder: LocalFolder | ObjectStoreFolder, names: set[str] | None) -> tuple[int, dict, bool] | None:
+def _newest(folder: LocalFolder | ObjectStoreFolder,
+            names: set[str] | None) -> tuple[int, dict[str, Any], bool] | None:  # fmt: skip
     """The newest epoch among ``names`` (the folder's listing), its record and whether it was released;
     ``None`` when the lock was never taken."""
     if not names:
@@ -207,7 +215,7 @@ def _newest(folder: LocalFolder | ObjectStoreFolder, names: set[str] | None) -> 
     return epoch, {**_parse(folder.read(_record_name(epoch))), "epoch": epoch}, released
 
 
-def holder(folder: Folder) -> dict | None:
+def holder(folder: Folder) -> dict[str, Any] | None:
     """Who holds the lock now (its record, with its ``epoch``), or ``None``."""
     folder = _folder(folder)
     newest = _newest(folder, folder.names())
@@ -216,7 +224,8 @@ def holder(folder: Folder) -> dict | None:
     return newest[1]
 
 
-def acquire(folder: Folder, *, dag_id: str, run_id: str, run_state: Callable[[str, str], str | None]) -> dict:
+def acquire(folder: Folder, *, dag_id: str, run_id: str,
+            run_state: Callable[[str, str], str | None]) -> dict[str, Any]:  # fmt: skip
     """Take the lock for ``run_id``; returns the holder's record after the call, with its ``epoch``.
 
     That is this run's own record when it took the lock (its ``run_id`` is
@@ -243,7 +252,7 @@ def acquire(folder: Folder, *, dag_id: str, run_id: str, run_state: Callable[[st
                 if state in ACTIVE_STATES:
                     return current
                 took_over_from = {k: v for k, v in current.items() if k != "took_over_from"}
-        mine: dict = {"dag_id": dag_id, "run_id": run_id, "since": datetime.now(UTC).isoformat(),
+        mine: dict[str, Any] = {"dag_id": dag_id, "run_id": run_id, "since": datetime.now(UTC).isoformat(),
                       "host": socket.gethostname(), "pid": os.getpid()}  # fmt: skip
         if took_over_from is not None:
             mine["took_over_from"] = took_over_from

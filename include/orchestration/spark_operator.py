@@ -34,7 +34,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -62,8 +62,11 @@ from include.contract.jobs import (
 )
 from include.orchestration import kubernetes_allowlist
 
-if TYPE_CHECKING:  # the OpenLineage provider is imported only when lineage is asked for
-    from airflow.providers.openlineage.extractors import OperatorLineage
+if TYPE_CHECKING:  # the Spark provider is imported only when a job runs, OpenLineage's when lineage is asked for
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from include.orchestration.lineage import Lineage
+    from include.spark.spark_cluster import ClusterWatch
 
 APPLICATION = "spark_jobs/kafka_to_bronze.py"
 BACKFILL_APPLICATION = "spark_jobs/kafka_backfill.py"
@@ -88,7 +91,7 @@ K8S_RUN_LABEL = "kafka-delta-elt-run"
 _EXECUTOR_PREFIX_MAX = 38
 
 
-def _hook_class():
+def _hook_class() -> Callable[..., SparkSubmitHook]:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
     class RunClusterSparkSubmitHook(SparkSubmitHook):
@@ -337,7 +340,7 @@ def submit_hook(
     scratch_dir: Path | None = None,
     cluster_dir: Path | None = None,
     storage: StorageSubmit | None = None,
-) -> tuple[Any, str]:
+) -> tuple[SparkSubmitHook, str]:
     """The Spark provider's hook for one job of this pipeline, and the application path it submits.
 
     ``application`` is relative to the project (``spark_jobs/...``).
@@ -394,7 +397,7 @@ def _local_env() -> dict[str, str]:
 def _local_standalone_hook(cfg: PipelineConfig, application: str, common: dict[str, Any], *, run_master: str | None,
                            jars: str | None, py_files: str | None, workers: int | None, backlog: int | None,
                            scratch_dir: Path | None, cluster_dir: Path | None,
-                           storage: StorageSubmit | None = None) -> tuple[Any, str]:  # fmt: skip
+                           storage: StorageSubmit | None = None) -> tuple[SparkSubmitHook, str]:  # fmt: skip
     """Profile ``local_standalone``: client mode against this run's own cluster (or local mode), on 127.0.0.1."""
     from include import settings
     from include.spark.spark_cluster import SECRET_FILE
@@ -418,7 +421,7 @@ def _local_standalone_hook(cfg: PipelineConfig, application: str, common: dict[s
 
 def _existing_master_hook(cfg: PipelineConfig, application: str, common: dict[str, Any], *, conn_id: str,
                           master: str, jars: str | None, py_files: str | None,
-                          storage: StorageSubmit | None = None) -> tuple[Any, str]:  # fmt: skip
+                          storage: StorageSubmit | None = None) -> tuple[SparkSubmitHook, str]:  # fmt: skip
     """Profile ``existing_master``: client mode against the Spark connection's master (standalone, yarn or
     ``k8s://``, whose executor pods need ``cluster.kubernetes.image``)."""
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -450,7 +453,8 @@ def _existing_master_hook(cfg: PipelineConfig, application: str, common: dict[st
 
 
 def _kubernetes_hook(cfg: PipelineConfig, application: str, common: dict[str, Any], *, conn_id: str, master: str,
-                     pod_base: str | None, run_id: str, storage: StorageSubmit | None = None) -> tuple[Any, str]:  # fmt: skip
+                     pod_base: str | None, run_id: str,
+                     storage: StorageSubmit | None = None) -> tuple[SparkSubmitHook, str]:  # fmt: skip
     """Profile ``kubernetes``: cluster mode, the driver in a pod of the image, the jobs from the image (whose
     jars must include S3A's for tables on an object store)."""
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -514,9 +518,9 @@ class SparkJobOperator(BaseOperator):
         super().__init__(**kwargs)
         self.pipeline = pipeline
         self.master = master
-        self._hook = None
+        self._hook: SparkSubmitHook | None = None
         #: The step's summary once this task has it: what its lineage reports on completion.
-        self._summary: dict | None = None
+        self._summary: dict[str, Any] | None = None
         #: Airflow's try number of the running try (1 on the first), carried in the summary as ``try_number``.
         self._try_number = 1
 
@@ -525,7 +529,7 @@ class SparkJobOperator(BaseOperator):
         (:func:`include.orchestration.pipeline_run.write_secret`), which the submit removes whatever ends it."""
         raise NotImplementedError
 
-    def summary_line(self, summary: dict) -> str:
+    def summary_line(self, summary: dict[str, Any]) -> str:
         """The task log's one-line summary of the job's result."""
         raise NotImplementedError
 
@@ -541,22 +545,22 @@ class SparkJobOperator(BaseOperator):
         """Whether this task's step finished although the application failed after it (default: never)."""
         return False
 
-    def lineage(self, summary: dict | None) -> OperatorLineage:
+    def lineage(self, summary: dict[str, Any] | None) -> Lineage:
         """This task's OpenLineage datasets and facets (:mod:`include.orchestration.lineage`): from the
         step's ``summary``, or, before there is one (the task starting or failing), from the pipeline file."""
         raise NotImplementedError
 
     # Called by the OpenLineage provider's listener, only when a transport is configured (docs/lineage.md).
-    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+    def get_openlineage_facets_on_start(self) -> Lineage:
         return self.lineage(None)
 
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Lineage:
         return self.lineage(self._summary)
 
-    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Lineage:
         return self.lineage(None)
 
-    def _finish(self, summary: dict, note: str = "") -> dict:
+    def _finish(self, summary: dict[str, Any], note: str = "") -> dict[str, Any]:
         """The task's end with the step's ``summary``: its log line, kept for lineage, returned as XCom with the
         try that reported it (``record_run`` records how many tries each step took)."""
         print(self.summary_line(summary) + note)
@@ -564,14 +568,14 @@ class SparkJobOperator(BaseOperator):
         self._summary = summary
         return summary
 
-    def _started(self, context: Any) -> dict:
+    def _started(self, context: Any) -> dict[str, Any]:
         """What this run's ``start_cluster`` reported (``workers``, ``backlog``, ...), if it ran."""
         if not self.pipeline.cluster.transient or context.get("ti") is None:
             return {}
         started = context["ti"].xcom_pull(task_ids=START_CLUSTER_TASK) or {}
         return started if isinstance(started, dict) else {}
 
-    def _cluster_watch(self, context: Any):
+    def _cluster_watch(self, context: Any) -> contextlib.AbstractContextManager[ClusterWatch | None]:
         """A :class:`~include.spark.spark_cluster.ClusterWatch` on this run's transient cluster, if one was started."""
         from contextlib import nullcontext
 
@@ -601,7 +605,7 @@ class SparkJobOperator(BaseOperator):
             return Path(k8s.shared_dir) / "runs" / self.pipeline.name / folder.name
         return folder
 
-    def execute(self, context: Any) -> dict:
+    def execute(self, context: Any) -> dict[str, Any]:
         from include.orchestration import pipeline_run
         from include.spark import jvm_deps, spark_cluster
         from include.spark.spark_submit import dies_with_parent, package_py_files
@@ -727,9 +731,9 @@ class IngestOperator(SparkJobOperator):
         self.transform_task_id = transform_task_id
         self.maintain_task_id = maintain_task_id
         self._bootstrap: str | None = None
-        self._request: tuple[str | None, dict] | None = None
+        self._request: tuple[str | None, dict[str, Any]] | None = None
 
-    def _plan(self, context: Any) -> dict:
+    def _plan(self, context: Any) -> dict[str, Any]:
         """``check_request``'s plan for this run: read once (the application, the arguments and each later
         step ask for it), again only for another run."""
         run_id = context.get("run_id")
@@ -781,7 +785,7 @@ class IngestOperator(SparkJobOperator):
         Otherwise this step's job alone."""
         application, args = super().submission(context, folder, summary_path)
         cfg = self.pipeline
-        later = []
+        later: list[tuple[str, str, str, Callable[[Path], list[str]]]] = []
         epoch = self._plan(context).get("lock_epoch")
         if cfg.transform is not None:
             later.append((self.transform_task_id, TRANSFORM_APPLICATION, TRANSFORM_ERROR_FILE,
@@ -793,7 +797,7 @@ class IngestOperator(SparkJobOperator):
         self._later = bool(later)
         if not later:
             return application, args
-        steps: list[dict] = [{"job": Path(application).stem, "args": args}]
+        steps: list[dict[str, Any]] = [{"job": Path(application).stem, "args": args}]
         for task_id, later_app, error_file, job_args in later:
             later_summary, error_path = folder / f"{task_id}-summary.json", folder / error_file
             # Whatever a former try left must not pass for this one's outcome.
@@ -834,7 +838,7 @@ class IngestOperator(SparkJobOperator):
         options_file = pipeline_run.write_secret(folder, "kafka-options.json", json.dumps(options))
         return str(options_file)
 
-    def lineage(self, summary: dict | None) -> OperatorLineage:
+    def lineage(self, summary: dict[str, Any] | None) -> Lineage:
         from include.orchestration.lineage import ingest_lineage
         from include.readers import connections
 
@@ -842,7 +846,7 @@ class IngestOperator(SparkJobOperator):
         bootstrap = self._bootstrap or connections.kafka_client_config(cfg.kafka.connection_id)["bootstrap.servers"]
         return ingest_lineage(cfg, bootstrap, summary)
 
-    def summary_line(self, summary: dict) -> str:
+    def summary_line(self, summary: dict[str, Any]) -> str:
         s = ingest_step_summary(summary)
         if isinstance(s, BackfillSummary):
             return (
@@ -874,7 +878,7 @@ class LaterStepOperator(SparkJobOperator):
     #: What stands when this step failed, for the failure message.
     after_failure = ""
 
-    def execute(self, context: Any) -> dict:
+    def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowException
 
         self._try_number = try_number(context)
@@ -916,10 +920,10 @@ class TransformOperator(LaterStepOperator):
         return transform_job_args(self.pipeline, folder, context["run_id"], summary_path, held_epoch(context),
                                   request_plan(context).get("replay"))  # fmt: skip
 
-    def summary_line(self, summary: dict) -> str:
+    def summary_line(self, summary: dict[str, Any]) -> str:
         return "SUMMARY transform: " + transform_summary_text(summary)
 
-    def lineage(self, summary: dict | None) -> OperatorLineage:
+    def lineage(self, summary: dict[str, Any] | None) -> Lineage:
         from include.orchestration.lineage import transform_lineage
 
         return transform_lineage(self.pipeline, summary)
@@ -944,15 +948,15 @@ class MaintainOperator(LaterStepOperator):
     def job_args(self, context: Any, folder: Path, summary_path: Path) -> list[str]:
         return maintain_job_args(self.pipeline, context["run_id"], summary_path, held_epoch(context))
 
-    def summary_line(self, summary: dict) -> str:
+    def summary_line(self, summary: dict[str, Any]) -> str:
         return "SUMMARY maintain: " + maintain_summary_text(summary)
 
-    def lineage(self, summary: dict | None) -> OperatorLineage:
+    def lineage(self, summary: dict[str, Any] | None) -> Lineage:
         from include.orchestration.lineage import maintain_lineage
 
         return maintain_lineage(self.pipeline, summary)
 
-    def execute(self, context: Any) -> dict:
+    def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowSkipException
 
         if not maintenance_reason(context, self.preflight_task_id):
@@ -988,7 +992,7 @@ def try_number(context: Any) -> int:
     return int(getattr(context.get("ti"), "try_number", 1) or 1)
 
 
-def request_plan(context: Any) -> dict:
+def request_plan(context: Any) -> dict[str, Any]:
     """What this DAG run was asked to do, as ``check_request`` planned it (its XCom; empty without one)."""
     ti = context.get("ti")
     plan = ti.xcom_pull(task_ids=CHECK_REQUEST_TASK) if ti is not None else None
@@ -1011,7 +1015,7 @@ def maintain_job_args(cfg: PipelineConfig, run_id: str, summary_path: Path, lock
                                    lock_epoch=lock_epoch).to_args()  # fmt: skip
 
 
-def maintain_summary_text(s: dict) -> str:
+def maintain_summary_text(s: Mapping[str, Any]) -> str:
     """One line per run: each table's files and bytes before and after."""
     parts = []
     for name, t in MaintainSummary.from_json(s).tables.items():
@@ -1024,7 +1028,7 @@ def maintain_summary_text(s: dict) -> str:
 
 
 def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_path: Path,
-                       lock_epoch: int | None = None, replay: dict | None = None) -> list[str]:  # fmt: skip
+                       lock_epoch: int | None = None, replay: dict[str, Any] | None = None) -> list[str]:  # fmt: skip
     """``bronze_to_silver``'s arguments for this run; its spec goes in a file of the run folder, and so does a
     ``replay_quarantine`` run's selection (``replay``, from its plan).
 
@@ -1063,7 +1067,7 @@ def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_p
     ).to_args()  # fmt: skip
 
 
-def transform_summary_text(summary: dict) -> str:
+def transform_summary_text(summary: Mapping[str, Any]) -> str:
     """One line saying where the records a transform read went."""
     s = TransformSummary.from_json(summary)
     bad = ", ".join(f"{n} {f}" for f, n in sorted(s.quarantine_fields.items(), key=lambda i: -i[1]))

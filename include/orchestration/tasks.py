@@ -37,7 +37,7 @@ from include.contract.errors import PipelineError
 from include.contract.jobs import INGEST_TASK, PREFLIGHT_TASK, TRANSFORM_TASK, TRY_NUMBER_KEY
 
 if TYPE_CHECKING:  # the OpenLineage provider is imported only when lineage is asked for
-    from airflow.providers.openlineage.extractors import OperatorLineage
+    from include.orchestration.lineage import Lineage
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -148,7 +148,7 @@ def check_request(
     return PokeReturnValue(is_done=True, xcom_value={**plan, "lock_epoch": claim.epoch})
 
 
-def wait_for_lag(cfg: PipelineConfig, *, plan: dict | None) -> PokeReturnValue:
+def wait_for_lag(cfg: PipelineConfig, *, plan: dict[str, Any] | None) -> PokeReturnValue:
     """Sensor ``wait_for_lag``: done once the lag is worth a cluster (``cfg.lag``), with the lag report as XCom.
 
     ``plan`` is ``check_request``'s XCom. A manual action runs whatever the
@@ -187,7 +187,7 @@ def wait_for_lag(cfg: PipelineConfig, *, plan: dict | None) -> PokeReturnValue:
     return PokeReturnValue(is_done=decision.action == "proceed", xcom_value=report.to_json(now))
 
 
-def preflight(cfg: PipelineConfig, *, plan: dict | None) -> dict:
+def preflight(cfg: PipelineConfig, *, plan: dict[str, Any] | None) -> dict[str, Any]:
     """Task ``preflight``: the verdict on the table against Kafka, before any cluster starts.
 
     ``plan`` is ``check_request``'s XCom. Returns the verdict with what the
@@ -238,8 +238,9 @@ def preflight(cfg: PipelineConfig, *, plan: dict | None) -> dict:
     return result
 
 
-def start_cluster(cfg: PipelineConfig, *, run_id: str, plan: dict | None, preflight_result: dict | None,
-                  cpu_count: int | None = None) -> dict:  # fmt: skip
+def start_cluster(cfg: PipelineConfig, *, run_id: str, plan: dict[str, Any] | None,
+                  preflight_result: dict[str, Any] | None,
+                  cpu_count: int | None = None) -> dict[str, Any]:  # fmt: skip
     """Setup task ``start_cluster``: where this run's Spark application runs, sized to its backlog.
 
     ``plan`` and ``preflight_result`` are the XComs of ``check_request`` and
@@ -269,7 +270,7 @@ def start_cluster(cfg: PipelineConfig, *, run_id: str, plan: dict | None, prefli
             "backlog": records}  # fmt: skip
 
 
-def stop_cluster(cfg: PipelineConfig, *, run_id: str) -> dict:
+def stop_cluster(cfg: PipelineConfig, *, run_id: str) -> dict[str, Any]:
     """Teardown task ``stop_cluster``: stop the run's standalone cluster; the pids stopped and any left."""
     from include.orchestration import pipeline_run
     from include.spark import spark_cluster
@@ -284,8 +285,9 @@ def stop_cluster(cfg: PipelineConfig, *, run_id: str) -> dict:
     return {"stopped": stopped, "left": left}
 
 
-def check_continuity(cfg: PipelineConfig, *, run_id: str, preflight_result: dict, ingest_summary: dict | None,
-                     transform_summary: dict | None) -> dict:  # fmt: skip
+def check_continuity(cfg: PipelineConfig, *, run_id: str, preflight_result: dict[str, Any],
+                     ingest_summary: dict[str, Any] | None,
+                     transform_summary: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
     """Task ``check_continuity``: the commits this run wrote chain on from where ``preflight`` saw the table.
 
     ``preflight_result``, ``ingest_summary`` and ``transform_summary`` are the
@@ -333,9 +335,9 @@ class ContinuityOperator(BaseOperator):
         super().__init__(**{"multiple_outputs": True, **kwargs})
         self.pipeline = pipeline
         #: The check's report, whichever way it ended.
-        self._report: dict | None = None
+        self._report: dict[str, Any] | None = None
 
-    def execute(self, context: Any) -> dict:
+    def execute(self, context: Any) -> dict[str, Any]:
         from include.orchestration.spark_operator import try_number
 
         ti, cfg = context["ti"], self.pipeline
@@ -346,7 +348,7 @@ class ContinuityOperator(BaseOperator):
             transform_summary=ti.xcom_pull(task_ids=TRANSFORM_TASK) if cfg.transform else None,
         )  # fmt: skip
 
-    def _check(self, cfg: PipelineConfig, *, try_number: int = 1, **kwargs: Any) -> dict:
+    def _check(self, cfg: PipelineConfig, *, try_number: int = 1, **kwargs: Any) -> dict[str, Any]:
         try:
             self._report = {**check_continuity(cfg, **kwargs), TRY_NUMBER_KEY: try_number}
         except FailTask as broken:
@@ -355,21 +357,21 @@ class ContinuityOperator(BaseOperator):
         return self._report
 
     # Called by the OpenLineage provider's listener, only when a transport is configured (docs/lineage.md).
-    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+    def get_openlineage_facets_on_start(self) -> Lineage:
         from include.orchestration.lineage import continuity_lineage
 
         return continuity_lineage(self.pipeline, None)
 
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Lineage:
         from include.orchestration.lineage import continuity_lineage
 
         return continuity_lineage(self.pipeline, self._report)
 
-    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Lineage:
         return self.get_openlineage_facets_on_complete(task_instance)
 
 
-def mirror_offsets(cfg: PipelineConfig) -> dict:
+def mirror_offsets(cfg: PipelineConfig) -> dict[str, Any]:
     """Task ``mirror_offsets``: commit the table's next offsets to the pipeline's consumer group, for lag tooling.
 
     Its XCom also carries the lag after the run (``lag_after``, a lag
