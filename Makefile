@@ -136,10 +136,9 @@ lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check $(FORMATTED)
 
-# mypy, strict on every layer of include/ but the tooling, and on dags/ and plugins/ (pyproject.toml's
-# [tool.mypy]; its cache is in .cache/mypy): pure Python from PyPI, where pyright needs a Node runtime; its
-# pydantic plugin reads the config models, and PySpark and Airflow ship inline types for the layers still to
-# check.
+# mypy, strict on every layer of include/ but the tooling, and on spark_jobs/, dags/ and plugins/
+# (pyproject.toml's [tool.mypy]; its cache is in .cache/mypy): pure Python from PyPI, where pyright needs a
+# Node runtime; its pydantic plugin reads the config models, and PySpark and Airflow ship inline types.
 # `make test` and `make test-all` run it right after ruff.
 typecheck: setup
 	$(PY) -m mypy

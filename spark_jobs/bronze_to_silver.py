@@ -33,6 +33,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from include.contract import jobs as contract
 from include.contract.errors import TransformError
@@ -77,6 +78,11 @@ from spark_jobs.job_common import (
     write_summary,
 )
 from spark_jobs.value_formats import ValueSchemaError, ValueSchemas, read_registry_file
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from spark_jobs.silver_rules import NewFields
 
 log = logging.getLogger("bronze_to_silver")
 
@@ -183,7 +189,7 @@ def plan_transform(last: SilverStand | None, checkpoints: dict[int, DeltaCheckpo
     start = BronzePosition(last.bronze_end.version if last else 0)
     latest = max(checkpoints) if checkpoints else None
     restore = last.restore if last is not None else None
-    if restore is not None:
+    if last is not None and restore is not None:  # restore is None without last
         if restore.bronze_from is None:
             raise TransformError(
                 f"silver was restored to {restore.restored_to} (silver version {restore.version}) after the "
@@ -247,25 +253,25 @@ class TransformSummary:
     pipeline: str
     run_id: str
     epoch: int
-    checkpoint_rebuilt: dict | None
+    checkpoint_rebuilt: dict[str, Any] | None
     start: BronzePosition
     batches: list[BatchResult] = field(default_factory=list)
-    fields_added: list[dict] = field(default_factory=list)
+    fields_added: list[dict[str, Any]] = field(default_factory=list)
     #: Silver rows deleted by source truncates (change events), in commits of their own.
     truncated_rows: int = 0
     #: What a ``replay_quarantine`` run's replay did (:class:`spark_jobs.quarantine_replay.ReplayResult`).
-    replay: dict | None = None
+    replay: dict[str, Any] | None = None
     duration_s: float = 0.0
     #: The registry schema values were read with (``{subject, version, id, type}``); ``None`` otherwise.
-    value_schema: dict | None = None
+    value_schema: dict[str, Any] | None = None
     #: Seconds per phase of the run (silver's last commit and plan, silver's schema, the stream).
     phases_s: dict[str, float] = field(default_factory=dict)
     #: Ignored field names the summary names (``transform.limits.field_names``).
     field_names_shown: int = 20
     #: Silver's columns after the run (``{name, type}``, Spark SQL types), for lineage's schema facet.
-    silver_columns: list[dict] = field(default_factory=list)
+    silver_columns: list[dict[str, str]] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         done = [b.commit for b in self.batches if b.commit is not None]
         totals = {k: sum(c.counts.get(k, 0) for c in done) for k in COUNT_KEYS}
         qfields: dict[str, int] = {}
@@ -316,7 +322,7 @@ class TransformSummary:
 # --------------------------------------------------------------------------- Delta
 
 
-def ensure_silver(spark, path: str, spec: TransformSpec) -> list[FieldSpec]:
+def ensure_silver(spark: SparkSession, path: str, spec: TransformSpec) -> list[FieldSpec]:
     """Create silver (declared fields + system columns) if missing; returns its effective fields."""
     from delta.tables import DeltaTable
 
@@ -338,7 +344,7 @@ def ensure_silver(spark, path: str, spec: TransformSpec) -> list[FieldSpec]:
     return fields
 
 
-def add_fields(spark, path: str, added: list[FieldSpec], metadata: dict) -> None:
+def add_fields(spark: SparkSession, path: str, added: list[FieldSpec], metadata: dict[str, Any]) -> None:
     """``ALTER TABLE ADD COLUMNS`` for fields the data brought, recorded in that commit's metadata."""
     from include.contract.transform_spec import spark_type
     from spark_jobs.silver_rules import JSON_COMMENT
@@ -358,7 +364,7 @@ def add_fields(spark, path: str, added: list[FieldSpec], metadata: dict) -> None
 class SilverBatchWriter(BatchWriter):
     """``foreachBatch`` sink: quarantine append, then one silver commit per micro-batch."""
 
-    def __init__(self, spark, cfg: TransformConfig, plan: TransformPlan, checkpoint: str,
+    def __init__(self, spark: SparkSession, cfg: TransformConfig, plan: TransformPlan, checkpoint: str,
                  last: SilverStand | SilverCommit | None, fields: list[FieldSpec], summary: TransformSummary,
                  values: ValueSchemas | None = None,
                  files: spark_checkpoint.Files = spark_checkpoint.LOCAL) -> None:  # fmt: skip
@@ -377,14 +383,14 @@ class SilverBatchWriter(BatchWriter):
     def skip_replay(self, batch_id: int | None) -> bool:
         """Whether batch ``batch_id`` is already in silver (:func:`already_in_silver`); if so it is recorded as
         a skipped replay, so the run's counts account for the commit an earlier attempt made."""
-        if not already_in_silver(self.last, self.plan, batch_id):
+        if batch_id is None or not already_in_silver(self.last, self.plan, batch_id):  # False for None as well
             return False
         log.warning("batch %s of epoch %s is already in silver (an earlier attempt committed it and stopped before "
                     "the checkpoint did); its replay is skipped", batch_id, self.plan.epoch)  # fmt: skip
         self.summary.batches.append(BatchResult(batch_id, None, True, 0.0))
         return True
 
-    def _write(self, df, batch_id: int) -> None:
+    def _write(self, df: DataFrame, batch_id: int) -> None:
         """One micro-batch: decode → classify → quarantine → commit, each step timed; then the commit confirmed."""
         from pyspark import StorageLevel
 
@@ -447,7 +453,7 @@ class SilverBatchWriter(BatchWriter):
         log.info("batch %s: read %s -> %s, silver version %s in %.2fs (%s)", batch_id, read, counts, commit.version,
                  time.monotonic() - started, timer.line())  # fmt: skip
 
-    def _decode(self, bronze, batch_id: int, cached: list):
+    def _decode(self, bronze: DataFrame, batch_id: int, cached: list[DataFrame]) -> tuple[DataFrame, NewFields]:
         """Decode step: one row per bronze record (kept, as every later step reads it), after adding the new
         fields the batch brings within ``transform.limits.new_columns``; records that would need more get
         a problem naming the cap. Returns the decoded frame and the :class:`~spark_jobs.silver_rules.NewFields`."""
@@ -484,7 +490,8 @@ class SilverBatchWriter(BatchWriter):
             cached.append(decoded)
         return decoded, new
 
-    def _quarantine(self, decoded, batch_id: int, cached: list):
+    def _quarantine(self, decoded: DataFrame, batch_id: int,
+                    cached: list[DataFrame]) -> tuple[int, dict[str, int], int, DataFrame]:  # fmt: skip
         """Quarantine step: the records read, the bad ones counted by the field of their first problem, and
         the quarantine rows to append; those in quarantine already (a new epoch re-reading a version the last
         one stood in, or a backfill putting records back into bronze) are counted as ``replayed``, never
@@ -527,7 +534,7 @@ class SilverBatchWriter(BatchWriter):
         }
         return read, qfields, bad - sum(qfields.values()), quarantine
 
-    def _classify(self, decoded, cached: list):
+    def _classify(self, decoded: DataFrame, cached: list[DataFrame]) -> tuple[DataFrame, dict[str, int], bool, bool]:
         """Classify step: what each valid record does to silver (:func:`spark_jobs.silver_rules.classify`), kept.
         Returns the classified frame, the count per action, and whether it updates or deletes keys silver holds
         and whether it brings keys silver lacks (which decide the commit's shape)."""
@@ -550,7 +557,7 @@ class SilverBatchWriter(BatchWriter):
             adds_keys |= not r["_present"] and r["_action"] in ("insert", "delete")
         return classified, actions, touches_existing, adds_keys
 
-    def _write_quarantine(self, quarantine, commit: SilverCommit, batch_id: int) -> None:
+    def _write_quarantine(self, quarantine: DataFrame, commit: SilverCommit, batch_id: int) -> None:
         """The batch's new bad records, appended to quarantine idempotently (its txn app id and the batch id)."""
         if not commit.counts["quarantined"]:
             return
@@ -571,7 +578,7 @@ class SilverBatchWriter(BatchWriter):
 
         cfg = self.cfg
         keys = set(cfg.spec.key)
-        update = {f"`{f.name}`": F.lit(None) for f in self.fields if f.name not in keys}
+        update: dict[str, str | Column] = {f"`{f.name}`": F.lit(None) for f in self.fields if f.name not in keys}
         # The row stands at the truncate's position: every change before it compares lower (its commit was
         # earlier), every change after it higher, so a change sent again cannot bring the row back.
         at = F.lit(None).cast("bigint")
@@ -590,7 +597,7 @@ class SilverBatchWriter(BatchWriter):
         log.warning("batch %s: source truncate(s) at %s: deleted %s silver row(s) written before it", batch_id,
                     self.truncates, deleted)  # fmt: skip
 
-    def _commit(self, classified, commit: SilverCommit, end: BronzePosition, batch_id: int, *,
+    def _commit(self, classified: DataFrame, commit: SilverCommit, end: BronzePosition, batch_id: int, *,
                 touches_existing: bool, adds_keys: bool) -> None:  # fmt: skip
         """Commit step: the batch's rows and where the transform now stands, in one silver commit."""
         from spark_jobs import silver_rules
@@ -664,13 +671,13 @@ def check_rows_written(path: str, version: int, operation: str, metrics: dict[st
         )
 
 
-def _is_delta(spark, path: str) -> bool:
+def _is_delta(spark: SparkSession, path: str) -> bool:
     from delta.tables import DeltaTable
 
     return DeltaTable.isDeltaTable(spark, path)
 
 
-def read_silver_stand(spark, path: str, pipeline: str) -> SilverStand | None:
+def read_silver_stand(spark: SparkSession, path: str, pipeline: str) -> SilverStand | None:
     """Where the transform stands: silver's txn actions (its state) with its newest batch commit.
 
     The state survives Delta's log cleanup; the commit, while the log still
@@ -692,7 +699,7 @@ def read_silver_stand(spark, path: str, pipeline: str) -> SilverStand | None:
 # --------------------------------------------------------------------------- run
 
 
-def run(spark, cfg: TransformConfig) -> TransformSummary:
+def run(spark: SparkSession, cfg: TransformConfig) -> TransformSummary:
     """One transform run on an existing session; returns (and writes) its summary."""
     started = time.monotonic()
     check_owner(spark, cfg.silver_path, cfg.pipeline, "silver")
@@ -704,7 +711,9 @@ def run(spark, cfg: TransformConfig) -> TransformSummary:
                     last.epoch, last.batch_id, last.bronze_end.version)  # fmt: skip
     root = cfg.checkpoint_root
     files = checkpoint_files(spark, root)
-    checkpoints, damaged = spark_checkpoint.read_epochs(root, read_checkpoint, files)
+    # One name first: unpacking the call itself, mypy would take read_epochs' T without read_checkpoint's None.
+    epochs = spark_checkpoint.read_epochs(root, read_checkpoint, files)
+    checkpoints, damaged = epochs
     plan = plan_transform(last, checkpoints, damaged)
     rebuilt = None
     if plan.rebuilt_reason:
@@ -768,7 +777,8 @@ def _read_whole(files: spark_checkpoint.Files, bronze_path: str, start: BronzePo
             and files.exists(f"{log_dir}/{start.version - 1:020d}.json"))  # fmt: skip
 
 
-def _stream(spark, cfg: TransformConfig, plan: TransformPlan, checkpoint: str, writer: SilverBatchWriter) -> None:
+def _stream(spark: SparkSession, cfg: TransformConfig, plan: TransformPlan, checkpoint: str,
+            writer: SilverBatchWriter) -> None:  # fmt: skip
     """Bronze's versions from ``plan.start`` on, through ``writer``, micro-batch by micro-batch (``AvailableNow``)."""
     # A DELETE or UPDATE of bronze rows (e.g. an erasure request) rewrites files; without this
     # the stream stops for good at such a commit. Its rows were read when they first came.
@@ -783,7 +793,7 @@ def _stream(spark, cfg: TransformConfig, plan: TransformPlan, checkpoint: str, w
                  error=TransformError, stage="transform")  # fmt: skip
 
 
-def _value_schemas(spark, cfg: TransformConfig) -> ValueSchemas | None:
+def _value_schemas(spark: SparkSession, cfg: TransformConfig) -> ValueSchemas | None:
     """The run's value schemas (``avro``, ``json_schema``); a reader schema that cannot be had stops the run."""
     vs = cfg.spec.value_schema
     if cfg.spec.format == "json" or vs is None:

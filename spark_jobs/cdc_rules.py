@@ -34,9 +34,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import reduce
+from typing import TYPE_CHECKING
 
 from include.contract.transform_spec import CDC_SOURCES, FieldSpec, TransformSpec
 from spark_jobs import silver_state
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
 
 #: Silver's columns for the source's position and the change that wrote the row.
 CDC_COLUMNS = (
@@ -68,7 +72,7 @@ def placeholder_column(f: FieldSpec) -> str:
     return f"_ph_{f.name}"
 
 
-def with_envelope(df, spec: TransformSpec):
+def with_envelope(df: DataFrame, spec: TransformSpec) -> DataFrame:
     """Decode step 1b: ``df`` (with ``_v``, the parsed value, and ``_text``) unwrapped.
 
     Adds ``_cdc_*`` (:data:`CDC_COLUMNS`, ``_cdc_snapshot``), ``_env_problem`` (what is wrong with the
@@ -86,10 +90,10 @@ def with_envelope(df, spec: TransformSpec):
     df = df.select("*", _unwrapped(v).alias("_env"), _unwrapped(key).alias("_key_v"))
     env = F.col("_env")
 
-    def text(path: str):
+    def text(path: str) -> Column:
         return F.try_variant_get(env, path, "string")
 
-    def number(path: str):
+    def number(path: str) -> Column:
         return F.try_variant_get(env, path, "bigint")
 
     # source.sequence is text holding a JSON array of two LSNs as text, parsed once.
@@ -190,7 +194,7 @@ def with_envelope(df, spec: TransformSpec):
     )  # fmt: skip
 
 
-def _unwrapped(value):
+def _unwrapped(value: Column) -> Column:
     """Connect's JSON ``value`` without its schema: ``payload`` when it is ``{"schema": ..., "payload": ...}``."""
     from pyspark.sql import functions as F
 
@@ -198,7 +202,7 @@ def _unwrapped(value):
     return F.when(has_schema, F.variant_get(value, "$.payload", "variant")).otherwise(value)
 
 
-def key_from_kafka(f: FieldSpec):
+def key_from_kafka(f: FieldSpec) -> Column:
     """A change event's key field from its Kafka key (Connect's JSON, ``{"id": 1}`` with or without schema),
     as :func:`with_envelope` parsed it (``_key_v``)."""
     from pyspark.sql import functions as F
@@ -208,7 +212,7 @@ def key_from_kafka(f: FieldSpec):
     return F.try_variant_get(F.col("_key_v"), f"$.{f.name}", spark_type(f.type))
 
 
-def truncated_at(valid) -> dict[str, int]:
+def truncated_at(valid: DataFrame) -> dict[str, int]:
     """Per topic, the LSN of the last truncate among the valid change events ``valid`` (usually none)."""
     from pyspark.sql import functions as F
 
@@ -216,7 +220,7 @@ def truncated_at(valid) -> dict[str, int]:
     return {r["_kafka_topic"]: int(r["lsn"]) for r in rows.collect()}
 
 
-def _before_truncate(topic_col, lsn_col, truncates: dict[str, int]):
+def _before_truncate(topic_col: Column, lsn_col: Column, truncates: dict[str, int]) -> Column:
     """Whether a change at ``lsn_col`` of ``topic_col`` came before the topic's truncate in ``truncates``.
 
     A truncate takes the table's exclusive lock, so every change committed before it has a lower LSN than
@@ -236,7 +240,7 @@ def truncate_condition(truncates: dict[str, int]) -> str:
     return f"NOT _deleted AND ({' OR '.join(parts)})"
 
 
-def old_key_text(bronze):
+def old_key_text(bronze: DataFrame) -> Column:
     """The text of a record's ``__debezium.oldkey`` header (null without one, or without a ``headers``
     column: a quarantined record replayed, or a test's frame)."""
     from pyspark.sql import functions as F
@@ -247,14 +251,14 @@ def old_key_text(bronze):
     return F.try_element_at(found, F.lit(1))["value"].cast("string")
 
 
-def _position(commit, lsn):
+def _position(commit: Column, lsn: Column) -> Column:
     """A change's place in the source's log, comparable as a struct (a snapshot read has no commit LSN)."""
     from pyspark.sql import functions as F
 
     return F.struct(F.coalesce(commit, F.lit(-1)).alias("c"), lsn.alias("l"))
 
 
-def carry_over(df, current, spec: TransformSpec, fields: Sequence[FieldSpec]):
+def carry_over(df: DataFrame, current: DataFrame, spec: TransformSpec, fields: Sequence[FieldSpec]) -> DataFrame:
     """``df`` with the values a primary-key change's create did not send filled from the old key's row.
 
     The old key's row as it stood just before the change is the old key's last change in the batch that
@@ -309,7 +313,7 @@ def carry_over(df, current, spec: TransformSpec, fields: Sequence[FieldSpec]):
     return df.where(~mover).unionByName(joined)
 
 
-def with_unknown_values(decoded, classified):
+def with_unknown_values(decoded: DataFrame, classified: DataFrame) -> DataFrame:
     """``decoded`` with a problem on each change :func:`classify` found :data:`UNKNOWN_VALUE`, naming the field
     and the fix, so that it goes to quarantine instead of writing null (the batch's few such records joined
     back by their Kafka position)."""
@@ -338,7 +342,8 @@ def with_unknown_values(decoded, classified):
         .otherwise(F.col("_problems"))).drop("_unknown_problem")  # fmt: skip
 
 
-def classify(valid, current, spec: TransformSpec, fields: Sequence[FieldSpec], truncates: dict[str, int] | None = None):
+def classify(valid: DataFrame, current: DataFrame, spec: TransformSpec, fields: Sequence[FieldSpec],
+             truncates: dict[str, int] | None = None) -> DataFrame:  # fmt: skip
     """What each valid change event does to silver: a ``_action`` of ``insert``, ``update``, ``delete``,
     ``superseded``, ``replayed`` or ``skipped``.
 

@@ -9,8 +9,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from include.contract.errors import JobConfigError
+from include.contract.errors import JobConfigError as JobConfigError  # the jobs and tests import it here
 from include.contract.jobs import RUN_TYPES as RUN_TYPES  # the job's --run-type choices, by their old name
 from include.contract.jobs import ContractArgumentParser, IngestArgs
 from include.contract.offsets import (
@@ -76,7 +77,7 @@ class IngestConfig:
     rebuild_reason: str | None = None
     #: Where a position action chosen at preflight makes the table stand (``positions``, ``reason``,
     #: ``action``, maybe ``undone``), or ``None``.
-    position_reset: dict | None = None
+    position_reset: dict[str, Any] | None = None
     #: Delta table properties bronze carries (``--table-property``: the pipeline's retention).
     table_properties: dict[str, str] = field(default_factory=dict)
     #: The run lock's epoch this run holds (``--lock-epoch``), or ``None`` outside a DAG run.
@@ -163,7 +164,9 @@ def read_kafka_options_file(name: str | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()}
 
 
-def _read_preflight_file(name: str | None) -> tuple[tuple[Gap, ...], dict[str, str], dict | None, tuple[Gap, ...]]:
+def _read_preflight_file(
+    name: str | None,
+) -> tuple[tuple[Gap, ...], dict[str, str], dict[str, Any] | None, tuple[Gap, ...]]:
     if not name:
         return (), {}, None, ()
     path = Path(name)
@@ -296,7 +299,7 @@ def plan_checkpoint(
     )
 
 
-def resume_offsets(positions: PositionMap, partitions: Mapping[str, list[int]]) -> dict:
+def resume_offsets(positions: PositionMap, partitions: Mapping[str, list[int]]) -> dict[str, dict[str, int]]:
     """Spark ``startingOffsets`` JSON for every partition Kafka has now.
 
     Spark requires each current partition to be listed; partitions the table
@@ -339,7 +342,8 @@ def batch_ranges(
     begin = flatten(start or {})
     ranges = []
     for tp, until in sorted(flatten(end).items()):
-        rows, low, high = stats.get(tp, (0, None, None))
+        # A partition the batch read no record of: its bounds below are never looked at.
+        rows, low, high = stats.get(tp, (0, until, until))
         frm = begin.get(tp)
         if frm is None:
             # A partition that appeared during the run: Spark read it from its

@@ -19,25 +19,41 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from include import settings
 from include.contract.errors import (
+    ContractError,
     DeltaCommitError,
+    IngestionError,
     JobConfigError,
     PipelineError,
     StaleLockError,
     TableOwnershipError,
+    TransformError,
     batch_failure,
 )
 from include.contract.jobs import bronze_app_id, lock_app_id
+
+if TYPE_CHECKING:
+    from delta.tables import DeltaTable
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.types import StructType
+
+    from include.contract.table_stand import Stand
+    from include.readers.spark_checkpoint import Files
 
 log = logging.getLogger("kde_jobs")
 
 
 class BatchCommit(Protocol):
-    epoch: int
-    batch_id: int
+    # Read-only: the commit records are frozen dataclasses.
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def batch_id(self) -> int: ...
 
 
 C = TypeVar("C", bound=BatchCommit)
@@ -46,7 +62,7 @@ T = TypeVar("T")
 Parser = Callable[..., C | None]
 
 
-def build_session(app_name: str):
+def build_session(app_name: str) -> SparkSession:
     """A job's SparkSession; master, jars and resources come from spark-submit.
 
     On a run's transient cluster, the cluster's secret is set here, in the
@@ -75,11 +91,11 @@ class HadoopFiles:
     """Checkpoint reads (:class:`include.readers.spark_checkpoint.Files`) through the job's Hadoop filesystem:
     what an object-store checkpoint takes, with the credentials the session was built with."""
 
-    def __init__(self, spark) -> None:
-        self._jvm = spark.sparkContext._jvm
-        self._conf = spark.sparkContext._jsc.hadoopConfiguration()
+    def __init__(self, spark: SparkSession) -> None:
+        self._jvm: Any = spark.sparkContext._jvm
+        self._conf: Any = spark.sparkContext._jsc.hadoopConfiguration()
 
-    def _fs(self, path: str):
+    def _fs(self, path: str) -> tuple[Any, Any]:
         p = self._jvm.org.apache.hadoop.fs.Path(path)
         return p.getFileSystem(self._conf), p
 
@@ -124,7 +140,7 @@ def _hadoop_io(path: str, call: Callable[[], T]) -> T:
         raise error(f"{path}: {java.toString()}") from None
 
 
-def checkpoint_files(spark, root: str):
+def checkpoint_files(spark: SparkSession, root: str) -> Files:
     """How a job reads the checkpoints under ``root``: local file reads for a folder, the session's Hadoop
     filesystem for an object store."""
     from include.contract.locations import local_path
@@ -133,7 +149,7 @@ def checkpoint_files(spark, root: str):
     return spark_checkpoint.LOCAL if local_path(root) is not None else HadoopFiles(spark)
 
 
-def _jvm_seq(jvm, items: list):
+def _jvm_seq(jvm: Any, items: list[Any]) -> Any:
     """A Scala immutable ``Seq`` of ``items`` (py4j proxies)."""
     values = jvm.java.util.ArrayList()
     for item in items:
@@ -141,14 +157,14 @@ def _jvm_seq(jvm, items: list):
     return jvm.scala.jdk.javaapi.CollectionConverters.asScala(values).toList()
 
 
-def delta_snapshot(spark, path: str):
+def delta_snapshot(spark: SparkSession, path: str) -> Any:
     """The current snapshot of the Delta table at ``path`` in the JVM (py4j proxy), brought up to date."""
-    jvm = spark.sparkContext._jvm
+    jvm: Any = spark.sparkContext._jvm
     return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).update(
         False, jvm.scala.Option.empty(), jvm.scala.Option.empty())  # fmt: skip
 
 
-def txn_versions(spark, snapshot) -> dict[str, int]:
+def txn_versions(spark: SparkSession, snapshot: Any) -> dict[str, int]:
     """The txn actions (app id -> version) of a Delta snapshot of the JVM.
 
     From the version's checksum file when Delta wrote the transactions there
@@ -157,7 +173,7 @@ def txn_versions(spark, snapshot) -> dict[str, int]:
     replayed state (a Spark job over the log: about half a second per new
     version on a warm local driver, several seconds on a cold executor).
     """
-    jvm = spark.sparkContext._jvm
+    jvm: Any = spark.sparkContext._jvm
     crc = snapshot.checksumOpt()
     if crc.isDefined() and crc.get().setTransactions().isDefined():
         text = jvm.org.apache.spark.sql.delta.util.JsonUtils.mapper().writeValueAsString(crc.get().setTransactions().get())
@@ -191,7 +207,7 @@ def stale_lock(path: str, fence: Fence, table_epoch: int | None) -> StaleLockErr
     return error
 
 
-def check_fence(spark, path: str, fence: Fence, snapshot=None) -> None:
+def check_fence(spark: SparkSession, path: str, fence: Fence, snapshot: Any = None) -> None:
     """Refuse (:class:`StaleLockError`) to write to ``path`` when the table records a newer lock epoch.
 
     For commits that cannot carry the epoch themselves (MERGE, OPTIMIZE): a
@@ -223,18 +239,18 @@ class BatchWriter:
     #: The error a batch raised, as it was raised.
     error: PipelineError | None = None
 
-    def __call__(self, df, batch_id: int) -> None:
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
         try:
             self._write(df, batch_id)
         except PipelineError as exc:
             self.error = exc
             raise
 
-    def _write(self, df, batch_id: int) -> None:
+    def _write(self, df: DataFrame, batch_id: int) -> None:
         raise NotImplementedError
 
-    def drain(self, stream, *, job: str, pipeline: str, checkpoint: str, error: type[PipelineError],
-              stage: str):  # fmt: skip
+    def drain(self, stream: DataFrame, *, job: str, pipeline: str, checkpoint: str,
+              error: type[IngestionError | TransformError], stage: str) -> StreamingQuery:  # fmt: skip
         """Run the streaming frame ``stream`` through this writer until it holds nothing more
         (``Trigger.AvailableNow``), with its checkpoint in ``checkpoint``; returns the finished query.
 
@@ -278,19 +294,19 @@ class PhaseTimer:
         return ", ".join(f"{name} {seconds:.2f}s" for name, seconds in self.phases.items())
 
 
-def history_rows(table, limit: int) -> list[dict]:
+def history_rows(table: DeltaTable, limit: int) -> list[dict[str, Any]]:
     """The newest ``limit`` entries of a ``DeltaTable``'s history as dicts, with the columns the readers use."""
     rows = table.history(limit).select("version", "operation", "operationParameters", "userMetadata").collect()
     return [r.asDict() for r in rows]
 
 
-def _num_files(snapshot) -> int:
+def _num_files(snapshot: Any) -> int:
     """Files in the snapshot, from its checksum file when there is one (no state replay)."""
     crc = snapshot.checksumOpt()
     return int(crc.get().numFiles()) if crc.isDefined() else int(snapshot.numOfFiles())
 
 
-def read_table_stand(spark, path: str, pipeline: str, partitions: dict[str, list[int]]):
+def read_table_stand(spark: SparkSession, path: str, pipeline: str, partitions: dict[str, list[int]]) -> Stand | None:
     """Where the bronze table stands (:func:`include.contract.table_stand.resolve`), read through Spark's Delta.
 
     The same decision the Airflow side makes with delta-rs: the table's state
@@ -337,8 +353,9 @@ class WrittenFile:
 Finish = Callable[[int, list[WrittenFile]], tuple[str, list[tuple[str, int]]]]
 
 
-def commit_with_stand(spark, path: str, df, *, finish: Finish, idempotency: tuple[str, int] | None,
-                      schema=None, fence: Fence = None) -> int | None:  # fmt: skip
+def commit_with_stand(spark: SparkSession, path: str, df: DataFrame | None, *, finish: Finish,
+                      idempotency: tuple[str, int] | None, schema: StructType | None = None,
+                      fence: Fence = None) -> int | None:  # fmt: skip
     """Append ``df`` (or nothing, for ``None``) to the Delta table at ``path`` in one commit with txn actions.
 
     The rows are read once: Delta writes the files (collecting each file's
@@ -359,7 +376,7 @@ def commit_with_stand(spark, path: str, df, *, finish: Finish, idempotency: tupl
     when a commit carrying one wins the race against it.
     Returns the committed table version.
     """
-    jvm = spark.sparkContext._jvm
+    jvm: Any = spark.sparkContext._jvm
     delta = jvm.org.apache.spark.sql.delta
     txn = delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
     versions = txn_versions(spark, txn.snapshot()) if idempotency is not None or fence is not None else {}
@@ -376,7 +393,12 @@ def commit_with_stand(spark, path: str, df, *, finish: Finish, idempotency: tupl
         # As txn.txnVersion would: a concurrent commit of the same app id now fails this one.
         txn.readTxn().addOne(app)
     if int(txn.readVersion()) < 0:
-        jschema = df._jdf.schema() if df is not None else jvm.org.apache.spark.sql.types.DataType.fromJson(schema.json())
+        if df is not None:
+            jschema = df._jdf.schema()
+        elif schema is not None:
+            jschema = jvm.org.apache.spark.sql.types.DataType.fromJson(schema.json())
+        else:
+            raise ContractError(f"{path}: a first commit needs the rows or the table's schema; neither was given")
         schema_json = jschema.asNullable().json()
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
         no_options = loader.loadClass("scala.collection.immutable.Map$").getField("MODULE$").get(None).empty()
@@ -411,7 +433,7 @@ def commit_with_stand(spark, path: str, df, *, finish: Finish, idempotency: tupl
         raise
 
 
-def confirm_newest_commit(spark, path: str, parse: Parser, epoch: int, batch_id: int,
+def confirm_newest_commit(spark: SparkSession, path: str, parse: Parser[C], epoch: int, batch_id: int,
                           error: type[Exception]) -> tuple[int, str, dict[str, str]]:  # fmt: skip
     """``(version, operation, operation metrics)`` of the commit just written for ``(epoch, batch_id)``.
 
@@ -450,7 +472,7 @@ OWNER_PROPERTY = "kde.pipeline"
 _LEFT_BY_A_FIRST_WRITE = re.compile(r"^(\.?part-.*|_SUCCESS|_delta_log|[^=]+=.*)$")
 
 
-def check_owner(spark, path: str, pipeline: str, what: str) -> None:
+def check_owner(spark: SparkSession, path: str, pipeline: str, what: str) -> None:
     """Refuse (:class:`TableOwnershipError`) to write ``what`` (``silver``) at ``path`` for ``pipeline`` when the
     Delta table there belongs to another pipeline (:data:`OWNER_PROPERTY`), or when the location holds files
     and no Delta table (a new table is made only where nothing else is). A table without the property, made
@@ -459,7 +481,7 @@ def check_owner(spark, path: str, pipeline: str, what: str) -> None:
     from delta.tables import DeltaTable
 
     if DeltaTable.isDeltaTable(spark, path):
-        jvm = spark.sparkContext._jvm
+        jvm: Any = spark.sparkContext._jvm
         configuration = dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(
             delta_snapshot(spark, path).metadata().configuration()))  # fmt: skip
         owner = configuration.get(OWNER_PROPERTY)
@@ -488,7 +510,7 @@ def check_owner(spark, path: str, pipeline: str, what: str) -> None:
             pipeline=pipeline, table=path)  # fmt: skip
 
 
-def apply_table_properties(spark, path: str, properties: dict[str, str], fence: Fence = None, *,
+def apply_table_properties(spark: SparkSession, path: str, properties: dict[str, str], fence: Fence = None, *,
                            owner: str | None = None) -> dict[str, str]:  # fmt: skip
     """Set ``properties`` on the Delta table at ``path`` where they differ, in one commit; returns those set.
 
@@ -504,7 +526,7 @@ def apply_table_properties(spark, path: str, properties: dict[str, str], fence: 
         properties = {**properties, OWNER_PROPERTY: owner}
     if not properties or not DeltaTable.isDeltaTable(spark, path):
         return {}
-    jvm = spark.sparkContext._jvm
+    jvm: Any = spark.sparkContext._jvm
     snapshot = delta_snapshot(spark, path)
     check_fence(spark, path, fence, snapshot)
     current = dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(snapshot.metadata().configuration()))
@@ -525,7 +547,7 @@ def delta_table_sql(path: str) -> str:
     return "delta.`" + path.replace("`", "``") + "`"
 
 
-def with_user_metadata(spark, metadata: str, action: Callable[[], object], *,
+def with_user_metadata(spark: SparkSession, metadata: str, action: Callable[[], object], *,
                        txn: tuple[str, int] | None = None) -> None:  # fmt: skip
     """Run a Delta command whose commit must carry ``metadata`` (MERGE and ALTER take no write option).
 
@@ -610,7 +632,7 @@ def write_failure(job: str, cfg: Any, exc: BaseException) -> None:
                   failure_summary(error, pipeline=str(pipeline), run_id=str(getattr(cfg, "run_id", "")), job=job))
 
 
-def write_summary(path: str | None, summary: dict) -> None:
+def write_summary(path: str | None, summary: dict[str, Any]) -> None:
     """Write a job's summary JSON where the orchestrator reads it (nothing without a path).
 
     The jobs pass their summary through its contract class first
@@ -635,7 +657,7 @@ class JobStep:
     name: str
     parse: Callable[[list[str]], Any]
     bad_argument: type[Exception] | tuple[type[Exception], ...]
-    run: Callable[[Any, Any], Any]
+    run: Callable[[SparkSession, Any], Any]
     describe: Callable[[Any], str]
 
 

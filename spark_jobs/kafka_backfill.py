@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from include.contract import jobs as contract
 from include.contract.errors import BackfillError
@@ -48,6 +49,9 @@ from spark_jobs.job_common import (
     write_summary,
 )
 from spark_jobs.kafka_to_bronze import BRONZE_COLUMNS
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("kafka_backfill")
 #: Attempts of the MERGE when a concurrent writer changed bronze under it.
@@ -90,7 +94,7 @@ class BackfillConfig:
     action: str
     reason: str
     requested_by: str | None = None
-    time_range: dict | None = None
+    time_range: dict[str, Any] | None = None
     run_id: str = "manual"
     run_type: str = "manual"
     summary_path: str | None = None
@@ -188,12 +192,13 @@ def _range_filter(ranges: list[BackfillRange], prefix: str = "") -> str:
     ) + ")"
 
 
-def _counts(df) -> dict[tuple[str, int], int]:
+def _counts(df: DataFrame) -> dict[tuple[str, int], int]:
     return {(row["topic"], row["partition"]): row["n"] for row in df.groupBy("topic", "partition").count()
             .withColumnRenamed("count", "n").collect()}  # fmt: skip
 
 
-def _commit_of_run(spark, path: str, run_id: str, after: int) -> tuple[int, BackfillCommit, dict] | None:
+def _commit_of_run(spark: SparkSession, path: str, run_id: str,
+                   after: int) -> tuple[int, BackfillCommit, dict[str, str]] | None:  # fmt: skip
     from delta.tables import DeltaTable
 
     history = DeltaTable.forPath(spark, path).history(20).select("version", "userMetadata", "operationMetrics")
@@ -206,7 +211,7 @@ def _commit_of_run(spark, path: str, run_id: str, after: int) -> tuple[int, Back
     return None
 
 
-def run(spark, cfg: BackfillConfig) -> dict:
+def run(spark: SparkSession, cfg: BackfillConfig) -> dict[str, Any]:
     """One backfill on an existing session; returns (and writes) its summary."""
     from delta.tables import DeltaTable
     from pyspark import StorageLevel

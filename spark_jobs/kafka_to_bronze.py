@@ -23,7 +23,9 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from include.contract import jobs as contract
@@ -69,6 +71,10 @@ from spark_jobs.job_common import (
     write_summary,
 )
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
 log = logging.getLogger("kafka_to_bronze")
 
 
@@ -98,13 +104,13 @@ class RunSummary:
     run_id: str
     run_type: str
     epoch: int
-    checkpoint_rebuilt: dict | None
+    checkpoint_rebuilt: dict[str, Any] | None
     start_offsets: PositionMap
     next_offsets: PositionMap
     batches: list[BatchRecord] = field(default_factory=list)
     duration_s: float = 0.0
     #: Where this run set the table's position (``starting_offsets: latest``, a position action), or ``None``.
-    position_set: dict | None = None
+    position_set: dict[str, Any] | None = None
     #: Seconds per phase of the run (Kafka metadata, table position, checkpoint plan, the stream).
     phases_s: dict[str, float] = field(default_factory=dict)
 
@@ -112,8 +118,8 @@ class RunSummary:
     def rows(self) -> int:
         return sum(b.rows for b in self.batches if not b.skipped_replay)
 
-    def to_json(self) -> dict:
-        per_partition: dict[str, dict[str, dict]] = {}
+    def to_json(self) -> dict[str, Any]:
+        per_partition: dict[str, dict[str, dict[str, int]]] = {}
         for b in self.batches:
             if b.skipped_replay:
                 continue
@@ -158,7 +164,7 @@ class RunSummary:
 # --------------------------------------------------------------------------- Kafka
 
 
-def _admin(jvm, cfg: IngestConfig):
+def _admin(jvm: Any, cfg: IngestConfig) -> Any:
     """Kafka's Java admin client with the Spark source's settings (security included), bounded in time."""
     props = jvm.java.util.Properties()
     for key, value in cfg.kafka_options.items():
@@ -170,7 +176,7 @@ def _admin(jvm, cfg: IngestConfig):
     return jvm.org.apache.kafka.clients.admin.Admin.create(props)
 
 
-def describe_source(spark, cfg: IngestConfig) -> dict[str, list[int]]:
+def describe_source(spark: SparkSession, cfg: IngestConfig) -> dict[str, list[int]]:
     """``{topic: [partitions]}`` of the configured topics, asked with Kafka's Java admin client.
 
     Uses the same client settings as the Spark source (security included) and
@@ -181,7 +187,7 @@ def describe_source(spark, cfg: IngestConfig) -> dict[str, list[int]]:
 
     from py4j.protocol import Py4JJavaError
 
-    jvm = spark.sparkContext._jvm
+    jvm: Any = spark.sparkContext._jvm
     timeout_ms = int(cfg.admin_timeout_s * 1000)
     admin = _admin(jvm, cfg)
     unit = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
@@ -227,7 +233,7 @@ BRONZE_COLUMNS = (
 class BronzeBatchWriter(BatchWriter):
     """``foreachBatch`` sink: one idempotent Delta commit per micro-batch, with its offsets."""
 
-    def __init__(self, spark, cfg: IngestConfig, plan: CheckpointPlan, checkpoint: str,
+    def __init__(self, spark: SparkSession, cfg: IngestConfig, plan: CheckpointPlan, checkpoint: str,
                  table: BronzeCommit | None, summary: RunSummary,
                  files: spark_checkpoint.Files = spark_checkpoint.LOCAL) -> None:  # fmt: skip
         self.spark = spark
@@ -244,7 +250,7 @@ class BronzeBatchWriter(BatchWriter):
         last = self.last_commit
         return last is not None and last.epoch == self.plan.epoch and batch_id <= last.batch_id
 
-    def _write(self, df, batch_id: int) -> None:
+    def _write(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         if self._already_committed(batch_id):
             # The run before was killed after this batch's Delta commit and
@@ -282,7 +288,7 @@ class BronzeBatchWriter(BatchWriter):
 
         run_id, epoch = self.cfg.run_id, self.plan.epoch
         phases: dict[str, float] = {}
-        decided: dict = {}
+        decided: dict[str, BronzeCommit] = {}
 
         def finish(read_version: int, files: list[WrittenFile]) -> tuple[str, list[tuple[str, int]]]:
             phases["write"] = time.monotonic() - started - sum(phases.values())
@@ -296,7 +302,7 @@ class BronzeBatchWriter(BatchWriter):
             for topic, parts in end.items():  # partitions with no new offsets keep their place
                 for p, o in parts.items():
                     next_positions.setdefault(topic, {}).setdefault(p, o)
-            extra: dict = {}
+            extra: dict[str, Any] = {}
             if self.cfg.topic_ids:
                 extra["topic_ids"] = dict(self.cfg.topic_ids)
             if gaps:
@@ -366,13 +372,13 @@ class BronzeBatchWriter(BatchWriter):
 # --------------------------------------------------------------------------- run
 
 
-def bronze_schema(spark, cfg: IngestConfig):
+def bronze_schema(spark: SparkSession, cfg: IngestConfig) -> StructType:
     """The bronze table's schema (for a position commit that creates the table without rows); no job runs."""
     source = spark.readStream.format("kafka").options(**cfg.source_options()).load()
     return bronze_rows(spark.createDataFrame([], source.schema), cfg.run_id, 0, 0).schema
 
 
-def bronze_rows(df, run_id: str, batch_id: int, epoch: int):
+def bronze_rows(df: DataFrame, run_id: str, batch_id: int, epoch: int) -> DataFrame:
     """The bronze table's columns for the Kafka rows ``df`` of one batch."""
     from pyspark.sql import functions as F
 
@@ -385,8 +391,9 @@ def bronze_rows(df, run_id: str, batch_id: int, epoch: int):
     )
 
 
-def record_position(spark, cfg: IngestConfig, partitions: dict[str, list[int]], checkpoints: dict,
-                    table: BronzeCommit | None, positions: PositionMap, note: dict) -> tuple[BronzeCommit, CheckpointPlan]:  # fmt: skip
+def record_position(spark: SparkSession, cfg: IngestConfig, partitions: dict[str, list[int]],
+                    checkpoints: Mapping[int, spark_checkpoint.CheckpointState | None], table: BronzeCommit | None,
+                    positions: PositionMap, note: dict[str, Any]) -> tuple[BronzeCommit, CheckpointPlan]:  # fmt: skip
     """Record in the table (state and metadata, no rows) that it stands at ``positions``, and plan a new epoch there.
 
     Used when the position is set rather than reached: ``starting_offsets:
@@ -398,7 +405,8 @@ def record_position(spark, cfg: IngestConfig, partitions: dict[str, list[int]], 
                          f"position set: {note.get('reason')}")  # fmt: skip
 
 
-def record_skip(spark, cfg: IngestConfig, partitions: dict[str, list[int]], checkpoints: dict,
+def record_skip(spark: SparkSession, cfg: IngestConfig, partitions: dict[str, list[int]],
+                checkpoints: Mapping[int, spark_checkpoint.CheckpointState | None],
                 table: BronzeCommit | None) -> tuple[BronzeCommit, CheckpointPlan | None]:  # fmt: skip
     """Record the offsets ``skip_offsets`` passes (``cfg.skipped``) as gaps, in a commit of their own before any
     batch, and plan a new epoch after them; ``(table, None)`` when an earlier try of this run recorded them.
@@ -432,8 +440,9 @@ def record_skip(spark, cfg: IngestConfig, partitions: dict[str, list[int]], chec
     return commit, CheckpointPlan(plan.epoch, plan.starting_offsets, why, max(checkpoints, default=None))
 
 
-def _record_stand(spark, cfg: IngestConfig, partitions: dict[str, list[int]], checkpoints: dict,
-                  table: BronzeCommit | None, positions: PositionMap, extra: dict,
+def _record_stand(spark: SparkSession, cfg: IngestConfig, partitions: dict[str, list[int]],
+                  checkpoints: Mapping[int, spark_checkpoint.CheckpointState | None], table: BronzeCommit | None,
+                  positions: PositionMap, extra: dict[str, Any],
                   why: str) -> tuple[BronzeCommit, CheckpointPlan]:  # fmt: skip
     """A commit of no rows that makes the table stand at ``positions`` (``extra`` says why), and a new epoch
     planned there."""
@@ -453,9 +462,9 @@ def _record_stand(spark, cfg: IngestConfig, partitions: dict[str, list[int]], ch
     return commit, CheckpointPlan(epoch, json.dumps(resume_offsets(positions, partitions)))
 
 
-def latest_offsets(spark, cfg: IngestConfig, partitions: dict[str, list[int]]) -> PositionMap:
+def latest_offsets(spark: SparkSession, cfg: IngestConfig, partitions: dict[str, list[int]]) -> PositionMap:
     """Kafka's last stable offset (what a read_committed reader reaches) of every partition, via the Java admin client."""
-    jvm = spark.sparkContext._jvm
+    jvm: Any = spark.sparkContext._jvm
     kafka = jvm.org.apache.kafka
     admin = _admin(jvm, cfg)
     timeout_ms = int(cfg.admin_timeout_s * 1000)
@@ -474,7 +483,7 @@ def latest_offsets(spark, cfg: IngestConfig, partitions: dict[str, list[int]]) -
         admin.close(jvm.java.time.Duration.ofSeconds(2))
 
 
-def run(spark, cfg: IngestConfig) -> RunSummary:
+def run(spark: SparkSession, cfg: IngestConfig) -> RunSummary:
     """One ingestion run on an existing session; returns (and writes) its summary."""
     started = time.monotonic()
     phases: dict[str, float] = {}
@@ -498,7 +507,9 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
     table = stand.commit if stand is not None else None
     root = cfg.checkpoint_root
     files = checkpoint_files(spark, root)
-    checkpoints, damaged = spark_checkpoint.read_epochs(root, spark_checkpoint.read_state, files)
+    # One name first: unpacking the call itself, mypy would take read_epochs' T without read_state's None.
+    epochs = spark_checkpoint.read_epochs(root, spark_checkpoint.read_state, files)
+    checkpoints, damaged = epochs
     position_set = None
     if reset is not None:
         table, plan = record_position(spark, cfg, partitions, checkpoints, table,
@@ -515,7 +526,7 @@ def run(spark, cfg: IngestConfig) -> RunSummary:
         })  # fmt: skip
         position_set = table
     elif cfg.skipped and (skip := record_skip(spark, cfg, partitions, checkpoints, table))[1] is not None:
-        table, plan = skip
+        table, plan = skip[0], skip[1]  # by index: the condition narrowed skip[1], not the tuple
         if cfg.accepted_gaps:  # data loss on other partitions: a further epoch starts after it too
             plan = plan_checkpoint(table=table, checkpoints=checkpoints, partitions=partitions,
                                    starting_offsets=cfg.starting_offsets, gaps=cfg.accepted_gaps)  # fmt: skip

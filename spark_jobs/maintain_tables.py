@@ -31,7 +31,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from include.contract import jobs as contract
 from include.contract.errors import (
@@ -49,6 +49,9 @@ from spark_jobs.job_common import (
     job_main,
     write_summary,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row, SparkSession
 
 #: The tables a pipeline may maintain, in the order they are done.
 TABLES = MAINTAINED_TABLES
@@ -107,12 +110,20 @@ def parse_config(argv: list[str]) -> MaintenanceConfig:
     )  # fmt: skip
 
 
-def _detail(spark, path: str) -> tuple[int, int]:
-    row = spark.sql(f"DESCRIBE DETAIL {delta_table_sql(path)}").select("numFiles", "sizeInBytes").first()
+def _first(df: DataFrame) -> Row:
+    """The first row of ``df`` (a command's one-row answer: DESCRIBE DETAIL, OPTIMIZE's metrics)."""
+    row = df.first()
+    if row is None:
+        raise MaintenanceError("Delta answered a command with no row where it always gives one")
+    return row
+
+
+def _detail(spark: SparkSession, path: str) -> tuple[int, int]:
+    row = _first(spark.sql(f"DESCRIBE DETAIL {delta_table_sql(path)}").select("numFiles", "sizeInBytes"))
     return int(row["numFiles"]), int(row["sizeInBytes"])
 
 
-def _commits_after(spark, path: str, version: int) -> list[Any]:
+def _commits_after(spark: SparkSession, path: str, version: int) -> list[Any]:
     from delta.tables import DeltaTable
 
     history = DeltaTable.forPath(spark, path).history(50)
@@ -120,11 +131,11 @@ def _commits_after(spark, path: str, version: int) -> list[Any]:
             if r["version"] > version]  # fmt: skip
 
 
-def _txn_in_commit(spark, path: str, version: int) -> bool:
+def _txn_in_commit(spark: SparkSession, path: str, version: int) -> bool:
     """Whether the commit file of ``version`` holds a txn action (read as text: one JSON action per line)."""
     import json
 
-    jvm = spark.sparkContext._jvm
+    jvm: Any = spark.sparkContext._jvm
     log_path = jvm.org.apache.hadoop.fs.Path(f"{path.rstrip('/')}/_delta_log/{version:020d}.json")
     fs = log_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     stream = fs.open(log_path)
@@ -138,7 +149,7 @@ def _txn_in_commit(spark, path: str, version: int) -> bool:
     return False
 
 
-def maintain_table(spark, name: str, path: str, cfg: MaintenanceConfig) -> dict:
+def maintain_table(spark: SparkSession, name: str, path: str, cfg: MaintenanceConfig) -> dict[str, Any]:
     """Maintain one table; returns its figures (files and bytes before/after, each operation's metrics, seconds)."""
     from delta.tables import DeltaTable
 
@@ -154,7 +165,7 @@ def maintain_table(spark, name: str, path: str, cfg: MaintenanceConfig) -> dict:
         t = time.monotonic()
         columns = cfg.zorder_by.get(name)
         builder = table.optimize()
-        metrics = (builder.executeZOrderBy(*columns) if columns else builder.executeCompaction()).first()["metrics"]
+        metrics = _first(builder.executeZOrderBy(*columns) if columns else builder.executeCompaction())["metrics"]
         out["optimize"] = {"files_removed": int(metrics["numFilesRemoved"]), "files_added": int(metrics["numFilesAdded"]),
                            "zorder_by": list(columns or ()), "seconds": round(time.monotonic() - t, 3)}  # fmt: skip
     if cfg.vacuum:
@@ -183,7 +194,7 @@ def maintain_table(spark, name: str, path: str, cfg: MaintenanceConfig) -> dict:
     return out
 
 
-def run(spark, cfg: MaintenanceConfig) -> dict:
+def run(spark: SparkSession, cfg: MaintenanceConfig) -> dict[str, Any]:
     """Maintain every existing table of ``cfg``; writes and returns the summary."""
     from delta.tables import DeltaTable
 
@@ -198,7 +209,7 @@ def run(spark, cfg: MaintenanceConfig) -> dict:
     previous = {k: spark.conf.get(k, None) for k in extra}
     for key, value in extra.items():
         spark.conf.set(key, value)
-    tables: dict[str, dict] = {}
+    tables: dict[str, dict[str, Any]] = {}
     try:
         for name, path in cfg.tables.items():
             if not DeltaTable.isDeltaTable(spark, path):
@@ -211,18 +222,18 @@ def run(spark, cfg: MaintenanceConfig) -> dict:
             print(f"maintain {name}: files {t['files_before']} -> {t['files_after']}, "
                   f"bytes {t['bytes_before']} -> {t['bytes_after']}, {t['seconds']:.1f}s", flush=True)  # fmt: skip
     finally:
-        for key, value in {**previous, **saved}.items():
-            if value is None:
+        for key, old in {**previous, **saved}.items():
+            if old is None:
                 spark.conf.unset(key)
             else:
-                spark.conf.set(key, value)
+                spark.conf.set(key, old)
     summary = {"pipeline": cfg.pipeline, "run_id": cfg.run_id, "tables": tables,
                "duration_s": round(time.monotonic() - started, 3)}  # fmt: skip
     write_summary(cfg.summary_path, contract.MaintainSummary.from_json(summary).to_json())
     return summary
 
 
-def describe(summary: dict) -> str:
+def describe(summary: dict[str, Any]) -> str:
     """One line: files before -> after per table."""
     parts = [f"{n} files {t['files_before']}->{t['files_after']}" if "files_before" in t else f"{n} {t['skipped']}"
              for n, t in summary["tables"].items()]  # fmt: skip

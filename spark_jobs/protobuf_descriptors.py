@@ -15,8 +15,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from include.contract.errors import PipelineError
 
@@ -79,7 +81,7 @@ def message_types(descriptor_set: bytes, file: str) -> list[MessageType]:
     prefix = f"{proto.package}." if proto.package else ""
     out: list[MessageType] = []
 
-    def walk(messages, scope: str) -> None:
+    def walk(messages: Iterable[Any], scope: str) -> None:  # DescriptorProtos: protobuf ships no types
         for m in messages:
             if not m.options.map_entry:
                 out.append(MessageType(f"{scope}{m.name}", tuple(f.name for f in m.field)))

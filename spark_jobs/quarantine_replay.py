@@ -23,11 +23,17 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from include.contract.errors import TransformError
 from include.contract.replay import REPLAY_COLUMNS, REPLAY_KIND, ReplaySelection
 from include.contract.transform_spec import FieldSpec, TransformSpec
-from spark_jobs.job_common import check_fence, delta_table_sql, failpoint, with_user_metadata
+from spark_jobs.job_common import Fence, check_fence, delta_table_sql, failpoint, with_user_metadata
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.value_formats import ValueSchemas
 
 log = logging.getLogger("kde.quarantine_replay")
 
@@ -44,14 +50,14 @@ class ReplayResult:
     outcomes: dict[str, int] = field(default_factory=dict)
     silver_version: int | None = None
     quarantine_version: int | None = None
-    selection: dict = field(default_factory=dict)
+    selection: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"selected": self.selected, "outcomes": self.outcomes, "silver_version": self.silver_version,
                 "quarantine_version": self.quarantine_version, "selection": self.selection}  # fmt: skip
 
 
-def _add_replay_columns(spark, path: str, fence, metadata: dict) -> None:
+def _add_replay_columns(spark: SparkSession, path: str, fence: Fence, metadata: dict[str, str]) -> None:
     """Quarantine's replay columns, added once (a schema change commit that says so)."""
     have = {f.name for f in spark.read.format("delta").load(path).schema.fields}
     missing = [(n, t) for n, t in REPLAY_COLUMNS if n not in have]
@@ -63,8 +69,9 @@ def _add_replay_columns(spark, path: str, fence, metadata: dict) -> None:
     with_user_metadata(spark, meta, lambda: spark.sql(f"ALTER TABLE {delta_table_sql(path)} ADD COLUMNS ({cols})"))
 
 
-def replay(spark, *, pipeline: str, run_id: str, silver_path: str, quarantine_path: str, spec: TransformSpec,
-           fields: Sequence[FieldSpec], selection: ReplaySelection, values=None, fence=None) -> ReplayResult:  # fmt: skip
+def replay(spark: SparkSession, *, pipeline: str, run_id: str, silver_path: str, quarantine_path: str,
+           spec: TransformSpec, fields: Sequence[FieldSpec], selection: ReplaySelection,
+           values: ValueSchemas | None = None, fence: Fence = None) -> ReplayResult:  # fmt: skip
     """Replay the quarantined records ``selection`` takes; returns what became of them.
 
     ``fields``: silver's effective fields; ``values``: the run's

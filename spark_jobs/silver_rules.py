@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 from include.contract.errors import ContractError
 from include.contract.transform_spec import (
@@ -27,6 +28,10 @@ from include.contract.transform_spec import (
     spark_type,
 )
 from spark_jobs import cdc_rules, silver_state
+
+if TYPE_CHECKING:
+    from delta.tables import DeltaMergeBuilder, DeltaTable
+    from pyspark.sql import Column, DataFrame
 
 #: The Confluent wire format's header: magic byte 0, then the writer schema's 4-byte id.
 HEADER_BYTES = 5
@@ -146,7 +151,7 @@ def infer_type(variant_schema: str | None) -> str | None:
     return "json"
 
 
-def _kind_text(kind):
+def _kind_text(kind: Column) -> Column:
     """A JSON value's kind (from ``schema_of_variant``) in words."""
     from pyspark.sql import functions as F
 
@@ -160,7 +165,7 @@ def _kind_text(kind):
     )
 
 
-def _kind_ok(type_name: str, kind):
+def _kind_ok(type_name: str, kind: Column) -> Column:
     from pyspark.sql import functions as F
 
     if type_name == "json":
@@ -178,7 +183,7 @@ def _needs_exact_check(f: FieldSpec) -> bool:
     return f.type in ("int", "long") or is_decimal(f.type)
 
 
-def field_parts(f: FieldSpec, v, i: int) -> list:
+def field_parts(f: FieldSpec, v: Column, i: int) -> list[Column]:
     """Field ``f``'s own columns, read once from the parsed record ``v``: ``_fv{i}`` (its JSON value as a
     variant), ``_val{i}`` (its typed value) and, for integer and decimal types, ``_dbl{i}`` (its value
     as a double, to tell whether the typed value kept it exactly).
@@ -194,7 +199,7 @@ def field_parts(f: FieldSpec, v, i: int) -> list:
     return parts
 
 
-def field_problem(f: FieldSpec, i: int):
+def field_problem(f: FieldSpec, i: int) -> Column:
     """The problem of field ``f`` (a message naming it, or null when the value is fine), from the columns
     :func:`field_parts` made and ``_kind{i}`` (the value's kind from ``schema_of_variant``).
 
@@ -251,7 +256,7 @@ def field_problem(f: FieldSpec, i: int):
     return problem
 
 
-def _tombstone_key(spec: TransformSpec, f: FieldSpec):
+def _tombstone_key(spec: TransformSpec, f: FieldSpec) -> Column:
     """A tombstone's key field, read from the Kafka key: its text for one key field, else a JSON object."""
     from pyspark.sql import functions as F
 
@@ -261,7 +266,7 @@ def _tombstone_key(spec: TransformSpec, f: FieldSpec):
     return F.try_variant_get(F.try_parse_json(text), f"$.{f.name}", spark_type(f.type))
 
 
-def _with_value_text(df, plan: ValuePlan, max_value_bytes: int):
+def _with_value_text(df: DataFrame, plan: ValuePlan, max_value_bytes: int) -> DataFrame:
     """``df`` plus ``_vt`` (the value as JSON text) and ``_fp`` (why the value cannot be read, naming its schema id).
 
     Framed values: the 4-byte id after magic byte 0. Avro: Spark's ``from_avro`` in PERMISSIVE mode, one
@@ -313,15 +318,17 @@ def _with_value_text(df, plan: ValuePlan, max_value_bytes: int):
         return df.select("*", payload.cast("string").alias("_vt"), problem.alias("_fp"))
     from pyspark.sql.avro.functions import from_avro
 
+    if plan.reader is None:  # value_formats.plan_values always gives an Avro plan its reader schema
+        raise ContractError("transform.format avro: the value plan has no reader schema")
     if not plan.framed:
         avro = from_avro(payload, plan.reader, {"mode": "PERMISSIVE"})
         written_with = "the reader schema"
     else:
-        usable = [w for w in plan.writers if w.schema is not None and not w.problem]
+        usable = [(w.id, w.schema) for w in plan.writers if w.schema is not None and not w.problem]
         avro = F.when(F.lit(False), from_avro(payload, plan.reader, {"mode": "PERMISSIVE"}))
-        for w in usable:
+        for writer_id, schema in usable:
             avro = avro.when(
-                sid == w.id, from_avro(payload, w.schema, {"mode": "PERMISSIVE", "avroSchema": plan.reader})
+                sid == writer_id, from_avro(payload, schema, {"mode": "PERMISSIVE", "avroSchema": plan.reader})
             )
         written_with = "writer schema id "
     df = df.select("*", problem.alias("_fp0"), avro.alias("_avro"))
@@ -337,7 +344,7 @@ def _with_value_text(df, plan: ValuePlan, max_value_bytes: int):
     return df.select("*", F.to_json(avro).alias("_vt"), fp.alias("_fp"))
 
 
-def _with_protobuf_text(df, plan: ValuePlan, problem, max_value_bytes: int):
+def _with_protobuf_text(df: DataFrame, plan: ValuePlan, problem: Column, max_value_bytes: int) -> DataFrame:
     """Protobuf values: :data:`PROTOBUF_FUNCTION` in the JVM, one branch per usable writer id, each with the
     writer's descriptor set as a literal (each executor parses it once, under a key naming id and content).
     A value over ``max_value_bytes`` is never decoded (its record's problem is its size), and the JSON of one
@@ -367,7 +374,8 @@ def _with_protobuf_text(df, plan: ValuePlan, problem, max_value_bytes: int):
 NEW_FIELD_PROBLEM = "(new field)"
 
 
-def decode(bronze, spec: TransformSpec, fields: Sequence[FieldSpec], value_plan: ValuePlan | None = None):
+def decode(bronze: DataFrame, spec: TransformSpec, fields: Sequence[FieldSpec],
+           value_plan: ValuePlan | None = None) -> DataFrame:  # fmt: skip
     """Bronze rows → one row per record with typed fields and its list of problems.
 
     Output columns: the ``_kafka_*`` columns, ``_tombstone``, ``_text`` (the
@@ -407,7 +415,7 @@ def decode(bronze, spec: TransformSpec, fields: Sequence[FieldSpec], value_plan:
     return _with_problem_list(df, fields, out)
 
 
-def _with_text(df, spec: TransformSpec, value_plan: ValuePlan | None):
+def _with_text(df: DataFrame, spec: TransformSpec, value_plan: ValuePlan | None) -> tuple[DataFrame, Column, Column]:
     """Decode step 1: which values are readable text. Adds ``_tombstone``, ``_text`` (null unless the value
     is non-empty, within ``max_value_bytes``, decoded by its format and valid UTF-8) and ``_v`` (the text
     parsed as a variant). Returns the frame, the value's text before those checks, and its format problem
@@ -433,7 +441,8 @@ def _with_text(df, spec: TransformSpec, value_plan: ValuePlan | None):
     return df, text, format_problem
 
 
-def _with_read_parts(df, spec: TransformSpec, fields: Sequence[FieldSpec], keyed_tombstones: Sequence[bool]):
+def _with_read_parts(df: DataFrame, spec: TransformSpec, fields: Sequence[FieldSpec],
+                     keyed_tombstones: Sequence[bool]) -> DataFrame:  # fmt: skip
     """Decode step 2 (layer 1): what is read from the parsed record, once each: ``_object`` (the text is a
     JSON object), each field's variant, value and kind parts (:func:`field_parts`), and for a key field of a
     pipeline whose tombstones delete, the field's value from the Kafka key (``_tk<i>``)."""
@@ -452,7 +461,8 @@ def _with_read_parts(df, spec: TransformSpec, fields: Sequence[FieldSpec], keyed
     return df.select("*", *parts)
 
 
-def _with_record_problem(df, spec: TransformSpec, fields: Sequence[FieldSpec], text, format_problem):
+def _with_record_problem(df: DataFrame, spec: TransformSpec, fields: Sequence[FieldSpec], text: Column,
+                         format_problem: Column) -> DataFrame:  # fmt: skip
     """Decode step 3 (layer 2): the record's own problem ``_rp`` (a tombstone the pipeline quarantines, an
     empty or too large value, a format problem, bytes that are not UTF-8, text that is not JSON, JSON that is
     not an object; null for a readable object or a tombstone that deletes), and each field's kind ``_kind<i>``."""
@@ -502,8 +512,9 @@ def _with_record_problem(df, spec: TransformSpec, fields: Sequence[FieldSpec], t
 
 
 def _with_field_results(
-    df, spec: TransformSpec, fields: Sequence[FieldSpec], keyed_tombstones: Sequence[bool], out: Sequence[str]
-):
+    df: DataFrame, spec: TransformSpec, fields: Sequence[FieldSpec], keyed_tombstones: Sequence[bool],
+    out: Sequence[str],
+) -> DataFrame:
     """Decode step 4 (layer 3): each field's problem ``_p<i>`` and typed value ``_t<i>``. A record with a
     problem of its own gets no field problems; a deleting tombstone is judged on its key fields only, whose
     values come from the Kafka key. Keeps ``out``, ``_rp`` and ``_object``."""
@@ -540,7 +551,7 @@ def _with_field_results(
     return df.select(*out, "_rp", "_object", *layer3)
 
 
-def _tombstone_key_problem(spec: TransformSpec, f: FieldSpec, i: int):
+def _tombstone_key_problem(spec: TransformSpec, f: FieldSpec, i: int) -> Column:
     """A deleting tombstone's problem for key field ``f``: its Kafka key does not give the field a value."""
     from pyspark.sql import functions as F
 
@@ -562,7 +573,7 @@ def _tombstone_key_problem(spec: TransformSpec, f: FieldSpec, i: int):
     )
 
 
-def _with_problem_list(df, fields: Sequence[FieldSpec], out: Sequence[str]):
+def _with_problem_list(df: DataFrame, fields: Sequence[FieldSpec], out: Sequence[str]) -> DataFrame:
     """Decode step 5: the output columns: ``out``, ``_object``, ``_problems`` (the record's problem, then each
     field's, as ``{field, message}``; empty for a good record) and one typed column per field, by name."""
     from pyspark.sql import functions as F
@@ -586,7 +597,7 @@ def _with_problem_list(df, fields: Sequence[FieldSpec], out: Sequence[str]):
     )
 
 
-def unknown_fields(decoded, known: Iterable[str]):
+def unknown_fields(decoded: DataFrame, known: Iterable[str]) -> DataFrame:
     """Distinct top-level keys of readable records that are not in ``known`` (a small DataFrame ``name``)."""
     from pyspark.sql import functions as F
 
@@ -618,7 +629,7 @@ class NewFields:
     waiting: tuple[str, ...] = ()
 
 
-def plan_new_fields(decoded, spec: TransformSpec, fields: Sequence[FieldSpec], *,
+def plan_new_fields(decoded: DataFrame, spec: TransformSpec, fields: Sequence[FieldSpec], *,
                     budget: int | None = None) -> NewFields:  # fmt: skip
     """New fields seen in this batch, within the caps of ``transform.limits``.
 
@@ -673,7 +684,7 @@ def plan_new_fields(decoded, spec: TransformSpec, fields: Sequence[FieldSpec], *
     return NewFields(added=added, ignored=named, unknown=total - len(added), refused=refused, waiting=tuple(waiting))
 
 
-def refuse_new_fields(decoded, allowed: Sequence[str], cap: int | str):
+def refuse_new_fields(decoded: DataFrame, allowed: Sequence[str], cap: int | str) -> DataFrame:
     """``decoded`` with a problem for each readable record that carries a usable field name not in ``allowed``:
     silver has taken the columns a cap allows, and such a record would need more. ``cap`` names the cap
     (``transform.limits.silver_columns (500 silver columns in all)``); a number is the run's
@@ -698,7 +709,7 @@ def refuse_new_fields(decoded, allowed: Sequence[str], cap: int | str):
     )
 
 
-def valid_records(decoded):
+def valid_records(decoded: DataFrame) -> DataFrame:
     """Decoded records without problems, with only the columns :func:`classify` and :func:`silver_rows` read.
 
     The classified batch is cached; leaving the raw bytes, the text and the (empty) problem list out of it
@@ -711,8 +722,8 @@ def valid_records(decoded):
     )
 
 
-def classify(valid, current, spec: TransformSpec, fields: Sequence[FieldSpec] | None = None,
-             truncates: dict[str, int] | None = None):  # fmt: skip
+def classify(valid: DataFrame, current: DataFrame, spec: TransformSpec, fields: Sequence[FieldSpec] | None = None,
+             truncates: dict[str, int] | None = None) -> DataFrame:  # fmt: skip
     """Decide what each valid record does to silver: a ``_action`` from :data:`ACTIONS`.
 
     ``valid`` are decoded records without problems (tombstones included when
@@ -736,7 +747,9 @@ def classify(valid, current, spec: TransformSpec, fields: Sequence[FieldSpec] | 
     if spec.cdc:
         return cdc_rules.classify(valid, current, spec, fields or (), truncates)
     keys = list(spec.key)
-    ordering = spec.ordering
+    # Set whenever the envelope is not (the pipeline loader requires one, include/config/transform.py); the
+    # spec comes from the job's JSON file.
+    ordering = cast(str, spec.ordering)
     df = silver_state.with_silver_state(valid, current, keys, {ordering: "_t_ord"})
     earlier = (
         Window.partitionBy(*keys)
@@ -775,7 +788,7 @@ def classify(valid, current, spec: TransformSpec, fields: Sequence[FieldSpec] | 
     )
 
 
-def silver_rows(classified, fields: Sequence[FieldSpec], spec: TransformSpec, run_id: str):
+def silver_rows(classified: DataFrame, fields: Sequence[FieldSpec], spec: TransformSpec, run_id: str) -> DataFrame:
     """The rows a batch MERGEs into silver (inserts, updates, deletes), in silver's column order.
 
     A deleted key keeps a row with ``_deleted = true``, its key, and the
@@ -814,8 +827,8 @@ def silver_rows(classified, fields: Sequence[FieldSpec], spec: TransformSpec, ru
     )
 
 
-def silver_merge(silver, rows, columns: Sequence[str], fields: Sequence[FieldSpec], spec: TransformSpec, *,
-                 insert: bool = True):  # fmt: skip
+def silver_merge(silver: DeltaTable, rows: DataFrame, columns: Sequence[str], fields: Sequence[FieldSpec],
+                 spec: TransformSpec, *, insert: bool = True) -> DeltaMergeBuilder:  # fmt: skip
     """The MERGE of ``rows`` (:func:`silver_rows`) into ``silver`` (a ``DeltaTable`` of those ``columns``) on
     the key: a matched row takes the batch's values, an unmatched one is inserted when ``insert`` (without,
     Delta runs the MERGE with an inner join instead of an outer join over the files it rewrites).
@@ -827,13 +840,13 @@ def silver_merge(silver, rows, columns: Sequence[str], fields: Sequence[FieldSpe
     if not spec.cdc:
         return merge.whenMatchedUpdateAll().whenNotMatchedInsertAll() if insert else merge.whenMatchedUpdateAll()
     flagged = {f.name: cdc_rules.placeholder_column(f) for f in cdc_rules.placeholder_fields(fields)}
-    values = {f"`{c}`": f"s.`{c}`" for c in columns}
+    values: dict[str, str | Column] = {f"`{c}`": f"s.`{c}`" for c in columns}
     kept = {f"`{c}`": f"CASE WHEN s.`{flag}` THEN t.`{c}` ELSE s.`{c}` END" for c, flag in flagged.items()}
     merge = merge.whenMatchedUpdate(set={**values, **kept})
     return merge.whenNotMatchedInsert(values=values) if insert else merge
 
 
-def quarantine_rows(decoded, run_id: str, epoch: int, batch_id: int):
+def quarantine_rows(decoded: DataFrame, run_id: str, epoch: int, batch_id: int) -> DataFrame:
     """Records with problems, with their raw bytes and every reason, for the quarantine table."""
     from pyspark.sql import functions as F
 

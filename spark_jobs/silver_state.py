@@ -8,9 +8,14 @@ row came from in Kafka (``_t_partition``, ``_t_offset``); the predicates below t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
 
 
-def with_silver_state(records, current, keys: Sequence[str], columns: Mapping[str, str]):
+def with_silver_state(records: DataFrame, current: DataFrame, keys: Sequence[str],
+                      columns: Mapping[str, str]) -> DataFrame:  # fmt: skip
     """``records`` left-joined on ``keys`` with silver's row (``current``): each of ``columns`` (silver column
     -> the name it takes) and the Kafka position silver's row was written from."""
     from pyspark.sql import functions as F
@@ -28,14 +33,14 @@ def with_silver_state(records, current, keys: Sequence[str], columns: Mapping[st
 STATE_COLUMNS = ("_t_partition", "_t_offset")
 
 
-def held():
+def held() -> Column:
     """Silver holds a row for the record's key."""
     from pyspark.sql import functions as F
 
     return F.col("_t_offset").isNotNull()
 
 
-def same_record():
+def same_record() -> Column:
     """The record is the one silver's row was written from (a batch read again)."""
     from pyspark.sql import functions as F
 
@@ -46,7 +51,7 @@ def same_record():
     )
 
 
-def later_in_log():
+def later_in_log() -> Column:
     """The record comes after silver's row in Kafka (by offset, then partition)."""
     from pyspark.sql import functions as F
 

@@ -28,9 +28,9 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from include.contract.errors import ValueSchemaError
+from include.contract.errors import ValueSchemaError as ValueSchemaError  # the jobs and tests import it here
 from include.contract.transform_spec import TransformSpec
 from include.readers.schema_registry import (
     SCHEMA_TYPES,
@@ -49,6 +49,9 @@ from spark_jobs.silver_rules import (
     ValuePlan,
     Writer,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("value_formats")
 
@@ -102,7 +105,7 @@ def _row_fields(fields: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return []
 
 
-def _never_null(avro_type: Any) -> bool:
+def _never_null(avro_type: object) -> bool:
     """Whether a field of this Avro type always has a value (not a union holding null, not null itself)."""
     if isinstance(avro_type, list):
         return "null" not in avro_type
@@ -121,7 +124,7 @@ def chosen_ids(counts: dict[int, int], *, known: set[int], cap: int) -> list[int
 class ValueSchemas:
     """The schemas one transform run reads values with (see the module's docstring)."""
 
-    def __init__(self, spark, spec: TransformSpec, *, registry: dict[str, str] | None = None,
+    def __init__(self, spark: SparkSession, spec: TransformSpec, *, registry: dict[str, str] | None = None,
                  client: RegistryClient | None = None) -> None:  # fmt: skip
         vs = spec.value_schema
         if spec.format == "json" or vs is None:
@@ -132,7 +135,7 @@ class ValueSchemas:
         self.reader: RegisteredSchema | None = None
         if vs.registry:
             settings = registry or {}
-            self.client = client or RegistryClient(
+            self.client: RegistryClient | None = client or RegistryClient(
                 settings["url"], username=settings.get("username"), password=settings.get("password")
             )
             self.source = f"schema registry {self.client.url}"
@@ -215,8 +218,8 @@ class ValueSchemas:
         """What a silver commit records of the reader schema (registry only: the subject's version and id)."""
         return self.reader.to_json() if self.reader else None
 
-    def _jvm_schema(self, text: str, what: str):
-        jvm = self.spark._jvm
+    def _jvm_schema(self, text: str, what: str) -> Any:
+        jvm: Any = self.spark._jvm
         try:
             return jvm.org.apache.avro.Schema.Parser().parse(text)
         except Exception as exc:  # noqa: BLE001 (py4j wraps Avro's SchemaParseException)
@@ -244,7 +247,7 @@ class ValueSchemas:
                 raise ValueSchemaError(f"cannot read the imports of writer schema id {schema_id}: {exc}") from None
         if fmt != "avro":
             return Writer(schema_id, schema=found.schema)
-        jvm = self.spark._jvm
+        jvm: Any = self.spark._jvm
         try:
             writer = self._jvm_schema(found.schema, f"writer schema id {schema_id}")
         except ValueSchemaError as exc:
@@ -258,7 +261,7 @@ class ValueSchemas:
         return Writer(schema_id, problem=f"written with a schema the reader schema ({reader}) cannot read: "
                                          + "; ".join(reasons[:3]))  # fmt: skip
 
-    def plan(self, bronze) -> ValuePlan:
+    def plan(self, bronze: DataFrame) -> ValuePlan:
         """The plan for one micro-batch: looks up the writer ids ``bronze`` holds that this run has not seen."""
         if self.client is None:
             return ValuePlan(self.spec.format, framed=False, reader=self.reader_text,
