@@ -711,9 +711,7 @@ def run(spark: SparkSession, cfg: TransformConfig) -> TransformSummary:
                     last.epoch, last.batch_id, last.bronze_end.version)  # fmt: skip
     root = cfg.checkpoint_root
     files = checkpoint_files(spark, root)
-    # One name first: unpacking the call itself, mypy would take read_epochs' T without read_checkpoint's None.
-    epochs = spark_checkpoint.read_epochs(root, read_checkpoint, files)
-    checkpoints, damaged = epochs
+    checkpoints, damaged = spark_checkpoint.read_epochs(root, read_checkpoint, files)
     plan = plan_transform(last, checkpoints, damaged)
     rebuilt = None
     if plan.rebuilt_reason:

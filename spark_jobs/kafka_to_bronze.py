@@ -507,9 +507,7 @@ def run(spark: SparkSession, cfg: IngestConfig) -> RunSummary:
     table = stand.commit if stand is not None else None
     root = cfg.checkpoint_root
     files = checkpoint_files(spark, root)
-    # One name first: unpacking the call itself, mypy would take read_epochs' T without read_state's None.
-    epochs = spark_checkpoint.read_epochs(root, spark_checkpoint.read_state, files)
-    checkpoints, damaged = epochs
+    checkpoints, damaged = spark_checkpoint.read_epochs(root, spark_checkpoint.read_state, files)
     position_set = None
     if reset is not None:
         table, plan = record_position(spark, cfg, partitions, checkpoints, table,

@@ -224,7 +224,7 @@ def epoch_dirs(root: str | Path, files: Files = LOCAL) -> dict[int, str]:
     return found
 
 
-def read_epochs(root: str | Path, read: Callable[[str, Files], T],
+def read_epochs(root: str | Path, read: Callable[[str, Files], T | None],
                 files: Files = LOCAL) -> tuple[dict[int, T | None], dict[int, str]]:  # fmt: skip
     """Each epoch folder under ``root`` read with ``read``, and why the damaged ones cannot be resumed.
 

@@ -178,9 +178,11 @@ class StorePipeline(Pipeline):
         import obstore
         from obstore.store import from_url
 
+        from include.contract.locations import comparable
+
         config, client = self.server.settings().obstore_args()
-        store = from_url("/".join([self.uri, self.name, *parts]).replace("s3a://", "s3://", 1), config=config,
-                         client_options=client)  # fmt: skip
+        # comparable(): the s3:// spelling of the s3a:// location, as obstore names the scheme
+        store = from_url(comparable("/".join([self.uri, self.name, *parts])), config=config, client_options=client)
         answer = obstore.list_with_delimiter(store)
         prefixes = [str(p).rstrip("/").rsplit("/", 1)[-1] for p in answer["common_prefixes"]]
         objects = [str(o["path"]).rsplit("/", 1)[-1] for o in answer["objects"]]
