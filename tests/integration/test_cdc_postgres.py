@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, TopicPartition
 from include.contract.transform_spec import FieldSpec, TransformSpec
 from include.tooling import local_connect, local_postgres
 from tests.integration.dag_helpers import Pipeline
-from tests.integration.test_transform_silver import (
+from tests.integration.job_helpers import (
     assert_accounted,
     ingest,
     quarantine,

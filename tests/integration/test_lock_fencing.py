@@ -24,7 +24,7 @@ from include.spark.spark_submit import submit_environment
 from include.tooling.job_submit import submit_command
 from spark_jobs import bronze_to_silver, kafka_to_bronze, maintain_tables
 from spark_jobs.ingest_plan import parse_config
-from tests.integration.test_transform_silver import order, transform_args
+from tests.integration.job_helpers import order_after_t0, transform_args
 from tests.kafka_helpers import produce, produce_numbered, read_all
 
 pytestmark = pytest.mark.integration
@@ -132,7 +132,7 @@ def test_an_older_epochs_commit_that_races_the_fence_loses(spark, bootstrap, mak
 def test_the_transform_and_maintenance_of_an_older_epoch_refuse_a_fenced_table(spark, bootstrap, make_topic,
                                                                                unique_name, lake):  # fmt: skip
     topic = make_topic(unique_name, partitions=1)
-    produce(bootstrap, topic, [(0, b"o1", order("o1", 1)), (0, b"o2", order("o2", 2, amount=-1))])
+    produce(bootstrap, topic, [(0, b"o1", order_after_t0("o1", 1)), (0, b"o2", order_after_t0("o2", 2, amount=-1))])
     _ingest(spark, bootstrap, lake, unique_name, topic, epoch=1)
     first = bronze_to_silver.parse_config([*transform_args(lake, unique_name), "--lock-epoch", "1"])
     assert bronze_to_silver.run(spark, first).to_json()["upserted"] == 1
@@ -140,7 +140,7 @@ def test_the_transform_and_maintenance_of_an_older_epoch_refuse_a_fenced_table(s
     assert fence_tables(unique_name, tables, 2) == ["bronze", "silver", "quarantine"]
     silver_at = _version(spark, lake / "silver")
 
-    produce(bootstrap, topic, [(0, b"o3", order("o3", 3))])
+    produce(bootstrap, topic, [(0, b"o3", order_after_t0("o3", 3))])
     _ingest(spark, bootstrap, lake, unique_name, topic, epoch=2)
     stale = bronze_to_silver.parse_config([*transform_args(lake, unique_name, run_id="run-2"), "--lock-epoch", "1"])
     with pytest.raises(TransformError) as refused:

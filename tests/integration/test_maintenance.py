@@ -17,7 +17,7 @@ from include.contract.continuity import check_run
 from include.readers import delta_progress, run_ledger, spark_checkpoint
 from include.readers.delta_progress import read_progress
 from spark_jobs import kafka_backfill, maintain_tables
-from tests.integration.test_transform_silver import ingest, order, transform
+from tests.integration.job_helpers import ingest, order_after_t0, transform
 from tests.kafka_helpers import produce, read_all
 
 pytestmark = pytest.mark.integration
@@ -44,7 +44,7 @@ def test_maintenance_compacts_every_table_and_the_next_runs_continue_exactly_onc
     topic, lake = make_topic(unique_name, partitions=3), tmp_path / "lake"
     sent = 0
     for run in range(2):  # two runs of two micro-batches each: one file per partition per batch
-        produce(bootstrap, topic, [(i % 3, f"o{i}".encode(), order(f"o{i}", i % 40, i)) for i in range(sent, sent + 120)])
+        produce(bootstrap, topic, [(i % 3, f"o{i}".encode(), order_after_t0(f"o{i}", i % 40, i)) for i in range(sent, sent + 120)])
         produce(bootstrap, topic, [(run % 3, b"bad", b"{not json")])
         sent += 120
         ingest(spark, bootstrap, lake, unique_name, topic, per_trigger=70)
@@ -79,7 +79,7 @@ def test_maintenance_compacts_every_table_and_the_next_runs_continue_exactly_onc
     # The next run (ingest, transform, then maintenance again, as a DAG run does them) reads exactly the new
     # records; its checks, made after its maintenance commits, find its commits chained on from where the
     # tables stood.
-    produce(bootstrap, topic, [(i % 3, f"o{i}".encode(), order(f"o{i}", 50, i)) for i in range(sent, sent + 90)])
+    produce(bootstrap, topic, [(i % 3, f"o{i}".encode(), order_after_t0(f"o{i}", 50, i)) for i in range(sent, sent + 90)])
     version = delta_progress.table_version(lake / "bronze")
     silver_version, quarantine_version = (delta_progress.table_version(lake / t) for t in ("silver", "quarantine"))
     stand = delta_progress.silver_stand(lake / "silver", unique_name)

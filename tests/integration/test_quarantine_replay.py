@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 
 import pytest
 
@@ -20,11 +20,12 @@ from include.contract.transform_spec import FieldSpec
 from include.settings import FAILPOINT_ENV
 from include.spark.spark_submit import submit_environment
 from include.tooling.job_submit import submit_command
-from tests.integration.test_transform_silver import SPEC as ORDERS
-from tests.integration.test_transform_silver import (
+from tests.integration.job_helpers import ORDERS_SPEC as ORDERS
+from tests.integration.job_helpers import (
+    T0,
     assert_accounted,
     ingest,
-    order,
+    order_after_t0,
     quarantine,
     silver,
     transform,
@@ -38,7 +39,6 @@ STRICT = replace(ORDERS, fields=(*ORDERS.fields, FieldSpec("currency", "string",
                  tombstones="quarantine")  # fmt: skip
 #: The fix: GBP is a currency now.
 FIXED = replace(STRICT, fields=(*ORDERS.fields, FieldSpec("currency", "string", allowed=("EUR", "USD", "GBP"))))
-T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
 
 def replay_file(lake, selection: ReplaySelection, name: str = "replay.json") -> str:
@@ -62,11 +62,11 @@ def outcomes(spark, lake) -> dict[str, str | None]:
 
 def produce_orders(bootstrap, topic) -> None:
     produce(bootstrap, topic, [
-        (0, b"o1", order("o1", 1, currency="GBP")),    # older than o1's EUR event: must not win
-        (0, b"o1", order("o1", 5, currency="EUR")),
-        (1, b"o2", order("o2", 2, currency="GBP")),
-        (1, b"o3", order("o3", 1, amount=-5, currency="EUR")),  # another cause: not fixed
-        (2, b"o4", order("o4", 3, currency="GBP")),
+        (0, b"o1", order_after_t0("o1", 1, currency="GBP")),    # older than o1's EUR event: must not win
+        (0, b"o1", order_after_t0("o1", 5, currency="EUR")),
+        (1, b"o2", order_after_t0("o2", 2, currency="GBP")),
+        (1, b"o3", order_after_t0("o3", 1, amount=-5, currency="EUR")),  # another cause: not fixed
+        (2, b"o4", order_after_t0("o4", 3, currency="GBP")),
     ])  # fmt: skip
 
 

@@ -8,123 +8,43 @@ produced, computed independently here.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import signal
 import subprocess
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
 from decimal import Decimal
 
 import pytest
 from confluent_kafka import Producer
 
-from include.contract.transform_spec import SCHEMA_KIND, FieldSpec, SilverCommit, TransformSpec
+from include.contract.silver_stand import SCHEMA_KIND
+from include.contract.transform_spec import TransformSpec
 from include.readers import delta_progress, spark_checkpoint
 from include.readers.delta_progress import read_progress
-from include.settings import FAILPOINT_ENV
 from include.spark.spark_submit import submit_environment
 from include.tooling.job_submit import submit_command
 from spark_jobs import bronze_to_silver, kafka_to_bronze
 from spark_jobs.ingest_plan import parse_config
 from tests.delta_helpers import age_log
+from tests.integration.job_helpers import (
+    ORDERS_SPEC,
+    T0,
+    assert_accounted,
+    bronze_count,
+    ingest,
+    ingest_args,
+    order_after_t0,
+    quarantine,
+    run_killed_by_failpoint,
+    silver,
+    silver_commits,
+    transform,
+    transform_args,
+)
 from tests.kafka_helpers import produce
 
 pytestmark = pytest.mark.integration
-
-SPEC = TransformSpec(
-    fields=(
-        FieldSpec("order_id", "string", required=True),
-        FieldSpec("customer", "string"),
-        FieldSpec("amount", "decimal(10,2)", required=True, minimum=0),
-        FieldSpec("event_time", "timestamp", required=True),
-    ),
-    key=("order_id",),
-    ordering="event_time",
-    tombstones="delete",
-    new_fields="add",
-)
-T0 = datetime(2026, 3, 1, tzinfo=UTC)
-
-
-def order(order_id: str, minute: int, amount: float = 10.0, **extra) -> bytes:
-    event_time = (T0 + timedelta(minutes=minute)).isoformat().replace("+00:00", "Z")
-    return json.dumps({"order_id": order_id, "amount": amount, "event_time": event_time, **extra}).encode()
-
-
-def ingest(spark, bootstrap, lake, name, topic, per_trigger: int | None = None):
-    extra = ["--max-offsets-per-trigger", str(per_trigger)] if per_trigger else []
-    args = [
-        "--pipeline", name, "--bootstrap-servers", bootstrap, "--topics", topic,
-        "--bronze-path", str(lake / "bronze"), "--checkpoint-root", str(lake / "checkpoints" / "bronze"), *extra,
-    ]  # fmt: skip
-    return kafka_to_bronze.run(spark, parse_config(args))
-
-
-def transform_args(lake, name, spec=SPEC, run_id="run-1", files_per_trigger: int | None = None) -> list[str]:
-    spec_file = lake / f"spec-{run_id}.json"
-    spec_file.parent.mkdir(parents=True, exist_ok=True)
-    spec_file.write_text(json.dumps(spec.to_json()))
-    args = [
-        "--pipeline", name, "--bronze-path", str(lake / "bronze"), "--silver-path", str(lake / "silver"),
-        "--quarantine-path", str(lake / "quarantine"), "--checkpoint-root", str(lake / "checkpoints" / "silver"),
-        "--spec-file", str(spec_file), "--run-id", run_id,
-    ]  # fmt: skip
-    if files_per_trigger:
-        args += ["--max-files-per-trigger", str(files_per_trigger)]
-    return args
-
-
-def transform(spark, lake, name, **kw) -> dict:
-    return bronze_to_silver.run(spark, bronze_to_silver.parse_config(transform_args(lake, name, **kw))).to_json()
-
-
-def silver(spark, lake, key: str = "order_id") -> dict:
-    rows = spark.read.format("delta").load(str(lake / "silver")).collect()
-    return {r[key]: r.asDict() for r in rows}
-
-
-def quarantine(spark, lake) -> dict[tuple[int, int], dict]:
-    rows = spark.read.format("delta").load(str(lake / "quarantine")).collect()
-    found = {(r["partition"], r["offset"]): r.asDict() for r in rows}
-    assert len(found) == len(rows), "quarantine holds a record twice"
-    return found
-
-
-def silver_commits(spark, lake) -> list[SilverCommit]:
-    from delta.tables import DeltaTable
-
-    hist = DeltaTable.forPath(spark, str(lake / "silver")).history().orderBy("version").collect()
-    return [c for h in hist if (c := SilverCommit.from_user_metadata(h["userMetadata"], version=h["version"]))]
-
-
-def bronze_rows(spark, lake) -> int:
-    return spark.read.format("delta").load(str(lake / "bronze")).count()
-
-
-def assert_accounted(spark, lake) -> None:
-    """Every bronze record is accounted for once, batch by batch, and the batches chain over bronze.
-
-    Each batch's counts also agree with Delta's own metrics of its commit: every upserted or deleted
-    record is one row the MERGE or append wrote.
-    """
-    from delta.tables import DeltaTable
-
-    commits = silver_commits(spark, lake)
-    for c in commits:
-        assert c.read == c.accounted, f"batch {c.batch_id}: read {c.read}, accounted {c.counts}"
-    history = {h["version"]: h for h in DeltaTable.forPath(spark, str(lake / "silver")).history().collect()}
-    for c in commits:
-        h = history[c.version]
-        written = bronze_to_silver.rows_written(h["operation"], dict(h["operationMetrics"]))
-        assert written == c.counts["upserted"] + c.counts["deleted"], (c.version, h["operationMetrics"], c.counts)
-    for a, b in zip(commits, commits[1:], strict=False):
-        if b.epoch == a.epoch:
-            assert b.bronze_start == a.bronze_end
-    replayed = sum(c.counts["replayed"] for c in commits)
-    assert sum(c.read for c in commits) - replayed == bronze_rows(spark, lake)
-
 
 def test_every_bad_record_lands_in_quarantine_naming_its_field_and_none_is_lost(
     spark, bootstrap, make_topic, unique_name, lake
@@ -132,16 +52,16 @@ def test_every_bad_record_lands_in_quarantine_naming_its_field_and_none_is_lost(
     topic = make_topic(unique_name, partitions=2, **{"max.message.bytes": str(8 * 1024 * 1024)})
     big = b'{"order_id": "big", "note": "' + b"x" * (5 * 1024 * 1024) + b'"}'
     records = [
-        (0, b"o1", order("o1", 1)),
-        (0, b"o2", order("o2", 1, customer="c2")),
+        (0, b"o1", order_after_t0("o1", 1)),
+        (0, b"o2", order_after_t0("o2", 1, customer="c2")),
         (0, b"bad-json", b'{"order_id": "o3", "amount": '),  # offset 2
         (0, b"bad-utf8", b'{"order_id": "o4\xff"}'),  # offset 3
         (0, b"o5", b'{"amount": 1, "event_time": "2026-03-01T00:00:00Z"}'),  # offset 4: no order_id
-        (0, b"o6", order("o6", 1, amount="lots")),  # offset 5: wrong type
+        (0, b"o6", order_after_t0("o6", 1, amount="lots")),  # offset 5: wrong type
         (0, b"o7", b""),  # offset 6: empty
         (0, b"o1", None),  # offset 7: tombstone for o1
         (0, None, None),  # offset 8: tombstone without a key
-        (1, b"o8", order("o8", 1)),
+        (1, b"o8", order_after_t0("o8", 1)),
     ]
     produce(bootstrap, topic, records)
     producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 8 * 1024 * 1024})
@@ -197,7 +117,7 @@ def test_silver_holds_the_newest_event_per_key_across_batches_and_runs(
 
     def send(events: list[tuple[str, int]]) -> None:
         start = len(produced)
-        produce(bootstrap, topic, [(0, k.encode(), order(k, m, amount=m)) for k, m in events])
+        produce(bootstrap, topic, [(0, k.encode(), order_after_t0(k, m, amount=m)) for k, m in events])
         produced.extend((k, m, 0, start + i) for i, (k, m) in enumerate(events))
 
     # run 1: out of order within the run, spread over several bronze commits and transform batches
@@ -234,17 +154,12 @@ def test_batch_replayed_after_a_kill_between_silver_and_checkpoint_commits_appli
 ):
     topic = make_topic(unique_name, partitions=1)
     events = [(f"k{i % 4}", i) for i in range(12)] + [("k0", 100)]
-    values = [(0, k.encode(), order(k, m, amount=m)) for k, m in events]
+    values = [(0, k.encode(), order_after_t0(k, m, amount=m)) for k, m in events]
     values += [(0, b"junk", b"not json"), (0, b"k1", None)]
     produce(bootstrap, topic, values)
     ingest(spark, bootstrap, lake, unique_name, topic, per_trigger=4)
-    cmd = submit_command(
-        "spark_jobs/bronze_to_silver.py", transform_args(lake, unique_name, files_per_trigger=1),
-        master="local[1]", conf={"spark.ui.enabled": "false"},
-    )  # fmt: skip
-    env = submit_environment({**os.environ, FAILPOINT_ENV: "kill-after-silver-commit:2"})
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, start_new_session=True)
-    assert proc.returncode == -signal.SIGKILL, f"the failpoint did not kill the job: {proc.stderr[-3000:]}"
+    run_killed_by_failpoint("spark_jobs/bronze_to_silver.py", transform_args(lake, unique_name, files_per_trigger=1),
+                            "kill-after-silver-commit:2")  # fmt: skip
     # The crash window: batch 2 is in silver, Spark never committed it to the checkpoint.
     assert silver_commits(spark, lake)[-1].batch_id == 2
     state = bronze_to_silver.read_checkpoint(spark_checkpoint.epoch_dir(lake / "checkpoints" / "silver", 0))
@@ -276,10 +191,10 @@ def test_ten_thousand_distinct_unknown_keys_stay_within_the_caps(spark, bootstra
     from include.orchestration.spark_operator import transform_summary_text
 
     topic = make_topic(unique_name, partitions=1)
-    produce(bootstrap, topic, [(0, f"r{i}".encode(), order(f"r{i}", 1, **{f"k_{uuid.uuid4().hex}": i}))
+    produce(bootstrap, topic, [(0, f"r{i}".encode(), order_after_t0(f"r{i}", 1, **{f"k_{uuid.uuid4().hex}": i}))
                                for i in range(10_000)])  # fmt: skip
     ingest(spark, bootstrap, lake, unique_name, topic)
-    adding = TransformSpec(**{**SPEC.__dict__, "new_fields": "add"})
+    adding = TransformSpec(**{**ORDERS_SPEC.__dict__, "new_fields": "add"})
     spec = replace(adding, limits=replace(adding.limits, field_names=5, new_columns=3))
     result = transform(spark, lake, unique_name, spec=spec)
 
@@ -303,15 +218,15 @@ def test_ten_thousand_distinct_unknown_keys_stay_within_the_caps(spark, bootstra
 
 def test_a_new_field_mid_stream_follows_the_evolution_policy(spark, bootstrap, make_topic, unique_name, lake):
     topic = make_topic(unique_name, partitions=1)
-    produce(bootstrap, topic, [(0, b"a", order("a", 1)), (0, b"b", order("b", 1))])
+    produce(bootstrap, topic, [(0, b"a", order_after_t0("a", 1)), (0, b"b", order_after_t0("b", 1))])
     ingest(spark, bootstrap, lake, unique_name, topic)
     transform(spark, lake, unique_name)
-    produce(bootstrap, topic, [(0, b"c", order("c", 2, coupon=15, tags=["x"])), (0, b"d", order("d", 2))])
+    produce(bootstrap, topic, [(0, b"c", order_after_t0("c", 2, coupon=15, tags=["x"])), (0, b"d", order_after_t0("d", 2))])
     ingest(spark, bootstrap, lake, unique_name, topic)
     added = transform(spark, lake, unique_name, run_id="run-2")
     assert {(f["name"], f["type"]) for f in added["fields_added"]} == {("coupon", "long"), ("tags", "json")}
     # a later value of another type is a type change: quarantine, not a crash or a silent null
-    produce(bootstrap, topic, [(0, b"e", order("e", 3, coupon="FREE"))])
+    produce(bootstrap, topic, [(0, b"e", order_after_t0("e", 3, coupon="FREE"))])
     ingest(spark, bootstrap, lake, unique_name, topic)
     changed = transform(spark, lake, unique_name, run_id="run-3")
 
@@ -327,7 +242,7 @@ def test_a_new_field_mid_stream_follows_the_evolution_policy(spark, bootstrap, m
     assert schema_changes[0]["run_id"] == "run-2"
 
     # the same data under "ignore": no column added, the field reported
-    ignoring = TransformSpec(**{**SPEC.__dict__, "new_fields": "ignore"})
+    ignoring = TransformSpec(**{**ORDERS_SPEC.__dict__, "new_fields": "ignore"})
     shutil.rmtree(lake / "silver")
     shutil.rmtree(lake / "quarantine")
     shutil.rmtree(lake / "checkpoints" / "silver")
@@ -341,12 +256,12 @@ def test_lost_checkpoint_restarts_where_silver_stands_with_a_new_epoch(
     spark, bootstrap, make_topic, unique_name, lake
 ):
     topic = make_topic(unique_name, partitions=2)
-    produce(bootstrap, topic, [(i % 2, f"k{i}".encode(), order(f"k{i}", i)) for i in range(20)])
+    produce(bootstrap, topic, [(i % 2, f"k{i}".encode(), order_after_t0(f"k{i}", i)) for i in range(20)])
     produce(bootstrap, topic, [(0, b"bad-1", b"{not json")])
     ingest(spark, bootstrap, lake, unique_name, topic, per_trigger=6)
     transform(spark, lake, unique_name)
     shutil.rmtree(lake / "checkpoints" / "silver")
-    produce(bootstrap, topic, [(i % 2, f"k{i}".encode(), order(f"k{i}", 100 + i)) for i in range(15, 25)])
+    produce(bootstrap, topic, [(i % 2, f"k{i}".encode(), order_after_t0(f"k{i}", 100 + i)) for i in range(15, 25)])
     produce(bootstrap, topic, [(1, b"bad-2", b"[1, 2]")])
     ingest(spark, bootstrap, lake, unique_name, topic)
 
@@ -372,7 +287,7 @@ def test_after_silvers_log_cleanup_the_transform_reads_exactly_the_new_records(
     from deltalake import DeltaTable
 
     topic = make_topic(unique_name, partitions=2)
-    produce(bootstrap, topic, [(i % 2, f"k{i}".encode(), order(f"k{i}", i)) for i in range(20)])
+    produce(bootstrap, topic, [(i % 2, f"k{i}".encode(), order_after_t0(f"k{i}", i)) for i in range(20)])
     produce(bootstrap, topic, [(0, b"bad-1", b"{not json")])
     ingest(spark, bootstrap, lake, unique_name, topic, per_trigger=6)
     first = transform(spark, lake, unique_name, files_per_trigger=2)
@@ -392,7 +307,7 @@ def test_after_silvers_log_cleanup_the_transform_reads_exactly_the_new_records(
     if checkpoint == "lost":
         shutil.rmtree(lake / "checkpoints" / "silver")
 
-    produce(bootstrap, topic, [(i % 2, f"k{i}".encode(), order(f"k{i}", 100 + i, amount=20.0)) for i in range(15, 25)])
+    produce(bootstrap, topic, [(i % 2, f"k{i}".encode(), order_after_t0(f"k{i}", 100 + i, amount=20.0)) for i in range(15, 25)])
     produce(bootstrap, topic, [(1, b"bad-2", b"[1, 2]")])
     ingest(spark, bootstrap, lake, unique_name, topic)
     second = transform(spark, lake, unique_name, run_id="run-2")
@@ -414,17 +329,17 @@ def test_after_a_restore_of_silver_the_transform_redoes_exactly_what_the_restore
     spark, bootstrap, make_topic, unique_name, lake
 ):
     topic = make_topic(unique_name, partitions=1)
-    produce(bootstrap, topic, [(0, k.encode(), order(k, 1)) for k in "abcde"] + [(0, b"bad-1", b"{not json")])
+    produce(bootstrap, topic, [(0, k.encode(), order_after_t0(k, 1)) for k in "abcde"] + [(0, b"bad-1", b"{not json")])
     ingest(spark, bootstrap, lake, unique_name, topic)
     first = transform(spark, lake, unique_name)
-    produce(bootstrap, topic, [(0, k.encode(), order(k, 10, amount=30.0)) for k in "abcf"]
+    produce(bootstrap, topic, [(0, k.encode(), order_after_t0(k, 10, amount=30.0)) for k in "abcf"]
             + [(0, b"d", None), (0, b"bad-2", b"[1]")])  # fmt: skip
     ingest(spark, bootstrap, lake, unique_name, topic)
     transform(spark, lake, unique_name, run_id="run-2")
     # A user undoes run 2 on silver. RESTORE brings back files, not the txn action of silver's position.
     spark.sql(f"RESTORE TABLE delta.`{lake / 'silver'}` TO VERSION AS OF {first['silver_version']}")
     assert sorted(silver(spark, lake)) == list("abcde")
-    produce(bootstrap, topic, [(0, b"g", order("g", 20))])
+    produce(bootstrap, topic, [(0, b"g", order_after_t0("g", 20))])
     ingest(spark, bootstrap, lake, unique_name, topic)
 
     third = transform(spark, lake, unique_name, run_id="run-3")
@@ -439,12 +354,12 @@ def test_after_a_restore_of_silver_the_transform_redoes_exactly_what_the_restore
     assert rows["d"]["_deleted"] is True
     assert sorted(bytes(r["key"]) for r in quarantine(spark, lake).values()) == [b"bad-1", b"bad-2"]
     # The next run goes on normally from the new epoch.
-    produce(bootstrap, topic, [(0, b"h", order("h", 30))])
+    produce(bootstrap, topic, [(0, b"h", order_after_t0("h", 30))])
     ingest(spark, bootstrap, lake, unique_name, topic)
     fourth = transform(spark, lake, unique_name, run_id="run-4")
     assert (fourth["epoch"], fourth["checkpoint_rebuilt"], fourth["read"], fourth["upserted"]) == (1, None, 1, 1)
     # A batch that changes nothing (an older event) still commits its mark and position: an empty append.
-    produce(bootstrap, topic, [(0, b"a", order("a", 5))])
+    produce(bootstrap, topic, [(0, b"a", order_after_t0("a", 5))])
     ingest(spark, bootstrap, lake, unique_name, topic)
     fifth = transform(spark, lake, unique_name, run_id="run-5")
     assert (fifth["read"], fifth["superseded"], fifth["upserted"]) == (1, 1, 0)
@@ -465,11 +380,10 @@ def test_the_pipelines_retention_is_set_on_every_table_once_and_is_not_progress(
                  "delta.deletedFileRetentionDuration": "interval 14 days"}  # fmt: skip
     flags = [f"--table-property={k}={v}" for k, v in retention.items()]
     topic = make_topic(unique_name, partitions=2)
-    bronze_args = ["--pipeline", unique_name, "--bootstrap-servers", bootstrap, "--topics", topic,
-                   "--bronze-path", str(lake / "bronze"), "--checkpoint-root", str(lake / "checkpoints" / "bronze")]
+    bronze_args = ingest_args(bootstrap, lake, unique_name, topic, checkpoints="checkpoints/bronze")
     versions = []
     for run in range(2):
-        produce(bootstrap, topic, [(i % 2, f"k{i}".encode(), order(f"k{i}", 10 * run + i)) for i in range(4)]
+        produce(bootstrap, topic, [(i % 2, f"k{i}".encode(), order_after_t0(f"k{i}", 10 * run + i)) for i in range(4)]
                 + [(0, b"bad", b"{")])  # fmt: skip
         ingested = kafka_to_bronze.run(spark, parse_config([*bronze_args, *flags]))
         done = bronze_to_silver.run(spark, bronze_to_silver.parse_config(
@@ -495,15 +409,13 @@ def test_one_application_runs_ingest_then_transform_and_a_failed_transform_leave
 ):
     """``spark_jobs/run_steps.py``: one spark-submit, both steps; the transform's failure is its own."""
     topic = make_topic(unique_name, partitions=2)
-    produce(bootstrap, topic, [(i % 2, f"o{i}".encode(), order(f"o{i}", i)) for i in range(40)])
+    produce(bootstrap, topic, [(i % 2, f"o{i}".encode(), order_after_t0(f"o{i}", i)) for i in range(40)])
     # Silver exists without the declared fields: the transform must refuse it, after ingest committed.
     spark.createDataFrame([("x",)], "other string").write.format("delta").save(str(lake / "silver"))
     ingest_summary, transform_summary, error = lake / "ingest.json", lake / "transform.json", lake / "error.json"
     steps = {"pipeline": unique_name, "steps": [
-        {"job": "kafka_to_bronze", "args": [
-            "--pipeline", unique_name, "--bootstrap-servers", bootstrap, "--topics", topic,
-            "--bronze-path", str(lake / "bronze"), "--checkpoint-root", str(lake / "checkpoints" / "bronze"),
-            "--summary-path", str(ingest_summary)]},
+        {"job": "kafka_to_bronze", "args": ingest_args(bootstrap, lake, unique_name, topic, "--summary-path",
+                                                       str(ingest_summary), checkpoints="checkpoints/bronze")},
         {"job": "bronze_to_silver", "args": [*transform_args(lake, unique_name), "--summary-path",
                                               str(transform_summary)], "error_path": str(error)},
     ]}  # fmt: skip
@@ -515,7 +427,7 @@ def test_one_application_runs_ingest_then_transform_and_a_failed_transform_leave
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-3000:]
     assert json.loads(ingest_summary.read_text())["rows"] == 40
-    assert bronze_rows(spark, lake) == 40
+    assert bronze_count(spark, lake) == 40
     assert not transform_summary.exists()
     failure = json.loads(error.read_text())
     assert failure["job"] == "bronze_to_silver" and "silver has no column for declared field(s)" in failure["error"]
@@ -531,7 +443,7 @@ def test_records_a_backfill_puts_back_are_quarantined_once_and_counted_as_replay
     # quarantined twice (found by the scheduler soak), and a later replay_quarantine failed on it: two
     # source rows of its MERGE matched one record.
     topic = make_topic(unique_name, partitions=1)
-    produce(bootstrap, topic, [(0, f"o{i}".encode(), b"not json" if i in (3, 7) else order(f"o{i}", i))
+    produce(bootstrap, topic, [(0, f"o{i}".encode(), b"not json" if i in (3, 7) else order_after_t0(f"o{i}", i))
                                for i in range(10)])  # fmt: skip
     ingest(spark, bootstrap, lake, unique_name, topic)
     transform(spark, lake, unique_name)
@@ -555,14 +467,11 @@ def test_a_batch_killed_between_its_quarantine_append_and_its_silver_commit_coun
     # skipped by its idempotent-write marker), not records held already, and its silver commit says so.
     # The scheduler soak's replay fault found the check "quarantined 0 but the quarantine commit holds 12".
     topic = make_topic(unique_name, partitions=1)
-    produce(bootstrap, topic, [(0, f"o{i}".encode(), b"not json" if i % 4 == 0 else order(f"o{i}", i))
+    produce(bootstrap, topic, [(0, f"o{i}".encode(), b"not json" if i % 4 == 0 else order_after_t0(f"o{i}", i))
                                for i in range(12)])  # fmt: skip
     ingest(spark, bootstrap, lake, unique_name, topic)
-    cmd = submit_command("spark_jobs/bronze_to_silver.py", transform_args(lake, unique_name),
-                         master="local[1]", conf={"spark.ui.enabled": "false"})  # fmt: skip
-    env = submit_environment({**os.environ, FAILPOINT_ENV: "kill-after-quarantine-commit:0"})
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, start_new_session=True)
-    assert proc.returncode == -signal.SIGKILL, f"the failpoint did not kill the job: {proc.stderr[-3000:]}"
+    run_killed_by_failpoint("spark_jobs/bronze_to_silver.py", transform_args(lake, unique_name),
+                            "kill-after-quarantine-commit:0")
     assert sorted(quarantine(spark, lake)) == [(0, 0), (0, 4), (0, 8)] and silver_commits(spark, lake) == []
 
     rerun = transform(spark, lake, unique_name, run_id="run-1-retry")

@@ -11,7 +11,7 @@ import io
 import json
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -20,8 +20,9 @@ import pytest
 
 from include.contract.transform_spec import FieldSpec, TransformSpec, ValueSchema
 from include.readers.schema_registry import frame
-from tests.integration.test_transform_silver import SPEC as ORDERS
-from tests.integration.test_transform_silver import (
+from tests.integration.job_helpers import ORDERS_SPEC as ORDERS
+from tests.integration.job_helpers import (
+    T0,
     assert_accounted,
     ingest,
     quarantine,
@@ -34,7 +35,6 @@ from tests.kafka_helpers import produce
 
 pytestmark = pytest.mark.integration
 
-T0 = datetime(2026, 3, 1, tzinfo=UTC)
 ORDER_V1 = {
     "type": "record", "name": "Order", "namespace": "shop",
     "fields": [
