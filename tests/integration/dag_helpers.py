@@ -36,8 +36,10 @@ STANDALONE = {"profile": "local_standalone", "workers": 1, "worker_cores": 1, "w
               "local_max_records": 0}  # fmt: skip
 
 
-def order(order_id: str, minute: int, amount: float, **extra) -> bytes:
-    """An order event as the transform's schema expects it."""
+def order_at_10h(order_id: str, minute: int, amount: float, **extra) -> bytes:
+    """An order event (JSON) as :data:`ORDERS_TRANSFORM` expects it, at 10:<minute> on 2026-03-01 (``minute``
+    0 to 59), of ``amount``; ``extra`` adds fields. The in-process job tests' orders count their minutes from
+    midnight instead: :func:`tests.integration.job_helpers.order_after_t0`."""
     return json.dumps({"order_id": order_id, "amount": amount,
                        "event_time": f"2026-03-01T10:{minute:02d}:00Z", **extra}).encode()  # fmt: skip
 

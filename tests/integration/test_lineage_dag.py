@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.dag_helpers import ORDERS_TRANSFORM, order
+from tests.integration.dag_helpers import ORDERS_TRANSFORM, order_at_10h
 from tests.kafka_helpers import produce
 
 pytestmark = pytest.mark.integration
@@ -49,7 +49,7 @@ def test_a_run_reports_what_each_task_read_and_wrote_with_its_offsets_counts_and
 ):
     p = pipeline
     p.write(transform=ORDERS_TRANSFORM)
-    good = [(i % 3, f"o{i}".encode(), order(f"o{i}", i % 50, i)) for i in range(30)]
+    good = [(i % 3, f"o{i}".encode(), order_at_10h(f"o{i}", i % 50, i)) for i in range(30)]
     bad = [(0, b"x1", b"{not json"), (1, b"x2", b'{"order_id": "x2", "amount": -1, "event_time": "2026-03-01T10:00:00Z"}')]
     produce(bootstrap, p.topic, good + bad)
     events_file = p.var / "lineage" / "events.jsonl"
@@ -114,7 +114,7 @@ def test_a_run_reports_what_each_task_read_and_wrote_with_its_offsets_counts_and
     assert {e["job"]["namespace"] for e in task_events} == {NAMESPACE}
 
     # a transport that cannot send costs a warning in the task logs, never the run
-    produce(bootstrap, p.topic, [(0, b"o99", order("o99", 1, 1))])
+    produce(bootstrap, p.topic, [(0, b"o99", order_at_10h("o99", 1, 1))])
     gone = {**transport, "log_file_path": str(p.var / "no-such-folder" / "events.jsonl")}
     proc, log = p.run(AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps(gone), AIRFLOW__OPENLINEAGE__NAMESPACE=NAMESPACE,
                       AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD="True")  # fmt: skip

@@ -12,7 +12,7 @@ import pytest
 
 from include.contract.offsets import BackfillCommit
 from include.tooling import airflow_local
-from tests.integration.dag_helpers import ORDERS_TRANSFORM, Pipeline, assert_no_cluster_left, order
+from tests.integration.dag_helpers import ORDERS_TRANSFORM, Pipeline, assert_no_cluster_left, order_at_10h
 from tests.kafka_helpers import delete_records, produce, produce_at, produce_numbered
 
 pytestmark = pytest.mark.integration
@@ -46,7 +46,7 @@ def _ok(proc, log: str) -> None:
 def test_backfill_by_offsets_inserts_only_missing_records_and_the_transform_picks_them_up(pipeline, bootstrap):
     p = pipeline
     p.write(transform=ORDERS_TRANSFORM)
-    produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order(f"o{i}", i % 60, i)) for i in range(150)])
+    produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order_at_10h(f"o{i}", i % 60, i)) for i in range(150)])
     _ok(*p.run())
     removed = _delete_from_bronze(p, '"partition" = 1 AND "offset" >= 10 AND "offset" < 30')
     assert removed == 20 and len(p.bronze_keys()) == 130
@@ -307,10 +307,10 @@ def test_replay_quarantine_through_the_form_applies_what_a_fixed_pipeline_file_n
     transform = {**ORDERS_TRANSFORM, "schema": {**ORDERS_TRANSFORM["schema"], "currency": currency}}
     p.write(transform=transform)
     produce(bootstrap, p.topic, [
-        (0, b"o1", order("o1", 5, 10, currency="EUR")),
-        (0, b"o1", order("o1", 1, 11, currency="GBP")),  # older than what silver holds for o1
-        (1, b"o2", order("o2", 2, 12, currency="GBP")),
-        (2, b"o3", order("o3", 3, -1, currency="EUR")),  # quarantined for another reason
+        (0, b"o1", order_at_10h("o1", 5, 10, currency="EUR")),
+        (0, b"o1", order_at_10h("o1", 1, 11, currency="GBP")),  # older than what silver holds for o1
+        (1, b"o2", order_at_10h("o2", 2, 12, currency="GBP")),
+        (2, b"o3", order_at_10h("o3", 3, -1, currency="EUR")),  # quarantined for another reason
     ])  # fmt: skip
     _ok(*p.run())
     conf = {"action": "replay_quarantine", "reason": "GBP is a currency now", "quarantine_field": "currency"}

@@ -24,7 +24,7 @@ from include.readers.kafka_admin import create_topic, watermarks
 from include.tooling import airflow_local, local_kafka
 from include.tooling.browser import browser as _browser
 from include.tooling.browser import wait_for as _wait
-from tests.integration.dag_helpers import ORDERS_TRANSFORM, Pipeline, order
+from tests.integration.dag_helpers import ORDERS_TRANSFORM, Pipeline, order_at_10h
 from tests.kafka_helpers import produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.full]
@@ -97,16 +97,16 @@ def test_monitor_page_shows_kafka_and_table_positions_and_refuses_anonymous_requ
         create_topic(bootstrap, topic, 3)
         p = Pipeline(tmp_path, name, topic, bootstrap, airflow_home, warm=warm_airflow)
         p.write(transform=ORDERS_TRANSFORM, description="Orders for the monitor test")
-        good = [(i % 3, f"o{i}".encode(), order(f"o{i}", i % 60, 10.0 + i)) for i in range(45)]
+        good = [(i % 3, f"o{i}".encode(), order_at_10h(f"o{i}", i % 60, 10.0 + i)) for i in range(45)]
         bad = [(0, b"bad-1", b"not json"), (1, b"bad-2", b'{"order_id": "x"}')]
         produce(bootstrap, topic, good + bad)
         proc, log = p.run()
         assert proc.returncode == 0, log[-5000:]
-        produce(bootstrap, topic, [(i % 3, f"n{i}".encode(), order(f"n{i}", 2, 5.0)) for i in range(20)])
+        produce(bootstrap, topic, [(i % 3, f"n{i}".encode(), order_at_10h(f"n{i}", 2, 5.0)) for i in range(20)])
         proc, log = p.run()
         assert proc.returncode == 0, log[-5000:]
         # Records that arrive after the last run: the page must show them as lag.
-        produce(bootstrap, topic, [(i % 3, f"late{i}".encode(), order(f"late{i}", 1, 1.0)) for i in range(13)])
+        produce(bootstrap, topic, [(i % 3, f"late{i}".encode(), order_at_10h(f"late{i}", 1, 1.0)) for i in range(13)])
 
         marks = watermarks(bootstrap, topic)
         table = _table_positions(p.lake / name / "bronze")

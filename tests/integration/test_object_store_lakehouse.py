@@ -24,7 +24,7 @@ from tests.integration.dag_helpers import (
     STANDALONE,
     StorePipeline,
     assert_no_cluster_left,
-    order,
+    order_at_10h,
 )
 from tests.kafka_helpers import produce, produce_numbered, read_all
 
@@ -49,7 +49,7 @@ def test_a_driver_killed_inside_a_batch_on_the_store_then_a_rerun_is_exact(store
     p = store_pipeline
     # A transient cluster: its executors write the store's files with the keys the driver's session holds.
     p.write(cluster=STANDALONE, transform=ORDERS_TRANSFORM)
-    produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order(f"o{i}", i % 60, i)) for i in range(1200)])
+    produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order_at_10h(f"o{i}", i % 60, i)) for i in range(1200)])
     produce(bootstrap, p.topic, [(0, b"bad", b"{not json")])
     proc, log = p.run(KDE_FAILPOINT="kill-driver-after-bronze-commit:1")
     assert proc.returncode == 1
@@ -122,7 +122,7 @@ def test_a_restore_on_the_store_is_refused_then_reread_and_a_run_after_log_clean
 def test_a_backfill_and_maintenance_on_the_store(store_pipeline, bootstrap):
     p = store_pipeline
     p.write(transform=ORDERS_TRANSFORM)
-    produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order(f"o{i}", i % 60, i)) for i in range(150)])
+    produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order_at_10h(f"o{i}", i % 60, i)) for i in range(150)])
     produce(bootstrap, p.topic, [(2, b"bad", b"{not json")])  # quarantine gets a table of its own
     _ok(*p.run())
     removed = p.table("bronze").delete('"partition" = 1 AND "offset" >= 10 AND "offset" < 30')
@@ -141,7 +141,7 @@ def test_a_backfill_and_maintenance_on_the_store(store_pipeline, bootstrap):
 
     # Maintenance in every run from now: OPTIMIZE, VACUUM and a log checkpoint of each table, on the store.
     p.write(transform=ORDERS_TRANSFORM, maintenance={"every_runs": 1})
-    produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order(f"o{i}", i % 60, i)) for i in range(150, 180)])
+    produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order_at_10h(f"o{i}", i % 60, i)) for i in range(150, 180)])
     proc, log = p.run()
     _ok(proc, log)
     done = p.ledger()[0]

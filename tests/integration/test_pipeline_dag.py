@@ -19,7 +19,7 @@ from tests.integration.dag_helpers import (
     STANDALONE,
     assert_no_cluster_left,
     group_lags,
-    order,
+    order_at_10h,
 )
 from tests.kafka_helpers import delete_records, produce, produce_numbered, produce_transactional, read_all
 
@@ -82,7 +82,7 @@ def test_full_run_then_no_data_then_transactional_data(pipeline, bootstrap):
 def test_transform_in_the_dag_applies_newest_per_key_quarantines_bad_records_and_reconciles(pipeline, bootstrap):
     p = pipeline
     p.write(transform=ORDERS_TRANSFORM, cluster=STANDALONE)  # the transform's code on a cluster's executor
-    good = [(i % 3, f"o{i}".encode(), order(f"o{i}", i % 50, i)) for i in range(60)]
+    good = [(i % 3, f"o{i}".encode(), order_at_10h(f"o{i}", i % 50, i)) for i in range(60)]
     bad = [
         (0, b"x1", b"{not json"), (1, b"x2", b'{"order_id": "x2", "amount": "ten", '
                                               b'"event_time": "2026-03-01T10:00:00Z"}'),
@@ -101,7 +101,7 @@ def test_transform_in_the_dag_applies_newest_per_key_quarantines_bad_records_and
     assert any(line.startswith("transform: read 64 from bronze: 60 upserted, 0 deleted, 4 quarantined") for line in lines), lines
 
     # second run: late (older) and newer events, a tombstone, a new field
-    late = [(1, b"o1", order("o1", 0, 999)), (0, b"o3", order("o3", 59, 33, channel="web")), (2, b"o5", None)]
+    late = [(1, b"o1", order_at_10h("o1", 0, 999)), (0, b"o3", order_at_10h("o3", 59, 33, channel="web")), (2, b"o5", None)]
     produce(bootstrap, p.topic, late)
     # ... run by one application (ingest, then transform, then the maintenance now due) in local mode
     assert first["maintenance_json"] is None and first["tasks_json"]["maintain"] == "skipped"

@@ -128,20 +128,20 @@ def test_damaged_or_lost_checkpoints_heal_from_the_tables_exactly_once(pipeline,
     from deltalake import DeltaTable
 
     from include.tooling import airflow_local
-    from tests.integration.dag_helpers import ORDERS_TRANSFORM, order
+    from tests.integration.dag_helpers import ORDERS_TRANSFORM, order_at_10h
     from tests.kafka_helpers import produce
 
     p = pipeline
     p.write(transform=ORDERS_TRANSFORM)
     checkpoints = p.lake / p.name / "_checkpoints"
-    produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order(f"o{i}", i % 50, i)) for i in range(90)])
+    produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order_at_10h(f"o{i}", i % 50, i)) for i in range(90)])
     proc, log = p.run()
     assert proc.returncode == 0, log[-5000:]
 
     offsets, commits = _newest(checkpoints / "bronze", "offsets"), _newest(checkpoints / "silver", "commits")
     offsets.write_bytes(offsets.read_bytes()[:40])  # a full disk: the newest entries cut short
     commits.write_bytes(b"")
-    produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order(f"o{i}", i % 50, i)) for i in range(90, 150)])
+    produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order_at_10h(f"o{i}", i % 50, i)) for i in range(90, 150)])
     proc, log = p.run()
     assert proc.returncode == 0, log[-5000:]
     healed = p.ledger()[0]
@@ -156,7 +156,7 @@ def test_damaged_or_lost_checkpoints_heal_from_the_tables_exactly_once(pipeline,
     commits = _newest(checkpoints / "bronze", "commits")
     commits.write_bytes(commits.read_bytes()[:4])
     shutil.rmtree(checkpoints / "silver")
-    produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order(f"o{i}", i % 50, i)) for i in range(150, 180)])
+    produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order_at_10h(f"o{i}", i % 50, i)) for i in range(150, 180)])
     proc, log = p.run()
     assert proc.returncode == 0, log[-5000:]
     third = p.ledger()[0]

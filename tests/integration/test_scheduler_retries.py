@@ -20,7 +20,7 @@ import pytest
 from include import ports
 from include.readers.kafka_admin import create_topic
 from include.tooling import airflow_local
-from tests.integration.dag_helpers import ORDERS_TRANSFORM, Pipeline, assert_no_cluster_left, order
+from tests.integration.dag_helpers import ORDERS_TRANSFORM, Pipeline, assert_no_cluster_left, order_at_10h
 from tests.kafka_helpers import produce
 
 # One scheduler for the module's tests: on one xdist worker, in file order.
@@ -63,7 +63,7 @@ def scheduled(tmp_path_factory, bootstrap) -> Iterator[tuple[Pipeline, Scheduler
     p.write(transform=ORDERS_TRANSFORM)
     text = (p.dir / f"{name}.yaml").read_text().replace("retries: 0\n", "")  # the pipeline's default retries
     (p.dir / f"{name}.yaml").write_text(text)
-    produce(bootstrap, topic, [(i % 3, f"o{i}".encode(), order(f"o{i}", i % 60, 1.0 + i % 7)) for i in range(1500)])
+    produce(bootstrap, topic, [(i % 3, f"o{i}".encode(), order_at_10h(f"o{i}", i % 60, 1.0 + i % 7)) for i in range(1500)])
     fired = root / "failpoints"
     scheduler = Scheduler(p, KDE_FAILPOINT="kill-driver-after-bronze-commit:1,kill-driver-after-silver-commit:0",
                           KDE_FAILPOINT_STATE=str(fired), KDE_RETRY_DELAY_S="5")  # fmt: skip
