@@ -105,6 +105,11 @@ class Pipeline:
         return sorted(root.iterdir()) if root.exists() else []
 
 
+def assert_ok(proc, log: str) -> None:
+    """A DAG run (what :meth:`Pipeline.run` returns) succeeded; if not, the message is its log's end."""
+    assert proc.returncode == 0, log[-6000:]
+
+
 def bronze_keys_of(path: Path | str, storage_options: dict[str, str] | None = None) -> list[tuple[int, int]]:
     """Every (partition, offset) row of the bronze table at ``path``, duplicates kept."""
     from deltalake import DeltaTable

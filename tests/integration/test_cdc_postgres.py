@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from include.contract.transform_spec import FieldSpec, TransformSpec
 from include.tooling import local_connect, local_postgres
-from tests.integration.dag_helpers import Pipeline
+from tests.integration.dag_helpers import Pipeline, assert_ok
 from tests.integration.job_helpers import (
     assert_accounted,
     ingest,
@@ -302,10 +302,6 @@ TRANSFORM = {
 }  # fmt: skip
 
 
-def _ok(proc, log: str) -> None:
-    assert proc.returncode == 0, log[-6000:]
-
-
 def test_dag_runs_follow_thousands_of_changes_exactly_through_a_driver_killed_inside_a_transform_batch(
     spark, capture, tmp_path, airflow_home, warm_airflow
 ):
@@ -325,7 +321,7 @@ def test_dag_runs_follow_thousands_of_changes_exactly_through_a_driver_killed_in
     p = Pipeline(tmp_path / "dag", capture.prefix, capture.topic, capture.bootstrap, airflow_home, warm=warm_airflow)
     p.write(transform=TRANSFORM)
     lake = p.lake / p.name
-    _ok(*p.run())
+    assert_ok(*p.run())
     assert_same(spark, lake, capture)
 
     # Over 1,400 changes: one bulk insert, one bulk update, 200 single-row transactions, deletes, primary-key
@@ -350,7 +346,7 @@ def test_dag_runs_follow_thousands_of_changes_exactly_through_a_driver_killed_in
     # records it; the transform task then submits its step alone, which finds that batch in silver.
     proc, log = p.run(KDE_FAILPOINT=f"kill-driver-after-silver-commit:{before + 1}")
     assert f"failpoint kill-driver-after-silver-commit:{before + 1}" in log, "the failpoint did not fire"
-    _ok(proc, log)
+    assert_ok(proc, log)
     assert f"batch {before + 1} of epoch 0 is already in silver" in log
     assert_same(spark, lake, capture)
     assert live_silver(spark, lake)[7]["body"] == BIG
@@ -366,7 +362,7 @@ def test_dag_runs_follow_thousands_of_changes_exactly_through_a_driver_killed_in
         DELETE FROM accounts WHERE id % 7 = 0 AND id > 2000;
     """)
     capture.drain()
-    _ok(*p.run())
+    assert_ok(*p.run())
     assert_same(spark, lake, capture)
     assert_accounted(spark, lake)
     changes = spark.read.format("delta").load(str(lake / "bronze")).where("value IS NOT NULL").count()

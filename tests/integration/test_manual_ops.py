@@ -12,7 +12,13 @@ import pytest
 
 from include.contract.offsets import BackfillCommit
 from include.tooling import airflow_local
-from tests.integration.dag_helpers import ORDERS_TRANSFORM, Pipeline, assert_no_cluster_left, order_at_10h
+from tests.integration.dag_helpers import (
+    ORDERS_TRANSFORM,
+    Pipeline,
+    assert_no_cluster_left,
+    assert_ok,
+    order_at_10h,
+)
 from tests.kafka_helpers import delete_records, produce, produce_at, produce_numbered
 
 pytestmark = pytest.mark.integration
@@ -38,16 +44,12 @@ def _backfill_commits(p: Pipeline) -> list[BackfillCommit]:
     return found
 
 
-def _ok(proc, log: str) -> None:
-    assert proc.returncode == 0, log[-6000:]
-
-
 @pytest.mark.full
 def test_backfill_by_offsets_inserts_only_missing_records_and_the_transform_picks_them_up(pipeline, bootstrap):
     p = pipeline
     p.write(transform=ORDERS_TRANSFORM)
     produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order_at_10h(f"o{i}", i % 60, i)) for i in range(150)])
-    _ok(*p.run())
+    assert_ok(*p.run())
     removed = _delete_from_bronze(p, '"partition" = 1 AND "offset" >= 10 AND "offset" < 30')
     assert removed == 20 and len(p.bronze_keys()) == 130
     # The files the DELETE replaced are vacuumed: the backfill reads Kafka and bronze's current files only.
@@ -61,7 +63,7 @@ def test_backfill_by_offsets_inserts_only_missing_records_and_the_transform_pick
                           {"topic": p.topic, "partition": 1, "from": 0, "until": 50}],  # 20 of them gone
     }  # fmt: skip
     proc, log = p.run(conf)
-    _ok(proc, log)
+    assert_ok(proc, log)
     keys = p.bronze_keys()
     assert len(keys) == len(set(keys)) == 150
     row = p.ledger()[0]
@@ -82,7 +84,7 @@ def test_backfill_by_offsets_inserts_only_missing_records_and_the_transform_pick
                                                                                                   (1, 0, 50, 20)}
 
     version = _bronze(p).version()
-    _ok(*p.run(conf))  # the same backfill again
+    assert_ok(*p.run(conf))  # the same backfill again
     again = p.ledger()[0]
     assert (again["outcome"], again["rows"], again["continuity_json"]["backfill"]["read"]) == ("success", 0, 100)
     assert _bronze(p).version() == version, "a backfill with nothing missing writes no commit"
@@ -102,7 +104,7 @@ def test_backfill_by_time_reinserts_exactly_the_records_stamped_in_the_window(pi
                 ts = base + 500  # a late record: stamped in the first hour, written in the second
             records.append((part, f"{part}-{off}".encode(), f"v{off}".encode(), ts))
     produce_at(bootstrap, p.topic, records)
-    _ok(*p.run())
+    assert_ok(*p.run())
     assert _delete_from_bronze(p, '"offset" < 20') == 60
 
     start, end = base + hour, base + 2 * hour
@@ -110,7 +112,7 @@ def test_backfill_by_time_reinserts_exactly_the_records_stamped_in_the_window(pi
     iso_end = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(end / 1000))
     proc, log = p.run({"action": "backfill_time", "reason": "re-load the second hour", "from_time": iso,
                        "to_time": iso_end})  # fmt: skip
-    _ok(proc, log)
+    assert_ok(proc, log)
     expected = {(part, off) for part in range(3) for off in range(10, 20) if off != 15} | {
         (part, off) for part in range(3) for off in range(20, 30)
     }
@@ -128,10 +130,10 @@ def test_backfill_by_time_reinserts_exactly_the_records_stamped_in_the_window(pi
 def test_rebuild_checkpoint_then_normal_run_loses_and_duplicates_nothing(pipeline, bootstrap):
     p = pipeline
     produce_numbered(bootstrap, p.topic, 3, 300)
-    _ok(*p.run())
+    assert_ok(*p.run())
     produce_numbered(bootstrap, p.topic, 3, 300, start=300)
     proc, log = p.run({"action": "rebuild_checkpoint", "reason": "checkpoint folder restored from an old backup"})
-    _ok(proc, log)
+    assert_ok(proc, log)
     rebuilt = p.ledger()[0]
     assert (rebuilt["action"], rebuilt["epoch"], rebuilt["rows"], rebuilt["continuity"]) == (
         "rebuild_checkpoint", 2, 300, "CONTINUOUS",
@@ -140,7 +142,7 @@ def test_rebuild_checkpoint_then_normal_run_loses_and_duplicates_nothing(pipelin
     assert "checkpoint folder restored from an old backup" in log
 
     produce_numbered(bootstrap, p.topic, 3, 300, start=600)
-    _ok(*p.run())
+    assert_ok(*p.run())
     last = p.ledger()[0]
     assert (last["action"], last["epoch"], last["rows"], last["continuity"]) == ("normal", 2, 300, "CONTINUOUS")
     keys = p.bronze_keys()
@@ -152,7 +154,7 @@ def test_rebuild_checkpoint_then_normal_run_loses_and_duplicates_nothing(pipelin
 def test_data_loss_gap_acknowledged_through_the_form_is_recorded_with_its_reason(pipeline, bootstrap):
     p = pipeline
     produce_numbered(bootstrap, p.topic, 3, 60)
-    _ok(*p.run())
+    assert_ok(*p.run())
     produce_numbered(bootstrap, p.topic, 3, 30, start=60)  # offsets 20..29 of each partition
     delete_records(bootstrap, p.topic, 1, 25)
 
@@ -162,7 +164,7 @@ def test_data_loss_gap_acknowledged_through_the_form_is_recorded_with_its_reason
     assert f"""airflow dags trigger {p.name} -c '{{"action": "acknowledge_gap", """ in p.ledger()[0]["reason"]
 
     proc, log = p.run({"action": "acknowledge_gap", "reason": "INC-42: broker disk lost, accepted by data owner"})
-    _ok(proc, log)
+    assert_ok(proc, log)
     acked = p.ledger()[0]
     assert (acked["outcome"], acked["action"], acked["lost"], acked["rows"], acked["continuity"]) == (
         "success", "acknowledge_gap", 5, 25, "CONTINUOUS",
@@ -174,7 +176,7 @@ def test_data_loss_gap_acknowledged_through_the_form_is_recorded_with_its_reason
     assert recorded == [gap]
 
     produce_numbered(bootstrap, p.topic, 3, 30, start=90)
-    _ok(*p.run())
+    assert_ok(*p.run())
     after = p.ledger()[0]
     assert (after["outcome"], after["action"], after["rows"], after["continuity"]) == ("success", "normal", 30,
                                                                                        "CONTINUOUS")  # fmt: skip
@@ -190,7 +192,7 @@ def test_skip_offsets_passes_what_ingest_cannot_read_recorded_as_a_gap_and_nothi
     p = pipeline
     t = p.topic
     produce_numbered(bootstrap, t, 3, 60)  # offsets 0..19 of each partition
-    _ok(*p.run())
+    assert_ok(*p.run())
     produce_numbered(bootstrap, t, 3, 30, start=60)  # offsets 20..29 of each partition
     folders = p.run_dirs()
     skip = {"action": "skip_offsets", "reason": "INC-7: a value ingest cannot allocate at offset 20"}
@@ -207,7 +209,7 @@ def test_skip_offsets_passes_what_ingest_cannot_read_recorded_as_a_gap_and_nothi
     assert p.run_dirs() == folders, "a refused skip started a cluster"
     assert len(p.bronze_keys()) == 60
 
-    _ok(*p.run({**skip, "offset_ranges": [{"topic": t, "partition": 1, "from": 20, "until": 22}]}))
+    assert_ok(*p.run({**skip, "offset_ranges": [{"topic": t, "partition": 1, "from": 20, "until": 22}]}))
     row = p.ledger()[0]
     assert (row["outcome"], row["action"], row["lost"], row["rows"], row["continuity"]) == (
         "success", "skip_offsets", 2, 28, "CONTINUOUS")  # fmt: skip
@@ -219,7 +221,7 @@ def test_skip_offsets_passes_what_ingest_cannot_read_recorded_as_a_gap_and_nothi
     assert len(keys) == 88 and not {(1, 20), (1, 21)} & keys and {(1, 22), (0, 20), (2, 20)} <= keys
 
     produce_numbered(bootstrap, t, 3, 30, start=90)
-    _ok(*p.run())
+    assert_ok(*p.run())
     after = p.ledger()[0]
     assert (after["outcome"], after["rows"], after["lost"], after["continuity"]) == ("success", 30, 0, "CONTINUOUS")
     assert len(p.bronze_keys()) == 118
@@ -243,7 +245,7 @@ def _refusal(p: Pipeline, conf: dict, monkeypatch) -> str:
 def test_invalid_params_are_refused_before_any_spark_process_starts(pipeline, bootstrap, monkeypatch):
     p = pipeline
     produce_numbered(bootstrap, p.topic, 3, 60)  # offsets 0..19 of each partition
-    _ok(*p.run())
+    assert_ok(*p.run())
     delete_records(bootstrap, p.topic, 2, 5)
     t = p.topic
     below_earliest = (
@@ -312,7 +314,7 @@ def test_replay_quarantine_through_the_form_applies_what_a_fixed_pipeline_file_n
         (1, b"o2", order_at_10h("o2", 2, 12, currency="GBP")),
         (2, b"o3", order_at_10h("o3", 3, -1, currency="EUR")),  # quarantined for another reason
     ])  # fmt: skip
-    _ok(*p.run())
+    assert_ok(*p.run())
     conf = {"action": "replay_quarantine", "reason": "GBP is a currency now", "quarantine_field": "currency"}
     nothing = {**conf, "quarantine_reason": "no problem says this"}
     assert "holds 3 records and none is among the quarantined records not replayed yet" in _refusal(
@@ -321,7 +323,7 @@ def test_replay_quarantine_through_the_form_applies_what_a_fixed_pipeline_file_n
     p.write(transform={**transform, "schema": {**transform["schema"], "currency": {**currency,
                                                                                   "allowed": ["EUR", "GBP"]}}})
     proc, log = p.run(conf)
-    _ok(proc, log)
+    assert_ok(proc, log)
     lines = airflow_local.summary_lines(log)
     assert any("2 quarantined records to replay" in line for line in lines), lines
     assert any("quarantine replay: 2 selected: 1 applied, 1 superseded" in line for line in lines), lines

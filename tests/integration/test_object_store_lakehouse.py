@@ -24,6 +24,7 @@ from tests.integration.dag_helpers import (
     STANDALONE,
     StorePipeline,
     assert_no_cluster_left,
+    assert_ok,
     order_at_10h,
 )
 from tests.kafka_helpers import produce, produce_numbered, read_all
@@ -41,10 +42,6 @@ def store_pipeline(tmp_path, unique_name, bootstrap, airflow_home, warm_airflow,
                          s3_server)  # fmt: skip
 
 
-def _ok(proc, log: str) -> None:
-    assert proc.returncode == 0, log[-6000:]
-
-
 def test_a_driver_killed_inside_a_batch_on_the_store_then_a_rerun_is_exact(store_pipeline, bootstrap):
     p = store_pipeline
     # A transient cluster: its executors write the store's files with the keys the driver's session holds.
@@ -59,7 +56,7 @@ def test_a_driver_killed_inside_a_batch_on_the_store_then_a_rerun_is_exact(store
     assert_no_cluster_left(p)
 
     proc, log = p.run()
-    _ok(proc, log)
+    assert_ok(proc, log)
     ok = p.ledger()[0]
     assert (ok["outcome"], ok["continuity"]) == ("success", "CONTINUOUS")
     keys = p.bronze_keys()
@@ -84,7 +81,7 @@ def test_a_restore_on_the_store_is_refused_then_reread_and_a_run_after_log_clean
     p = store_pipeline
     p.write(kafka={"connection_id": "kafka_default", "topics": [p.topic], "max_offsets_per_trigger": 300})
     produce_numbered(bootstrap, p.topic, 3, 900)
-    _ok(*p.run())
+    assert_ok(*p.run())
     p.table("bronze").restore(1)  # undoes the last of the three batches
     produce_numbered(bootstrap, p.topic, 3, 300, start=900)
     proc, log = p.run()
@@ -92,7 +89,7 @@ def test_a_restore_on_the_store_is_refused_then_reread_and_a_run_after_log_clean
     refused = p.ledger()[0]
     assert refused["outcome"] == "failed" and "was restored to version 1" in refused["reason"], refused["reason"]
 
-    _ok(*p.run({"action": "reread_after_restore", "reason": "the restore undid good batches"}))
+    assert_ok(*p.run({"action": "reread_after_restore", "reason": "the restore undid good batches"}))
     reread = p.ledger()[0]
     assert (reread["outcome"], reread["continuity"], reread["action"]) == ("success", "CONTINUOUS",
                                                                             "reread_after_restore")  # fmt: skip
@@ -110,7 +107,7 @@ def test_a_restore_on_the_store_is_refused_then_reread_and_a_run_after_log_clean
     bronze.cleanup_metadata()
     assert f"{0:020d}.json" not in p.listing("bronze", "_delta_log"), "the cleanup removed nothing"
     produce_numbered(bootstrap, p.topic, 3, 150, start=1200)
-    _ok(*p.run())
+    assert_ok(*p.run())
     after = p.ledger()[0]
     assert (after["outcome"], after["rows"], after["continuity"]) == ("success", 150, "CONTINUOUS")
     assert p.table("bronze").metadata().configuration["delta.logRetentionDuration"] == "interval 30 days"
@@ -124,7 +121,7 @@ def test_a_backfill_and_maintenance_on_the_store(store_pipeline, bootstrap):
     p.write(transform=ORDERS_TRANSFORM)
     produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order_at_10h(f"o{i}", i % 60, i)) for i in range(150)])
     produce(bootstrap, p.topic, [(2, b"bad", b"{not json")])  # quarantine gets a table of its own
-    _ok(*p.run())
+    assert_ok(*p.run())
     removed = p.table("bronze").delete('"partition" = 1 AND "offset" >= 10 AND "offset" < 30')
     assert removed["num_deleted_rows"] == 20 and len(p.bronze_keys()) == 131
     assert p.table("bronze").vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
@@ -132,7 +129,7 @@ def test_a_backfill_and_maintenance_on_the_store(store_pipeline, bootstrap):
     conf = {"action": "backfill_offsets", "reason": "restore rows a cleanup deleted by mistake",
             "offset_ranges": [{"topic": p.topic, "partition": 1, "from": 0, "until": 50}]}  # fmt: skip
     proc, log = p.run(conf)
-    _ok(proc, log)
+    assert_ok(proc, log)
     row = p.ledger()[0]
     assert (row["outcome"], row["action"], row["rows"], row["continuity"]) == (
         "success", "backfill_offsets", 20, "CONTINUOUS")  # fmt: skip
@@ -143,7 +140,7 @@ def test_a_backfill_and_maintenance_on_the_store(store_pipeline, bootstrap):
     p.write(transform=ORDERS_TRANSFORM, maintenance={"every_runs": 1})
     produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order_at_10h(f"o{i}", i % 60, i)) for i in range(150, 180)])
     proc, log = p.run()
-    _ok(proc, log)
+    assert_ok(proc, log)
     done = p.ledger()[0]
     assert (done["outcome"], done["rows"], done["continuity"]) == ("success", 30, "CONTINUOUS")
     maintained = done["maintenance_json"]
