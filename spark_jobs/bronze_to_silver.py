@@ -40,21 +40,20 @@ from include.contract.errors import TransformError
 from include.contract.history import read_until
 from include.contract.jobs import TransformArgs, quarantine_app_id, silver_app_id
 from include.contract.replay import ReplaySelection
-from include.contract.transform_spec import (
+from include.contract.silver_stand import (
     COUNT_KEYS,
     SCHEMA_KIND,
     TRUNCATE_KIND,
     BronzePosition,
-    FieldSpec,
     SilverCommit,
     SilverStand,
-    TransformSpec,
     newest_silver_commit,
     resolve_silver_stand,
     silver_epochs,
     silver_history_covered,
     silver_txn_version,
 )
+from include.contract.transform_spec import FieldSpec, TransformSpec
 from include.readers import spark_checkpoint
 from spark_jobs import cdc_rules, quarantine_replay
 from spark_jobs.job_common import (

@@ -17,7 +17,9 @@ One module per concern, each importing only the ones before it:
 - :mod:`~include.config.validators`: the checks of single values and the value types built on them;
 - :mod:`~include.config.cron`: the ``schedule`` key;
 - :mod:`~include.config.sections`: the ``kafka``, ``tables``, ``lag``, ``maintenance`` and ``cluster`` models;
-- :mod:`~include.config.transform`: the ``transform`` section and the schema files it names;
+- :mod:`~include.config.transform_fields`: a transform's fields (``transform.schema``) and its schema file;
+- :mod:`~include.config.value_schema`: ``transform.value_schema`` and the Avro schema file it names;
+- :mod:`~include.config.transform`: the ``transform`` section;
 - :mod:`~include.config.pipeline`: :class:`PipelineFile` (the top level) and :class:`PipelineConfig`;
 - :mod:`~include.config.loader`: loading files and folders, and where the tables go;
 - :mod:`~include.config.reference`: the JSON Schema and Markdown reference generated from the models
@@ -25,8 +27,8 @@ One module per concern, each importing only the ones before it:
 
 The DAG factory calls :func:`load_pipelines` while Airflow parses DAG files, so
 this package imports only the standard library, PyYAML, pydantic, croniter,
-:mod:`include.settings`, :mod:`include.contract.transform_spec` and
-:mod:`include.contract.maintenance`: no Kafka, Spark or Airflow, no network.
+:mod:`include.settings`, :mod:`include.contract.transform_spec`,
+:mod:`include.contract.value_formats` and :mod:`include.contract.maintenance`: no Kafka, Spark or Airflow, no network.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ from include.config.sections import (
     MaintenanceConfig,
     TablesSection,
 )
-from include.config.transform import SchemaField, TransformSection, ValueSchemaSection
+from include.config.transform import TransformSection
+from include.config.transform_fields import SchemaField
+from include.config.value_schema import ValueSchemaSection
 
 __all__ = [
     "ClusterConfig",

@@ -30,11 +30,12 @@ from include.config.sections import (
     MaintenanceConfig,
     TablesSection,
 )
-from include.config.transform import _ValueSchemaProblem
 from include.config.validators import _NAME, _NAME_EXPECTED, NAME_MAX_LEN
+from include.config.value_schema import _ValueSchemaProblem
 from include.config.yaml_reader import _read_yaml
 from include.contract.locations import comparable, is_within
-from include.contract.transform_spec import REGISTRY_FORMATS, SCHEMA_FORMATS, TransformSpec
+from include.contract.transform_spec import TransformSpec
+from include.contract.value_formats import REGISTRY_FORMATS, SCHEMA_FORMATS
 
 #: A location with a scheme (s3a://, abfss://, file://) is a URI, taken as written.
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")

@@ -37,7 +37,7 @@ from include.contract.offsets import (
     PositionMap,
     flatten,
 )
-from include.contract.transform_spec import COUNT_KEYS, BronzePosition, SilverCommit, SilverStand
+from include.contract.silver_stand import COUNT_KEYS, BronzePosition, SilverCommit, SilverStand
 
 #: ``(topic, partition, from, until) -> committed records Kafka holds there``; may raise.
 RecordCounter = Callable[[str, int, int, int], int]

@@ -89,7 +89,7 @@ QUARANTINE_APP_PREFIX = "kde-quarantine"
 def silver_app_id(pipeline: str, epoch: int) -> str:
     """Delta ``txnAppId`` of every silver batch commit of one transform epoch.
 
-    Its version (``transform_spec.silver_txn_version``) is where silver stands
+    Its version (``silver_stand.silver_txn_version``) is where silver stands
     in bronze: part of the table's state, so Delta's log cleanup never removes
     it. One app id per epoch, because a new epoch may restart inside the
     version the last one ended in (its versions must only grow under one app

@@ -35,8 +35,8 @@ from include.contract.preflight import (
     measure_lag,
     preflight,
 )
+from include.contract.silver_stand import SilverStand
 from include.contract.table_stand import PositionUnknownError
-from include.contract.transform_spec import SilverStand
 from include.orchestration import run_lock
 from include.private_files import write_private
 from include.readers import delta_progress, kafka_state, run_ledger, spark_checkpoint

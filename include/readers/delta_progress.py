@@ -23,14 +23,14 @@ from include.contract.history import FIRST_READ, Verdict, read_until
 from include.contract.jobs import bronze_app_id, silver_app_id
 from include.contract.offsets import BackfillCommit, BronzeCommit, PositionMap
 from include.contract.replay import ReplaySelection
-from include.contract.table_stand import HistoryEntry, Restore, Stand, history_entries
-from include.contract.transform_spec import (
+from include.contract.silver_stand import (
     SilverCommit,
     SilverStand,
     newest_silver_commit,
     resolve_silver_stand,
     silver_history_covered,
 )
+from include.contract.table_stand import HistoryEntry, Restore, Stand, history_entries
 from include.readers import delta_log
 
 if TYPE_CHECKING:
@@ -269,7 +269,7 @@ _EPOCH_GAP = 8
 
 def silver_stand(path: TableRef, pipeline: str, *,
                  storage_options: dict[str, str] | None = None) -> SilverStand | None:  # fmt: skip
-    """Where the transform stands (:func:`include.contract.transform_spec.resolve_silver_stand`), read with delta-rs.
+    """Where the transform stands (:func:`include.contract.silver_stand.resolve_silver_stand`), read with delta-rs.
 
     delta-rs cannot list a table's txn app ids, so the epochs are probed:
     from the newest batch commit's epoch while the log holds one, else from 0,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from include.contract.transform_spec import BronzePosition, SilverCommit, SilverStand
+from include.contract.silver_stand import BronzePosition, SilverCommit, SilverStand
 from spark_jobs.bronze_to_silver import (
     DeltaCheckpointState,
     TransformError,

@@ -8,7 +8,7 @@ import pytest
 
 from include.contract.continuity import check_run, check_transform
 from include.contract.offsets import BronzeCommit, OffsetRange
-from include.contract.transform_spec import BronzePosition, SilverCommit, SilverRestore, SilverStand
+from include.contract.silver_stand import BronzePosition, SilverCommit, SilverRestore, SilverStand
 
 
 def commit(ranges, next_offsets, *, run_id="run-2", batch_id=0, extra=None) -> BronzeCommit:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from include.contract.jobs import silver_app_id
-from include.contract.transform_spec import (
+from include.contract.silver_stand import (
     MAX_BATCH_ID,
     BronzePosition,
     SilverCommit,

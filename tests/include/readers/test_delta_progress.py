@@ -119,7 +119,7 @@ def test_backfill_commits_carry_what_they_inserted_and_count_as_rows_but_not_pro
 
 
 def test_silver_lag_is_the_rows_of_bronzes_commits_after_where_the_transform_stands(bronze):
-    from include.contract.transform_spec import BronzePosition, SilverStand
+    from include.contract.silver_stand import BronzePosition, SilverStand
 
     # No transform commit yet: every ingested row is pending; a stand past bronze's last version, none.
     assert delta_progress.silver_pending(bronze, None) == 5
