@@ -58,6 +58,12 @@ def ingest_args(bootstrap: str, lake: Path, pipeline: str, topic: str, *extra: s
     ]  # fmt: skip
 
 
+def ingest_config(bootstrap: str, lake: Path, pipeline: str, topic: str, *extra: str, bronze: str = "bronze",
+                  checkpoints: str = "checkpoints"):  # fmt: skip
+    """The ingest job's configuration of :func:`ingest_args`' arguments."""
+    return parse_config(ingest_args(bootstrap, lake, pipeline, topic, *extra, bronze=bronze, checkpoints=checkpoints))
+
+
 def ingest(spark, bootstrap: str, lake: Path, name: str, topic: str, per_trigger: int | None = None):
     """One ingest run in ``spark`` with the transform tests' layout (checkpoints in ``checkpoints/bronze``,
     beside the transform's); its result."""

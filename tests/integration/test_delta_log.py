@@ -15,9 +15,9 @@ from include.contract import table_stand
 from include.contract.jobs import bronze_app_id
 from include.readers import delta_log
 from include.readers.delta_progress import read_progress
-from spark_jobs.ingest_plan import parse_config
 from spark_jobs.kafka_to_bronze import run
 from tests.delta_helpers import age_log
+from tests.integration.job_helpers import ingest_config
 from tests.kafka_helpers import produce_numbered
 
 pytestmark = [pytest.mark.integration, pytest.mark.full]
@@ -51,10 +51,7 @@ def test_the_log_reader_reads_what_delta_rs_reads_through_checkpoints_restore_an
         spark, bootstrap, make_topic, unique_name, lake):  # fmt: skip
     topic = make_topic(unique_name, partitions=2)
     bronze = lake / "bronze"
-    cfg = parse_config([
-        "--pipeline", unique_name, "--bootstrap-servers", bootstrap, "--topics", topic,
-        "--bronze-path", str(bronze), "--checkpoint-root", str(lake / "checkpoints"), "--max-offsets-per-trigger", "10",
-    ])  # fmt: skip
+    cfg = ingest_config(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "10")
     produce_numbered(bootstrap, topic, 2, 130)
     assert run(spark, cfg).rows == 130  # 13 micro-batches: Spark's log checkpoint at version 10, commits after it
     ids = _app_ids(unique_name, topic, 2)

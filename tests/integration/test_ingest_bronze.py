@@ -24,9 +24,10 @@ from include.readers.delta_progress import read_progress
 from include.settings import FAILPOINT_ENV
 from include.spark.spark_submit import submit_environment
 from include.tooling.job_submit import submit_command
-from spark_jobs.ingest_plan import NO_DICTIONARY_COLUMNS, parse_config
+from spark_jobs.ingest_plan import NO_DICTIONARY_COLUMNS
 from spark_jobs.job_common import OWNER_PROPERTY
 from spark_jobs.kafka_to_bronze import KafkaSourceError, main, run
+from tests.integration.job_helpers import ingest_args, ingest_config
 from tests.kafka_helpers import (
     add_partitions,
     produce,
@@ -36,18 +37,6 @@ from tests.kafka_helpers import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-def _args(bootstrap, lake, pipeline, topic, *extra):
-    return [
-        "--pipeline", pipeline, "--bootstrap-servers", bootstrap, "--topics", topic,
-        "--bronze-path", str(lake / "bronze"), "--checkpoint-root", str(lake / "checkpoints"),
-        *extra,
-    ]  # fmt: skip
-
-
-def _cfg(bootstrap, lake, pipeline, topic, *extra):
-    return parse_config(_args(bootstrap, lake, pipeline, topic, *extra))
 
 
 def _bronze_records(spark, lake):
@@ -79,11 +68,11 @@ def _bronze_commits(spark, lake):
 def test_two_runs_read_only_new_records_exactly_once(spark, bootstrap, make_topic, unique_name, lake):
     topic = make_topic(unique_name, partitions=3)
     produce_numbered(bootstrap, topic, 3, 300)
-    first = run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    first = run(spark, ingest_config(bootstrap, lake, unique_name, topic))
     assert first.rows == 300
 
     produce_numbered(bootstrap, topic, 3, 150, start=300)
-    second = run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    second = run(spark, ingest_config(bootstrap, lake, unique_name, topic))
     assert second.rows == 150
     assert second.epoch == first.epoch
     assert second.start_offsets == first.next_offsets
@@ -92,14 +81,14 @@ def test_two_runs_read_only_new_records_exactly_once(spark, bootstrap, make_topi
     progress = read_progress(str(lake / "bronze"), unique_name)
     assert progress.next_offsets == {topic: {0: 150, 1: 150, 2: 150}}
 
-    third = run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    third = run(spark, ingest_config(bootstrap, lake, unique_name, topic))
     assert third.rows == 0 and third.batches == []
 
 
 def test_bronze_keeps_kafka_metadata_and_headers(spark, bootstrap, make_topic, unique_name, lake):
     topic = make_topic(unique_name, partitions=1)
     produce(bootstrap, topic, [(0, b"k1", b"\x00\xffraw")], headers=[("trace", b"abc")])
-    summary = run(spark, _cfg(bootstrap, lake, unique_name, topic, "--run-id", "run-42"))
+    summary = run(spark, ingest_config(bootstrap, lake, unique_name, topic, "--run-id", "run-42"))
     row = spark.read.format("delta").load(str(lake / "bronze")).collect()[0]
     assert (row["topic"], row["partition"], row["offset"]) == (topic, 0, 0)
     assert bytes(row["key"]) == b"k1" and bytes(row["value"]) == b"\x00\xffraw"
@@ -116,7 +105,7 @@ def test_distinct_valued_columns_are_written_plain_others_keep_the_dictionary(sp
     topic = make_topic(unique_name, partitions=1)
     # One repeated value and key: Parquet would dictionary-encode both unless told otherwise.
     produce(bootstrap, topic, [(0, b"same-key", b"same value")] * 50)
-    run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    run(spark, ingest_config(bootstrap, lake, unique_name, topic))
     files = sorted((lake / "bronze").glob("*.parquet"))
     assert files
     chunk = pq.ParquetFile(files[0]).metadata.row_group(0)
@@ -130,7 +119,7 @@ def test_distinct_valued_columns_are_written_plain_others_keep_the_dictionary(sp
 def test_max_offsets_per_trigger_splits_into_chained_commits(spark, bootstrap, make_topic, unique_name, lake):
     topic = make_topic(unique_name, partitions=3)
     produce_numbered(bootstrap, topic, 3, 300)
-    summary = run(spark, _cfg(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "70"))
+    summary = run(spark, ingest_config(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "70"))
     assert len(summary.batches) >= 5
 
     commits = _bronze_commits(spark, lake)
@@ -157,13 +146,13 @@ def test_ranges_come_from_the_files_statistics_or_from_counting_the_files(spark,
 
     topic = make_topic(unique_name, partitions=3)
     produce_numbered(bootstrap, topic, 3, 120)
-    run(spark, _cfg(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "60"))
+    run(spark, ingest_config(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "60"))
     with_stats = pa.table(DeltaTable(str(lake / "bronze")).get_add_actions(flatten=True)).to_pylist()
     assert with_stats and all(a["num_records"] > 0 and a["min.offset"] is not None for a in with_stats)
 
     spark.sql(f"ALTER TABLE delta.`{lake / 'bronze'}` SET TBLPROPERTIES ('delta.dataSkippingNumIndexedCols' = '0')")
     produce_numbered(bootstrap, topic, 3, 90, start=120)
-    second = run(spark, _cfg(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "60"))
+    second = run(spark, ingest_config(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "60"))
     assert second.rows == 90 and len(second.batches) >= 2
     actions = pa.table(DeltaTable(str(lake / "bronze")).get_add_actions(flatten=True)).to_pylist()
     without_min = [a for a in actions if a.get("min.offset") is None]
@@ -181,11 +170,11 @@ def test_ranges_come_from_the_files_statistics_or_from_counting_the_files(spark,
 def test_new_partitions_arrive_from_their_first_offset(spark, bootstrap, make_topic, unique_name, lake):
     topic = make_topic(unique_name, partitions=2)
     produce_numbered(bootstrap, topic, 2, 40)
-    run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    run(spark, ingest_config(bootstrap, lake, unique_name, topic))
 
     add_partitions(bootstrap, topic, 4)
     produce_numbered(bootstrap, topic, 4, 80, start=40)
-    second = run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    second = run(spark, ingest_config(bootstrap, lake, unique_name, topic))
     assert second.rows == 80
     new = [r for b in second.batches for r in b.ranges if r.partition in (2, 3)]
     assert sorted((r.partition, r.from_offset, r.until_offset) for r in new) == [(2, 0, 20), (3, 0, 20)]
@@ -199,7 +188,7 @@ def test_aborted_transactions_are_skipped_and_holes_are_not_failures(spark, boot
         (False, [(0, b"aborted-1"), (0, b"aborted-2"), (0, b"aborted-3")]),
         (True, [(0, b"committed-3")]),
     ])  # fmt: skip
-    summary = run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    summary = run(spark, ingest_config(bootstrap, lake, unique_name, topic))
     values = sorted(v for _, _, v in _bronze_records(spark, lake))
     assert values == [b"committed-1", b"committed-2", b"committed-3"]
     # 3 committed + 3 aborted records + 3 transaction markers = offsets 0..8
@@ -211,11 +200,11 @@ def test_aborted_transactions_are_skipped_and_holes_are_not_failures(spark, boot
 def test_deleted_checkpoint_resumes_at_table_offsets_with_new_epoch(spark, bootstrap, make_topic, unique_name, lake):
     topic = make_topic(unique_name, partitions=3)
     produce_numbered(bootstrap, topic, 3, 90)
-    first = run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    first = run(spark, ingest_config(bootstrap, lake, unique_name, topic))
     shutil.rmtree(lake / "checkpoints")
 
     produce_numbered(bootstrap, topic, 3, 60, start=90)
-    second = run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    second = run(spark, ingest_config(bootstrap, lake, unique_name, topic))
     assert second.epoch == first.epoch + 1
     assert second.checkpoint_rebuilt["reason"] == "no checkpoint found"
     assert second.rows == 60
@@ -229,7 +218,7 @@ def test_deleted_checkpoint_resumes_at_table_offsets_with_new_epoch(spark, boots
     _assert_exactly_once(spark, lake, bootstrap, topic, 150)
 
     produce_numbered(bootstrap, topic, 3, 30, start=150)
-    third = run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    third = run(spark, ingest_config(bootstrap, lake, unique_name, topic))
     assert (third.epoch, third.rows, third.checkpoint_rebuilt) == (second.epoch, 30, None)
     _assert_exactly_once(spark, lake, bootstrap, topic, 180)
 
@@ -240,7 +229,7 @@ def test_kill_after_delta_commit_before_checkpoint_commit(spark, bootstrap, make
     produce_numbered(bootstrap, topic, 3, 300)
     cmd = submit_command(
         "spark_jobs/kafka_to_bronze.py",
-        _args(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "100"),
+        ingest_args(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "100"),
         master="local[1]",
         conf={"spark.ui.enabled": "false"},
     )
@@ -257,7 +246,7 @@ def test_kill_after_delta_commit_before_checkpoint_commit(spark, bootstrap, make
     before = len(_bronze_records(spark, lake))
     assert 0 < before < 300
 
-    rerun = run(spark, _cfg(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "100"))
+    rerun = run(spark, ingest_config(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "100"))
     assert rerun.epoch == 1 and rerun.checkpoint_rebuilt is None
     assert [b.skipped_replay for b in rerun.batches][0] is True
     assert rerun.rows == 300 - before
@@ -278,31 +267,29 @@ def test_a_table_is_one_pipelines_and_a_new_one_takes_only_an_empty_location(
 ):
     topic = make_topic(unique_name, partitions=1)
     produce_numbered(bootstrap, topic, 1, 20)
-    assert run(spark, _cfg(bootstrap, lake, unique_name, topic)).rows == 20
+    assert run(spark, ingest_config(bootstrap, lake, unique_name, topic)).rows == 20
     bronze = str(lake / "bronze")
     assert _owner(spark, bronze) == unique_name
     # Another pipeline pointed at the same table (the loader refuses two files that name one location at
     # once; not a file changed between runs, or one on another deployment): refused, nothing written.
     versions = _versions(spark, bronze)
     with pytest.raises(TableOwnershipError, match=f"belongs to pipeline '{unique_name}'.*not to 'other'"):
-        run(spark, _cfg(bootstrap, lake, "other", topic))
+        run(spark, ingest_config(bootstrap, lake, "other", topic))
     assert _versions(spark, bronze) == versions
 
     # A table an earlier version made names no owner: the next run adopts it.
     spark.sql(f"ALTER TABLE delta.`{bronze}` UNSET TBLPROPERTIES ('{OWNER_PROPERTY}')")
     assert _owner(spark, bronze) is None
     produce_numbered(bootstrap, topic, 1, 5, start=20)
-    assert run(spark, _cfg(bootstrap, lake, unique_name, topic)).rows == 5
+    assert run(spark, ingest_config(bootstrap, lake, unique_name, topic)).rows == 5
     assert _owner(spark, bronze) == unique_name
 
     # A folder that holds other files and no table: refused before anything is written, its files untouched.
     folder = tmp_path / "var"
     folder.mkdir()
     (folder / "secret.key").write_text("keep me")
-    args = ["--pipeline", "third", "--bootstrap-servers", bootstrap, "--topics", topic, "--bronze-path", str(folder),
-            "--checkpoint-root", str(tmp_path / "third-checkpoints")]  # fmt: skip
     with pytest.raises(TableOwnershipError, match=r"holds secret\.key and no Delta table.*an empty location"):
-        run(spark, parse_config(args))
+        run(spark, ingest_config(bootstrap, tmp_path, "third", topic, bronze="var", checkpoints="third-checkpoints"))
     assert sorted(p.name for p in folder.iterdir()) == ["secret.key"]
     assert (folder / "secret.key").read_text() == "keep me"
 
@@ -310,7 +297,7 @@ def test_a_table_is_one_pipelines_and_a_new_one_takes_only_an_empty_location(
 def test_missing_topic_fails_fast_and_writes_nothing(spark, bootstrap, unique_name, lake):
     started = time.monotonic()
     with pytest.raises(KafkaSourceError, match=f"{unique_name}-absent.*do not exist on {bootstrap}"):
-        run(spark, _cfg(bootstrap, lake, unique_name, f"{unique_name}-absent"))
+        run(spark, ingest_config(bootstrap, lake, unique_name, f"{unique_name}-absent"))
     assert time.monotonic() - started < 30
     assert not (lake / "bronze").exists() and not (lake / "checkpoints").exists()
 
@@ -319,13 +306,13 @@ def test_unreachable_broker_fails_in_bounded_time_naming_the_address(spark, uniq
     address = f"127.0.0.1:{free_port()}"
     started = time.monotonic()
     with pytest.raises(KafkaSourceError, match=f"Kafka at {address} did not answer within 3s"):
-        run(spark, _cfg(address, lake, unique_name, "orders", "--admin-timeout-s", "3"))
+        run(spark, ingest_config(address, lake, unique_name, "orders", "--admin-timeout-s", "3"))
     assert time.monotonic() - started < 20
     assert not (lake / "bronze").exists()
 
 
 def test_wrong_config_type_names_the_field_and_writes_nothing(bootstrap, unique_name, lake, capsys):
-    code = main(_args(bootstrap, lake, unique_name, "orders", "--max-offsets-per-trigger", "lots"))
+    code = main(ingest_args(bootstrap, lake, unique_name, "orders", "--max-offsets-per-trigger", "lots"))
     assert code == 2
     assert "--max-offsets-per-trigger: expected a positive integer, got 'lots'" in capsys.readouterr().err
     assert not lake.exists()
@@ -336,7 +323,7 @@ def test_summary_file_is_written_for_the_orchestrator(spark, bootstrap, make_top
     topic = make_topic(unique_name, partitions=2)
     produce_numbered(bootstrap, topic, 2, 10)
     out = tmp_path / "summary.json"
-    run(spark, _cfg(bootstrap, lake, unique_name, topic, "--summary-path", str(out), "--run-id", "r1"))
+    run(spark, ingest_config(bootstrap, lake, unique_name, topic, "--summary-path", str(out), "--run-id", "r1"))
     summary = json.loads(out.read_text())
     assert summary["run_id"] == "r1" and summary["rows"] == 10
     assert summary["partitions"][topic] == {"0": {"from": 0, "until": 5, "rows": 5},
@@ -353,7 +340,7 @@ def test_progress_skips_other_writers_commits_and_survives_log_checkpoints(
 
     topic = make_topic(unique_name, partitions=2)
     produce_numbered(bootstrap, topic, 2, 240)
-    first = run(spark, _cfg(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "20"))
+    first = run(spark, ingest_config(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "20"))
     assert len(first.batches) == 12  # past Delta's log checkpoint interval of 10 commits
     assert (lake / "bronze" / "_delta_log" / "00000000000000000010.checkpoint.parquet").exists()
 
@@ -364,6 +351,6 @@ def test_progress_skips_other_writers_commits_and_survives_log_checkpoints(
     assert progress.next_offsets == {topic: {0: 120, 1: 120}}
 
     produce_numbered(bootstrap, topic, 2, 10, start=240)
-    second = run(spark, _cfg(bootstrap, lake, unique_name, topic))  # the job skips OPTIMIZE too
+    second = run(spark, ingest_config(bootstrap, lake, unique_name, topic))  # the job skips OPTIMIZE too
     assert second.rows == 10 and second.start_offsets == {topic: {0: 120, 1: 120}}
     _assert_exactly_once(spark, lake, bootstrap, topic, 250)

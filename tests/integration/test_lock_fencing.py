@@ -24,18 +24,14 @@ from include.spark.spark_submit import submit_environment
 from include.tooling.job_submit import submit_command
 from spark_jobs import bronze_to_silver, kafka_to_bronze, maintain_tables
 from spark_jobs.ingest_plan import parse_config
-from tests.integration.job_helpers import order_after_t0, transform_args
+from tests.integration.job_helpers import ingest_args, order_after_t0, transform_args
 from tests.kafka_helpers import produce, produce_numbered, read_all
 
 pytestmark = pytest.mark.integration
 
 
 def _args(bootstrap, lake, name, topic, epoch: int) -> list[str]:
-    return [
-        "--pipeline", name, "--bootstrap-servers", bootstrap, "--topics", topic,
-        "--bronze-path", str(lake / "bronze"), "--checkpoint-root", str(lake / "checkpoints" / "bronze"),
-        "--lock-epoch", str(epoch),
-    ]  # fmt: skip
+    return ingest_args(bootstrap, lake, name, topic, "--lock-epoch", str(epoch), checkpoints="checkpoints/bronze")
 
 
 def _ingest(spark, bootstrap, lake, name, topic, epoch: int):

@@ -17,19 +17,12 @@ import pytest
 from include.contract.offsets import BronzeCommit, OffsetError, positions_to_json
 from include.contract.table_stand import PositionUnknownError
 from include.readers.delta_progress import positions_from_rows, read_progress
-from spark_jobs.ingest_plan import parse_config
 from spark_jobs.kafka_to_bronze import run
 from tests.delta_helpers import age_log
+from tests.integration.job_helpers import ingest_config
 from tests.kafka_helpers import produce_numbered, read_all
 
 pytestmark = pytest.mark.integration
-
-
-def _cfg(bootstrap, lake: Path, pipeline: str, topic: str, *extra: str, bronze: str = "bronze"):
-    return parse_config([
-        "--pipeline", pipeline, "--bootstrap-servers", bootstrap, "--topics", topic,
-        "--bronze-path", str(lake / bronze), "--checkpoint-root", str(lake / "checkpoints"), *extra,
-    ])  # fmt: skip
 
 
 def _with_reset(lake: Path, positions: dict, action: str, **more) -> str:
@@ -66,7 +59,7 @@ def test_after_log_cleanup_a_run_reads_exactly_the_new_records(spark, bootstrap,
     topic = make_topic(unique_name, partitions=3)
     bronze = lake / "bronze"
     produce_numbered(bootstrap, topic, 3, 900)
-    first = run(spark, _cfg(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "300"))
+    first = run(spark, ingest_config(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "300"))
     assert first.rows == 900 and len(first.batches) == 3  # versions 0-2 carry the offsets
 
     _other_writer_commits(spark, bronze, 8)  # versions 3-10; Delta's log checkpoint at 10
@@ -85,7 +78,7 @@ def test_after_log_cleanup_a_run_reads_exactly_the_new_records(spark, bootstrap,
     assert progress.next_offsets == {topic: {0: 300, 1: 300, 2: 300}}
 
     produce_numbered(bootstrap, topic, 3, 300, start=900)
-    second = run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    second = run(spark, ingest_config(bootstrap, lake, unique_name, topic))
     assert second.rows == 300
     assert second.start_offsets == {topic: {0: 300, 1: 300, 2: 300}}
     _assert_exactly(spark, bronze, read_all(bootstrap, topic))
@@ -98,7 +91,7 @@ def test_restore_is_refused_then_reread_brings_back_exactly_what_it_undid(spark,
     topic = make_topic(unique_name, partitions=3)
     bronze = lake / "bronze"
     produce_numbered(bootstrap, topic, 3, 900)
-    run(spark, _cfg(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "300"))
+    run(spark, ingest_config(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "300"))
     DeltaTable.forPath(spark, str(bronze)).restoreToVersion(0)  # undoes batches 1 and 2
     restored_rows = len(_bronze(spark, bronze))
     assert 0 < restored_rows < 900
@@ -111,17 +104,17 @@ def test_restore_is_refused_then_reread_brings_back_exactly_what_it_undid(spark,
 
     # The restore is Delta version 4: after the three batches and the run's table-property commit (its owner).
     with pytest.raises(OffsetError, match=r"was restored \(version 0, Delta version 4\)"):
-        run(spark, _cfg(bootstrap, lake, unique_name, topic))
+        run(spark, ingest_config(bootstrap, lake, unique_name, topic))
     assert len(_bronze(spark, bronze)) == restored_rows  # refused: nothing written
 
     preflight = _with_reset(lake, back.next_offsets, "reread_after_restore")
-    again = run(spark, _cfg(bootstrap, lake, unique_name, topic, "--preflight-file", preflight))
+    again = run(spark, ingest_config(bootstrap, lake, unique_name, topic, "--preflight-file", preflight))
     assert again.rows == 1200 - restored_rows
     assert again.checkpoint_rebuilt["reason"] == "reread_after_restore by the test"
     _assert_exactly(spark, bronze, read_all(bootstrap, topic))
 
     produce_numbered(bootstrap, topic, 3, 30, start=1200)
-    after = run(spark, _cfg(bootstrap, lake, unique_name, topic))  # the restore is behind the stand now
+    after = run(spark, ingest_config(bootstrap, lake, unique_name, topic))  # the restore is behind the stand now
     assert (after.rows, after.epoch, after.checkpoint_rebuilt) == (30, again.epoch, None)
     _assert_exactly(spark, bronze, read_all(bootstrap, topic))
 
@@ -133,7 +126,7 @@ def test_restore_kept_position_records_what_it_undid(spark, bootstrap, make_topi
     topic = make_topic(unique_name, partitions=3)
     bronze = lake / "bronze"
     produce_numbered(bootstrap, topic, 3, 900)
-    run(spark, _cfg(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "300"))
+    run(spark, ingest_config(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "300"))
     DeltaTable.forPath(spark, str(bronze)).restoreToVersion(0)
     kept = set(_bronze(spark, bronze))
     produce_numbered(bootstrap, topic, 3, 300, start=900)
@@ -142,7 +135,7 @@ def test_restore_kept_position_records_what_it_undid(spark, bootstrap, make_topi
     undone = [{"topic": topic, "partition": p, "from": o, "until": 300}
               for p, o in progress.restore.restored_commit[1].next_offsets[topic].items()]  # fmt: skip
     preflight = _with_reset(lake, progress.next_offsets, "keep_position_after_restore", undone=undone)
-    summary = run(spark, _cfg(bootstrap, lake, unique_name, topic, "--preflight-file", preflight))
+    summary = run(spark, ingest_config(bootstrap, lake, unique_name, topic, "--preflight-file", preflight))
     assert summary.rows == 300
     new = {r for r in read_all(bootstrap, topic) if r[1] >= 300}
     _assert_exactly(spark, bronze, kept | new)
@@ -159,7 +152,7 @@ def test_rows_without_a_readable_position_are_refused_until_reestablished(spark,
                                                                          lake):  # fmt: skip
     topic = make_topic(unique_name, partitions=2)
     produce_numbered(bootstrap, topic, 2, 400)
-    run(spark, _cfg(bootstrap, lake, unique_name, topic))
+    run(spark, ingest_config(bootstrap, lake, unique_name, topic))
     # Another tool copies the table: rows come along, the log's state and history do not.
     spark.read.format("delta").load(str(lake / "bronze")).write.format("delta").save(str(lake / "copy"))
     shutil.rmtree(lake / "checkpoints")
@@ -168,12 +161,12 @@ def test_rows_without_a_readable_position_are_refused_until_reestablished(spark,
     with pytest.raises(PositionUnknownError, match=r"copy holds rows but neither its state nor"):
         read_progress(str(lake / "copy"), unique_name, {topic: [0, 1]})
     with pytest.raises(PositionUnknownError):
-        run(spark, _cfg(bootstrap, lake, unique_name, topic, bronze="copy"))
+        run(spark, ingest_config(bootstrap, lake, unique_name, topic, bronze="copy"))
 
     positions = positions_from_rows(str(lake / "copy"))
     assert positions == {topic: {0: 200, 1: 200}}
     preflight = _with_reset(lake, positions, "reestablish_position")
-    summary = run(spark, _cfg(bootstrap, lake, unique_name, topic, "--preflight-file", preflight, bronze="copy"))
+    summary = run(spark, ingest_config(bootstrap, lake, unique_name, topic, "--preflight-file", preflight, bronze="copy"))
     assert summary.rows == 100
     _assert_exactly(spark, lake / "copy", read_all(bootstrap, topic))
     assert read_progress(str(lake / "copy"), unique_name, {topic: [0, 1]}).next_offsets == {topic: {0: 250, 1: 250}}
