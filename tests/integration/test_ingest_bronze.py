@@ -27,7 +27,7 @@ from include.tooling.job_submit import submit_command
 from spark_jobs.ingest_plan import NO_DICTIONARY_COLUMNS
 from spark_jobs.job_common import OWNER_PROPERTY
 from spark_jobs.kafka_to_bronze import KafkaSourceError, main, run
-from tests.integration.job_helpers import ingest_args, ingest_config
+from tests.integration.job_helpers import bronze_records, ingest_args, ingest_config
 from tests.kafka_helpers import (
     add_partitions,
     produce,
@@ -39,13 +39,8 @@ from tests.kafka_helpers import (
 pytestmark = pytest.mark.integration
 
 
-def _bronze_records(spark, lake):
-    rows = spark.read.format("delta").load(str(lake / "bronze")).select("partition", "offset", "value").collect()
-    return [(r["partition"], r["offset"], bytes(r["value"])) for r in rows]
-
-
 def _assert_exactly_once(spark, lake, bootstrap, topic, expected_count):
-    records = _bronze_records(spark, lake)
+    records = bronze_records(spark, lake / "bronze")
     assert len(records) == len(set(records)), "bronze holds duplicate records"
     reference = read_all(bootstrap, topic)
     assert len(reference) == expected_count
@@ -189,7 +184,7 @@ def test_aborted_transactions_are_skipped_and_holes_are_not_failures(spark, boot
         (True, [(0, b"committed-3")]),
     ])  # fmt: skip
     summary = run(spark, ingest_config(bootstrap, lake, unique_name, topic))
-    values = sorted(v for _, _, v in _bronze_records(spark, lake))
+    values = sorted(v for _, _, v in bronze_records(spark, lake / "bronze"))
     assert values == [b"committed-1", b"committed-2", b"committed-3"]
     # 3 committed + 3 aborted records + 3 transaction markers = offsets 0..8
     (partition,) = summary.to_json()["partitions"][topic].values()
@@ -243,7 +238,7 @@ def test_kill_after_delta_commit_before_checkpoint_commit(spark, bootstrap, make
     state = spark_checkpoint.read_state(spark_checkpoint.epoch_dir(lake / "checkpoints", 1))
     assert (state.last_committed_batch, state.pending_batch) == (0, 1)
 
-    before = len(_bronze_records(spark, lake))
+    before = len(bronze_records(spark, lake / "bronze"))
     assert 0 < before < 300
 
     rerun = run(spark, ingest_config(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "100"))

@@ -24,7 +24,7 @@ from include.spark.spark_submit import submit_environment
 from include.tooling.job_submit import submit_command
 from spark_jobs import bronze_to_silver, kafka_to_bronze, maintain_tables
 from spark_jobs.ingest_plan import parse_config
-from tests.integration.job_helpers import ingest_args, order_after_t0, transform_args
+from tests.integration.job_helpers import bronze_offsets, ingest_args, order_after_t0, transform_args
 from tests.kafka_helpers import produce, produce_numbered, read_all
 
 pytestmark = pytest.mark.integration
@@ -36,11 +36,6 @@ def _args(bootstrap, lake, name, topic, epoch: int) -> list[str]:
 
 def _ingest(spark, bootstrap, lake, name, topic, epoch: int):
     return kafka_to_bronze.run(spark, parse_config(_args(bootstrap, lake, name, topic, epoch)))
-
-
-def _bronze(spark, lake) -> list[tuple[int, int]]:
-    rows = spark.read.format("delta").load(str(lake / "bronze")).select("partition", "offset").collect()
-    return sorted((r["partition"], r["offset"]) for r in rows)
 
 
 def _version(spark, path) -> int:
@@ -83,11 +78,11 @@ def test_after_a_takeover_fence_the_older_epochs_ingest_commits_nothing_and_the_
     stale = _refused(refused.value, mine=1, table=2)
     assert stale.table == str(lake / "bronze")
     assert _version(spark, lake / "bronze") == fenced_at, "the stale run committed to bronze"
-    assert len(_bronze(spark, lake)) == 200
+    assert len(bronze_offsets(spark, lake / "bronze")) == 200
 
     # The run holding epoch 2 reads on from where bronze stands, the stale run's batch included.
     assert _ingest(spark, bootstrap, lake, unique_name, topic, epoch=2).rows == 50
-    assert _bronze(spark, lake) == sorted((p, o) for p, o, _ in read_all(bootstrap, topic))
+    assert bronze_offsets(spark, lake / "bronze") == sorted((p, o) for p, o, _ in read_all(bootstrap, topic))
 
 
 @pytest.mark.full
@@ -121,7 +116,7 @@ def test_an_older_epochs_commit_that_races_the_fence_loses(spark, bootstrap, mak
     failure = summary_failure(json.loads(summary.read_text()))
     assert failure is not None and isinstance(failure, IngestionError), failure
     _refused(failure, mine=1, table=2)
-    assert len(_bronze(spark, lake)) == 30
+    assert len(bronze_offsets(spark, lake / "bronze")) == 30
 
 
 @pytest.mark.full

@@ -17,15 +17,10 @@ from include.contract.continuity import check_run
 from include.readers import delta_progress, run_ledger, spark_checkpoint
 from include.readers.delta_progress import read_progress
 from spark_jobs import kafka_backfill, maintain_tables
-from tests.integration.job_helpers import ingest, order_after_t0, transform
+from tests.integration.job_helpers import bronze_records, ingest, order_after_t0, transform
 from tests.kafka_helpers import produce, read_all
 
 pytestmark = pytest.mark.integration
-
-
-def _bronze(spark, lake: Path) -> list[tuple[int, int, bytes]]:
-    rows = spark.read.format("delta").load(str(lake / "bronze")).select("partition", "offset", "value").collect()
-    return [(r["partition"], r["offset"], bytes(r["value"])) for r in rows]
 
 
 def _maintain(spark, lake: Path, name: str, *extra: str) -> dict:
@@ -112,7 +107,7 @@ def test_maintenance_compacts_every_table_and_the_next_runs_continue_exactly_onc
         expected=done, stand_before=stand,
     )  # fmt: skip
     assert checked.ok, checked.violations
-    rows = _bronze(spark, lake)
+    rows = bronze_records(spark, lake / "bronze")
     assert len(rows) == len(set(rows)) and set(rows) == read_all(bootstrap, topic)
     assert len(_silver(spark, lake)) == sent + 90
 
@@ -146,7 +141,7 @@ def test_a_backfill_by_offsets_works_after_vacuum_deleted_the_compacted_files(sp
         "--request-file", str(request), "--run-id", "backfill-1",
     ]))  # fmt: skip
     assert (result["inserted"], result["present"]) == (30, 10)
-    rows = _bronze(spark, lake)
+    rows = bronze_records(spark, lake / "bronze")
     assert len(rows) == len(set(rows)) and set(rows) == read_all(bootstrap, topic)
 
 

@@ -19,7 +19,7 @@ from include.contract.table_stand import PositionUnknownError
 from include.readers.delta_progress import positions_from_rows, read_progress
 from spark_jobs.kafka_to_bronze import run
 from tests.delta_helpers import age_log
-from tests.integration.job_helpers import ingest_config
+from tests.integration.job_helpers import bronze_records, ingest_config
 from tests.kafka_helpers import produce_numbered, read_all
 
 pytestmark = pytest.mark.integration
@@ -32,13 +32,8 @@ def _with_reset(lake: Path, positions: dict, action: str, **more) -> str:
     return str(path)
 
 
-def _bronze(spark, path: Path) -> list[tuple[int, int, bytes]]:
-    rows = spark.read.format("delta").load(str(path)).select("partition", "offset", "value").collect()
-    return [(r["partition"], r["offset"], bytes(r["value"])) for r in rows]
-
-
 def _assert_exactly(spark, path: Path, expected: set) -> None:
-    rows = _bronze(spark, path)
+    rows = bronze_records(spark, path)
     assert len(rows) == len(set(rows)), f"bronze holds {len(rows) - len(set(rows))} duplicates"
     assert set(rows) == expected
 
@@ -93,7 +88,7 @@ def test_restore_is_refused_then_reread_brings_back_exactly_what_it_undid(spark,
     produce_numbered(bootstrap, topic, 3, 900)
     run(spark, ingest_config(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "300"))
     DeltaTable.forPath(spark, str(bronze)).restoreToVersion(0)  # undoes batches 1 and 2
-    restored_rows = len(_bronze(spark, bronze))
+    restored_rows = len(bronze_records(spark, bronze))
     assert 0 < restored_rows < 900
     produce_numbered(bootstrap, topic, 3, 300, start=900)
 
@@ -105,7 +100,7 @@ def test_restore_is_refused_then_reread_brings_back_exactly_what_it_undid(spark,
     # The restore is Delta version 4: after the three batches and the run's table-property commit (its owner).
     with pytest.raises(OffsetError, match=r"was restored \(version 0, Delta version 4\)"):
         run(spark, ingest_config(bootstrap, lake, unique_name, topic))
-    assert len(_bronze(spark, bronze)) == restored_rows  # refused: nothing written
+    assert len(bronze_records(spark, bronze)) == restored_rows  # refused: nothing written
 
     preflight = _with_reset(lake, back.next_offsets, "reread_after_restore")
     again = run(spark, ingest_config(bootstrap, lake, unique_name, topic, "--preflight-file", preflight))
@@ -128,7 +123,7 @@ def test_restore_kept_position_records_what_it_undid(spark, bootstrap, make_topi
     produce_numbered(bootstrap, topic, 3, 900)
     run(spark, ingest_config(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "300"))
     DeltaTable.forPath(spark, str(bronze)).restoreToVersion(0)
-    kept = set(_bronze(spark, bronze))
+    kept = set(bronze_records(spark, bronze))
     produce_numbered(bootstrap, topic, 3, 300, start=900)
 
     progress = read_progress(str(bronze), unique_name, {topic: [0, 1, 2]})
