@@ -7,10 +7,7 @@ confluent-kafka, so "exactly once" is checked record by record.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
 import time
 
 import pytest
@@ -21,13 +18,10 @@ from include.contract.offsets import BronzeCommit
 from include.ports import free_port
 from include.readers import spark_checkpoint
 from include.readers.delta_progress import read_progress
-from include.settings import FAILPOINT_ENV
-from include.spark.spark_submit import submit_environment
-from include.tooling.job_submit import submit_command
 from spark_jobs.ingest_plan import NO_DICTIONARY_COLUMNS
 from spark_jobs.job_common import OWNER_PROPERTY
 from spark_jobs.kafka_to_bronze import KafkaSourceError, main, run
-from tests.integration.job_helpers import bronze_records, ingest_args, ingest_config
+from tests.integration.job_helpers import bronze_records, ingest_args, ingest_config, run_killed_by_failpoint
 from tests.kafka_helpers import (
     add_partitions,
     produce,
@@ -222,15 +216,9 @@ def test_deleted_checkpoint_resumes_at_table_offsets_with_new_epoch(spark, boots
 def test_kill_after_delta_commit_before_checkpoint_commit(spark, bootstrap, make_topic, unique_name, lake):
     topic = make_topic(unique_name, partitions=3)
     produce_numbered(bootstrap, topic, 3, 300)
-    cmd = submit_command(
-        "spark_jobs/kafka_to_bronze.py",
-        ingest_args(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "100"),
-        master="local[1]",
-        conf={"spark.ui.enabled": "false"},
-    )
-    env = submit_environment({**os.environ, FAILPOINT_ENV: "kill-after-bronze-commit:1"})
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, start_new_session=True)
-    assert proc.returncode == -signal.SIGKILL, f"the failpoint did not kill the job: {proc.stderr[-3000:]}"
+    run_killed_by_failpoint("spark_jobs/kafka_to_bronze.py",
+                            ingest_args(bootstrap, lake, unique_name, topic, "--max-offsets-per-trigger", "100"),
+                            "kill-after-bronze-commit:1")  # fmt: skip
 
     # The crash window: batch 1 is in the table, Spark never committed it.
     progress = read_progress(str(lake / "bronze"), unique_name)

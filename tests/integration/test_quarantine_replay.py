@@ -7,9 +7,6 @@ Assertions compare silver and quarantine with what was produced, computed here.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 from dataclasses import replace
 from datetime import UTC, timedelta
 
@@ -17,9 +14,6 @@ import pytest
 
 from include.contract.replay import ReplaySelection
 from include.contract.transform_spec import FieldSpec
-from include.settings import FAILPOINT_ENV
-from include.spark.spark_submit import submit_environment
-from include.tooling.job_submit import submit_command
 from tests.integration.job_helpers import ORDERS_SPEC as ORDERS
 from tests.integration.job_helpers import (
     T0,
@@ -27,6 +21,7 @@ from tests.integration.job_helpers import (
     ingest,
     order_after_t0,
     quarantine,
+    run_killed_by_failpoint,
     silver,
     transform,
     transform_args,
@@ -110,11 +105,7 @@ def test_a_replay_killed_between_its_silver_and_quarantine_commits_is_finished_b
     transform(spark, lake, unique_name, spec=STRICT)
     args = [*transform_args(lake, unique_name, spec=FIXED, run_id="run-replay"),
             "--replay-file", replay_file(lake, ReplaySelection(field="currency"))]  # fmt: skip
-    cmd = submit_command("spark_jobs/bronze_to_silver.py", args, master="local[1]",
-                         conf={"spark.ui.enabled": "false"})  # fmt: skip
-    env = submit_environment({**os.environ, FAILPOINT_ENV: "kill-after-replay-silver-commit:0"})
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, start_new_session=True)
-    assert proc.returncode == -signal.SIGKILL, f"the failpoint did not kill the job: {proc.stderr[-3000:]}"
+    run_killed_by_failpoint("spark_jobs/bronze_to_silver.py", args, "kill-after-replay-silver-commit:0")
     # The crash window: silver holds the replayed rows, quarantine does not say so yet.
     assert set(silver(spark, lake)) == {"o1", "o2", "o4"}
     assert set(outcomes(spark, lake).values()) == {None}
