@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 from include.spark import spark_cluster
+
+
+def wait_for_failpoint(proc, log: Path, failpoint: str, timeout_s: float = 300) -> None:
+    """Return once the job's ``log`` says its failpoint ``failpoint`` (e.g. ``stop-before-bronze-commit:1``)
+    fired; asserts meanwhile that ``proc`` (a ``Popen`` or a forked command) still runs, within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while f"failpoint {failpoint}" not in log.read_text(errors="replace"):
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-4000:]
+        time.sleep(0.2)
 
 
 def processes_naming(folder: str | Path) -> list[int]:

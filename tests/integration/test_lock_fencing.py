@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 
@@ -26,6 +25,7 @@ from spark_jobs import bronze_to_silver, kafka_to_bronze, maintain_tables
 from spark_jobs.ingest_plan import parse_config
 from tests.integration.job_helpers import bronze_offsets, ingest_args, order_after_t0, transform_args
 from tests.kafka_helpers import produce, produce_numbered, read_all
+from tests.processes import wait_for_failpoint
 
 pytestmark = pytest.mark.integration
 
@@ -105,10 +105,7 @@ def test_an_older_epochs_commit_that_races_the_fence_loses(spark, bootstrap, mak
     with log.open("wb") as out:
         stale = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 300
-        while "failpoint stop-before-bronze-commit:1" not in log.read_text(errors="replace"):
-            assert stale.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-4000:]
-            time.sleep(0.2)
+        wait_for_failpoint(stale, log, "stop-before-bronze-commit:1")
         fence_tables(unique_name, {"bronze": str(lake / "bronze")}, 2)
     finally:
         os.killpg(stale.pid, signal.SIGCONT)

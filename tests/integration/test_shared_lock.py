@@ -26,7 +26,7 @@ from include.settings import FAILPOINT_ENV
 from include.tooling import airflow_local
 from tests.integration.dag_helpers import bronze_keys_of
 from tests.kafka_helpers import produce_numbered
-from tests.processes import processes_naming
+from tests.processes import processes_naming, wait_for_failpoint
 
 pytestmark = [pytest.mark.integration, pytest.mark.full]
 
@@ -183,10 +183,7 @@ def test_a_paused_worker_that_wakes_after_a_takeover_commits_nothing(tmp_path, b
     bronze = d.bronze
     produced += produce_numbered(bootstrap, d.topic, 3, 3000, start=300)
     paused, paused_log = d.one.start(d.name, "paused", **{FAILPOINT_ENV: "stop-before-bronze-commit:5"})
-    deadline = time.monotonic() + 300
-    while "failpoint stop-before-bronze-commit:5" not in paused_log.read_text(errors="replace"):
-        assert paused.poll() is None and time.monotonic() < deadline, paused_log.read_text()[-4000:]
-        time.sleep(0.2)
+    wait_for_failpoint(paused, paused_log, "stop-before-bronze-commit:5")
     stopped_at = DeltaTable(bronze).version()
     frozen = processes_naming(d.one.var)
     os.killpg(paused.pid, signal.SIGSTOP)
