@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from include.readers.kafka_admin import watermarks
+from include.tooling import local_kafka
 
 
 def add_partitions(bootstrap: str, name: str, total: int) -> None:
@@ -130,3 +133,30 @@ def delete_records(bootstrap: str, topic: str, partition: int, before: int) -> N
     )
     subprocess.run([sys.executable, "-c", script, bootstrap, topic, str(partition), str(before)],
                    check=True, timeout=60)  # fmt: skip
+
+
+def create_topic_as(config: dict[str, str], topic: str, partitions: int) -> None:
+    """Create ``topic`` with librdkafka's client settings ``config`` (a secured broker's user, say)."""
+    admin = AdminClient(config)
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=60)
+
+
+@dataclass(frozen=True)
+class SaslBroker:
+    """A broker of one test with one SASL_PLAINTEXT listener and one user (the ``sasl_broker`` fixture)."""
+
+    broker: local_kafka.LocalBroker
+    user: local_kafka.SaslPlainUser
+    #: Random hex inside the password: found in any encoding of it (raw, JSON, JAAS-escaped).
+    token: str
+
+    def client_config(self, password: str | None = None) -> dict[str, str]:
+        """librdkafka's settings for the user, with ``password`` instead of the right one when given."""
+        config = {"bootstrap.servers": self.broker.bootstrap_servers, **self.user.client_config()}
+        if password is not None:
+            config["sasl.password"] = password
+        return config
+
+    def connection(self, password: str | None = None) -> str:
+        """``AIRFLOW_CONN_KAFKA_DEFAULT``: the Kafka provider's connection in its JSON form."""
+        return json.dumps({"conn_type": "kafka", "extra": self.client_config(password)})

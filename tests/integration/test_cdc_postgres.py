@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from include.contract.transform_spec import FieldSpec, TransformSpec
 from include.tooling import local_connect, local_postgres
-from tests.integration.dag_helpers import Pipeline, assert_ok
+from tests.integration.dag_helpers import assert_ok
 from tests.integration.job_helpers import (
     assert_accounted,
     ingest,
@@ -303,7 +303,7 @@ TRANSFORM = {
 
 
 def test_dag_runs_follow_thousands_of_changes_exactly_through_a_driver_killed_inside_a_transform_batch(
-    spark, capture, tmp_path, airflow_home, warm_airflow
+    spark, capture, tmp_path, make_dag_pipeline
 ):
     """The real DAG on the connector's topic: a snapshot, then over two thousand streamed changes (bulk and
     single-row transactions, deletes, primary-key changes, TOAST kept) in a run whose driver is SIGKILLed after
@@ -318,7 +318,8 @@ def test_dag_runs_follow_thousands_of_changes_exactly_through_a_driver_killed_in
     """)
     capture.start()
     capture.drain()
-    p = Pipeline(tmp_path / "dag", capture.prefix, capture.topic, capture.bootstrap, airflow_home, warm=warm_airflow)
+    p = make_dag_pipeline(name=capture.prefix, topic=capture.topic, new_topic=False, bootstrap=capture.bootstrap,
+                          root=tmp_path / "dag")  # fmt: skip
     p.write(transform=TRANSFORM)
     lake = p.lake / p.name
     assert_ok(*p.run())

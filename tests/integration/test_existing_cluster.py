@@ -26,7 +26,6 @@ import pytest
 
 from include.ports import free_port
 from include.spark.spark_submit import spark_home
-from tests.integration.dag_helpers import StorePipeline
 from tests.kafka_helpers import produce_numbered, read_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.full]
@@ -124,14 +123,10 @@ def cluster(tmp_path) -> Iterator[Cluster]:
 
 
 def test_a_run_on_an_existing_cluster_survives_a_lost_executor_and_leaves_nothing_there(
-    tmp_path, unique_name, bootstrap, airflow_home, warm_airflow, cluster, s3_server
+    make_dag_pipeline, bootstrap, cluster
 ):
-    from include.readers.kafka_admin import create_topic
-
-    name = unique_name.replace("-", "_")
-    topic = f"{unique_name}.events"
-    create_topic(bootstrap, topic, PARTITIONS)
-    p = StorePipeline(tmp_path, name, topic, bootstrap, airflow_home, warm_airflow, s3_server)
+    p = make_dag_pipeline(store="s3", partitions=PARTITIONS)
+    name, topic = p.name, p.topic
     p.write(
         kafka={"connection_id": "kafka_default", "topics": [topic], "max_offsets_per_trigger": 150},
         cluster={"profile": "existing_master", "master_connection_id": "spark_existing", "workers": 2,

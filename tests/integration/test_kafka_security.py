@@ -1,6 +1,6 @@
 """A pipeline DAG against a broker that demands SASL/PLAIN, with the secret kept out of every log.
 
-The broker (started here, in ``tmp_path``) has one SASL_PLAINTEXT listener and
+The broker (the ``sasl_broker`` fixture, in ``tmp_path``) has one SASL_PLAINTEXT listener and
 one user; the Airflow connection ``kafka_default`` carries the librdkafka
 settings with a random password. The password holds a quote, a backslash and
 a non-ASCII letter so every quoting layer (connection JSON, the broker's
@@ -15,53 +15,14 @@ import json
 import secrets
 import sqlite3
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from include.tooling import airflow_local, local_kafka
-from tests.integration.dag_helpers import STANDALONE, Pipeline, assert_no_cluster_left
+from tests.integration.dag_helpers import STANDALONE, assert_no_cluster_left
 
 pytestmark = [pytest.mark.integration, pytest.mark.full, pytest.mark.timeout(900)]
-
-
-@dataclass(frozen=True)
-class SaslBroker:
-    broker: local_kafka.LocalBroker
-    user: local_kafka.SaslPlainUser
-    #: Random hex inside the password: found in any encoding of it (raw, JSON, JAAS-escaped).
-    token: str
-
-    def client_config(self, password: str | None = None) -> dict[str, str]:
-        config = {"bootstrap.servers": self.broker.bootstrap_servers, **self.user.client_config()}
-        if password is not None:
-            config["sasl.password"] = password
-        return config
-
-    def connection(self, password: str | None = None) -> str:
-        """``AIRFLOW_CONN_KAFKA_DEFAULT``: the Kafka provider's connection in its JSON form."""
-        return json.dumps({"conn_type": "kafka", "extra": self.client_config(password)})
-
-
-@pytest.fixture
-def sasl_broker(tmp_path) -> Iterator[SaslBroker]:
-    """A broker of this test only: the session broker speaks PLAINTEXT."""
-    token = secrets.token_hex(12)
-    user = local_kafka.SaslPlainUser("kde-etl", f'kde-{token}-"q\\ü')
-    broker = local_kafka.start(tmp_path / "kafka", heap="512m", sasl_user=user)
-    try:
-        yield SaslBroker(broker, user, token)
-    finally:
-        broker.stop()
-
-
-def create_topic(config: dict[str, str], topic: str, partitions: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient(config)
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=60)
 
 
 def produce(config: dict[str, str], topic: str, count: int, partitions: int) -> set[tuple[int, int]]:
@@ -94,14 +55,13 @@ def files_holding(root: Path, needles: tuple[str, ...]) -> list[str]:
 
 
 def test_sasl_connection_reaches_admin_clients_and_spark_job_and_the_secret_never_shows(tmp_path, sasl_broker,
-                                                                                        airflow_home):
+                                                                                        airflow_home, make_dag_pipeline):
     s = sasl_broker
     home = airflow_home
     name = f"sasl_{uuid.uuid4().hex[:8]}"
-    topic = f"{name}.events"
-    create_topic(s.client_config(), topic, 2)
+    p = make_dag_pipeline(security="sasl", partitions=2, name=name, topic=f"{name}.events", warm=False)
+    topic = p.topic
     produced = produce(s.client_config(), topic, 150, 2)
-    p = Pipeline(tmp_path, name, topic, s.broker.bootstrap_servers, home)
     p.write(cluster=STANDALONE)  # the credentials must reach the cluster's executors too
 
     # Right password: the sensor, preflight, continuity and mirror (librdkafka) and the

@@ -20,11 +20,11 @@ import pytest
 
 from include import ports, settings
 from include.monitoring.monitor import OUT_OF_TIME
-from include.readers.kafka_admin import create_topic, watermarks
+from include.readers.kafka_admin import watermarks
 from include.tooling import airflow_local, local_kafka
 from include.tooling.browser import browser as _browser
 from include.tooling.browser import wait_for as _wait
-from tests.integration.dag_helpers import ORDERS_TRANSFORM, Pipeline, order_at_10h
+from tests.integration.dag_helpers import ORDERS_TRANSFORM, order_at_10h
 from tests.kafka_helpers import produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.full]
@@ -85,17 +85,15 @@ def _table_positions(bronze: Path) -> dict[int, int]:
 
 
 def test_monitor_page_shows_kafka_and_table_positions_and_refuses_anonymous_requests(
-    tmp_path, unique_name, airflow_home, warm_airflow
+    tmp_path, unique_name, airflow_home, make_dag_pipeline
 ):
     ARTEFACTS.mkdir(parents=True, exist_ok=True)
     broker = local_kafka.start(tmp_path / "kafka")
     server = driver = None
     try:
         bootstrap = broker.bootstrap_servers
-        name = unique_name.replace("-", "_")
-        topic = f"{unique_name}.orders"
-        create_topic(bootstrap, topic, 3)
-        p = Pipeline(tmp_path, name, topic, bootstrap, airflow_home, warm=warm_airflow)
+        p = make_dag_pipeline(bootstrap=bootstrap, topic=f"{unique_name}.orders")
+        name, topic = p.name, p.topic
         p.write(transform=ORDERS_TRANSFORM, description="Orders for the monitor test")
         good = [(i % 3, f"o{i}".encode(), order_at_10h(f"o{i}", i % 60, 10.0 + i)) for i in range(45)]
         bad = [(0, b"bad-1", b"not json"), (1, b"bad-2", b'{"order_id": "x"}')]

@@ -22,7 +22,6 @@ from include.tooling import airflow_local, local_s3
 from tests.integration.dag_helpers import (
     ORDERS_TRANSFORM,
     STANDALONE,
-    StorePipeline,
     assert_no_cluster_left,
     assert_ok,
     order_at_10h,
@@ -31,15 +30,6 @@ from tests.kafka_helpers import produce, produce_numbered, read_all
 
 # Full tier: the first use resolves s3proxy and S3A's jars from Maven on a fresh machine.
 pytestmark = [pytest.mark.integration, pytest.mark.full]
-
-@pytest.fixture
-def store_pipeline(tmp_path, unique_name, bootstrap, airflow_home, warm_airflow, s3_server) -> StorePipeline:
-    from include.readers.kafka_admin import create_topic
-
-    topic = f"{unique_name}.events"
-    create_topic(bootstrap, topic, 3)
-    return StorePipeline(tmp_path, unique_name.replace("-", "_"), topic, bootstrap, airflow_home, warm_airflow,
-                         s3_server)  # fmt: skip
 
 
 def test_a_driver_killed_inside_a_batch_on_the_store_then_a_rerun_is_exact(store_pipeline, bootstrap):

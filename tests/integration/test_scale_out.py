@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from include.readers.kafka_admin import create_topic
-from tests.integration.dag_helpers import Pipeline, assert_no_cluster_left
+from tests.integration.dag_helpers import assert_no_cluster_left
 from tests.kafka_helpers import produce_numbered, read_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.full]
@@ -39,11 +38,9 @@ def _tasks_per_executor(cluster_dir: Path) -> dict[tuple[str, str], int]:
     return finished
 
 
-def test_two_workers_share_the_ingestion_and_every_record_lands_once(tmp_path, unique_name, bootstrap, airflow_home, warm_airflow):
-    name = unique_name.replace("-", "_")
-    topic = f"{unique_name}.events"
-    create_topic(bootstrap, topic, PARTITIONS)
-    p = Pipeline(tmp_path, name, topic, bootstrap, airflow_home, warm=warm_airflow)
+def test_two_workers_share_the_ingestion_and_every_record_lands_once(make_dag_pipeline, bootstrap):
+    p = make_dag_pipeline(partitions=PARTITIONS)
+    topic = p.topic
     p.write(
         kafka={"connection_id": "kafka_default", "topics": [topic], "max_offsets_per_trigger": MAX_PER_BATCH},
         # A cluster is what this test proves: local mode is never chosen for it.
