@@ -1,6 +1,6 @@
 """Transform job: what is new in bronze → typed, deduplicated silver rows, and a quarantine.
 
-Submitted after the ingestion job, to the same cluster (``include/orchestration/spark_operator.py``)::
+Submitted after the ingestion job, to the same cluster (``include/orchestration/step_operators.py``)::
 
     spark-submit ... --py-files kde_jobs.zip spark_jobs/bronze_to_silver.py \\
         --pipeline orders --bronze-path lakehouse/orders/bronze \\

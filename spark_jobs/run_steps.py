@@ -1,7 +1,7 @@
 """A run's Spark application: its steps (ingest or backfill, then transform, then maintenance) in one driver.
 
 Submitted by the ingest task when the pipeline has a transform
-(``include/orchestration/spark_operator.py``)::
+(``include/orchestration/ingest_operator.py``)::
 
     spark-submit ... --py-files kde_jobs.zip spark_jobs/run_steps.py --steps-file <run folder>/steps.json
 

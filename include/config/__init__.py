@@ -16,7 +16,10 @@ One module per concern, each importing only the ones before it:
 - :mod:`~include.config.yaml_reader`: YAML reading that refuses duplicate keys;
 - :mod:`~include.config.validators`: the checks of single values and the value types built on them;
 - :mod:`~include.config.cron`: the ``schedule`` key;
-- :mod:`~include.config.sections`: the ``kafka``, ``tables``, ``lag``, ``maintenance`` and ``cluster`` models;
+- :mod:`~include.config.sections`: the ``kafka``, ``tables``, ``lag`` and ``maintenance`` models;
+- :mod:`~include.config.kubernetes`: the ``cluster.kubernetes`` model;
+- :mod:`~include.config.profiles`: each cluster profile's rules on the ``cluster`` keys, by name;
+- :mod:`~include.config.cluster`: the ``cluster`` model, which hands those rules the keys given;
 - :mod:`~include.config.transform_fields`: a transform's fields (``transform.schema``) and its schema file;
 - :mod:`~include.config.value_schema`: ``transform.value_schema`` and the Avro schema file it names;
 - :mod:`~include.config.transform`: the ``transform`` section;
@@ -33,13 +36,13 @@ this package imports only the standard library, PyYAML, pydantic, croniter,
 
 from __future__ import annotations
 
+from include.config.cluster import ClusterConfig
 from include.config.errors import PipelineConfigError
+from include.config.kubernetes import KubernetesConfig
 from include.config.loader import load_pipeline, load_pipelines
 from include.config.pipeline import PipelineConfig, PipelineFile, TablesConfig
 from include.config.sections import (
-    ClusterConfig,
     KafkaConfig,
-    KubernetesConfig,
     LagConfig,
     MaintenanceConfig,
     TablesSection,

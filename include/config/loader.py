@@ -20,12 +20,12 @@ from pydantic import ValidationError
 
 from include import settings
 from include.config import owned_files
+from include.config.cluster import ClusterConfig
 from include.config.errors import PipelineConfigError, _config_error, _describe, _did_you_mean, _display_path
+from include.config.kubernetes import KubernetesConfig
 from include.config.pipeline import _PIPELINE_FILE, PipelineConfig, PipelineFile, TablesConfig
 from include.config.sections import (
-    ClusterConfig,
     KafkaConfig,
-    KubernetesConfig,
     LagConfig,
     MaintenanceConfig,
     TablesSection,

@@ -14,12 +14,12 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BeforeValidator, ConfigDict, Field, TypeAdapter
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from include.config.cluster import ClusterConfig
 from include.config.cron import _check_schedule
 from include.config.sections import (
     _SECTION_CONFIG,
     DEFAULT_DELETED_FILE_RETENTION_DAYS,
     DEFAULT_LOG_RETENTION_DAYS,
-    ClusterConfig,
     KafkaConfig,
     LagConfig,
     MaintenanceConfig,

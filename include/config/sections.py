@@ -1,9 +1,10 @@
-"""The sections of a pipeline file: ``kafka``, ``tables``, ``lag``, ``maintenance``, ``cluster`` and
-``cluster.kubernetes``, as pydantic models.
+"""The sections of a pipeline file: ``kafka``, ``tables``, ``lag`` and ``maintenance``, as pydantic models, and
+the base every section's model shares (``cluster`` is :mod:`include.config.cluster`, ``cluster.kubernetes``
+:mod:`include.config.kubernetes`).
 
 Their ``Field(description=...)`` texts are the configuration reference
 (``docs/pipeline-file.md``, :mod:`include.config.reference`). ``kafka``,
-``lag``, ``maintenance``, ``cluster`` and ``cluster.kubernetes`` load as they
+``lag`` and ``maintenance`` load as they
 are written, so these models are also what the rest of the project reads;
 ``tables`` has defaults that depend on the pipeline's name and the
 environment, so it loads into :class:`~include.config.pipeline.TablesConfig`.
@@ -11,7 +12,6 @@ environment, so it loads into :class:`~include.config.pipeline.TablesConfig`.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, model_validator
@@ -19,19 +19,16 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic.fields import FieldInfo
 from pydantic_core import ArgsKwargs
 
-from include.config.errors import _MISSING, _did_you_mean, _invalid, _problem, _suffix
+from include.config.errors import _MISSING, _did_you_mean, _invalid, _suffix
 from include.config.validators import (
     _check_keys,
-    _check_memory,
     _check_minutes,
     _check_options,
     _check_topic_pattern,
     _check_topics,
     _choice,
     _connection_id,
-    _folder,
     _integer,
-    _matching,
     _NotOneSource,
     _text,
 )
@@ -44,23 +41,6 @@ DEFAULT_LOG_RETENTION_DAYS = 30
 DEFAULT_DELETED_FILE_RETENTION_DAYS = 7
 StartingOffsets = Literal["earliest", "latest"]
 STARTING_OFFSETS: tuple[str, ...] = get_args(StartingOffsets)
-ClusterProfile = Literal["local_standalone", "existing_master", "kubernetes"]
-CLUSTER_PROFILES: tuple[str, ...] = get_args(ClusterProfile)
-#: ``cluster.kubernetes.delete_driver_pod`` choices: when the operator removes a finished driver pod.
-DriverPodDeletion = Literal["on_success", "always", "never"]
-DRIVER_POD_DELETION: tuple[str, ...] = get_args(DriverPodDeletion)
-#: Kubernetes names: a DNS-1123 label (namespaces) and subdomain (service
-#: accounts, claims, secrets); secret keys are file names.
-_K8S_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_K8S_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-_K8S_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
-_IMAGE = re.compile(r"^[^\s]+$")
-#: Where the project lives inside the Kubernetes image (``cluster.kubernetes.app_dir``).
-DEFAULT_APP_DIR = "/opt/kafka-delta-elt"
-#: What profile ``kubernetes`` needs in ``cluster.kubernetes``.
-_KUBERNETES_REQUIRED = ("image", "namespace", "service_account", "shared_volume_claim", "shared_dir")
-#: What ``existing_master`` (client mode) may set there: the executors' image and namespace.
-_KUBERNETES_CLIENT_KEYS = ("image", "namespace")
 #: Unknown keys are errors, so a typo never falls back to a default silently (_check_keys reports them
 #: first, with a did-you-mean; "forbid" also puts additionalProperties: false in the JSON Schema).
 _SECTION_CONFIG = ConfigDict(extra="forbid")
@@ -401,249 +381,3 @@ class MaintenanceConfig(_Section):
     def window(self) -> Window | None:
         """:attr:`daily_window` parsed."""
         return Window.parse(self.daily_window) if self.daily_window else None
-
-
-_K8S_NAME = "a Kubernetes object name (lower-case letters, digits, '-' and '.', at most 253 characters)"
-
-
-@pydantic_dataclass(frozen=True, config=_SECTION_CONFIG)
-class KubernetesConfig(_Section):
-    """Kubernetes settings of the cluster (section ``cluster.kubernetes``).
-
-    With profile ``kubernetes`` (cluster mode), ``spark-submit`` asks the
-    Kubernetes API for a driver pod per job, the driver asks for
-    ``cluster.workers`` executor pods, and Spark deletes the executor pods
-    when the job ends; the operator then deletes the driver pod (see
-    ``delete_driver_pod``). The driver runs in a pod, not on the Airflow
-    worker, so:
-
-    - the job code is baked into ``image`` (nothing is uploaded): the
-      project's ``spark_jobs/`` folder and the ``--py-files`` archive
-      ``kde_jobs.zip`` (``include.spark.spark_submit.package_py_files``) under
-      ``app_dir``, and the jars of ``include.spark.jvm_deps.spark_jars()`` (the
-      Kafka connector, Delta, spark-avro, protobuf-java and the project's own
-      functions) in the image's ``$SPARK_HOME/jars``;
-    - the run's request files (preflight result, backfill request,
-      transform spec) and the job's summary JSON go through ``shared_dir``,
-      a volume mounted at that same path on the Airflow workers and, from
-      the claim ``shared_volume_claim``, in the driver and executor pods;
-      checkpoints and local table paths must lie inside it too;
-    - Kafka client settings come from the Kubernetes secret
-      ``kafka_options_secret``, mounted in the driver pod only; they never
-      pass through Airflow or the command line.
-
-    Not exercised on a real Kubernetes cluster here: the submit command is
-    unit-tested only.
-
-    With profile ``existing_master`` and a ``k8s://`` master (client mode:
-    the driver stays on the Airflow worker), only ``image`` and
-    ``namespace`` may be given; ``image`` is then required for the executor
-    pods (checked when the task runs, as only then is the master known).
-    """
-
-    image: Annotated[
-        str, _matching(_IMAGE, "a container image reference without spaces, e.g. 'registry/app:1.0'")
-    ] = Field(
-        description="Required whenever the section is given (it is needed with profile kubernetes, and with "
-        "existing_master on a k8s:// master). Container image of the driver and executor pods "
-        "(spark.kubernetes.container.image), e.g. registry.example/kafka-delta-elt:1.4. It holds spark_jobs/ "
-        "and kde_jobs.zip under app_dir, and the jars of include.spark.jvm_deps.spark_jars() in $SPARK_HOME/jars."
-    )
-    namespace: (
-        Annotated[
-            str,
-            _matching(
-                _K8S_LABEL,
-                "a Kubernetes namespace name (lower-case letters, digits and '-', at most 63 characters)",
-            ),
-        ]
-        | None
-    ) = Field(
-        default=None,
-        description="Kubernetes namespace of the pods (spark.kubernetes.namespace): a DNS label. Required "
-        "with profile kubernetes; optional with existing_master (the Spark connection's namespace extra, "
-        "else default).",
-    )
-    service_account: Annotated[str, _matching(_K8S_SUBDOMAIN, _K8S_NAME)] | None = Field(
-        default=None,
-        description="Service account of the driver pod, allowed to create and delete pods, services and "
-        "config maps in namespace (spark.kubernetes.authenticate.driver.serviceAccountName). Required with "
-        "profile kubernetes.",
-    )
-    app_dir: Annotated[str, _folder(if_null=DEFAULT_APP_DIR)] = Field(
-        default=DEFAULT_APP_DIR,
-        description="Absolute path of the project inside image, default /opt/kafka-delta-elt: it holds "
-        "spark_jobs/*.py and kde_jobs.zip, submitted as local:// URIs.",
-    )
-    shared_volume_claim: Annotated[str, _matching(_K8S_SUBDOMAIN, _K8S_NAME)] | None = Field(
-        default=None,
-        description="Required with profile kubernetes: name of a ReadWriteMany persistent volume claim in "
-        "namespace, mounted at shared_dir in the driver and executor pods.",
-    )
-    shared_dir: Annotated[str, _folder()] | None = Field(
-        default=None,
-        description="Required with profile kubernetes: absolute path where that volume is mounted, the "
-        "same on the Airflow workers and in the pods. Run files live in <shared_dir>/runs/<name>/<run>. "
-        "tables.bronze_path, silver_path, quarantine_path, checkpoint_root and transform_checkpoint_root must "
-        "lie inside it unless they are URIs.",
-    )
-    kafka_options_secret: Annotated[str, _matching(_K8S_SUBDOMAIN, _K8S_NAME)] | None = Field(
-        default=None,
-        description="Name of a Kubernetes secret in namespace whose key kafka_options_key holds the job's "
-        "Kafka client settings as a JSON object in the Java client's names (e.g. security.protocol, "
-        "sasl.mechanism, sasl.jaas.config), with any non-secret consumer settings besides. Mounted "
-        "read-only in the driver pod at /etc/kafka-delta-elt/kafka. Optional (a plaintext broker needs "
-        "none). With profile kubernetes, kafka.options must be empty: put them in this secret.",
-    )
-    kafka_options_key: Annotated[
-        str,
-        _matching(
-            _K8S_SECRET_KEY, "a secret key (letters, digits, '-', '_' and '.')", if_null="kafka-options.json"
-        ),
-    ] = Field(default="kafka-options.json", description="Key of that secret, default kafka-options.json.")
-    registry_secret: Annotated[str, _matching(_K8S_SUBDOMAIN, _K8S_NAME)] | None = Field(
-        default=None,
-        description="Name of a Kubernetes secret in namespace whose key registry_secret_key holds the schema "
-        "registry's settings as a JSON object (url, and username and password if it needs them). Mounted "
-        "read-only in the driver pod at /etc/kafka-delta-elt/registry. Required with profile kubernetes when "
-        "transform.value_schema names a registry: the credentials never pass through Airflow or the shared "
-        "volume.",
-    )
-    registry_secret_key: Annotated[
-        str,
-        _matching(
-            _K8S_SECRET_KEY,
-            "a secret key (letters, digits, '-', '_' and '.')",
-            if_null="schema-registry.json",
-        ),
-    ] = Field(default="schema-registry.json", description="Key of that secret, default schema-registry.json.")
-    delete_driver_pod: Annotated[DriverPodDeletion, _choice(DRIVER_POD_DELETION)] = Field(
-        default="on_success",
-        description="on_success (default): the operator deletes a driver pod that finished well and keeps a "
-        "failed one for kubectl logs; always; never.",
-    )
-
-
-#: The backlog up to which a local_standalone run stays in local mode unless its file says otherwise: the
-#: largest ``make bench`` measured local mode faster at, below where a cluster of as many cores paid off.
-LOCAL_MAX_RECORDS_DEFAULT = 200_000
-
-
-@pydantic_dataclass(frozen=True, config=_SECTION_CONFIG)
-class ClusterConfig(_Section):
-    """The Spark cluster a run uses (section ``cluster``)."""
-
-    profile: Annotated[ClusterProfile, _choice(CLUSTER_PROFILES)] = Field(
-        default="local_standalone",
-        description="local_standalone (default): each run starts a Spark standalone master and "
-        "cluster.workers workers on 127.0.0.1 and stops them afterwards (setup and teardown tasks). "
-        "existing_master: submit in client mode (the driver runs on the Airflow worker) to the running "
-        "cluster named by master_connection_id (spark://, yarn or k8s://); no cluster is started or stopped. "
-        "kubernetes: submit in cluster mode to the k8s:// master of master_connection_id; Spark creates the "
-        "driver and executor pods of each job and removes them (see cluster.kubernetes; unit-tested only, "
-        "not run here).",
-    )
-    workers: Annotated[int, *_integer(1, 8)] = Field(
-        default=1,
-        description="Integer from 1 to 8, default 1: number of workers a local_standalone run starts (one "
-        "executor each); with the other profiles, the number of executors requested "
-        "(spark.executor.instances).",
-    )
-    worker_cores: Annotated[int, *_integer(1)] = Field(
-        default=1,
-        description="Positive integer, default 1: cores per worker, which is also each executor's "
-        "spark.executor.cores.",
-    )
-    worker_memory: Annotated[str, BeforeValidator(_check_memory)] = Field(
-        default="1g",
-        description='Spark size string with a unit (k, m, g or t, e.g. "512m", "2g"), default "1g", at '
-        "least 450m (Spark's minimum for an executor): what each worker offers, and each executor's "
-        "spark.executor.memory. Stored lower-case without a trailing b.",
-    )
-    master_connection_id: Annotated[str, _connection_id("Spark")] | None = Field(
-        default=None,
-        description="Id of the Airflow Spark connection whose host is the master URL (spark://, yarn, "
-        "k8s://). Required with existing_master and kubernetes (where it must name a k8s://https://... "
-        "master), refused with local_standalone. With existing_master, the connection's queue extra (YARN) "
-        "and namespace extra (Kubernetes) are used; its deploy-mode extra is overridden by the profile.",
-    )
-    kubernetes: KubernetesConfig | None = Field(
-        default=None,
-        description="Section: Kubernetes settings. Required with kubernetes; optional with existing_master "
-        "(image, namespace); refused with local_standalone. Null when absent.",
-    )
-    local_max_records: Annotated[int, *_integer(0)] = Field(
-        default=LOCAL_MAX_RECORDS_DEFAULT,
-        description="Integer >= 0, default 200000; local_standalone only. A run whose backlog (the preflight's "
-        "lag, or a backfill's offsets) is at most this many records runs its Spark application in local mode "
-        "inside the driver (local[k], k = workers x worker_cores, at most this machine's cores): no cluster "
-        "starts, no executor warms up. On one machine a cluster with as many cores takes longer up to a few "
-        "hundred thousand records a run, its start and its executors' warm-up being the difference (make "
-        "bench, docs/performance.md). 0 always starts the cluster. The choice and its reason are in "
-        "start_cluster's log and the ledger's cluster_choice.",
-    )
-    records_per_worker: Annotated[int, *_integer(0)] = Field(
-        default=0,
-        description="Integer >= 0, default 0 (off); local_standalone only. Above local_max_records, the run "
-        "starts ceil(backlog / records_per_worker) workers, at least 1 and at most workers; 0 always starts "
-        "workers.",
-    )
-
-    @property
-    def transient(self) -> bool:
-        """Whether each run starts and stops its own cluster (setup and teardown tasks)."""
-        return self.profile == "local_standalone"
-
-    @classmethod
-    def _check_given(cls, data: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        profile = data.get("profile", "local_standalone")
-        if profile not in CLUSTER_PROFILES:  # the profile's own check says what is wrong
-            return data
-        if profile != "local_standalone" and data.get("local_max_records") is None:
-            data = {**data, "local_max_records": 0}  # sizing to the backlog is local_standalone's alone
-        master = data.get("master_connection_id")
-        if profile == "local_standalone" and master is not None:
-            expected = (
-                "no master connection with profile local_standalone (set cluster.profile: existing_master "
-                "or kubernetes to use one)"
-            )
-            raise _invalid(expected, master, at=".master_connection_id")
-        if profile != "local_standalone" and master is None:
-            expected = f"the id of an Airflow Spark connection (required with profile {profile})"
-            raise _invalid(expected, data.get("master_connection_id", _MISSING), at=".master_connection_id")
-        k8s = data.get("kubernetes")
-        if k8s is None:
-            if profile == "kubernetes":
-                required = ", ".join(_KUBERNETES_REQUIRED)
-                expected = f"a mapping with keys {required} (required with profile kubernetes)"
-                raise _invalid(expected, data.get("kubernetes", _MISSING), at=".kubernetes")
-            return data
-        if profile == "local_standalone":
-            expected = "no kubernetes section with profile local_standalone (it runs on this machine)"
-            raise _invalid(expected, k8s, at=".kubernetes")
-        KubernetesConfig._check_mapping(k8s, ".kubernetes")  # an unknown key is the first thing to fix
-        if profile == "existing_master":
-            for key in k8s:
-                if key not in _KUBERNETES_CLIENT_KEYS:
-                    raise _problem(
-                        f"expected only {', '.join(_KUBERNETES_CLIENT_KEYS)} with profile existing_master "
-                        f"(client mode: the driver runs on the Airflow worker), got {key!r}; "
-                        "it applies to profile kubernetes",
-                        f".kubernetes{_suffix(key)}",
-                    )
-        for key in _KUBERNETES_REQUIRED if profile == "kubernetes" else ("image",):
-            if k8s.get(key) is None:
-                expected = f"a value (required with profile {profile})"
-                raise _invalid(expected, k8s.get(key, _MISSING), at=f".kubernetes.{key}")
-        return data
-
-    @model_validator(mode="after")
-    def _sizing_needs_its_own_cluster(self) -> ClusterConfig:
-        for key in ("local_max_records", "records_per_worker"):
-            if getattr(self, key) and self.profile != "local_standalone":
-                expected = (
-                    f"0 or no value with profile {self.profile} (sizing the cluster to the backlog needs the "
-                    "run's own cluster: profile local_standalone)"
-                )
-                raise _invalid(expected, getattr(self, key), at=f".{key}")
-        return self

@@ -34,12 +34,10 @@ from include.contract.jobs import (
 )
 from include.contract.manual_ops import form_params
 from include.orchestration import tasks
-from include.orchestration.spark_operator import (
-    IngestOperator,
-    MaintainOperator,
-    TransformOperator,
-    job_run_type,
-)
+from include.orchestration.ingest_operator import IngestOperator
+from include.orchestration.profiles import profile_of
+from include.orchestration.run_context import job_run_type
+from include.orchestration.step_operators import MaintainOperator, TransformOperator
 
 #: A driver outlives a stopped cluster and would wait forever; the task must not.
 INGEST_TIMEOUT = timedelta(hours=4)
@@ -85,28 +83,7 @@ def silver_asset(cfg: PipelineConfig) -> Asset:
 
 def cluster_doc(cfg: PipelineConfig) -> str:
     """The DAG doc's words for where the Spark jobs run (profile ``cluster.profile``)."""
-    c = cfg.cluster
-    if c.profile == "local_standalone":
-        local = (f"; a backlog of at most {c.local_max_records} records runs in local mode inside the driver, "
-                 "no cluster" if c.local_max_records else "")  # fmt: skip
-        scaled = f", fewer for a backlog under {c.records_per_worker} per worker" if c.records_per_worker else ""
-        return (
-            f"**start_cluster** (setup: Spark standalone master + {c.workers} worker(s){scaled} x {c.worker_cores} "
-            f"core(s), {c.worker_memory} on 127.0.0.1{local}; **stop_cluster** is its teardown) "
-        )
-    if c.profile == "existing_master":
-        return (
-            f"existing Spark master from connection `{c.master_connection_id}` (profile existing_master: "
-            f"client mode, the driver runs on the Airflow worker, {c.workers} executor(s); no cluster is "
-            "started or stopped) "
-        )
-    k8s = c.kubernetes
-    where = f"image `{k8s.image}`, namespace `{k8s.namespace}`" if k8s else ""
-    return (
-        f"Kubernetes in cluster mode through connection `{c.master_connection_id}` (profile kubernetes: "
-        f"Spark creates a driver pod and {c.workers} executor pod(s) per job, {where}, and removes them; "
-        "no start/stop cluster task) "
-    )
+    return profile_of(cfg.cluster).describe(cfg.cluster)
 
 
 def maintenance_doc(cfg: PipelineConfig) -> str:
@@ -157,7 +134,7 @@ def build_dag(cfg: PipelineConfig) -> DAG:
     with DAG(**_dag_arguments(cfg)) as dag:
         # Tasks are created in the order the steps run: the DAG keeps that order.
         checks = _check_tasks(cfg)
-        cluster = _cluster_tasks(cfg) if cfg.cluster.transient else None
+        cluster = _cluster_tasks(cfg) if profile_of(cfg.cluster).transient else None
         after_jobs, maintain = _job_tasks(cfg, checks[-1], cluster)
         _closing_tasks(cfg, outlets, checks, after_jobs, maintain)
     return dag

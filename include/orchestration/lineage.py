@@ -3,7 +3,7 @@
 Airflow's OpenLineage provider asks an operator for its lineage through
 ``get_openlineage_facets_on_start/complete/failure``, and only when a
 transport is configured; with none, nothing here ever runs. The operators
-(:mod:`include.orchestration.spark_operator`, and the continuity check in
+(:mod:`include.orchestration.job_operator`, and the continuity check in
 :mod:`include.orchestration.tasks`) answer with the functions below, from
 what their step already holds in memory: the pipeline file, and the summary
 or report the step returned. No table or Kafka read happens here: the
@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 from include.config import PipelineConfig
 from include.contract.continuity import earlier_tries
 from include.contract.errors import ContractError
-from include.contract.jobs import BackfillSummary, MaintainSummary, TransformSummary, ingest_step_summary
+from include.contract.summaries import BackfillSummary, MaintainSummary, TransformSummary, ingest_step_summary
 
 if TYPE_CHECKING:  # the provider is imported only when lineage is asked for
     from typing import TypeAlias

@@ -138,7 +138,7 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
     }
 
 
-#: The job tasks whose failure leaves the job's error in XCom (include/orchestration/spark_operator.py).
+#: The job tasks whose failure leaves the job's error in XCom (include/orchestration/job_operator.py).
 JOB_TASKS = (INGEST_TASK, TRANSFORM_TASK, MAINTAIN_TASK)
 
 
@@ -234,7 +234,7 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict[st
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
     from include.orchestration import pipeline_run, run_lock
-    from include.orchestration.spark_operator import job_run_type
+    from include.orchestration.run_context import job_run_type
     from include.readers import connections, object_store, run_ledger
 
     ti = context["ti"]

@@ -14,7 +14,7 @@ and ends the task with Airflow's exception. So the functions need no task
 instance, and a unit test calls them with plain values.
 
 The Spark steps (``ingest``, ``transform``, ``maintain``) are operators of
-:mod:`include.orchestration.spark_operator`; ``check_continuity`` is
+:mod:`include.orchestration.ingest_operator` and ``step_operators``; ``check_continuity`` is
 :class:`ContinuityOperator` here, so that it can report its verdict as
 lineage; ``record_run`` calls :func:`include.orchestration.record.record_run`.
 
@@ -338,7 +338,7 @@ class ContinuityOperator(BaseOperator):
         self._report: dict[str, Any] | None = None
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from include.orchestration.spark_operator import try_number
+        from include.orchestration.run_context import try_number
 
         ti, cfg = context["ti"], self.pipeline
         return run_task(

@@ -3,7 +3,7 @@
 tests and notebooks.
 
 The orchestrator builds its spark-submit command through Airflow's Spark
-provider (``include/orchestration/spark_operator.py``); the stand-alone command
+provider (``include/orchestration/profiles/``); the stand-alone command
 the benchmark and the tests use is dev tooling: ``include/tooling/job_submit.py``.
 """
 

@@ -272,7 +272,7 @@ def _side_by_side(work: Path, bootstrap: str, variants: dict[str, _Variant], rep
     import yaml
 
     from include.config import load_pipeline
-    from include.orchestration.spark_operator import transform_job_args
+    from include.orchestration.job_args import transform_job_args
     from include.spark.spark_submit import local_session
     from spark_jobs import bronze_to_silver, kafka_to_bronze
 

@@ -101,7 +101,7 @@ def run_maintenance_bench(work: Path, bootstrap: str, topic: str, params: Mainte
 
     from include.config import load_pipeline
     from include.orchestration import pipeline_run
-    from include.orchestration.spark_operator import maintain_job_args, transform_job_args
+    from include.orchestration.job_args import maintain_job_args, transform_job_args
     from include.readers import delta_progress, run_ledger
     from include.spark.spark_submit import local_session
     from include.tooling import demo

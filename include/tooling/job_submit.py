@@ -1,7 +1,7 @@
 """The stand-alone spark-submit command of one job, for the benchmark, the tests and a run by hand.
 
 Dev tooling: a pipeline run's command is built by Airflow's Spark provider from
-the same pieces (``include/orchestration/spark_operator.py``), so the product
+the same pieces (``include/orchestration/profiles/``), so the product
 layers never call this.
 
 The same command runs against ``local[N]``, a transient standalone cluster or

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="cap each ingestion micro-batch (default: none, one batch per run)")  # fmt: skip
     args = p.parse_args(argv)
 
-    from include.orchestration.spark_operator import transform_job_args
+    from include.orchestration.job_args import transform_job_args
     from include.spark.spark_submit import local_session
     from spark_jobs import bronze_to_silver, kafka_to_bronze
     from spark_jobs.ingest_plan import parse_config

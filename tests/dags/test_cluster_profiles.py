@@ -24,14 +24,11 @@ import pytest
 from include import settings
 from include.config import PipelineConfigError
 from include.contract.errors import PipelineError
-from include.orchestration import dag_factory, pipeline_run
-from include.orchestration.spark_operator import (
-    K8S_PIPELINE_LABEL,
-    K8S_RUN_LABEL,
-    IngestOperator,
-    TransformOperator,
-    k8s_pod_base,
-)
+from include.orchestration import dag_factory, run_folder
+from include.orchestration.ingest_operator import IngestOperator
+from include.orchestration.profiles import profile_of
+from include.orchestration.profiles.kubernetes import K8S_PIPELINE_LABEL, K8S_RUN_LABEL, k8s_pod_base
+from include.orchestration.step_operators import TransformOperator
 from include.spark import jvm_deps, spark_submit
 from tests.fakes import FakeTI
 
@@ -107,7 +104,7 @@ def _run(monkeypatch, op, *, fail: bool = False) -> tuple[list[str], list[list[s
     """``op.execute`` with the hook's submit recording its command; (the command, the kill commands run)."""
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-    from include.orchestration import spark_operator
+    from include.orchestration.profiles import kubernetes as kubernetes_profile
 
     commands: list[list[str]] = []
     kills: list[list[str]] = []
@@ -130,7 +127,7 @@ def _run(monkeypatch, op, *, fail: bool = False) -> tuple[list[str], list[list[s
         Path(summary).write_text(json.dumps(SUMMARY))
 
     monkeypatch.setattr(SparkSubmitHook, "submit", submit)
-    monkeypatch.setattr(spark_operator.subprocess, "run",
+    monkeypatch.setattr(kubernetes_profile.subprocess, "run",
                         lambda cmd, **kw: kills.append(cmd) or SimpleNamespace(returncode=0, stdout="", stderr=""))  # fmt: skip
     if fail:
         with pytest.raises(RuntimeError, match="spark-submit failed"):
@@ -176,7 +173,7 @@ def test_local_standalone_submits_to_the_runs_master_with_one_executor_per_worke
     assert conf["spark.driver.host"] == "127.0.0.1" and conf["spark.pyspark.python"] == sys.executable
     assert "spark.executor.instances" not in conf
     assert _flag(cmd, "--jars") == ",".join(FAKE_JARS) and _flag(cmd, "--py-files") == FAKE_PY_FILES
-    folder = settings.VAR_DIR / "runs" / "orders" / pipeline_run.run_folder_name(RUN_ID)
+    folder = settings.VAR_DIR / "runs" / "orders" / run_folder.run_folder_name(RUN_ID)
     args = _app_args(cmd, application)
     assert args[:3] == ["--pipeline=orders", "--bootstrap-servers=b1:9092", "--topics=orders.v1,refunds"]
     assert f"--run-id={RUN_ID}" in args and "--max-offsets-per-trigger=50" in args
@@ -195,7 +192,7 @@ def test_the_drivers_scratch_is_removed_after_a_failed_submit_and_a_workers_own_
     tmp_path, make_pipeline, monkeypatch, fail
 ):
     cfg = _pipeline(make_pipeline, {"workers": 1})
-    folder = settings.VAR_DIR / "runs" / "orders" / pipeline_run.run_folder_name(RUN_ID)
+    folder = settings.VAR_DIR / "runs" / "orders" / run_folder.run_folder_name(RUN_ID)
     left = folder / "scratch" / "ingest" / "spark-0" / "kde_jobs.zip"  # from a try killed with its task process
     left.parent.mkdir(parents=True)
     left.write_bytes(b"x")
@@ -244,10 +241,10 @@ def _on_s3(monkeypatch, **extra: Any) -> dict[str, str]:
 def test_tables_on_s3_add_s3as_jars_and_settings_and_hand_the_key_pair_over_in_an_owner_only_file(
     tmp_path, make_pipeline, monkeypatch, profile
 ):
-    from include.orchestration import spark_operator
+    from include.orchestration import job_operator
 
     files: list[dict] = []
-    real_submit_hook = spark_operator.submit_hook
+    real_submit_hook = job_operator.submit_hook
 
     def recording(*args: Any, **kwargs: Any):
         hook, app = real_submit_hook(*args, **kwargs)
@@ -256,7 +253,7 @@ def test_tables_on_s3_add_s3as_jars_and_settings_and_hand_the_key_pair_over_in_a
         files.append(json.loads(secrets.read_text()))
         return hook, app
 
-    monkeypatch.setattr(spark_operator, "submit_hook", recording)
+    monkeypatch.setattr(job_operator, "submit_hook", recording)
     cfg = _pipeline(make_pipeline, profile, tables=_on_s3(monkeypatch))
     run_master = "spark://127.0.0.1:41234" if profile["profile"] == "local_standalone" else None
     op = IngestOperator(task_id="ingest", pipeline=cfg, master=run_master)
@@ -406,7 +403,7 @@ def test_kubernetes_cluster_mode_command(tmp_path, make_pipeline, monkeypatch, k
     assert "spark.pyspark.python" not in conf and "spark.pyspark.driver.python" not in conf
     assert not [k for k in conf if k.startswith("spark.kubernetes.driverEnv.")]
     assert str(settings.PROJECT_ROOT) not in " ".join(cmd[1:]) and sys.executable not in " ".join(cmd[1:])
-    folder = f"{shared}/runs/orders/{pipeline_run.run_folder_name(RUN_ID)}"
+    folder = f"{shared}/runs/orders/{run_folder.run_folder_name(RUN_ID)}"
     args = _app_args(cmd, application)
     assert args[:3] == ["--pipeline=orders", "--bootstrap-servers=b1:9092", "--topics=orders.v1,refunds"]
     assert f"--bronze-path={shared}/lake/orders/bronze" in args
@@ -459,9 +456,9 @@ def test_kubernetes_transform_job_reads_its_spec_from_the_shared_volume(tmp_path
                                              "superseded": 0, "silver_version": 0, "epoch": 0, "duration_s": 1}))  # fmt: skip
 
     monkeypatch.setattr(SparkSubmitHook, "submit", submit)
-    from include.orchestration import spark_operator
+    from include.orchestration.profiles import kubernetes as kubernetes_profile
 
-    monkeypatch.setattr(spark_operator.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=0))
+    monkeypatch.setattr(kubernetes_profile.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=0))
     op.execute(_context())
     (cmd,) = seen
     args = _app_args(cmd, "local:///opt/kafka-delta-elt/spark_jobs/bronze_to_silver.py")
@@ -492,9 +489,9 @@ def test_kubernetes_transform_reads_the_registrys_settings_from_its_secret_never
                                              "superseded": 0, "silver_version": 0, "epoch": 0, "duration_s": 1}))  # fmt: skip
 
     monkeypatch.setattr(SparkSubmitHook, "submit", submit)
-    from include.orchestration import spark_operator
+    from include.orchestration.profiles import kubernetes as kubernetes_profile
 
-    monkeypatch.setattr(spark_operator.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=0))
+    monkeypatch.setattr(kubernetes_profile.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=0))
     TransformOperator(task_id="transform", pipeline=cfg).execute(_context())
     (cmd,) = seen
     args = _app_args(cmd, "local:///opt/kafka-delta-elt/spark_jobs/bronze_to_silver.py")
@@ -562,7 +559,7 @@ def _lake(tmp_path: Path) -> dict:
 def test_kubernetes_profile_loads_with_defaults(tmp_path, make_pipeline):
     cfg = _kubernetes(make_pipeline, tmp_path)
     k8s = cfg.cluster.kubernetes
-    assert (cfg.cluster.profile, cfg.cluster.transient) == ("kubernetes", False)
+    assert (cfg.cluster.profile, profile_of(cfg.cluster).transient) == ("kubernetes", False)
     assert (k8s.image, k8s.namespace, k8s.service_account) == (K8S["image"], "data", "spark-driver")
     assert (k8s.app_dir, k8s.kafka_options_key, k8s.delete_driver_pod) == (
         "/opt/kafka-delta-elt", "kafka-options.json", "on_success")  # fmt: skip

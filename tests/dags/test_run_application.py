@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from include import settings
-from include.orchestration.spark_operator import IngestOperator, MaintainOperator, TransformOperator
+from include.orchestration.ingest_operator import IngestOperator
+from include.orchestration.step_operators import MaintainOperator, TransformOperator
 from include.spark import jvm_deps, spark_submit
 from spark_jobs import run_steps
 from tests.fakes import FakeTI

@@ -188,7 +188,7 @@ def test_ten_thousand_distinct_unknown_keys_stay_within_the_caps(spark, bootstra
     silver gains at most ``transform.limits.new_columns`` columns, and every record is accounted for."""
     from dataclasses import replace
 
-    from include.orchestration.spark_operator import transform_summary_text
+    from include.orchestration.job_summaries import transform_summary_text
 
     topic = make_topic(unique_name, partitions=1)
     produce(bootstrap, topic, [(0, f"r{i}".encode(), order_after_t0(f"r{i}", 1, **{f"k_{uuid.uuid4().hex}": i}))

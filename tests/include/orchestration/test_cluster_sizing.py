@@ -9,8 +9,8 @@ import pytest
 
 from include.config import ClusterConfig, PipelineConfigError, load_pipeline
 from include.orchestration.cluster_sizing import choose
-from include.orchestration.pipeline_run import run_backlog
-from include.orchestration.spark_operator import job_spark_conf
+from include.orchestration.request_plan import run_backlog
+from include.orchestration.spark_conf import job_spark_conf
 
 
 def test_by_default_a_backlog_up_to_200000_records_runs_in_the_driver():

@@ -185,7 +185,7 @@ def test_the_schema_file_is_the_one_the_facets_name():
 def test_dag_files_and_operators_import_no_openlineage_module():
     """Lineage costs nothing until a transport asks for it: parsing DAGs imports neither OpenLineage's
     client nor the provider's extractors (Airflow itself reads every provider's package metadata)."""
-    code = ("import sys; import include.orchestration.dag_factory, include.orchestration.spark_operator; "
+    code = ("import sys; import include.orchestration.dag_factory, include.orchestration.ingest_operator; "
             "print(sorted(m for m in sys.modules if m.startswith('openlineage') or m.startswith("
             "'airflow.providers.openlineage.') and not m.endswith('.get_provider_info')))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -195,7 +195,8 @@ def test_dag_files_and_operators_import_no_openlineage_module():
 
 def test_each_operator_reports_its_steps_summary_once_it_has_one(make_pipeline, kafka_connection, capsys, monkeypatch):
     from include.orchestration import tasks
-    from include.orchestration.spark_operator import IngestOperator, MaintainOperator, TransformOperator
+    from include.orchestration.ingest_operator import IngestOperator
+    from include.orchestration.step_operators import MaintainOperator, TransformOperator
     from include.orchestration.tasks import ContinuityOperator
 
     cfg = make_pipeline(transform=ORDERS)

@@ -1,4 +1,6 @@
-"""Tests of include/orchestration/spark_operator.py's pure parts: Spark settings, names, paths, arguments, summaries.
+"""Tests of the Spark job operators' pure parts: Spark settings (spark_conf), the profiles' names and paths
+(include/orchestration/profiles/), arguments (job_args), summaries (job_summaries) and what the operators read
+of their DAG run (run_context).
 
 The operators' ``execute`` (with the hook's submit replaced) is tested in
 tests/dags/test_run_application.py (one application per run) and
@@ -13,27 +15,22 @@ from types import SimpleNamespace
 
 import pytest
 
-from include.orchestration.spark_operator import (
+from include.orchestration.job_args import maintain_job_args, transform_job_args
+from include.orchestration.job_operator import lost_lock
+from include.orchestration.job_summaries import maintain_summary_text, transform_summary_text
+from include.orchestration.profiles.kubernetes import (
     K8S_PIPELINE_LABEL,
     K8S_RUN_LABEL,
-    _hook_class,
     _k8s_label_value,
     driver_pod_kill_command,
-    driver_scratch,
-    held_epoch,
     image_uri,
-    job_run_type,
-    job_spark_conf,
     k8s_pod_base,
     kafka_options_path,
     kubernetes_conf,
-    lost_lock,
-    maintain_job_args,
-    maintain_summary_text,
-    maintenance_reason,
-    transform_job_args,
-    transform_summary_text,
 )
+from include.orchestration.profiles.local_standalone import LocalStandalone, _hook_class
+from include.orchestration.run_context import held_epoch, job_run_type, maintenance_reason
+from include.orchestration.spark_conf import job_spark_conf
 from include.spark import spark_submit
 
 RUN_ID = "manual__2026-03-01T10:00:00+00:00"
@@ -137,8 +134,9 @@ def test_the_pods_read_the_project_and_the_kafka_options_from_the_image_and_the_
 
 
 def test_a_drivers_scratch_is_a_folder_per_task_in_the_run_folder(tmp_path):
-    assert driver_scratch(tmp_path / "run", "ingest") == tmp_path / "run" / "scratch" / "ingest"
-    assert driver_scratch(tmp_path / "run", "transform") != driver_scratch(tmp_path / "run", "ingest")
+    scratch = LocalStandalone().driver_scratch
+    assert scratch(tmp_path / "run", "ingest") == tmp_path / "run" / "scratch" / "ingest"
+    assert scratch(tmp_path / "run", "transform") != scratch(tmp_path / "run", "ingest")
 
 
 def test_a_driver_pod_is_killed_with_spark_submits_own_kill_in_its_namespace():
@@ -190,13 +188,14 @@ def test_every_job_carries_the_lock_epoch_check_request_took_and_a_job_failing_o
     stale = StaleLockError("refused", pipeline="orders")
     assert lost_lock(stale)
     wrapped = IngestionError("ingestion failed", pipeline="orders")
-    wrapped.cause = stale.to_dict()
+    wrapped.cause = stale
     assert lost_lock(wrapped)
     assert not lost_lock(TransformError("a batch failed", pipeline="orders"))
 
 
 def test_the_ingest_task_reads_the_runs_plan_once_however_often_it_asks(make_pipeline, fake_ti):
-    from include.orchestration.spark_operator import BACKFILL_APPLICATION, IngestOperator
+    from include.orchestration.ingest_operator import IngestOperator
+    from include.orchestration.job_args import BACKFILL_APPLICATION
 
     class Counting(fake_ti):
         pulls = 0
