@@ -31,7 +31,7 @@ from urllib.parse import unquote
 from include.contract import jobs as contract
 from include.contract.errors import IngestionError, KafkaSourceError
 from include.contract.jobs import bronze_app_id
-from include.contract.manual_ops import REBUILD_CHECKPOINT, action_hint
+from include.contract.actions import REBUILD_CHECKPOINT, action_hint
 from include.contract.offsets import (
     BronzeCommit,
     OffsetError,

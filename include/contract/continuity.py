@@ -27,7 +27,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from include.contract import manual_ops
+from include.contract import actions
 from include.contract.offsets import (
     BackfillCommit,
     BackfillRange,
@@ -300,9 +300,9 @@ def _follow_range(
         missing = abs(r.from_offset - expected)
         todo = ""
         if kind == "gap":  # the skipped offsets can be read again on request
-            todo = "; if bronze lacks those records, trigger " + manual_ops.action_hint(
+            todo = "; if bronze lacks those records, trigger " + actions.action_hint(
                 dag_id,
-                manual_ops.BACKFILL_OFFSETS,
+                actions.BACKFILL_OFFSETS,
                 offset_ranges=[
                     {"topic": r.topic, "partition": r.partition, "from": expected, "until": r.from_offset}
                 ],

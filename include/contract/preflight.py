@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from include.contract import manual_ops
+from include.contract import actions
 from include.contract.offsets import Gap, PositionMap, TopicState
 
 # Severity of a finding: BLOCKING stops the run before any cluster starts,
@@ -481,7 +481,7 @@ def _loss_finding(topic: str, partition: int, frm: int, until: int, policy: str,
     if policy == "fail":
         todo = (
             f"Nothing was written. To accept the loss and go on, trigger "
-            f"{manual_ops.action_hint(dag_id, manual_ops.ACKNOWLEDGE_GAP)}: the gap is recorded with your "
+            f"{actions.action_hint(dag_id, actions.ACKNOWLEDGE_GAP)}: the gap is recorded with your "
             "reason and the run continues after it. Or set data_loss_policy: record_and_continue in the "
             "pipeline file, and raise the topic's retention.ms so the pipeline keeps up"
         )

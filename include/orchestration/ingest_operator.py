@@ -13,6 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from include.contract.actions import known
+from include.contract.handoffs import PreflightResult, RequestPlan, pull
 from include.contract.jobs import (
     CHECK_REQUEST_TASK,
     MAINTAIN_TASK,
@@ -62,23 +64,20 @@ class IngestOperator(SparkJobOperator):
         self.transform_task_id = transform_task_id
         self.maintain_task_id = maintain_task_id
         self._bootstrap: str | None = None
-        self._request: tuple[str | None, dict[str, Any]] | None = None
+        self._request: tuple[str | None, RequestPlan] | None = None
 
-    def _plan(self, context: Any) -> dict[str, Any]:
+    def _plan(self, context: Any) -> RequestPlan:
         """``check_request``'s plan for this run: read once (the application, the arguments and each later
         step ask for it), again only for another run."""
         run_id = context.get("run_id")
         if self._request is None or self._request[0] != run_id:
-            self._request = (run_id, context["ti"].xcom_pull(task_ids=self.request_task_id) or {})
+            self._request = (run_id, RequestPlan.from_xcom(pull(context, self.request_task_id)))
         return self._request[1]
 
     def application_for(self, context: Any) -> str:
-        from include.contract.manual_ops import BACKFILL_ACTIONS
-
-        return BACKFILL_APPLICATION if self._plan(context).get("action") in BACKFILL_ACTIONS else APPLICATION
+        return BACKFILL_APPLICATION if self._plan(context).is_backfill else APPLICATION
 
     def job_args(self, context: Any, folder: Path, summary_path: Path) -> list[str]:
-        from include.contract import manual_ops
         from include.readers import connections
 
         cfg = self.pipeline
@@ -87,27 +86,28 @@ class IngestOperator(SparkJobOperator):
         self._bootstrap = client["bootstrap.servers"]
         options_file = self._kafka_options(folder, client)
         run_type = job_run_type(context)
-        if plan.get("action") in manual_ops.BACKFILL_ACTIONS:
+        if plan.is_backfill:
             request_file = folder / "backfill-request.json"
-            request_file.write_text(json.dumps({k: plan.get(k) for k in
+            request_file.write_text(json.dumps({k: plan.to_xcom().get(k) for k in
                                                 ("action", "reason", "requested_by", "ranges", "time_range")}))  # fmt: skip
             return BackfillArgs(
                 pipeline=cfg.name, bootstrap_servers=client["bootstrap.servers"], bronze_path=cfg.tables.bronze_path,
                 request_file=str(request_file), run_id=context["run_id"],
                 run_type="backfill" if run_type == "backfill" else "manual", summary_path=str(summary_path),
-                lock_epoch=plan.get("lock_epoch"), kafka_options_file=options_file or None,
+                lock_epoch=plan.lock_epoch, kafka_options_file=options_file or None,
             ).to_args()  # fmt: skip
-        preflight = context["ti"].xcom_pull(task_ids=self.preflight_task_id) or {}
+        preflight = PreflightResult.from_xcom(pull(context, self.preflight_task_id))
         preflight_file = folder / "preflight.json"
-        preflight_file.write_text(json.dumps(preflight.get("job_file") or {}))
-        rebuild = plan.get("action") == manual_ops.REBUILD_CHECKPOINT
-        who = f" by {plan['requested_by']}" if plan.get("requested_by") else ""
+        preflight_file.write_text(json.dumps(preflight.job_file))
+        spec = known(plan.action)
+        rebuild = spec is not None and spec.rebuilds_checkpoint
+        who = f" by {plan.requested_by}" if plan.requested_by else ""
         args = IngestArgs.for_pipeline(cfg, bootstrap_servers=client["bootstrap.servers"], run_id=context["run_id"],
                                        run_type="rebuild_checkpoint" if rebuild else run_type,
                                        summary_path=str(summary_path))  # fmt: skip
         return replace(args, kafka_options_file=options_file or None, preflight_file=str(preflight_file),
-                       lock_epoch=plan.get("lock_epoch"),
-                       rebuild_checkpoint=f"asked{who}: {plan.get('reason', '')}" if rebuild else None,
+                       lock_epoch=plan.lock_epoch,
+                       rebuild_checkpoint=f"asked{who}: {plan.reason}" if rebuild else None,
                        ).to_args()  # fmt: skip
 
     def submission(self, context: Any, folder: Path, summary_path: Path) -> tuple[str, list[str]]:
@@ -117,11 +117,11 @@ class IngestOperator(SparkJobOperator):
         application, args = super().submission(context, folder, summary_path)
         cfg = self.pipeline
         later: list[tuple[str, str, str, Callable[[Path], list[str]]]] = []
-        epoch = self._plan(context).get("lock_epoch")
+        epoch = self._plan(context).lock_epoch
         if cfg.transform is not None:
             later.append((self.transform_task_id, TRANSFORM_APPLICATION, TRANSFORM_ERROR_FILE,
                           lambda summary: transform_job_args(cfg, folder, context["run_id"], summary, epoch,
-                                                             self._plan(context).get("replay"))))  # fmt: skip
+                                                             self._plan(context).replay)))  # fmt: skip
         if maintenance_reason(context, self.preflight_task_id):
             later.append((self.maintain_task_id, MAINTAIN_APPLICATION, MAINTAIN_ERROR_FILE,
                           lambda summary: maintain_job_args(cfg, context["run_id"], summary, epoch)))  # fmt: skip

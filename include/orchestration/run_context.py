@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from include.contract import handoffs
+from include.contract.handoffs import PreflightResult, pull
 from include.contract.jobs import CHECK_REQUEST_TASK
 
 
 def maintenance_reason(context: Any, preflight_task_id: str) -> str | None:
     """Why the preflight found the tables' maintenance due in this run, or ``None``."""
-    ti = context.get("ti")
-    preflight = (ti.xcom_pull(task_ids=preflight_task_id) if ti is not None else None) or {}
-    return ((preflight.get("maintenance") or {}) if isinstance(preflight, dict) else {}).get("due")
+    return PreflightResult.from_xcom(pull(context, preflight_task_id)).maintenance_due
 
 
 def try_number(context: Any) -> int:
@@ -22,15 +22,13 @@ def try_number(context: Any) -> int:
 
 def request_plan(context: Any) -> dict[str, Any]:
     """What this DAG run was asked to do, as ``check_request`` planned it (its XCom; empty without one)."""
-    ti = context.get("ti")
-    plan = ti.xcom_pull(task_ids=CHECK_REQUEST_TASK) if ti is not None else None
-    return plan if isinstance(plan, dict) else {}
+    plan = pull(context, CHECK_REQUEST_TASK)
+    return handoffs.RequestPlan.from_xcom(plan).to_xcom() if isinstance(plan, dict) else {}
 
 
 def held_epoch(context: Any) -> int | None:
     """The run lock's epoch this DAG run took (``check_request``'s XCom), which its jobs carry as ``--lock-epoch``."""
-    epoch = request_plan(context).get("lock_epoch")
-    return int(epoch) if epoch is not None else None
+    return handoffs.request_plan(context).lock_epoch
 
 
 def job_run_type(context: Any) -> str:

@@ -50,6 +50,9 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:  # obstore's option types exist only in its stubs
     from obstore.store import ClientConfig, S3Config
 
+    from include.config import PipelineConfig
+    from include.readers.object_store import TableOptions
+
 #: DAG run states in which a holder still holds the lock.
 ACTIVE_STATES = ("queued", "running")
 #: Released epochs older than this many before the newest are removed by the run that takes the lock.
@@ -138,7 +141,7 @@ class ObjectStoreFolder:
         from obstore.store import from_url
 
         self.uri = uri.rstrip("/")
-        # An S3 prefix (pipeline_run.lock_folder refuses any other store), with the option names obstore
+        # An S3 prefix (run_lock.lock_folder refuses any other store), with the option names obstore
         # also takes in their ``aws_`` form and the client's flags as strings: its typed dicts name neither.
         self.store = from_url(self.uri, config=cast("S3Config", config),
                               client_options=cast("ClientConfig", client_options or {}))  # fmt: skip
@@ -182,6 +185,32 @@ class ObjectStoreFolder:
             obstore.delete(self.store, name)
         except NotFoundError:
             pass
+
+
+def lock_folder(cfg: PipelineConfig, options: TableOptions | None = None) -> Path | ObjectStoreFolder:
+    """Where the pipeline's run lock is kept (``tables.lock_path``): a folder, or a prefix of an S3 store
+    reached with the connection ``tables.storage_connection_id``. Another URI is refused, naming the fix.
+
+    ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here).
+    """
+    from include.contract.errors import PipelineError
+    from include.contract.locations import local_path, scheme_of
+    from include.readers import object_store
+
+    location = cfg.tables.lock_path
+    folder = local_path(location)
+    if folder is not None:
+        return folder
+    if scheme_of(location) not in object_store.S3_SCHEMES:
+        raise PipelineError(
+            f"pipeline {cfg.name!r}: tables.lock_path {location!r} is on a store where the run lock cannot be "
+            f"kept yet (only S3 and S3-compatible stores, {' or '.join(s + '://' for s in object_store.S3_SCHEMES)}, "
+            "and filesystems); set tables.lock_path to an s3a:// prefix or to a folder every Airflow worker "
+            "that runs the pipeline mounts"
+        )  # fmt: skip
+    s3 = (options or object_store.TableOptions(cfg)).settings("lock_path")
+    assert s3 is not None  # an s3a:// or s3:// location, checked above
+    return ObjectStoreFolder(location, *s3.obstore_args())
 
 
 #: Where a lock is kept: a folder path, or one of the folder classes above.

@@ -4,12 +4,15 @@
 calls one function here with the pipeline's config and the context values it
 needs (earlier tasks' XComs, the run id, the trigger form's params) and returns
 what the task pushes as its XCom. The reads and checks themselves live in
-:mod:`include.orchestration.pipeline_run`; a function here adds the task's decision (wait,
-skip, fail, go on), its log lines and the shape of its XCom.
+:mod:`include.orchestration.pipeline_lock`, :mod:`~include.orchestration.request_plan`,
+:mod:`~include.orchestration.preflight_run`, :mod:`~include.orchestration.post_run` and
+:mod:`~include.orchestration.run_folder`; a function here adds the task's decision (wait, skip, fail,
+go on), its log lines and its XCom: a hand-off of :mod:`include.contract.handoffs`, read there
+from the value an earlier task left (``from_xcom``) and returned as one (``to_xcom``).
 
 A task that ends failed or skipped on purpose raises :class:`FailTask` or
 :class:`SkipTask` with the report ``record_run`` reads back from an XCom key
-(``refused``, ``lag``, ``failed_report``); :func:`run_task` pushes that report
+(:mod:`include.contract.handoffs`' ``REFUSED_KEY``, ``LAG_KEY``, ``FAILED_REPORT_KEY``); :func:`run_task` pushes that report
 and ends the task with Airflow's exception. So the functions need no task
 instance, and a unit test calls them with plain values.
 
@@ -34,6 +37,20 @@ from airflow.sdk import BaseOperator, PokeReturnValue
 
 from include.config import PipelineConfig
 from include.contract.errors import PipelineError
+from include.contract.handoffs import (
+    FAILED_REPORT_KEY,
+    LAG_KEY,
+    REFUSED_KEY,
+    ClusterStart,
+    ClusterStop,
+    ContinuityResult,
+    LagSeen,
+    MirrorResult,
+    PreflightResult,
+    Refusal,
+    RequestPlan,
+    pull,
+)
 from include.contract.jobs import INGEST_TASK, PREFLIGHT_TASK, TRANSFORM_TASK, TRY_NUMBER_KEY
 
 if TYPE_CHECKING:  # the OpenLineage provider is imported only when lineage is asked for
@@ -111,21 +128,24 @@ def check_request(
     """Sensor ``check_request``: the run's request, checked, once the run holds its pipeline's lock.
 
     Not done while another live run holds the lock. Done with the plan
-    (:func:`include.orchestration.pipeline_run.plan_request`) as its XCom. A request refused,
+    (:func:`include.orchestration.request_plan.plan_request`) as its XCom. A request refused,
     by its params alone or against Kafka and the table, fails the task with
-    the reason in XCom ``refused``.
+    the reason (a :class:`~include.contract.handoffs.Refusal`) in XCom ``refused``.
     """
+    from dataclasses import replace
+
     from include.contract import manual_ops
-    from include.orchestration import pipeline_run
+    from include.contract.actions import RequestError
+    from include.orchestration import pipeline_lock, request_plan
     from include.readers import connections
 
     try:
         request = manual_ops.parse_request(params, run_type=run_type, requested_by=requested_by,
                                            data_interval=data_interval)  # fmt: skip
-    except manual_ops.RequestError as exc:
-        raise FailTask(f"pipeline {cfg.name!r}: the run's params were refused: {exc}", key="refused",
-                       report=str(exc)) from None  # fmt: skip
-    claim = pipeline_run.take_lock(cfg, dag_id=dag_id, run_id=run_id, run_state=run_state)
+    except RequestError as exc:
+        raise FailTask(f"pipeline {cfg.name!r}: the run's params were refused: {exc}", key=REFUSED_KEY,
+                       report=Refusal(str(exc)).to_xcom()) from None  # fmt: skip
+    claim = pipeline_lock.take_lock(cfg, dag_id=dag_id, run_id=run_id, run_state=run_state)
     if claim.message:
         print(f"check_request: {claim.message}")
     if claim.epoch is None:
@@ -133,22 +153,22 @@ def check_request(
     try:
         # Only a backfill plans against Kafka; a normal run reads it in wait_for_lag.
         client = connections.kafka_client_config(cfg.kafka.connection_id) if request.is_backfill else {}
-        plan = pipeline_run.plan_request(cfg, client, request)
-    except manual_ops.RequestError as exc:
-        raise FailTask(f"pipeline {cfg.name!r}: {request.action} refused: {exc}", key="refused",
-                       report=str(exc)) from None  # fmt: skip
-    for note in plan["notes"]:
+        plan = request_plan.plan_request(cfg, client, request)
+    except RequestError as exc:
+        raise FailTask(f"pipeline {cfg.name!r}: {request.action} refused: {exc}", key=REFUSED_KEY,
+                       report=Refusal(str(exc)).to_xcom()) from None  # fmt: skip
+    for note in plan.notes:
         print(f"check_request note: {note}")
-    text = plan["describe"]
+    text = plan.describe
     if request.is_backfill:
-        text += f"; {len(plan['ranges'])} ranges, {plan['offsets']} offsets to re-read"
-    if plan.get("replay"):
-        text += f"; {plan['replay']['rows']} quarantined records to replay"
+        text += f"; {len(plan.ranges)} ranges, {plan.offsets} offsets to re-read"
+    if plan.replay:
+        text += f"; {plan.replay['rows']} quarantined records to replay"
     print(f"SUMMARY check_request: {text}; lock epoch {claim.epoch} taken")
-    return PokeReturnValue(is_done=True, xcom_value={**plan, "lock_epoch": claim.epoch})
+    return PokeReturnValue(is_done=True, xcom_value=replace(plan, lock_epoch=claim.epoch).to_xcom())
 
 
-def wait_for_lag(cfg: PipelineConfig, *, plan: dict[str, Any] | None) -> PokeReturnValue:
+def wait_for_lag(cfg: PipelineConfig, *, plan: object) -> PokeReturnValue:
     """Sensor ``wait_for_lag``: done once the lag is worth a cluster (``cfg.lag``), with the lag report as XCom.
 
     ``plan`` is ``check_request``'s XCom. A manual action runs whatever the
@@ -158,36 +178,36 @@ def wait_for_lag(cfg: PipelineConfig, *, plan: dict[str, Any] | None) -> PokeRet
     """
     from dataclasses import replace
 
-    from include.contract import manual_ops
+    from include.contract.actions import known
     from include.contract.preflight import lag_decision
-    from include.orchestration import pipeline_run
+    from include.orchestration import preflight_run
     from include.readers import connections, object_store
 
-    plan = plan or {}
-    action = plan.get("action", manual_ops.NORMAL)
-    if action != manual_ops.NORMAL:
-        if action in manual_ops.BACKFILL_ACTIONS and not plan.get("ranges"):
+    checked = RequestPlan.from_xcom(plan)
+    action, spec = checked.action, known(checked.action)
+    if spec is None or spec.manual:
+        if checked.is_backfill and not checked.ranges:
             print(f"SUMMARY wait_for_lag: {action}: nothing the table has passed lies in the window")
             raise SkipTask("nothing to backfill; no cluster started")
         print(f"SUMMARY wait_for_lag: {action} runs now, whatever the lag")
-        return PokeReturnValue(is_done=True, xcom_value={"action": action})
+        return PokeReturnValue(is_done=True, xcom_value=LagSeen(action=action).to_xcom())
     client = connections.kafka_client_config(cfg.kafka.connection_id)
-    now = pipeline_run.utcnow()
+    now = preflight_run.utcnow()
     options = object_store.TableOptions(cfg)
-    report, progress, _ = pipeline_run.snapshot(cfg, client, options=options)
+    report, progress, _ = preflight_run.snapshot(cfg, client, options=options)
     if cfg.transform is not None and progress is not None:
         # Read here only, where it decides: silver's lag is work (the preflight and the mirror need it not).
-        report = replace(report, silver_pending=pipeline_run.silver_lag(cfg, options=options))
+        report = replace(report, silver_pending=preflight_run.silver_lag(cfg, options=options))
     decision = lag_decision(report, min_records=cfg.lag.min_records, max_wait_s=cfg.lag.max_wait_minutes * 60,
                             now=now)  # fmt: skip
     print(f"SUMMARY wait_for_lag: {report.summary_line(now)}; {decision.action}: {decision.reason}")
     if decision.action == "skip":
-        raise SkipTask(f"nothing to do: {decision.reason}; no cluster started", key="lag",
-                       report=report.to_json(now))  # fmt: skip
-    return PokeReturnValue(is_done=decision.action == "proceed", xcom_value=report.to_json(now))
+        raise SkipTask(f"nothing to do: {decision.reason}; no cluster started", key=LAG_KEY,
+                       report=LagSeen(report.to_json(now)).to_xcom())  # fmt: skip
+    return PokeReturnValue(is_done=decision.action == "proceed", xcom_value=LagSeen(report.to_json(now)).to_xcom())
 
 
-def preflight(cfg: PipelineConfig, *, plan: dict[str, Any] | None) -> dict[str, Any]:
+def preflight(cfg: PipelineConfig, *, plan: object) -> dict[str, Any]:
     """Task ``preflight``: the verdict on the table against Kafka, before any cluster starts.
 
     ``plan`` is ``check_request``'s XCom. Returns the verdict with what the
@@ -196,14 +216,16 @@ def preflight(cfg: PipelineConfig, *, plan: dict[str, Any] | None) -> dict[str, 
     result in XCom ``failed_report``; Kafka settings the Spark job could not
     take fail it with the connection's error.
     """
-    from include.contract.manual_ops import OffsetRequest, RunRequest
+    from dataclasses import replace
+
+    from include.contract.actions import RunRequest
+    from include.contract.handoffs import TransformBefore
     from include.contract.offsets import positions_to_json
-    from include.orchestration import pipeline_run
+    from include.orchestration import post_run, preflight_run
     from include.readers import connections, object_store
 
-    plan = plan or {}
-    skip = tuple(OffsetRequest(r["topic"], r["partition"], r["from"], r["until"]) for r in plan.get("skip") or ())
-    request = RunRequest(plan.get("action", "normal"), plan.get("reason", ""), plan.get("requested_by"), skip)
+    checked = RequestPlan.from_xcom(plan)
+    request = RunRequest(checked.action, checked.reason, checked.requested_by, checked.skip or ())
     client = connections.kafka_client_config(cfg.kafka.connection_id)
     try:
         # The Spark job's settings are derived in ingest; refuse settings it cannot
@@ -211,35 +233,30 @@ def preflight(cfg: PipelineConfig, *, plan: dict[str, Any] | None) -> dict[str, 
         connections.spark_kafka_options(client, cfg.kafka.connection_id)
     except connections.ConnectionConfigError as exc:
         raise FailTask(f"pipeline {cfg.name!r}: {exc}") from None
-    now = pipeline_run.utcnow()
+    now = preflight_run.utcnow()
     options = object_store.TableOptions(cfg)  # one connection lookup for every table read below
     # One read of the ledger for its witness and for whether maintenance is due (each open of it costs).
-    ledger = pipeline_run.preflight_ledger(cfg, options=options)
-    verdict, lag, progress = pipeline_run.run_preflight(cfg, client, request, ledger_rows=ledger, options=options)
+    ledger = preflight_run.preflight_ledger(cfg, options=options)
+    verdict, lag, progress = preflight_run.run_preflight(cfg, client, request, ledger_rows=ledger, options=options)
     for finding in verdict.findings:
         print(f"preflight {finding.severity}: {finding.message}")
     print(f"SUMMARY {verdict.summary_line()}; {lag.summary_line(now)}")
-    result = {
-        **verdict.to_json(),
-        "job_file": verdict.job_file(),
-        "lag": lag.to_json(now),
-        "table_version": progress.table_version if progress else None,
-        "table_next": positions_to_json(progress.next_offsets) if progress else None,
-        "transform_before": pipeline_run.transform_versions(cfg, options=options) if cfg.transform else None,
-        "maintenance": None,
-    }
+    before: TransformBefore | None = post_run.transform_versions(cfg, options=options) if cfg.transform else None
+    result = PreflightResult(
+        verdict.to_json(), verdict.job_file(), lag.to_json(now),
+        table_version=progress.table_version if progress else None,
+        table_next=positions_to_json(progress.next_offsets) if progress else None, transform_before=before,
+    )  # fmt: skip
     if not verdict.ok:
-        raise FailTask(verdict.failure_message(cfg.name), key="failed_report", report=result)
-    due = pipeline_run.maintenance_due(cfg, "tables", now, ledger, options=options)
+        raise FailTask(verdict.failure_message(cfg.name), key=FAILED_REPORT_KEY, report=result.to_xcom())
+    due = preflight_run.maintenance_due(cfg, "tables", now, ledger, options=options)
     if due:
-        result["maintenance"] = {"due": due}
         print(f"maintenance of bronze{', silver and quarantine' if cfg.transform else ''} is due "
               f"({due}): the run's Spark application does it after its last step")  # fmt: skip
-    return result
+    return replace(result, maintenance_due=due).to_xcom()
 
 
-def start_cluster(cfg: PipelineConfig, *, run_id: str, plan: dict[str, Any] | None,
-                  preflight_result: dict[str, Any] | None,
+def start_cluster(cfg: PipelineConfig, *, run_id: str, plan: object, preflight_result: object,
                   cpu_count: int | None = None) -> dict[str, Any]:  # fmt: skip
     """Setup task ``start_cluster``: where this run's Spark application runs, sized to its backlog.
 
@@ -249,16 +266,16 @@ def start_cluster(cfg: PipelineConfig, *, run_id: str, plan: dict[str, Any] | No
     cluster starts in the run's folder. Returns its master URL (what ingest
     submits to), the choice and why.
     """
-    from include.orchestration import cluster_sizing, pipeline_run
+    from include.orchestration import cluster_sizing, request_plan, run_folder
     from include.spark import spark_cluster
 
-    records = pipeline_run.run_backlog(plan, preflight_result)
+    preflight = PreflightResult.from_xcom(preflight_result) if preflight_result else None
+    records = request_plan.run_backlog(RequestPlan.from_xcom(plan), preflight)
     choice = cluster_sizing.choose(cfg.cluster, records, cpu_count or os.cpu_count() or 1)
     if choice.mode == "local":
         print(f"SUMMARY start_cluster: no cluster: {choice.reason}")
-        return {"master_url": choice.local_master, "mode": "local", "workers": 0,
-                "choice": choice.reason, "backlog": records}  # fmt: skip
-    folder = pipeline_run.run_dir(cfg, run_id) / "cluster"
+        return ClusterStart(choice.local_master, "local", 0, choice.reason, records).to_xcom()
+    folder = run_folder.run_dir(cfg, run_id) / "cluster"
     cluster = spark_cluster.start_standalone(
         folder, workers=choice.workers, worker_cores=cfg.cluster.worker_cores,
         worker_memory=cfg.cluster.worker_memory,
@@ -266,26 +283,26 @@ def start_cluster(cfg: PipelineConfig, *, run_id: str, plan: dict[str, Any] | No
     print(f"SUMMARY start_cluster: {cluster.master_url} with {choice.workers} worker(s) "
           f"x {cfg.cluster.worker_cores} core(s), {cfg.cluster.worker_memory}; UI {cluster.web_ui_url}; "
           f"{choice.reason}")  # fmt: skip
-    return {**cluster.to_json(), "mode": "cluster", "workers": choice.workers, "choice": choice.reason,
-            "backlog": records}  # fmt: skip
+    return ClusterStart(cluster.master_url, "cluster", choice.workers, choice.reason, records,
+                        cluster.to_json()).to_xcom()  # fmt: skip
 
 
 def stop_cluster(cfg: PipelineConfig, *, run_id: str) -> dict[str, Any]:
     """Teardown task ``stop_cluster``: stop the run's standalone cluster; the pids stopped and any left."""
-    from include.orchestration import pipeline_run
-    from include.spark import spark_cluster
+    from include.orchestration import run_folder
+    from include.spark import cluster_state, cluster_stop
 
-    folder = pipeline_run.run_dir(cfg, run_id) / "cluster"
-    stopped = spark_cluster.stop_standalone(folder)
-    left = spark_cluster.running_processes(folder)
+    folder = run_folder.run_dir(cfg, run_id) / "cluster"
+    stopped = cluster_stop.stop_standalone(folder)
+    left = cluster_state.running_processes(folder)
     # A task killed during its submit (SIGKILL, OOM) could not remove its job's credentials.
-    if pipeline_run.remove_secrets(pipeline_run.run_dir(cfg, run_id)):
+    if run_folder.remove_secrets(run_folder.run_dir(cfg, run_id)):
         print("stop_cluster: removed the credentials files a killed submit left")
     print(f"SUMMARY stop_cluster: stopped {len(stopped)} processes, {len(left)} left")
-    return {"stopped": stopped, "left": left}
+    return ClusterStop(tuple(stopped), tuple(left)).to_xcom()
 
 
-def check_continuity(cfg: PipelineConfig, *, run_id: str, preflight_result: dict[str, Any],
+def check_continuity(cfg: PipelineConfig, *, run_id: str, preflight_result: object,
                      ingest_summary: dict[str, Any] | None,
                      transform_summary: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
     """Task ``check_continuity``: the commits this run wrote chain on from where ``preflight`` saw the table.
@@ -296,29 +313,29 @@ def check_continuity(cfg: PipelineConfig, *, run_id: str, preflight_result: dict
     XCom ``failed_report``.
     """
     from include.contract.offsets import positions_from_json
-    from include.orchestration import pipeline_run
+    from include.orchestration import post_run
     from include.readers import connections
 
-    pre = preflight_result
+    pre = PreflightResult.from_xcom(preflight_result)
     client = connections.kafka_client_config(cfg.kafka.connection_id)
-    report = pipeline_run.check_continuity(
-        cfg, client, run_id=run_id, version_before=pre["table_version"],
-        start=positions_from_json(pre["table_next"]) if pre["table_next"] else None,
-        job_summary=ingest_summary, transform_before=pre.get("transform_before"),
+    report = post_run.check_continuity(
+        cfg, client, run_id=run_id, version_before=pre.table_version,
+        start=positions_from_json(pre.table_next) if pre.table_next else None,
+        job_summary=ingest_summary, transform_before=pre.transform_before,
         transform_summary=transform_summary,
     )  # fmt: skip
-    result = report.to_json()
-    for v in result["violations"]:
+    result = ContinuityResult(report.to_json())
+    for v in result.violations:
         print(f"continuity violation: {v}")
-    for n in result["notes"]:
+    for n in result.notes:
         print(f"continuity note: {n}")
     print(f"SUMMARY {report.summary_line()}")
     if not report.ok:
         raise FailTask(
-            f"continuity check of pipeline {cfg.name!r} failed:\n  - " + "\n  - ".join(result["violations"]),
-            key="failed_report", report=result,
+            f"continuity check of pipeline {cfg.name!r} failed:\n  - " + "\n  - ".join(result.violations),
+            key=FAILED_REPORT_KEY, report=result.to_xcom(),
         )  # fmt: skip
-    return result
+    return result.to_xcom()
 
 
 class ContinuityOperator(BaseOperator):
@@ -343,7 +360,7 @@ class ContinuityOperator(BaseOperator):
         ti, cfg = context["ti"], self.pipeline
         return run_task(
             ti, self._check, cfg, try_number=try_number(context), run_id=context["run_id"],
-            preflight_result=ti.xcom_pull(task_ids=PREFLIGHT_TASK),
+            preflight_result=pull(context, PREFLIGHT_TASK),
             ingest_summary=ti.xcom_pull(task_ids=INGEST_TASK),
             transform_summary=ti.xcom_pull(task_ids=TRANSFORM_TASK) if cfg.transform else None,
         )  # fmt: skip
@@ -378,13 +395,13 @@ def mirror_offsets(cfg: PipelineConfig) -> dict[str, Any]:
     report's JSON), read with the same table and Kafka reads, for
     ``record_run``'s ledger row.
     """
-    from include.orchestration import pipeline_run
+    from include.orchestration import post_run, preflight_run
     from include.readers import connections
 
     client = connections.kafka_client_config(cfg.kafka.connection_id)
-    now = pipeline_run.utcnow()
-    positions, lag = pipeline_run.mirror_offsets(cfg, client)
+    now = preflight_run.utcnow()
+    positions, lag = post_run.mirror_offsets(cfg, client)
     n = sum(len(parts) for parts in positions.values())
     print(f"SUMMARY mirror_offsets: committed {n} partition offsets to consumer group "
           f"{cfg.consumer_group}; lag after the run {lag.total_lag}")  # fmt: skip
-    return {"group": cfg.consumer_group, "offsets": positions, "lag_after": lag.to_json(now)}
+    return MirrorResult(cfg.consumer_group, positions, lag.to_json(now)).to_xcom()

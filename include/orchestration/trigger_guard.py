@@ -8,8 +8,8 @@ answered 200 and created a run that ``check_request`` then refused, a whole run 
 
 :class:`TriggerGuard` is an ASGI middleware the project's plugin adds to Airflow's API server. On a
 ``POST`` that creates a run of a pipeline's DAG, it runs the same pure rules ``check_request`` runs
-(:func:`include.contract.manual_ops.parse_request`) on the body's ``conf`` and answers 400 with
-their message; every other request, and every run it lets through, goes on untouched. The UI's
+(:func:`include.contract.manual_ops.parse_request`, which applies the chosen action's
+:class:`~include.contract.actions.ActionSpec`) on the body's ``conf`` and answers 400 with their message; every other request, and every run it lets through, goes on untouched. The UI's
 trigger form posts to the same endpoint.
 
 Not covered, and still refused by ``check_request`` when the run starts: ``airflow dags trigger``
@@ -56,10 +56,11 @@ def trigger_refusal(dag_id: str, body: bytes, pipeline_names: Callable[[], set[s
     if not isinstance(conf, dict) or dag_id not in pipeline_names():
         return None
     from include.contract import manual_ops
+    from include.contract.actions import RequestError
 
     try:
         manual_ops.parse_request(conf, run_type="manual")
-    except manual_ops.RequestError as exc:
+    except RequestError as exc:
         return f"pipeline {dag_id!r}: the run's params were refused, and no run was created: {exc}"
     return None
 

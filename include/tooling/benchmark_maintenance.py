@@ -4,7 +4,7 @@ maintained every N runs, the other never (``make bench BENCH_ARGS="--parts maint
 Each run of each pipeline is what a DAG run's Spark application and checks do,
 in one warm in-process SparkSession so that the comparison is of the tables,
 not of JVM starts: the ingest step, the transform step, the maintenance step
-when the run ledger says it is due (:func:`include.orchestration.pipeline_run.maintenance_due`),
+when the run ledger says it is due (:func:`include.orchestration.preflight_run.maintenance_due`),
 the ``check_continuity`` task's checks (which must pass, or the benchmark
 fails), and the ledger row with the ledger's own maintenance. Every
 ``no_data_every``-th run has no new records: it only adds its ledger row, as
@@ -100,7 +100,7 @@ def run_maintenance_bench(work: Path, bootstrap: str, topic: str, params: Mainte
     import yaml
 
     from include.config import load_pipeline
-    from include.orchestration import pipeline_run
+    from include.orchestration import post_run, preflight_run
     from include.orchestration.job_args import maintain_job_args, transform_job_args
     from include.readers import delta_progress, run_ledger
     from include.spark.spark_submit import local_session
@@ -139,8 +139,8 @@ def run_maintenance_bench(work: Path, bootstrap: str, topic: str, params: Mainte
                 if data:
                     progress = delta_progress.read_progress(cfg.tables.bronze_path, cfg.name)
                     version_before = delta_progress.table_version(cfg.tables.bronze_path)
-                    before = pipeline_run.transform_versions(cfg)
-                    due = pipeline_run.maintenance_due(cfg, "tables", now)
+                    before = post_run.transform_versions(cfg)
+                    due = preflight_run.maintenance_due(cfg, "tables", now)
                     ingest = kafka_to_bronze.run(spark, kafka_to_bronze.parse_config(
                         IngestArgs.for_pipeline(cfg, bootstrap_servers=bootstrap, run_id=run_id, run_type="scheduled",
                                                 summary_path=str(folder / "ingest.json")).to_args()))  # fmt: skip
@@ -152,7 +152,7 @@ def run_maintenance_bench(work: Path, bootstrap: str, topic: str, params: Mainte
                             maintain_job_args(cfg, run_id, folder / "maintain.json")))  # fmt: skip
                         report.maintenance_s.append(time.monotonic() - t)
                         maintenance = {"due": due, "tables": maintained["tables"]}
-                    check = pipeline_run.check_continuity(
+                    check = post_run.check_continuity(
                         cfg, client, run_id=run_id, version_before=version_before,
                         start=progress.next_offsets if progress else None, job_summary=ingest.to_json(),
                         transform_before=before, transform_summary=done,
@@ -163,7 +163,7 @@ def run_maintenance_bench(work: Path, bootstrap: str, topic: str, params: Mainte
                     report.checks_ok += 1
                     row.update(outcome="success", reason="", rows=ingest.rows, continuity="CONTINUOUS",
                                commits=len(ingest.batches), silver_read=done["read"])  # fmt: skip
-                ledger_due = pipeline_run.maintenance_due(cfg, "ledger", now)
+                ledger_due = preflight_run.maintenance_due(cfg, "ledger", now)
                 if ledger_due:
                     maintenance["tables"]["ledger"] = run_ledger.maintain(cfg.tables.ledger_path)
                     maintenance["ledger_due"] = ledger_due

@@ -313,11 +313,11 @@ def test_a_submission_that_fails_half_way_leaves_no_credentials_file(make_pipeli
 
 
 def test_the_teardown_removes_credentials_a_killed_submit_left(make_pipeline):
-    from include.orchestration import pipeline_run, tasks
+    from include.orchestration import run_folder, tasks
 
     cfg = _pipeline(make_pipeline)
-    folder = pipeline_run.run_dir(cfg, "manual__killed")
-    written = pipeline_run.write_secret(folder, "kafka-options.json", '{"sasl.jaas.config": "x"}')
+    folder = run_folder.run_dir(cfg, "manual__killed")
+    written = run_folder.write_secret(folder, "kafka-options.json", '{"sasl.jaas.config": "x"}')
     assert written.stat().st_mode & 0o777 == 0o600 and (folder / "secrets").stat().st_mode & 0o777 == 0o700
     tasks.stop_cluster(cfg, run_id="manual__killed")
     assert not (folder / "secrets").exists()

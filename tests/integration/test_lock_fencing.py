@@ -1,7 +1,7 @@
 """The run lock's epoch as a fencing token, with real Kafka, Spark and Delta.
 
 A run that took the lock over fences the pipeline's tables
-(``pipeline_run.fence_tables``, through delta-rs as ``check_request`` does);
+(``pipeline_lock.fence_tables``, through delta-rs as ``check_request`` does);
 a job of the run it took over from must then commit nothing more, whether it
 reaches its commit after the fence or races it.
 """
@@ -17,7 +17,7 @@ import pytest
 
 from include.contract.errors import IngestionError, StaleLockError, TransformError, summary_failure
 from include.contract.jobs import lock_app_id
-from include.orchestration.pipeline_run import fence_tables
+from include.orchestration.pipeline_lock import fence_tables
 from include.settings import FAILPOINT_ENV
 from include.spark.spark_submit import submit_environment
 from include.tooling.job_submit import submit_command

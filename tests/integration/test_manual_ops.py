@@ -231,14 +231,14 @@ def _refusal(p: Pipeline, conf: dict, monkeypatch) -> str:
     """What ``check_request`` makes of ``conf``: the same two calls as the task, against the real broker and table."""
     from include import settings
     from include.config import load_pipeline
-    from include.contract import manual_ops
-    from include.orchestration import pipeline_run
+    from include.contract import actions, manual_ops
+    from include.orchestration import request_plan
 
     monkeypatch.setenv(settings.LAKEHOUSE_ROOT_ENV, str(p.lake))
     cfg = load_pipeline(p.dir / f"{p.name}.yaml")
-    with pytest.raises(manual_ops.RequestError) as refused:
+    with pytest.raises(actions.RequestError) as refused:
         request = manual_ops.parse_request(conf, run_type="manual", requested_by="test")
-        pipeline_run.plan_request(cfg, {"bootstrap.servers": p.bootstrap}, request)
+        request_plan.plan_request(cfg, {"bootstrap.servers": p.bootstrap}, request)
     return str(refused.value)
 
 

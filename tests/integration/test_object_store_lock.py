@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from include.orchestration import pipeline_run, run_lock
+from include.orchestration import pipeline_lock, run_lock
 from include.readers.object_store import s3_settings
 from include.tooling import local_s3
 from tests.lock_race import Rounds, race_for_lock
@@ -73,13 +73,13 @@ def test_a_pipeline_with_its_lock_on_the_store_takes_waits_and_releases(s3_serve
     def run_state(_dag: str, run: str) -> str | None:
         return states.get(run)
 
-    assert pipeline_run.take_lock(cfg, dag_id="orders", run_id="scheduled__1", run_state=run_state).epoch == 1
+    assert pipeline_lock.take_lock(cfg, dag_id="orders", run_id="scheduled__1", run_state=run_state).epoch == 1
     assert masker.redact(line) == "the key is ***", "the store's secret is not masked in task logs"
-    waiting = pipeline_run.take_lock(cfg, dag_id="orders", run_id="backfill__2", run_state=run_state)
+    waiting = pipeline_lock.take_lock(cfg, dag_id="orders", run_id="backfill__2", run_state=run_state)
     assert waiting.epoch is None and waiting.holder["run_id"] == "scheduled__1"
     assert f"holds the lock in {bucket}/lake/{cfg.name}/_lock (epoch 1" in waiting.message
-    lock = pipeline_run.lock_folder(cfg)
+    lock = run_lock.lock_folder(cfg)
     assert run_lock.release(lock, run_id="scheduled__1") is True
-    assert pipeline_run.take_lock(cfg, dag_id="orders", run_id="backfill__2", run_state=run_state).epoch == 2
+    assert pipeline_lock.take_lock(cfg, dag_id="orders", run_id="backfill__2", run_state=run_state).epoch == 2
     assert sorted(lock.names()) == ["00000000000000000001.json", "00000000000000000001.released",
                                     "00000000000000000002.json"]  # fmt: skip

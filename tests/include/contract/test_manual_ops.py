@@ -8,23 +8,19 @@ import pytest
 from airflow.sdk import Param
 from airflow.sdk.exceptions import ParamValidationError
 
-from include.contract.manual_ops import (
+from include.contract.actions import (
     ACTIONS,
     AIRFLOW_BACKFILL,
     BACKFILL_OFFSETS,
     BACKFILL_TIME,
-    FORM_KEYS,
     NORMAL,
     SKIP_OFFSETS,
     OffsetRequest,
     RequestError,
     RunRequest,
-    form_params,
-    parse_request,
-    plan_offsets_backfill,
-    plan_skip,
-    plan_time_backfill,
 )
+from include.contract.backfill_plan import plan_offsets_backfill, plan_skip, plan_time_backfill
+from include.contract.manual_ops import FORM_KEYS, form_params, parse_request
 from include.contract.offsets import BackfillRange, PartitionState, TopicState
 from include.contract.replay import ReplaySelection
 
@@ -493,7 +489,7 @@ def test_every_hint_names_an_action_of_the_form_with_the_exact_command():
     import json
     import re
 
-    from include.contract.manual_ops import ACTIONS, action_hint
+    from include.contract.actions import ACTIONS, action_hint
 
     for action in ACTIONS:
         hint = action_hint("orders", action, "disk was full")

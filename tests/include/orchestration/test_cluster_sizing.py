@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from include.config import ClusterConfig, PipelineConfigError, load_pipeline
+from include.contract.handoffs import PreflightResult, RequestPlan
 from include.orchestration.cluster_sizing import choose
 from include.orchestration.request_plan import run_backlog
 from include.orchestration.spark_conf import job_spark_conf
@@ -50,9 +51,10 @@ def test_workers_follow_the_backlog_up_to_the_maximum(records, workers):
 
 
 def test_the_backlog_is_a_backfills_offsets_or_else_the_preflights_lag():
-    assert run_backlog({"action": "backfill_offsets", "offsets": 120}, {"lag": {"total_lag": 7}}) == 120
-    assert run_backlog({"action": "normal"}, {"lag": {"total_lag": 7}}) == 7
-    assert run_backlog({}, None) is None
+    lag = PreflightResult.from_xcom({"lag": {"total_lag": 7}})
+    assert run_backlog(RequestPlan.from_xcom({"action": "backfill_offsets", "offsets": 120}), lag) == 120
+    assert run_backlog(RequestPlan.from_xcom({"action": "normal"}), lag) == 7
+    assert run_backlog(RequestPlan.from_xcom({}), None) is None
 
 
 def test_the_job_asks_for_the_cores_of_the_workers_that_started(make_pipeline):

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from include import settings
-from include.orchestration import pipeline_run, run_lock
-from include.spark import spark_cluster
+from include.orchestration import pipeline_lock, run_folder, run_lock
+from include.spark import cluster_state, leftovers
 from tests.processes import processes_naming
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
@@ -85,18 +85,18 @@ def _job_of(run_folder: Path, name: str = "ingest") -> subprocess.Popen:
     """A stand-in for a run's driver, recorded in the run's folder as the operator records spark-submit."""
     run_folder.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen([*SLEEPER, str(run_folder / "ingest-summary.json")], start_new_session=True,
-                            preexec_fn=spark_cluster.record_job(run_folder, name))  # fmt: skip
+                            preexec_fn=leftovers.record_job(run_folder, name))  # fmt: skip
 
 
 def test_a_run_taking_the_lock_from_a_dead_run_first_stops_that_runs_job(cfg):
     states = {"manual__dead": "running"}
 
-    def take(run_id: str) -> pipeline_run.LockClaim:
-        return pipeline_run.take_lock(cfg, dag_id="orders", run_id=run_id, run_state=lambda _dag, run: states.get(run))
+    def take(run_id: str) -> pipeline_lock.LockClaim:
+        return pipeline_lock.take_lock(cfg, dag_id="orders", run_id=run_id, run_state=lambda _dag, run: states.get(run))
 
-    assert take("manual__dead") == pipeline_run.LockClaim(1)
-    dead_job = _job_of(pipeline_run.run_dir(cfg, "manual__dead"))
-    other_job = _job_of(pipeline_run.run_dir(cfg, "manual__deadline"))  # a prefix of its name is not its folder
+    assert take("manual__dead") == pipeline_lock.LockClaim(1)
+    dead_job = _job_of(run_folder.run_dir(cfg, "manual__dead"))
+    other_job = _job_of(run_folder.run_dir(cfg, "manual__deadline"))  # a prefix of its name is not its folder
     try:
         claim = take("manual__next")
         assert claim.epoch is None and claim.holder["run_id"] == "manual__dead"
@@ -113,7 +113,7 @@ def test_a_run_taking_the_lock_from_a_dead_run_first_stops_that_runs_job(cfg):
                                  "epoch 2")  # fmt: skip
         assert dead_job.wait(10) == -signal.SIGKILL
         assert other_job.poll() is None
-        assert run_lock.holder(pipeline_run.lock_folder(cfg))["run_id"] == "manual__next"
+        assert run_lock.holder(run_lock.lock_folder(cfg))["run_id"] == "manual__next"
 
         # A retry of the same task takes its own lock again, at its epoch; nothing is left to stop.
         claim = take("manual__next")
@@ -143,20 +143,20 @@ PARENT_OF_ONE = [sys.executable, "-c", "import subprocess, sys, time; "
 
 
 def test_only_recorded_jobs_and_what_they_started_are_stopped_never_a_reader_of_the_runs_log(cfg):
-    folder = pipeline_run.run_dir(cfg, "manual__dead")
+    folder = run_folder.run_dir(cfg, "manual__dead")
     folder.mkdir(parents=True)
     (folder / "ingest.log").write_text("the dead run's log")
     job = subprocess.Popen(PARENT_OF_ONE, start_new_session=True,
-                           preexec_fn=spark_cluster.record_job(folder, "ingest"))  # fmt: skip
+                           preexec_fn=leftovers.record_job(folder, "ingest"))  # fmt: skip
     reader = subprocess.Popen([*SLEEPER, str(folder / "ingest.log")])  # a `less` of the log names the folder too
     try:
         deadline = time.monotonic() + 10
-        while len(spark_cluster.recorded_jobs(folder)) < 2:
+        while len(leftovers.recorded_jobs(folder)) < 2:
             assert time.monotonic() < deadline, "the job's child never started"
             time.sleep(0.05)
-        (child,) = set(spark_cluster.recorded_jobs(folder)) - {job.pid}
+        (child,) = set(leftovers.recorded_jobs(folder)) - {job.pid}
         assert reader.pid in processes_naming(folder)
-        message = pipeline_run.stop_leftovers(cfg, "manual__dead")
+        message = pipeline_lock.stop_leftovers(cfg, "manual__dead")
         assert message is not None and str(job.pid) in message
         assert job.wait(10) == -signal.SIGKILL
         assert _wait_gone(child)
@@ -172,15 +172,15 @@ def test_a_record_whose_pid_number_now_belongs_to_another_process_names_nobody(t
 
     reused = subprocess.Popen(SLEEPER)
     try:
-        jobs = tmp_path / spark_cluster.JOBS_DIR
+        jobs = tmp_path / leftovers.JOBS_DIR
         jobs.mkdir()
-        stat = spark_cluster._read_stat(reused.pid)
+        stat = cluster_state._read_stat(reused.pid)
         (jobs / "ingest.json").write_text(json.dumps({"pid": reused.pid, "start_ticks": stat.start_ticks - 1}))
-        assert spark_cluster.recorded_jobs(tmp_path) == []
+        assert leftovers.recorded_jobs(tmp_path) == []
         (jobs / "ingest.json").write_text(json.dumps({"pid": reused.pid, "start_ticks": stat.start_ticks}))
-        assert spark_cluster.recorded_jobs(tmp_path) == [reused.pid]
+        assert leftovers.recorded_jobs(tmp_path) == [reused.pid]
         (jobs / "broken.json").write_text("{not json")
-        assert spark_cluster.recorded_jobs(tmp_path) == [reused.pid]
+        assert leftovers.recorded_jobs(tmp_path) == [reused.pid]
     finally:
         reused.kill()
         reused.wait()

@@ -173,7 +173,7 @@ def test_record_run_takes_the_lag_after_from_mirror_offsets_only_when_it_succeed
 def test_record_carries_what_maintenance_did_and_the_next_run_counts_from_it(tmp_path: Path, cfg, monkeypatch):
     from dataclasses import replace
 
-    from include.orchestration import pipeline_run
+    from include.orchestration import preflight_run
 
     states = {"wait_for_lag": "success", "preflight": "success", "ingest": "success", "maintain": "success"}
     tables = {"tables": {"bronze": {"files_before": 9, "files_after": 1}}}
@@ -190,13 +190,13 @@ def test_record_carries_what_maintenance_did_and_the_next_run_counts_from_it(tmp
     cfg = replace(cfg, tables=replace(cfg.tables, ledger_path=str(tmp_path / "ledger")),
                   maintenance=replace(cfg.maintenance, every_runs=2))  # fmt: skip
     now = T0 + timedelta(hours=1)
-    assert pipeline_run.maintenance_due(cfg, "tables", now) is None  # run 1: nothing to count yet
+    assert preflight_run.maintenance_due(cfg, "tables", now) is None  # run 1: nothing to count yet
     run_ledger.append_run(cfg.tables.ledger_path, dict(_record(cfg, states), run_id="r0"))
-    assert pipeline_run.maintenance_due(cfg, "tables", now) == "every_runs 2: this is run 2 and it was never done"
+    assert preflight_run.maintenance_due(cfg, "tables", now) == "every_runs 2: this is run 2 and it was never done"
     run_ledger.append_run(cfg.tables.ledger_path, dict(row, finished_at=T0 + timedelta(minutes=5)))
-    assert pipeline_run.maintenance_due(cfg, "tables", now) is None
-    assert pipeline_run.maintenance_due(cfg, "ledger", now) is None
-    assert pipeline_run.maintenance_due(replace(cfg, maintenance=replace(cfg.maintenance, every_runs=None)),
+    assert preflight_run.maintenance_due(cfg, "tables", now) is None
+    assert preflight_run.maintenance_due(cfg, "ledger", now) is None
+    assert preflight_run.maintenance_due(replace(cfg, maintenance=replace(cfg.maintenance, every_runs=None)),
                                         "tables", now) is None  # fmt: skip
 
 

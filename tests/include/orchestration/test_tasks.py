@@ -1,7 +1,7 @@
 """Each task's function in ``include/orchestration/tasks.py``, called with plain values, and the DAG that wires them.
 
 No broker, Spark or Airflow run. Where a function reads Kafka, the read
-(``pipeline_run.snapshot``, ``run_preflight``, ``plan_request``,
+(``preflight_run.snapshot``, ``run_preflight``, ``plan_request``,
 ``mirror_offsets``) is replaced by fake numbers run through the real pure
 rules (:func:`include.contract.preflight.measure_lag`, :func:`include.contract.preflight.preflight`).
 The run lock, the continuity check on an empty lake and the cluster stop run
@@ -28,12 +28,21 @@ from airflow.sdk import TriggerRule
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from include import settings
-from include.contract.manual_ops import RequestError
+from include.contract.actions import RequestError
+from include.contract.handoffs import RequestPlan
 from include.contract.offsets import PartitionState, TopicState
 from include.contract.preflight import LagReport, measure_lag
 from include.contract.preflight import preflight as preflight_rules
-from include.orchestration import dag_factory, pipeline_run, run_lock, tasks
-from include.spark import spark_cluster
+from include.orchestration import (
+    dag_factory,
+    post_run,
+    preflight_run,
+    request_plan,
+    run_folder,
+    run_lock,
+    tasks,
+)
+from include.spark import cluster_state, spark_cluster
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
@@ -41,7 +50,7 @@ T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 @pytest.fixture
 def cfg(make_pipeline, kafka_connection, monkeypatch):
     """Pipeline ``orders`` on topic ``t``: lag gate 10 records or 60 s; runs of up to 100 records stay local."""
-    monkeypatch.setattr(pipeline_run, "utcnow", lambda: T0)
+    monkeypatch.setattr(preflight_run, "utcnow", lambda: T0)
     monkeypatch.setattr(spark_cluster, "start_standalone", _no_spark)
     return make_pipeline(
         "orders", lag={"min_records": 10, "max_wait_minutes": 1},
@@ -132,7 +141,7 @@ def _request(cfg, run_id: str = "manual__1", params: dict | None = None, running
 
 
 def _lock_holder(cfg) -> str | None:
-    return (run_lock.holder(pipeline_run.lock_folder(cfg)) or {}).get("run_id")
+    return (run_lock.holder(run_lock.lock_folder(cfg)) or {}).get("run_id")
 
 
 def test_check_request_takes_the_lock_and_plans_a_normal_run_without_reading_kafka(cfg, monkeypatch, capsys):
@@ -172,10 +181,10 @@ def test_check_request_plans_a_backfill_with_the_kafka_connection(cfg, monkeypat
 
     def plan_request(cfg_, client, request):  # Kafka's answer: one range of five offsets
         seen.update(client=client, action=request.action)
-        return {"action": request.action, "describe": request.describe(), "ranges": [{"topic": "t"}], "offsets": 5,
-                "notes": ["partition t-0 starts at 0"]}  # fmt: skip
+        return RequestPlan(request.action, describe=request.describe(), ranges=({"topic": "t"},), offsets=5,
+                           notes=("partition t-0 starts at 0",))  # fmt: skip
 
-    monkeypatch.setattr(pipeline_run, "plan_request", plan_request)
+    monkeypatch.setattr(request_plan, "plan_request", plan_request)
     done = _request(cfg, params=BACKFILL)
     assert done.is_done and done.xcom_value["offsets"] == 5
     assert seen == {"client": {"bootstrap.servers": "b1:9092"}, "action": "backfill_offsets"}
@@ -188,7 +197,7 @@ def test_check_request_refused_by_kafka_names_the_action_and_leaves_the_reason(c
     def plan_request(cfg_, client, request):
         raise RequestError("partition t-0 holds offsets 9 to 12 only")
 
-    monkeypatch.setattr(pipeline_run, "plan_request", plan_request)
+    monkeypatch.setattr(request_plan, "plan_request", plan_request)
     with pytest.raises(tasks.FailTask) as ended:
         _request(cfg, params=BACKFILL)
     assert str(ended.value) == "pipeline 'orders': backfill_offsets refused: partition t-0 holds offsets 9 to 12 only"
@@ -200,7 +209,7 @@ def test_check_request_refused_by_kafka_names_the_action_and_leaves_the_reason(c
 
 
 def _snapshot(monkeypatch, report: LagReport) -> None:
-    monkeypatch.setattr(pipeline_run, "snapshot", lambda cfg, client, options=None: (report, None, {}))
+    monkeypatch.setattr(preflight_run, "snapshot", lambda cfg, client, options=None: (report, None, {}))
 
 
 def test_wait_for_lag_skips_a_run_with_nothing_new_and_leaves_the_lag(cfg, monkeypatch, capsys):
@@ -253,7 +262,7 @@ def _run_preflight(monkeypatch, table_next: dict, kafka: dict[str, TopicState], 
         progress = SimpleNamespace(table_version=table_version, next_offsets=table_next)
         return verdict, measure_lag(table_next, kafka, table_version=table_version), progress
 
-    monkeypatch.setattr(pipeline_run, "run_preflight", run_preflight)
+    monkeypatch.setattr(preflight_run, "run_preflight", run_preflight)
     return asked
 
 
@@ -304,16 +313,16 @@ def test_preflight_reads_the_ledger_once_for_its_witness_and_for_maintenance(cfg
         handed.append(ledger_rows)
         verdict = preflight_rules(table_next={"t": {0: 5}}, recorded_topic_ids={}, kafka=_kafka(p0=(0, 12)),
                                   configured_topics=("t",), policy=cfg.data_loss_policy, dag_id=cfg.name)  # fmt: skip
-        assert pipeline_run.ledger_witness(cfg_, {"t": {0: 5}}, ledger_rows) is None  # the ledger agrees
+        assert preflight_run.ledger_witness(cfg_, {"t": {0: 5}}, ledger_rows) is None  # the ledger agrees
         return verdict, measure_lag({"t": {0: 5}}, _kafka(p0=(0, 12))), None
 
-    monkeypatch.setattr(pipeline_run, "run_preflight", run_preflight)
+    monkeypatch.setattr(preflight_run, "run_preflight", run_preflight)
     result = tasks.preflight(cfg, plan=None)
     assert len(reads) == 1 and {"outcome", "partitions_json", "maintenance_json"} <= set(reads[0])
     assert [[r["run_id"] for r in rows] for rows in handed] == [["r1"]]
     assert result["maintenance"] == {"due": "every_runs 2: this is run 2 and it was never done"}
     # The witness reads the same rows: a position behind the ledger's last run is refused.
-    assert pipeline_run.ledger_witness(cfg, {"t": {0: 3}}, handed[0]).kind == "ledger_ahead"
+    assert preflight_run.ledger_witness(cfg, {"t": {0: 3}}, handed[0]).kind == "ledger_ahead"
 
 
 def test_preflight_refuses_kafka_settings_the_spark_job_cannot_take_before_reading_anything(cfg, monkeypatch):
@@ -333,7 +342,7 @@ def test_start_cluster_keeps_a_small_backlog_in_local_mode_and_starts_nothing(cf
                                  preflight_result={"lag": {"total_lag": 40}}, cpu_count=4)  # fmt: skip
     assert result == {"master_url": "local[4]", "mode": "local", "workers": 0, "backlog": 40,
                       "choice": "local[4] in the driver: backlog 40 records <= cluster.local_max_records 100"}  # fmt: skip
-    assert not (pipeline_run.run_dir(cfg, "manual__1") / "cluster").exists()
+    assert not (run_folder.run_dir(cfg, "manual__1") / "cluster").exists()
     assert "SUMMARY start_cluster: no cluster: local[4]" in capsys.readouterr().out
 
 
@@ -342,13 +351,13 @@ def test_start_cluster_sizes_a_standalone_cluster_to_a_backfills_offsets(cfg, mo
 
     def start_standalone(folder, *, workers, worker_cores, worker_memory):  # no Spark here: where and how big
         started.append((folder, workers, worker_cores, worker_memory))
-        return spark_cluster.StandaloneCluster("spark://127.0.0.1:7077", "http://127.0.0.1:8080", str(folder),
+        return cluster_state.StandaloneCluster("spark://127.0.0.1:7077", "http://127.0.0.1:8080", str(folder),
                                                {"master": 11, "worker-1": 12, "worker-2": 13})  # fmt: skip
 
     monkeypatch.setattr(spark_cluster, "start_standalone", start_standalone)
     result = tasks.start_cluster(cfg, run_id="manual__1", plan={"action": "backfill_offsets", "offsets": 1500},
                                  preflight_result={"lag": {"total_lag": 3}}, cpu_count=4)  # fmt: skip
-    folder = pipeline_run.run_dir(cfg, "manual__1") / "cluster"
+    folder = run_folder.run_dir(cfg, "manual__1") / "cluster"
     assert started == [(folder, 2, 2, "1g")]
     assert (result["master_url"], result["mode"], result["workers"], result["backlog"]) == (
         "spark://127.0.0.1:7077", "cluster", 2, 1500)  # fmt: skip
@@ -358,20 +367,20 @@ def test_start_cluster_sizes_a_standalone_cluster_to_a_backfills_offsets(cfg, mo
 
 
 def test_stop_cluster_stops_what_the_runs_cluster_folder_names(cfg, capsys):
-    folder = pipeline_run.run_dir(cfg, "manual__1") / "cluster"
+    folder = run_folder.run_dir(cfg, "manual__1") / "cluster"
     folder.mkdir(parents=True)
     cluster_id = uuid.uuid4().hex
     daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True,
-                              env={**os.environ, spark_cluster.MARKER_ENV: cluster_id})  # fmt: skip
+                              env={**os.environ, cluster_state.MARKER_ENV: cluster_id})  # fmt: skip
     try:
         # Popen returns once exec has begun; the kernel fills /proc/<pid>/environ a moment later, and under
         # load the stop below could look before it did. A cluster's processes are found long after.
-        marker = f"{spark_cluster.MARKER_ENV}={cluster_id}".encode()
+        marker = f"{cluster_state.MARKER_ENV}={cluster_id}".encode()
         deadline = time.monotonic() + 10
         while marker not in Path(f"/proc/{daemon.pid}/environ").read_bytes().split(b"\0"):
             assert time.monotonic() < deadline, "the stand-in daemon never showed its environment"
             time.sleep(0.01)
-        (folder / spark_cluster.STATE_FILE).write_text(json.dumps({
+        (folder / cluster_state.STATE_FILE).write_text(json.dumps({
             "master_url": "spark://127.0.0.1:1", "web_ui_url": "http://127.0.0.1:1", "run_dir": str(folder),
             "pids": {}, "cluster_id": cluster_id, "sids": {}, "pgids": {}, "start_ticks": {}, "logs": {},
         }))  # fmt: skip
@@ -414,7 +423,7 @@ def test_check_continuity_fails_when_the_job_reports_rows_no_commit_holds(cfg, c
 def test_mirror_offsets_returns_the_group_what_was_committed_and_the_lag_after(cfg, monkeypatch, capsys):
     committed = {"t": {"0": 12, "1": 7}}
     lag = _lag({"t": {0: 12, 1: 7}}, p0=(0, 12), p1=(0, 10))
-    monkeypatch.setattr(pipeline_run, "mirror_offsets", lambda cfg_, client: (committed, lag))
+    monkeypatch.setattr(post_run, "mirror_offsets", lambda cfg_, client: (committed, lag))
     got = tasks.mirror_offsets(cfg)
     assert got["group"] == "kafka-delta-elt.orders"  # the pipeline's group, named by the task
     # record_run writes this lag into the ledger row instead of reading the table and Kafka again.

@@ -197,7 +197,7 @@ def test_a_failed_lookup_is_asked_again_and_a_local_table_still_reads(make_pipel
 
 
 def test_the_lock_and_the_tables_share_one_lookup(make_pipeline, masked):
-    from include.orchestration.pipeline_run import lock_folder
+    from include.orchestration.run_lock import lock_folder
     from include.orchestration.run_lock import ObjectStoreFolder
     from include.readers.object_store import TableOptions
 
