@@ -7,7 +7,7 @@ import re
 import time
 from pathlib import Path
 
-from include.spark import spark_cluster
+from include.spark import cluster_state
 
 
 def wait_for_failpoint(proc, log: Path, failpoint: str, timeout_s: float = 300) -> None:
@@ -28,7 +28,7 @@ def processes_naming(folder: str | Path) -> list[int]:
     # The folder itself or a path inside it; not a sibling whose name it begins (run-1 vs run-10).
     needle = re.compile(re.escape(str(Path(folder).resolve()).encode()) + rb"(?:/|\0|$)")
     found = []
-    for stat in spark_cluster.process_stats():
+    for stat in cluster_state.process_stats():
         if stat.state == "Z" or stat.pid == os.getpid():
             continue
         try:

@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # the Spark provider is imported only when a job runs, OpenLi
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
     from include.orchestration.lineage import Lineage
-    from include.spark.spark_cluster import ClusterWatch
+    from include.spark.cluster_stop import ClusterWatch
 
 
 def submit_hook(cfg: PipelineConfig, **request: Any) -> tuple[SparkSubmitHook, str]:
@@ -143,11 +143,11 @@ class SparkJobOperator(BaseOperator):
         return started if isinstance(started, dict) else {}
 
     def _cluster_watch(self, context: Any) -> contextlib.AbstractContextManager[ClusterWatch | None]:
-        """A :class:`~include.spark.spark_cluster.ClusterWatch` on this run's transient cluster, if one was started."""
+        """A :class:`~include.spark.cluster_stop.ClusterWatch` on this run's transient cluster, if one was started."""
         from contextlib import nullcontext
 
         from include.orchestration import run_folder
-        from include.spark import spark_cluster
+        from include.spark import cluster_stop
 
         if not profile_of(self.pipeline.cluster).transient:
             return nullcontext(None)
@@ -159,7 +159,7 @@ class SparkJobOperator(BaseOperator):
                 self.log.error("the run's cluster lost a daemon: stopping spark-submit (pid %s)", proc.pid)
                 proc.kill()
 
-        return spark_cluster.ClusterWatch(folder, stop_job)
+        return cluster_stop.ClusterWatch(folder, stop_job)
 
     def run_folder(self, context: Any) -> Path:
         """This run's folder of job files: the run folder here, or where the profile's driver reads them
@@ -236,7 +236,7 @@ class SparkJobOperator(BaseOperator):
     def _submit(self, context: Any, app_path: str) -> None:
         """Run spark-submit under this run's cluster watch; a lost daemon of the cluster is the error then."""
         from include.orchestration import run_folder
-        from include.spark import spark_cluster
+        from include.spark import cluster_state, leftovers
         from include.spark.spark_submit import dies_with_parent
 
         if self._hook is None:
@@ -247,11 +247,11 @@ class SparkJobOperator(BaseOperator):
                     dies_with_parent(),
                     # In this machine's run folder (never the pods' volume): a run that takes
                     # the lock over from this one stops exactly these processes.
-                    spark_cluster.record_job(run_folder.run_dir(self.pipeline, context["run_id"]), self.task_id),
+                    leftovers.record_job(run_folder.run_dir(self.pipeline, context["run_id"]), self.task_id),
                 ))  # fmt: skip
             except Exception as exc:
                 if watch is not None and watch.lost:
-                    raise spark_cluster.ClusterError(watch.message()) from exc
+                    raise cluster_state.ClusterError(watch.message()) from exc
                 raise
 
     def _job_failure(self, summary_path: Path) -> PipelineError | None:

@@ -12,16 +12,14 @@ The run folder holds ``cluster.json`` (URLs, pids, process groups, sessions),
 ``logs/<process>.log`` (each daemon's stdout and stderr), ``worker-<i>/`` (the
 workers' work dirs: one folder per application with its executors' logs),
 ``local/`` (scratch and shuffle files), ``tmp/`` and an empty ``conf/``.
-Once its processes are stopped, :func:`stop_standalone` removes what only a
-running cluster needs (each executor's copy of the application's jars and
-files, about 23 MB a run with the project's jars; ``local/``; ``tmp/``), so
+Once its processes are stopped, :func:`include.spark.cluster_stop.stop_standalone` removes what only a
+running cluster needs (:func:`include.spark.leftovers.remove_scratch`), so
 a run folder keeps its logs and state, not a copy of the jars per run.
 
-Each daemon is started in its own session. Everything it spawns (executor
-JVMs, pyspark daemons and their python workers) stays in that session, and
-also inherits an environment variable naming this cluster; that is how
-:func:`running_processes` and :func:`stop_standalone` find them, without
-ever touching a process that merely got a recorded pid number again.
+This module starts the cluster (and is its command line); the others of the cluster are
+:mod:`include.spark.cluster_state` (its state file and which processes are its, found by their session
+or a marker in their environment), :mod:`include.spark.cluster_stop` (stopping and watching it) and
+:mod:`include.spark.leftovers` (each job's recorded process, and the scratch a stopped cluster leaves).
 
 The cluster takes only applications that know its secret (``spark.authenticate``):
 a per-cluster secret in ``auth-secret`` (owner-only, removed when the cluster
@@ -38,23 +36,32 @@ import argparse
 import json
 import os
 import secrets
-import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-from include.contract.errors import ContractError, PipelineError
+from include.contract.errors import ContractError
 from include.ports import free_port
 from include.private_files import write_private
+from include.spark.cluster_state import (
+    _CHILDREN,
+    MARKER_ENV,
+    SECRET_FILE,
+    ClusterError,
+    StandaloneCluster,
+    _load_state,
+    _log_path,
+    _read_stat,
+    _save_state,
+    running_processes,
+)
+from include.spark.cluster_stop import stop_standalone
 from include.spark.spark_submit import spark_home
 
 HOST = "127.0.0.1"
@@ -64,185 +71,12 @@ WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 DAEMON_MEMORY = "512m"
 #: The JIT and collector of the master and worker daemons (see :func:`_daemon_env`).
 DAEMON_JIT_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-#: Environment variable every process of a cluster inherits, set to its cluster id.
-MARKER_ENV = "KDE_SPARK_CLUSTER_ID"
-STATE_FILE = "cluster.json"
-#: The cluster's shared secret, in its run folder (owner-only); a job's driver reads it through
-#: :func:`include.settings.spark_secret`.
-SECRET_FILE = "auth-secret"
 #: Where Spark's master, workers and executors look for the secret when their configuration has none.
 SECRET_ENV = "_SPARK_AUTH_SECRET"
 #: What a daemon keeps of the calling environment: enough to run Java and Python, nothing of Airflow's
 #: or the project's (a cluster's processes are found through its run folder: :func:`running_processes`).
 _KEPT_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "JAVA_HOME", "VIRTUAL_ENV",
                        "PYTHONPATH", "PYTHONHASHSEED", "LD_LIBRARY_PATH"})  # fmt: skip
-
-#: Processes started by this Python process, so their exit codes can be read
-#: while starting and they are reaped (not left as zombies) when stopped.
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
-
-
-class ClusterError(PipelineError, RuntimeError):
-    """The cluster could not be started or stopped; the message names the run folder and a log file."""
-
-
-@dataclass(frozen=True)
-class StandaloneCluster:
-    """A started cluster: where to submit, where to look, and its daemons' pids.
-
-    ``cluster.json`` in ``run_dir`` holds :meth:`to_json` plus the bookkeeping
-    the stop needs, so ``StandaloneCluster.from_json(json.load(f))`` reads it.
-    """
-
-    master_url: str
-    web_ui_url: str
-    run_dir: str
-    pids: dict[str, int]
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-serialisable dict (e.g. for an Airflow XCom)."""
-        return {
-            "master_url": self.master_url,
-            "web_ui_url": self.web_ui_url,
-            "run_dir": self.run_dir,
-            "pids": dict(self.pids),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> StandaloneCluster:
-        """The cluster from :meth:`to_json`'s dict; other keys are ignored."""
-        return cls(
-            master_url=str(data["master_url"]),
-            web_ui_url=str(data["web_ui_url"]),
-            run_dir=str(data["run_dir"]),
-            pids={str(name): int(pid) for name, pid in data["pids"].items()},
-        )
-
-
-# --- /proc ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _ProcStat:
-    """The fields of ``/proc/<pid>/stat`` this module uses."""
-
-    pid: int
-    state: str
-    ppid: int
-    pgid: int
-    sid: int
-    #: Clock ticks after boot when the process started: with the pid, it
-    #: identifies a process even after its pid number is reused.
-    start_ticks: int
-
-
-def _parse_stat(text: str) -> _ProcStat:
-    """Parse one ``/proc/<pid>/stat`` line (see proc(5))."""
-    # The command name (field 2) may hold spaces and parentheses, so split at
-    # the last ")" rather than on whitespace.
-    head, sep, rest = text.rpartition(")")
-    if not sep or " (" not in head:
-        raise ContractError(f"not a /proc/<pid>/stat line: {text[:200]!r}")
-    fields = rest.split()
-    # fields[0] is field 3 of proc(5): state, ppid, pgrp, session, ... starttime (22).
-    return _ProcStat(
-        pid=int(head.split(" (", 1)[0]),
-        state=fields[0],
-        ppid=int(fields[1]),
-        pgid=int(fields[2]),
-        sid=int(fields[3]),
-        start_ticks=int(fields[19]),
-    )
-
-
-def _read_stat(pid: int) -> _ProcStat | None:
-    try:
-        return _parse_stat(Path(f"/proc/{pid}/stat").read_text())
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def process_stats() -> list[_ProcStat]:
-    """Every live process's ``/proc/<pid>/stat`` fields (pid, state, parent, group, session, start time)."""
-    stats = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = _read_stat(int(entry))
-            if stat is not None:
-                stats.append(stat)
-    return stats
-
-
-def _environ_has(pid: int, entry: bytes) -> bool:
-    try:
-        return entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:  # gone, or another user's process (which cannot be ours)
-        return False
-
-
-def _members(
-    state: Mapping[str, Any], stats: Iterable[_ProcStat], has_marker: Callable[[int], bool]
-) -> list[_ProcStat]:
-    """The live processes of the cluster described by ``state`` (the content of cluster.json).
-
-    A process belongs to the cluster if it is in the session of one of the
-    recorded daemons, or carries the cluster's marker in its environment.
-    A recorded session counts only while its leader is gone or is still the
-    very process that was started (same start time): Linux does not hand out
-    a pid again while any process still uses it as session id, so a session
-    whose leader pid now names another process has no members of ours left.
-    """
-    stats = list(stats)
-    by_pid = {s.pid: s for s in stats}
-    sessions = set()
-    for name, sid in state["sids"].items():
-        leader = by_pid.get(sid)
-        if leader is None or (leader.sid == sid and leader.start_ticks == state["start_ticks"][name]):
-            sessions.add(sid)
-    own = os.getpid()
-    return [
-        s
-        for s in stats
-        # Zombies and dead entries hold no resources and ignore signals.
-        if s.state not in ("Z", "X") and s.pid != own and (s.sid in sessions or has_marker(s.pid))
-    ]
-
-
-# --- state file ----------------------------------------------------------------------------------
-
-
-def _state_path(run_dir: Path) -> Path:
-    return run_dir / STATE_FILE
-
-
-def _log_path(run_dir: Path, name: str) -> Path:
-    return run_dir / "logs" / f"{name}.log"
-
-
-def _load_state(run_dir: Path) -> dict[str, Any] | None:
-    path = _state_path(run_dir)
-    if not path.exists():
-        return None
-    try:
-        # Checked just below: a state without these keys or of another shape is refused.
-        state = cast(dict[str, Any], json.loads(path.read_text()))
-        StandaloneCluster.from_json(state)
-        for key in ("cluster_id", "sids", "pgids", "start_ticks"):
-            state[key]  # noqa: B018 - only checks that the key is there
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ClusterError(
-            f"cannot read the Spark cluster state {path} of run folder {run_dir}: {exc!r}; "
-            f"logs are in {run_dir / 'logs'}"
-        ) from exc
-    return state
-
-
-def _save_state(run_dir: Path, state: Mapping[str, Any]) -> None:
-    # Write then rename: a stop running at the same moment never reads half a file.
-    path = _state_path(run_dir)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(state, indent=2) + "\n")
-    tmp.replace(path)
 
 
 # --- commands and environment --------------------------------------------------------------------
@@ -562,251 +396,6 @@ def _start_workers(run_dir: Path, state: dict[str, Any], procs: dict[str, subpro
         state["worker_ports"][name] = port
         state["logs"][name] = str(_log_path(run_dir, name))
         _save_state(run_dir, state)
-
-
-# --- processes and stop --------------------------------------------------------------------------
-
-
-def _reap() -> None:
-    # Only this process can collect the exit status of the daemons it
-    # started; until it does they stay as zombies in the process table.
-    for pid, proc in list(_CHILDREN.items()):
-        if proc.poll() is not None:
-            del _CHILDREN[pid]
-
-
-def _find(state: Mapping[str, Any]) -> list[_ProcStat]:
-    _reap()
-    marker = f"{MARKER_ENV}={state['cluster_id']}".encode()
-    return _members(state, process_stats(), lambda pid: _environ_has(pid, marker))
-
-
-def running_processes(run_dir: str | Path) -> list[int]:
-    """Pids of the cluster's live processes: daemons, executors, pyspark daemons and python workers.
-
-    Empty when ``run_dir`` never held a cluster or everything has exited.
-    """
-    state = _load_state(Path(run_dir).resolve())
-    return sorted(s.pid for s in _find(state)) if state else []
-
-
-def lost_daemons(run_dir: str | Path) -> list[str]:
-    """The cluster's daemons (``master``, ``worker-1``, ...) that are no longer running; empty without a cluster.
-
-    A daemon counts as running only while its recorded pid still names the
-    very process that was started (same start time) and is not a zombie.
-    """
-    state = _load_state(Path(run_dir).resolve())
-    return [] if state is None else _lost(state)
-
-
-def _lost(state: Mapping[str, Any]) -> list[str]:
-    _reap()
-    lost = []
-    for name, pid in state["pids"].items():
-        stat = _read_stat(int(pid))
-        if stat is None or stat.state in ("Z", "X") or stat.start_ticks != state["start_ticks"].get(name):
-            lost.append(name)
-    return sorted(lost)
-
-
-class ClusterWatch:
-    """Stops a job whose transient cluster lost a daemon while it ran, instead of letting it wait forever.
-
-    Spark's standalone scheduler waits without limit for executors: once the
-    run's only worker is gone none can come, and the job would hang until
-    someone kills it. Use as a context manager around the job; ``stop_job``
-    is called once, from a background thread, when a daemon is lost, and
-    :attr:`lost` then names the daemons. Without a cluster in ``run_dir`` it
-    watches nothing.
-    """
-
-    def __init__(self, run_dir: str | Path, stop_job: Callable[[], None], *, interval_s: float = 2.0) -> None:
-        self.run_dir, self.stop_job, self.interval_s = Path(run_dir), stop_job, interval_s
-        # Read once: the daemons a cluster started do not change while a job runs on it.
-        self._state = _load_state(self.run_dir.resolve())
-        self.lost: list[str] = []
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="cluster-watch", daemon=True)
-
-    def __enter__(self) -> ClusterWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join()
-
-    def _watch(self) -> None:
-        if self._state is None:  # no cluster was started in run_dir: nothing to watch
-            return
-        while not self._done.wait(self.interval_s):
-            lost = _lost(self._state)
-            if lost:
-                self.lost = lost
-                self.stop_job()
-                return
-
-    def message(self) -> str:
-        """What happened and what comes next, for the task's error."""
-        return (f"the run's Spark cluster in {self.run_dir} lost {', '.join(self.lost)} while the job ran "
-                f"(logs in {self.run_dir / 'logs'}); the job was stopped instead of waiting for executors "
-                "that cannot come. Nothing is lost: the next run (or this task's retry) resumes from the tables")  # fmt: skip
-
-
-#: The folder of a run's folder where each job's process records itself (see :func:`record_job`).
-JOBS_DIR = "jobs"
-
-
-def record_job(run_folder: str | Path, name: str) -> Callable[[], None]:
-    """A ``preexec_fn`` by which a job's process records its pid and start time in ``<run_folder>/jobs/<name>.json``.
-
-    Written by the child itself, before it runs the job: the record exists
-    as soon as the process does. The start time tells the process from a
-    later one that got its pid number again, so a record left behind by a
-    killed run never names anyone else's process.
-    """
-    folder = Path(run_folder) / JOBS_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{name}.json"
-
-    def record() -> None:
-        stat = _read_stat(os.getpid())
-        if stat is None:
-            return
-        tmp = target.with_suffix(f".{stat.pid}.tmp")
-        tmp.write_text(json.dumps({"pid": stat.pid, "start_ticks": stat.start_ticks}))
-        os.replace(tmp, target)
-
-    return record
-
-
-def recorded_jobs(run_folder: str | Path) -> list[int]:
-    """Live job processes a run recorded (:func:`record_job`) and every process they started, sorted.
-
-    Only recorded processes and their descendants: never another process
-    that merely names the run's folder (a ``less`` of its log).
-    """
-    roots = set()
-    for record in sorted((Path(run_folder) / JOBS_DIR).glob("*.json")):
-        try:
-            data = json.loads(record.read_text())
-            pid, ticks = int(data["pid"]), int(data["start_ticks"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        stat = _read_stat(pid)
-        if stat is not None and stat.start_ticks == ticks and stat.state != "Z":
-            roots.add(pid)
-    if not roots:
-        return []
-    children: dict[int, list[int]] = {}
-    for stat in process_stats():
-        if stat.state != "Z":
-            children.setdefault(stat.ppid, []).append(stat.pid)
-    found, todo = set(), list(roots)
-    while todo:
-        pid = todo.pop()
-        if pid not in found:
-            found.add(pid)
-            todo.extend(children.get(pid, ()))
-    return sorted(found)
-
-
-def _signal(procs: Iterable[_ProcStat], sig: signal.Signals) -> None:
-    # By process group, as the daemons' groups also hold their executors;
-    # pyspark's daemon makes a group of its own, and is found on its own.
-    for pgid in sorted({p.pgid for p in procs}):
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass  # gone already; a survivor is reported by the final check
-
-
-def _wait_gone(state: Mapping[str, Any], timeout_s: float, seen: dict[int, int]) -> list[_ProcStat]:
-    """The cluster's processes still there after at most ``timeout_s``; ``seen`` collects pid -> start ticks.
-
-    A process killed with SIGKILL drops out of :func:`_find` as soon as the kernel has released its memory
-    (its environment, with the marker, is unreadable from then on), which is before it has exited and
-    closed its files and ports. So each process once seen counts until its own stat says it is gone.
-    """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = _find(state)
-        for p in left:
-            seen.setdefault(p.pid, p.start_ticks)
-        found = {p.pid for p in left}
-        for pid, ticks in seen.items():
-            stat = _read_stat(pid)
-            if pid not in found and stat is not None and stat.start_ticks == ticks and stat.state not in ("Z", "X"):
-                left.append(stat)
-        if not left or time.monotonic() >= deadline:
-            return left
-        time.sleep(0.2)
-
-
-def stop_standalone(run_dir: str | Path, *, timeout_s: float = 30) -> list[int]:
-    """Stop every process of the cluster in ``run_dir``: SIGTERM, then SIGKILL after ``timeout_s``.
-
-    Returns the pids that were running and were stopped (empty if none were,
-    or if ``run_dir`` never held a cluster). Raises :class:`ClusterError` if
-    a process survives SIGKILL.
-    """
-    run_dir = Path(run_dir).resolve()
-    state = _load_state(run_dir)
-    if state is None:  # a start that failed before saving its state may have left its secret
-        (run_dir / SECRET_FILE).unlink(missing_ok=True)
-        return []
-    stopped: dict[int, int] = {}
-    left = _find(state)
-    stopped.update((p.pid, p.start_ticks) for p in left)
-    if left:
-        # A worker's shutdown waits for its executors to exit: all at once
-        # is as fast as it gets.
-        _signal(left, signal.SIGTERM)
-        left = _wait_gone(state, timeout_s, stopped)
-    if left:
-        _signal(left, signal.SIGKILL)
-        left = _wait_gone(state, 10, stopped)
-    if left:
-        raise ClusterError(
-            f"processes {sorted(p.pid for p in left)} of the Spark cluster in {run_dir} survived "
-            f"SIGTERM and SIGKILL; logs: {', '.join(state.get('logs', {}).values()) or run_dir / 'logs'}"
-        )
-    remove_scratch(run_dir)
-    return sorted(stopped)
-
-
-#: What an executor's folder keeps once its cluster stopped: its output, the only record of what it did.
-EXECUTOR_LOGS = frozenset({"stdout", "stderr"})
-
-
-def remove_scratch(run_dir: str | Path) -> int:
-    """Remove what the stopped cluster in ``run_dir`` only needed while it ran; returns the bytes freed.
-
-    That is each executor's copy of the application's jars and files
-    (``worker-<i>/<app>/<executor>/`` but its ``stdout`` and ``stderr``), the
-    scratch and shuffle folders (``local/``) and the JVMs' temporary files
-    (``tmp/``), and the cluster's secret. Logs, ``conf/`` and ``cluster.json`` stay. Best effort: a file
-    that cannot be removed stays where it is and costs only its space.
-    """
-    run_dir = Path(run_dir)
-    doomed = [run_dir / "local", run_dir / "tmp", run_dir / SECRET_FILE]
-    for executor in run_dir.glob("worker-*/*/*"):
-        if executor.is_dir():
-            doomed.extend(entry for entry in executor.iterdir() if entry.name not in EXECUTOR_LOGS)
-    freed = 0
-    for path in doomed:
-        try:
-            if path.is_dir() and not path.is_symlink():
-                size = sum(f.lstat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
-                shutil.rmtree(path)
-            else:
-                size = path.lstat().st_size
-                path.unlink()
-        except OSError:  # gone already, or not ours to remove: it keeps its space
-            continue
-        freed += size
-    return freed
 
 
 # --- command line --------------------------------------------------------------------------------

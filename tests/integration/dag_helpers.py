@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from include.readers import run_ledger
-from include.spark import spark_cluster
+from include.spark import cluster_state, leftovers
 from include.tooling import airflow_local, local_kafka
 from include.tooling.warm_airflow import WarmAirflow, WarmCommand
 from tests.processes import processes_naming
@@ -134,8 +134,8 @@ def assert_no_cluster_left(p: Pipeline) -> None:
     copies of the jars, ``local/``, ``tmp/``) or the drivers' (``scratch/``): a run folder keeps logs and
     state only."""
     for folder in p.run_dirs():
-        assert spark_cluster.running_processes(folder / "cluster") == []
-        scratch = [f for f in (folder / "cluster").glob("worker-*/*/*/*") if f.name not in spark_cluster.EXECUTOR_LOGS]
+        assert cluster_state.running_processes(folder / "cluster") == []
+        scratch = [f for f in (folder / "cluster").glob("worker-*/*/*/*") if f.name not in leftovers.EXECUTOR_LOGS]
         scratch += [d for d in (folder / "cluster" / "local", folder / "cluster" / "tmp") if d.exists()]
         assert scratch == [], f"the teardown left its cluster's scratch in {folder}"
         assert not (folder / "scratch").exists(), f"a job task left its driver's scratch in {folder}"

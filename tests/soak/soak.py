@@ -40,7 +40,7 @@ from pathlib import Path
 from include.orchestration import run_lock
 from include.readers import kafka_state, run_ledger
 from include.readers.kafka_admin import create_topic, watermarks
-from include.spark import spark_cluster
+from include.spark import cluster_state
 from include.tooling import airflow_local, local_kafka
 from include.tooling.warm_airflow import WarmAirflow, WarmCommand
 from tests.integration.dag_helpers import ORDERS_TRANSFORM, STANDALONE, Pipeline
@@ -93,9 +93,9 @@ def soak_processes(var: Path, server: str | None = None) -> dict[int, tuple[str,
     # A run's cluster daemons and executors start with a minimal environment (no KDE_VAR_DIR): they carry
     # their cluster's id instead, which its state file in the run folder names.
     markers = {f"KDE_VAR_DIR={var}".encode()}
-    for state in var.glob(f"runs/*/*/cluster/{spark_cluster.STATE_FILE}"):
+    for state in var.glob(f"runs/*/*/cluster/{cluster_state.STATE_FILE}"):
         try:
-            markers.add(f"{spark_cluster.MARKER_ENV}={json.loads(state.read_text())['cluster_id']}".encode())
+            markers.add(f"{cluster_state.MARKER_ENV}={json.loads(state.read_text())['cluster_id']}".encode())
         except (OSError, ValueError, KeyError):
             continue
     found = {}

@@ -188,7 +188,7 @@ def connection_master(cfg: PipelineConfig, storage: StorageSubmit | None, *, dri
 def _require_kubernetes_provider(cfg: PipelineConfig, master: str) -> None:
     from airflow.providers.apache.spark.hooks import spark_submit
 
-    from include.spark.spark_cluster import ClusterError
+    from include.spark.cluster_state import ClusterError
 
     # The Spark hook refuses k8s:// masters unless the cncf.kubernetes
     # provider imported (it deletes the driver pod on kill with its client).

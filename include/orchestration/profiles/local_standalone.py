@@ -77,7 +77,7 @@ class LocalStandalone(DriverHereProfile):
 
     def submit_hook(self, cfg: PipelineConfig, request: SubmitRequest) -> tuple[SparkSubmitHook, str]:
         from include import settings
-        from include.spark.spark_cluster import SECRET_FILE
+        from include.spark.cluster_state import SECRET_FILE
 
         env = local_env()
         # The run's cluster listens on 127.0.0.1; so does the driver (no hostname lookup, no warning).

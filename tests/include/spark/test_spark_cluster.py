@@ -1,4 +1,5 @@
-"""Tests of include/spark/spark_cluster.py.
+"""Tests of the transient standalone cluster: include/spark/spark_cluster.py (start), cluster_state.py,
+cluster_stop.py and leftovers.py.
 
 Pure helpers (``/proc`` parsing, commands, environment, which processes
 belong to a cluster) are tested without processes. Stopping and finding a
@@ -23,25 +24,27 @@ from pathlib import Path
 import pytest
 
 from include import ports
-from include.spark import spark_cluster
-from include.spark.spark_cluster import (
+from include.spark import cluster_state, cluster_stop, leftovers, spark_cluster
+from include.spark.cluster_state import (
     ClusterError,
     StandaloneCluster,
-    _daemon_env,
-    _launch,
-    _master_command,
     _members,
     _parse_stat,
     _ProcStat,
     _read_stat,
-    _record,
     _save_state,
+    running_processes,
+)
+from include.spark.cluster_stop import stop_standalone
+from include.spark.spark_cluster import (
+    _daemon_env,
+    _launch,
+    _master_command,
+    _record,
     _wait_ready,
     _worker_command,
     main,
-    running_processes,
     start_standalone,
-    stop_standalone,
 )
 from include.spark.spark_submit import spark_submit_binary, submit_environment
 
@@ -149,7 +152,7 @@ def test_daemon_env_keeps_everything_in_the_run_dir(tmp_path):
     assert env["SPARK_HOME"] == "/opt/spark"
     assert env["SPARK_LOCAL_IP"] == "127.0.0.1"
     assert env["PYSPARK_PYTHON"] == sys.executable
-    assert env[spark_cluster.MARKER_ENV] == "abc"
+    assert env[cluster_state.MARKER_ENV] == "abc"
     assert env["SPARK_WORKER_DIR"] == str(tmp_path / "worker-2")
     for key in ("SPARK_CONF_DIR", "SPARK_LOG_DIR", "SPARK_LOCAL_DIRS", "TMPDIR"):
         assert env[key].startswith(str(tmp_path)), key
@@ -177,15 +180,15 @@ def test_daemons_get_the_secret_by_environment_and_nothing_of_the_airflow_worker
 def test_a_new_secret_is_owner_only_and_replaces_a_link_instead_of_writing_through_it(tmp_path):
     target = tmp_path / "elsewhere"
     target.write_text("keep")
-    (tmp_path / spark_cluster.SECRET_FILE).symlink_to(target)
+    (tmp_path / cluster_state.SECRET_FILE).symlink_to(target)
     secret = spark_cluster._new_secret(tmp_path)
-    path = tmp_path / spark_cluster.SECRET_FILE
+    path = tmp_path / cluster_state.SECRET_FILE
     assert not path.is_symlink() and path.stat().st_mode & 0o777 == 0o600
-    assert (tmp_path / spark_cluster.SECRET_FILE).read_text() == secret and len(secret) == 64
+    assert (tmp_path / cluster_state.SECRET_FILE).read_text() == secret and len(secret) == 64
     assert target.read_text() == "keep"
     assert spark_cluster._new_secret(tmp_path) != secret
-    spark_cluster.remove_scratch(tmp_path)
-    assert not (tmp_path / spark_cluster.SECRET_FILE).exists()
+    leftovers.remove_scratch(tmp_path)
+    assert not (tmp_path / cluster_state.SECRET_FILE).exists()
 
 
 def test_cluster_json_round_trip_ignores_bookkeeping():
@@ -274,7 +277,7 @@ def test_stop_finds_and_kills_the_whole_tree(tmp_path):
     script = tmp_path / "fake_daemon.py"
     script.write_text(FAKE_DAEMON)
     state = _fake_state(run_dir, uuid.uuid4().hex)
-    env = {**os.environ, spark_cluster.MARKER_ENV: state["cluster_id"]}
+    env = {**os.environ, cluster_state.MARKER_ENV: state["cluster_id"]}
     leader = _launch(run_dir, "master", [sys.executable, str(script), str(tmp_path / "pids")], env)
     _record(state, "master", leader)
     _save_state(run_dir, state)
@@ -316,12 +319,12 @@ def test_remove_scratch_keeps_logs_and_state_and_counts_what_it_freed(tmp_path):
         path.write_bytes(b"x" * size)
     (run_dir / "conf").mkdir()
 
-    assert spark_cluster.remove_scratch(run_dir) == 700 + 20 + 11 + 40 + 9
+    assert leftovers.remove_scratch(run_dir) == 700 + 20 + 11 + 40 + 9
     left = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file())
     assert left == ["cluster.json", "logs/master.log", f"{executor.relative_to(run_dir)}/stderr",
                     f"{executor.relative_to(run_dir)}/stdout"]  # fmt: skip
     assert (run_dir / "conf").is_dir()
-    assert spark_cluster.remove_scratch(run_dir) == 0  # nothing left to free
+    assert leftovers.remove_scratch(run_dir) == 0  # nothing left to free
 
 
 def test_a_recorded_pid_now_used_by_another_process_is_left_alone(tmp_path):
@@ -482,7 +485,7 @@ def test_one_worker_runs_a_job_and_stop_kills_executors_and_python_workers(tmp_p
         out = tmp_path / "driver.out"
         # A copy outside the run folder: this test counts what still mentions the folder, not the driver.
         secret_copy = tmp_path / "driver-secret"
-        secret_copy.write_text((run_dir / spark_cluster.SECRET_FILE).read_text())
+        secret_copy.write_text((run_dir / cluster_state.SECRET_FILE).read_text())
         env = {**submit_environment(), "SPARK_LOCAL_IP": "127.0.0.1", "KDE_SPARK_SECRET_FILE": str(secret_copy)}
         cmd = [
             spark_submit_binary(), "--master", cluster.master_url,
@@ -518,7 +521,7 @@ def test_one_worker_runs_a_job_and_stop_kills_executors_and_python_workers(tmp_p
         assert stop_seconds < 30
         _assert_nothing_left(run_dir, ticks)
         # The scratch is gone, the executor's output and the daemons' logs stay.
-        assert {f.name for f in executor_dir.iterdir()} <= spark_cluster.EXECUTOR_LOGS
+        assert {f.name for f in executor_dir.iterdir()} <= leftovers.EXECUTOR_LOGS
         assert (executor_dir / "stderr").is_file()
         assert not (run_dir / "local").exists() and not (run_dir / "tmp").exists()
         assert (run_dir / "logs" / "worker-1.log").is_file() and (run_dir / "cluster.json").is_file()
@@ -550,8 +553,8 @@ def test_the_cluster_takes_only_applications_that_know_its_secret_and_no_command
     cluster = start_standalone(run_dir, workers=1, worker_cores=1, worker_memory="512m")
     drivers: list[subprocess.Popen] = []
     try:
-        secret_file = run_dir / spark_cluster.SECRET_FILE
-        secret = (run_dir / spark_cluster.SECRET_FILE).read_text()
+        secret_file = run_dir / cluster_state.SECRET_FILE
+        secret = (run_dir / cluster_state.SECRET_FILE).read_text()
         assert secret and secret_file.stat().st_mode & 0o777 == 0o600
         for pid in running_processes(run_dir):
             assert secret.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes(), pid
@@ -585,7 +588,7 @@ def test_the_cluster_takes_only_applications_that_know_its_secret_and_no_command
             driver.kill()
             driver.wait()
         stop_standalone(run_dir)
-    assert not (run_dir / spark_cluster.SECRET_FILE).exists()
+    assert not (run_dir / cluster_state.SECRET_FILE).exists()
 
 
 @pytest.mark.integration
@@ -634,16 +637,16 @@ def test_a_job_whose_cluster_loses_its_worker_is_stopped_not_left_waiting(tmp_pa
     cluster = start_standalone(run_dir, workers=1, worker_cores=1, worker_memory="512m")
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
-        with spark_cluster.ClusterWatch(run_dir, job.kill, interval_s=0.5) as watch:
+        with cluster_stop.ClusterWatch(run_dir, job.kill, interval_s=0.5) as watch:
             time.sleep(1.5)
             assert watch.lost == [] and job.poll() is None, "a healthy cluster never stops the job"
             os.kill(cluster.pids["worker-1"], signal.SIGKILL)
             assert job.wait(10) == -signal.SIGKILL
         assert watch.lost == ["worker-1"]
         assert f"lost worker-1 while the job ran (logs in {run_dir / 'logs'})" in watch.message()
-        assert spark_cluster.lost_daemons(run_dir) == ["worker-1"]
+        assert cluster_state.lost_daemons(run_dir) == ["worker-1"]
     finally:
         job.kill()
         job.wait()
         stop_standalone(run_dir)
-    assert spark_cluster.lost_daemons(tmp_path / "never-started") == []
+    assert cluster_state.lost_daemons(tmp_path / "never-started") == []
