@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from include.config import PipelineConfig
+from include.contract.actions import NORMAL, known
 from include.contract.errors import PipelineError
 from include.contract.preflight import measure_lag
 from include.readers import delta_progress, kafka_state, run_ledger
@@ -201,8 +202,9 @@ def _history(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dic
                          "partition": g.get("partition"), "from": g.get("from"), "until": g.get("until"),
                          "lost": (g["until"] - g["from"]) if g.get("until") is not None and g.get("from") is not None
                          else None, "reason": g.get("reason") or ""})  # fmt: skip
-        action = row.get("action") or "normal"
-        if action != "normal":
+        action = row.get("action") or NORMAL
+        spec = known(action)
+        if spec is None or spec.manual:  # a name no spec has (an older ledger's) is shown as asked
             actions.append({"run_id": row["run_id"], "finished_at": finished, "run_type": row.get("run_type"),
                             "action": action, "requested_by": row.get("requested_by"),
                             "reason": row.get("request_reason") or "", "outcome": row.get("outcome")})  # fmt: skip

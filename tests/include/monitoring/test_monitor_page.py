@@ -13,17 +13,10 @@ from urllib.parse import quote
 import pytest
 
 from include import settings
-from include.monitoring import monitor, monitor_page
-from include.monitoring.monitor_page import (
-    REFRESH_S,
-    TEMPLATE_DIR,
-    humanize_seconds,
-    lag_chart_svg,
-    render_error,
-    render_overview,
-    render_pipeline,
-    rows_chart_svg,
-)
+from include.monitoring import monitor, monitor_charts, monitor_format, monitor_page
+from include.monitoring.monitor_charts import lag_chart_svg, rows_chart_svg
+from include.monitoring.monitor_format import TEMPLATE_DIR, humanize_seconds
+from include.monitoring.monitor_page import REFRESH_S, render_error, render_overview, render_pipeline
 
 BASE = "/kde-monitor"
 CHECKED = "2024-05-01T12:10:00+00:00"
@@ -318,8 +311,9 @@ def test_templates_and_renderer_never_mark_text_safe():
     for path in TEMPLATE_DIR.iterdir():
         source = path.read_text()
         assert not re.search(r"\|\s*safe\b|autoescape\s+false|Markup", source), path.name
-    source = Path(monitor_page.__file__).read_text()
-    assert "Markup" not in source and "html.escape" not in source and "import html" not in source
+    for module in (monitor_page, monitor_charts, monitor_format):
+        source = Path(module.__file__).read_text()
+        assert "Markup" not in source and "html.escape" not in source and "import html" not in source
 
 
 # --------------------------------------------------------------------------- unknown values
@@ -558,8 +552,8 @@ def test_error_page():
 
 
 def test_templates_are_found_when_imported_from_another_working_directory(tmp_path):
-    code = ("from include.monitoring import monitor_page as m\n"
-            "print(m.render_pipeline({'pipeline': 'p'}, base='/x'), m.lag_chart_svg([]))")  # fmt: skip
+    code = ("from include.monitoring import monitor_charts as c, monitor_page as m\n"
+            "print(m.render_pipeline({'pipeline': 'p'}, base='/x'), c.lag_chart_svg([]))")  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(settings.PROJECT_ROOT)}
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=120)  # fmt: skip
@@ -568,7 +562,7 @@ def test_templates_are_found_when_imported_from_another_working_directory(tmp_pa
 
 
 def test_every_template_in_the_folder_compiles():
-    env = monitor_page._ENV
+    env = monitor_format._ENV
     names = env.list_templates()
     assert set(names) == {path.name for path in TEMPLATE_DIR.iterdir()}
     assert {"base.html", "overview.html", "pipeline.html", "error.html", "lag_chart.svg"} <= set(names)
