@@ -41,8 +41,8 @@ REFERENCE_COMMAND = ".venv/bin/python -m include.config.reference --reference > 
 #: The hand-written top of ``docs/pipeline-file.md``; the tables below it are generated from the models.
 REFERENCE_HEADER = f"""# Pipeline file reference
 
-<!-- Generated from the pydantic models in include/config/ (pipeline.py, sections.py, transform.py);
-     do not edit by hand. Regenerate with: {REFERENCE_COMMAND} -->
+<!-- Generated from the pydantic models in include/config/ (pipeline.py, sections.py, cluster.py,
+     kubernetes.py, transform.py, transform_fields.py, value_schema.py); do not edit by hand. Regenerate with: {REFERENCE_COMMAND} -->
 
 A pipeline is one YAML file, and one file is one Airflow DAG. This page lists
 every key a pipeline file may hold: its type or allowed values, its default,
