@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from include.contract import jobs as contract
+from include.contract import summaries as contract
 from include.contract.errors import TransformError
 from include.contract.history import read_until
 from include.contract.jobs import TransformArgs, quarantine_app_id, silver_app_id
@@ -56,25 +56,29 @@ from include.contract.silver_stand import (
 from include.contract.transform_spec import FieldSpec, TransformSpec
 from include.readers import spark_checkpoint
 from spark_jobs import cdc_rules, quarantine_replay
+from spark_jobs.delta_commits import (
+    check_fence,
+    confirm_newest_commit,
+    delta_snapshot,
+    fence_of,
+    history_rows,
+    txn_versions,
+)
+from spark_jobs.hadoop_files import checkpoint_files
 from spark_jobs.job_common import (
     BatchWriter,
     JobStep,
     PhaseTimer,
-    apply_table_properties,
-    check_fence,
-    check_owner,
-    checkpoint_files,
-    confirm_newest_commit,
-    delta_snapshot,
-    delta_table_sql,
     failpoint,
-    fence_of,
-    history_rows,
     job_main,
     parse_table_properties,
-    txn_versions,
-    with_user_metadata,
     write_summary,
+)
+from spark_jobs.table_properties import (
+    apply_table_properties,
+    check_owner,
+    delta_table_sql,
+    with_user_metadata,
 )
 from spark_jobs.value_formats import ValueSchemaError, ValueSchemas, read_registry_file
 

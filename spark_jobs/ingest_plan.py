@@ -26,7 +26,8 @@ from include.contract.offsets import (
     skip_gaps,
 )
 from include.readers.spark_checkpoint import CheckpointState
-from spark_jobs.job_common import fence_of, parse_table_properties
+from spark_jobs.delta_commits import fence_of
+from spark_jobs.job_common import parse_table_properties
 
 #: Kafka consumer settings the bronze job reads with unless the pipeline's ``kafka.options`` set
 #: them. Spark's Kafka source asks its consumer for records one ``poll`` at a time, and Kafka's

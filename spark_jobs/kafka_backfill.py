@@ -33,22 +33,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from include.contract import jobs as contract
+from include.contract import summaries as contract
 from include.contract.errors import BackfillError
 from include.contract.jobs import BackfillArgs, ContractArgumentParser
 from include.contract.offsets import BackfillCommit, BackfillRange, OffsetError, PositionMap
+from spark_jobs.delta_commits import check_fence, fence_of, read_table_stand
 from spark_jobs.ingest_plan import JobConfigError, read_kafka_options_file
-from spark_jobs.job_common import (
-    JobStep,
-    check_fence,
-    check_owner,
-    fence_of,
-    job_main,
-    read_table_stand,
-    with_user_metadata,
-    write_summary,
-)
+from spark_jobs.job_common import JobStep, job_main, write_summary
 from spark_jobs.kafka_to_bronze import BRONZE_COLUMNS
+from spark_jobs.table_properties import check_owner, with_user_metadata
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

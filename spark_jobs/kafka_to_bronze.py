@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from include.contract import jobs as contract
+from include.contract import summaries as contract
 from include.contract.errors import IngestionError, KafkaSourceError
 from include.contract.jobs import bronze_app_id
 from include.contract.actions import REBUILD_CHECKPOINT, action_hint
@@ -45,6 +45,8 @@ from include.contract.offsets import (
 )
 from include.contract.table_stand import PositionUnknownError, stand_actions
 from include.readers import spark_checkpoint
+from spark_jobs.delta_commits import WrittenFile, commit_with_stand, read_table_stand
+from spark_jobs.hadoop_files import checkpoint_files
 from spark_jobs.ingest_plan import (
     NO_DICTIONARY_COLUMNS,
     CheckpointPlan,
@@ -56,20 +58,8 @@ from spark_jobs.ingest_plan import (
     resume_offsets,
     stats_from_files,
 )
-from spark_jobs.job_common import (
-    BatchWriter,
-    JobStep,
-    WrittenFile,
-    apply_table_properties,
-    check_owner,
-    checkpoint_files,
-    commit_with_stand,
-    failpoint,
-    job_main,
-    read_table_stand,
-    stop_point,
-    write_summary,
-)
+from spark_jobs.job_common import BatchWriter, JobStep, failpoint, job_main, stop_point, write_summary
+from spark_jobs.table_properties import apply_table_properties, check_owner
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

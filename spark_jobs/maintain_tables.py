@@ -33,22 +33,15 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from include.contract import jobs as contract
+from include.contract import summaries as contract
 from include.contract.errors import (
     MaintenanceConfigError,
     MaintenanceError,
 )
 from include.contract.jobs import MAINTAINED_TABLES, ContractArgumentParser, MaintainArgs
-from spark_jobs.job_common import (
-    JobStep,
-    check_fence,
-    check_owner,
-    delta_snapshot,
-    delta_table_sql,
-    fence_of,
-    job_main,
-    write_summary,
-)
+from spark_jobs.delta_commits import check_fence, delta_snapshot, fence_of
+from spark_jobs.job_common import JobStep, job_main, write_summary
+from spark_jobs.table_properties import check_owner, delta_table_sql
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession

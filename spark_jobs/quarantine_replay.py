@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Any
 from include.contract.errors import TransformError
 from include.contract.replay import REPLAY_COLUMNS, REPLAY_KIND, ReplaySelection
 from include.contract.transform_spec import FieldSpec, TransformSpec
-from spark_jobs.job_common import Fence, check_fence, delta_table_sql, failpoint, with_user_metadata
+from spark_jobs.delta_commits import Fence, check_fence
+from spark_jobs.job_common import failpoint
+from spark_jobs.table_properties import delta_table_sql, with_user_metadata
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -266,3 +266,27 @@ def test_all_product_code_is_type_checked_strictly():
     assert not missing and {"dags", "plugins"} <= set(config["files"]), missing
     # The Spark jobs, a package: one pattern covers every module of it.
     assert "spark_jobs" in config["files"] and "spark_jobs.*" in strict, "spark_jobs is not type-checked strictly"
+
+
+#: The most lines a product module may have: one concern per module, so a newcomer reads one file for it.
+MAX_LINES = 600
+
+
+def _oversized(paths: Iterable[Path], root: Path = ROOT, limit: int = MAX_LINES) -> dict[str, int]:
+    """``path: lines`` of each file of ``paths`` longer than ``limit`` lines."""
+    sizes = {str(p.relative_to(root)): len(p.read_text().splitlines()) for p in paths}
+    return {path: lines for path, lines in sorted(sizes.items()) if lines > limit}
+
+
+def test_no_product_module_is_over_the_line_limit():
+    oversized = _oversized(_product_modules())
+    assert not oversized, (
+        f"product modules over {MAX_LINES} lines (split each by concern into modules of 150-450 lines; "
+        f"include/tooling is exempt): " + ", ".join(f"{path} ({lines})" for path, lines in oversized.items())
+    )
+
+
+def test_the_line_limit_check_finds_an_oversized_module(tmp_path: Path):
+    (tmp_path / "big.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (tmp_path / "fits.py").write_text("x = 1\n" * MAX_LINES)
+    assert _oversized(sorted(tmp_path.glob("*.py")), root=tmp_path) == {"big.py": MAX_LINES + 1}

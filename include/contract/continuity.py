@@ -12,10 +12,9 @@ made (from the Delta log), it proves per partition that
 - the positions the last commit records are where the ranges ended, and the
   Spark checkpoint that will resume next stands at the same place.
 
-With a transform, :func:`check_transform` proves that every bronze record the
-run's silver batches read is accounted for (upserted, deleted, quarantined,
-superseded or recognised as replayed), that the batches chain over the bronze
-log up to its end, and that quarantine got what the batches say.
+With a transform, :func:`include.contract.transform_check.check_transform` checks
+silver's batches; with a backfill, :func:`include.contract.backfill_check.check_backfill`
+its ranges. Their verdicts join this one in :class:`ContinuityReport`.
 
 Pure logic: Kafka is reached only through the ``count_records`` callable the
 caller passes, so the rules have unit tests without a broker.
@@ -23,24 +22,21 @@ caller passes, so the rules have unit tests without a broker.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from include.contract import actions
+from include.contract.backfill_check import BackfillCheck
+from include.contract.offset_holes import RecordCounter, verify_holes
 from include.contract.offsets import (
-    BackfillCommit,
-    BackfillRange,
     BronzeCommit,
     Gap,
     OffsetRange,
     PositionMap,
     flatten,
 )
-from include.contract.silver_stand import COUNT_KEYS, BronzePosition, SilverCommit, SilverStand
-
-#: ``(topic, partition, from, until) -> committed records Kafka holds there``; may raise.
-RecordCounter = Callable[[str, int, int, int], int]
+from include.contract.transform_check import TransformCheck
 
 
 @dataclass
@@ -320,7 +316,7 @@ def _follow_range(
     walk.rows += r.rows
     walk.position[tp] = r.until_offset
     if r.holes:
-        _verify_holes(
+        verify_holes(
             r.topic,
             r.partition,
             r.from_offset,
@@ -373,319 +369,3 @@ def _check_the_end(
         walk.violations.append(
             "the Spark checkpoint does not stand where the table does: " + "; ".join(diffs[:10])
         )
-
-
-def _verify_holes(
-    topic: str,
-    partition: int,
-    frm: int,
-    until: int,
-    rows: int,
-    where: str,
-    count_records: RecordCounter | None,
-    violations: list[str],
-    notes: list[str],
-) -> None:
-    span = f"{topic}-{partition} [{frm}, {until})"
-    if count_records is None:
-        notes.append(f"{span}: {until - frm - rows} offset holes not verified against Kafka")
-        return
-    try:
-        held = count_records(topic, partition, frm, until)
-    except Exception as exc:  # noqa: BLE001 - an unverifiable range is reported, not fatal
-        notes.append(f"{span}: offset holes not verified against Kafka: {exc}")
-        return
-    if held != rows:
-        violations.append(
-            f"{span}: {where} holds {rows} rows but Kafka holds {held} committed records in that range "
-            f"({'records missing' if held > rows else 'more rows than records'})"
-        )
-
-
-@dataclass
-class TransformCheck:
-    """Whether the run's silver batches account for every bronze record they read."""
-
-    commits: int
-    read: int
-    counts: dict[str, int]
-    violations: list[str]
-    notes: list[str]
-
-    @property
-    def ok(self) -> bool:
-        return not self.violations
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "commits": self.commits,
-            "read": self.read,
-            **self.counts,
-            "violations": list(self.violations),
-            "notes": list(self.notes),
-        }
-
-    def summary_line(self) -> str:
-        parts = ", ".join(f"{self.counts[k]} {k}" for k in COUNT_KEYS if self.counts.get(k))
-        verdict = "accounted" if self.ok else "NOT ACCOUNTED"
-        return f"transform {verdict}: {self.read} read in {self.commits} batches ({parts or 'nothing'})"
-
-
-def check_transform(
-    *,
-    previous: SilverCommit | None,
-    commits: Sequence[SilverCommit],
-    bronze_rows: dict[int, int],
-    bronze_version: int | None,
-    quarantine_rows: dict[tuple[int, int], int],
-    expected: dict[str, Any] | None = None,
-    stand_before: SilverStand | None = None,
-) -> TransformCheck:
-    """Check the silver batch commits one run wrote (oldest first).
-
-    ``previous`` is silver's last batch commit before the run; ``stand_before``
-    where the transform stood before the run, from silver's state, which
-    chains the run's first batch when log cleanup has removed ``previous``
-    (only to the bronze version then: the state does not keep the file index
-    inside it, which the check says); ``bronze_rows``
-    the rows of each bronze version the batches may have read; ``bronze_version``
-    bronze's version now (the transform must have read up to it);
-    ``quarantine_rows`` the rows each quarantine append holds by ``(epoch,
-    batch_id)``, from the quarantine table's own commit metrics; ``expected``
-    the job's summary, whose totals must match the commits.
-    """
-    violations: list[str] = []
-    notes: list[str] = []
-    position = previous.bronze_end if previous else BronzePosition(0)
-    epoch = previous.epoch if previous else None
-    version_only = False
-    restore = stand_before.restore if stand_before is not None else None
-    if stand_before is not None and restore is not None and restore.bronze_from is not None:
-        # What the RESTORE undid is read again: the run must start where silver stood at the restored version.
-        position, epoch = restore.bronze_from, stand_before.epoch
-        notes.append(
-            f"silver was restored to {restore.restored_to} (silver version {restore.version}); the run "
-            f"re-reads bronze from version {position.version}, where silver stood then"
-        )
-    elif previous is None and stand_before is not None:
-        position, epoch, version_only = stand_before.bronze_end, stand_before.epoch, True
-        notes.append(
-            f"silver's batch commit before this run (epoch {stand_before.epoch} batch {stand_before.batch_id}) is "
-            f"no longer in its log (log cleanup); the run's first batch is chained to silver's state, bronze "
-            f"version {position.version}, without the file index inside it"
-        )
-    for c in commits:
-        where = f"silver version {c.version} (epoch {c.epoch} batch {c.batch_id})"
-        if c.read != c.accounted:
-            violations.append(
-                f"{where} read {c.read} bronze records but accounts for {c.accounted}: {c.counts}"
-            )
-        # From the state alone the previous end is known to its bronze version, not the file index in it.
-        follows_state = (
-            version_only
-            and stand_before is not None
-            and (c.epoch, c.batch_id, c.bronze_start.version)
-            == (
-                epoch,
-                stand_before.batch_id + 1,
-                position.version,
-            )
-        )
-        if epoch is not None and c.epoch != epoch and c.bronze_start == BronzePosition(position.version):
-            notes.append(f"{where} starts a new checkpoint epoch at bronze version {position.version}")
-        elif c.bronze_start != position and not follows_state:
-            violations.append(
-                f"{where} starts at bronze {c.bronze_start.to_json()} but the previous batch ended at "
-                f"{position.to_json()}"
-            )
-        version_only = False
-        q = c.counts.get("quarantined", 0)
-        held = quarantine_rows.get((c.epoch, c.batch_id))
-        if q and held is None:
-            notes.append(
-                f"{where}: its quarantine append is not among this run's quarantine commits "
-                "(an earlier attempt wrote it)"
-            )
-        elif (held or 0) != q:
-            violations.append(f"{where} quarantined {q} records but the quarantine commit holds {held}")
-        position, epoch = c.bronze_end, c.epoch
-    read = sum(c.read for c in commits)
-    counts = {k: sum(c.counts.get(k, 0) for c in commits) for k in COUNT_KEYS}
-    if bronze_version is not None and position != BronzePosition(bronze_version + 1):
-        violations.append(
-            f"the transform stopped at bronze {position.to_json()} but bronze is at version {bronze_version}: "
-            "records in bronze were not transformed"
-        )
-    start = commits[0].bronze_start if commits else position
-    if commits and start.index == -1 and position.index == -1:
-        in_bronze = sum(bronze_rows.get(v, 0) for v in range(start.version, position.version))
-        # Whole versions were read: every row of them, including rows silver already held
-        # (a rebuilt epoch re-reading a version, or rows a backfill put back), was read once.
-        if read != in_bronze:
-            violations.append(
-                f"the run's batches read {read} records but bronze versions "
-                f"{start.version}..{position.version - 1} hold {in_bronze}"
-            )
-    elif commits:
-        notes.append("a batch boundary falls inside a bronze version; records read not compared per version")
-    if expected is not None:
-        _check_reported(expected, commits, violations, notes)
-    return TransformCheck(len(commits), read, counts, violations, notes)
-
-
-def _check_reported(expected: dict[str, Any], commits: Sequence[SilverCommit], violations: list[str],
-                    notes: list[str]) -> None:  # fmt: skip
-    """The job's totals must be those of the silver commits its try wrote (its summary's batches name their
-    versions). Every try of a run counts: an earlier try that Airflow retried may have committed batches
-    before it died; they are checked like the rest above and named here, and must all precede the
-    reporting try's own."""
-    batches = expected.get("batches", [])
-    named = all("silver_version" in b for b in batches)
-    versions = {b["silver_version"] for b in batches if b.get("silver_version") is not None}
-    mine = [c for c in commits if c.version in versions] if named else list(commits)
-    earlier = [c for c in commits if named and c.version not in versions]
-    if earlier:
-        first = min(versions, default=None)
-        late = [
-            c.version for c in earlier if first is not None and c.version is not None and c.version > first
-        ]
-        if late:
-            violations.append(
-                f"silver version(s) {', '.join(map(str, late))} of this run were committed after the reporting "
-                f"try's first batch (silver version {first}) by another driver of the run"
-            )
-        notes.append(
-            f"silver version(s) {', '.join(str(c.version) for c in earlier)} ({sum(c.read for c in earlier)} "
-            "bronze records read) were written by an earlier try of this run's transform, which ended before "
-            "it could report; they are accounted for with the rest"
-        )
-    reported = {k: int(expected.get(k, 0)) for k in ("read", *COUNT_KEYS)}
-    found = {
-        "read": sum(c.read for c in mine),
-        **{k: sum(c.counts.get(k, 0) for c in mine) for k in COUNT_KEYS},
-    }
-    # A summary without the batches' versions (an older job) cannot tell its commits from a replay's.
-    skipped = not named and any(b.get("skipped_replay") for b in batches)
-    if reported != found and not skipped:
-        violations.append(f"the job reported {reported} but its silver commits in this run hold {found}")
-
-
-@dataclass
-class BackfillCheck:
-    """Whether a backfill's commit says what Delta and Kafka confirm."""
-
-    commits: int
-    read: int
-    inserted: int
-    violations: list[str]
-    notes: list[str]
-    #: Rows an earlier try of the run's backfill inserted before it died (Airflow retried it), in ``inserted``,
-    #: and its commits, in ``commits``.
-    earlier_tries_inserted: int = 0
-    earlier_tries_commits: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not self.violations
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "commits": self.commits,
-            "read": self.read,
-            "inserted": self.inserted,
-            "earlier_tries_inserted": self.earlier_tries_inserted,
-            "earlier_tries_commits": self.earlier_tries_commits,
-            "present": self.read - self.inserted,
-            "violations": list(self.violations),
-            "notes": list(self.notes),
-        }
-
-    def summary_line(self) -> str:
-        verdict = "confirmed" if self.ok else "NOT CONFIRMED"
-        return (
-            f"backfill {verdict}: {self.read} records re-read, {self.inserted} inserted, "
-            f"{self.read - self.inserted} were there already"
-        )
-
-
-def check_backfill(
-    *,
-    run_id: str,
-    commits: Sequence[tuple[int, BackfillCommit, dict[str, Any]]],
-    expected: dict[str, Any] | None,
-    count_records: RecordCounter | None = None,
-) -> BackfillCheck:
-    """Check a backfill run's bronze commit against Delta's metrics, the job and Kafka.
-
-    ``commits`` are the backfill commits after the run's starting version
-    (with Delta's operation metrics); ``expected`` is the job's summary. Per
-    range of a backfill by offsets, the records read must be all Kafka holds
-    there (:func:`_verify_holes` when fewer than the offsets). A backfill that
-    inserted nothing writes no commit.
-    """
-    violations: list[str] = []
-    notes: list[str] = []
-    mine = [(v, c, m) for v, c, m in commits if c.run_id == run_id]
-    for v, c, _ in commits:
-        if c.run_id != run_id:
-            notes.append(f"Delta version {v} is a backfill of another run ({c.run_id})")
-    if len(mine) > 1:
-        violations.append(
-            f"the run wrote {len(mine)} backfill commits (versions "
-            f"{', '.join(str(v) for v, _, _ in mine)}); expected at most one"
-        )
-    read = inserted = 0
-    checked: list[tuple[str, tuple[BackfillRange, ...], dict[str, Any] | None]] = []
-    for v, commit, metrics in mine:
-        where = f"Delta version {v}"
-        done = metrics.get("numTargetRowsInserted")
-        if done is None or int(done) != commit.inserted:
-            violations.append(
-                f"{where} says it inserted {commit.inserted} rows but Delta's metrics say {done}"
-            )
-        read += commit.read
-        inserted += commit.inserted
-        checked.append((where, commit.ranges, commit.time_range))
-    earlier = earlier_commits = 0
-    if expected is not None:
-        # Every try counts: a commit of the run at another version than the one the reporting try names (its
-        # own, or none when it found nothing missing) is an earlier try's, which died after committing.
-        named = "bronze_version" in expected  # a summary without it (an older job): every commit is its own
-        own = [c for v, c, _ in mine if not named or v == expected["bronze_version"]]
-        earlier, earlier_commits = inserted - sum(c.inserted for c in own), len(mine) - len(own)
-        if earlier:
-            notes.append(
-                f"{earlier} rows were inserted by an earlier try of this run's backfill, which ended "
-                "before it could report; the retried try found them there"
-            )
-        if int(expected.get("inserted", 0)) != inserted - earlier:
-            violations.append(
-                f"the job reported {expected.get('inserted')} rows inserted but its backfill commits "
-                f"in this run hold {inserted - earlier}"
-            )
-        if not mine:
-            read = int(expected.get("read", 0))
-            if not int(expected.get("inserted", 0)):
-                notes.append("nothing was missing, so the backfill wrote no commit")
-            ranges = tuple(BackfillRange.from_json(r) for r in expected.get("ranges") or ())
-            checked.append(("the backfill", ranges, expected.get("time_range")))
-    for where, ranges, time_range in checked:
-        if time_range:
-            notes.append(f"{where}: records inside the time window were not recounted in Kafka")
-            continue
-        for r in ranges:
-            if r.read < r.until_offset - r.from_offset:
-                _verify_holes(
-                    r.topic,
-                    r.partition,
-                    r.from_offset,
-                    r.until_offset,
-                    r.read,
-                    where,
-                    count_records,
-                    violations,
-                    notes,
-                )
-    return BackfillCheck(len(mine), read, inserted, violations, notes, earlier, earlier_commits)

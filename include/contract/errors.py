@@ -3,9 +3,11 @@
 Pure Python, no I/O: the Spark jobs raise these, the Airflow side re-raises
 them, and both import this one module (it ships to the cluster with
 ``--py-files``). An error crosses from a job to its task as data, never as
-text to search for: the job writes :meth:`PipelineError.to_dict` into its
-summary file (:func:`failure_summary`), the task reads it back with
-:func:`summary_failure` and raises the same class with the same fields.
+text to search for: the job writes it in its failure envelope
+(:mod:`include.contract.failure`, built on :meth:`PipelineError.to_dict`), the
+task reads the envelope back and raises the same class with the same fields
+(:meth:`PipelineError.from_dict`, which finds the class in the family's
+registry, :func:`family_class`).
 
 The fields every error may carry (``None`` when they do not apply):
 
@@ -15,8 +17,7 @@ The fields every error may carry (``None`` when they do not apply):
   log, the run ledger and the monitor can name the fix without parsing text.
 
 The errors the jobs raise are defined here rather than in ``spark_jobs/`` so
-the Airflow side knows every class a job can report (the jobs re-export them
-under their old names).
+the Airflow side knows every class a job can report.
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ import importlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-#: Marks a job's summary file that reports a failure instead of a result.
-FAILURE_KEY = "error"
 #: The XCom key under which a failed job task leaves its error's :meth:`PipelineError.to_dict` for ``record_run``.
 ERROR_XCOM_KEY = "error"
 
@@ -48,6 +47,9 @@ class PipelineError(Exception):
 
     #: Attributes of a subclass, beyond :data:`COMMON_FIELDS`, that :meth:`to_dict` carries.
     extra_fields: ClassVar[tuple[str, ...]] = ()
+    #: Those of :attr:`extra_fields` that hold another error of the family (a job's failed batch): written as
+    #: its :meth:`to_dict`, read back as the class it was.
+    nested_errors: ClassVar[tuple[str, ...]] = ()
     #: Whether ``str()`` starts with ``<topic>-<partition>:``; off for a job's wrapper, whose message
     #: quotes its cause's text (which starts so already).
     render_where: ClassVar[bool] = True
@@ -116,21 +118,15 @@ class PipelineError(Exception):
     def from_dict(cls, data: Mapping[str, Any]) -> PipelineError:
         """The error :meth:`to_dict` wrote, as an instance of the same class (``PipelineError`` if unknown).
 
-        The class is looked up by name among the loaded subclasses, after
-        importing its module when that is one of ours (``include.``); the
+        The class comes from the family's registry (:func:`family_class`); the
         instance is built from the fields without calling a subclass's own
-        ``__init__`` (whose arguments differ), so every class round-trips.
+        ``__init__`` (whose arguments differ), so every class round-trips. A
+        nested error (:attr:`nested_errors`) comes back as its own class too.
         """
         name = str(data.get("class") or "PipelineError")
-        module = str(data.get("module") or "")
-        if name not in _REGISTRY and module.startswith("include."):
-            try:
-                importlib.import_module(module)
-            except ImportError:
-                pass
-        target = _REGISTRY.get(name, PipelineError) if name != "PipelineError" else PipelineError
-        fields = dict(data.get("fields") or {})
         message = str(data.get("message") or "")
+        target = family_class(name, str(data.get("module") or "")) or PipelineError
+        fields = dict(data.get("fields") or {})
         error = target.__new__(target)
         error.message = message
         for key in COMMON_FIELDS:
@@ -138,12 +134,33 @@ class PipelineError(Exception):
         if error.offsets is not None:
             error.offsets = tuple(error.offsets)
         for key in target.extra_fields:
-            setattr(error, key, fields.get(key))
+            value = fields.get(key)
+            if key in target.nested_errors and isinstance(value, Mapping):
+                value = PipelineError.from_dict(value)
+            setattr(error, key, value)
         if target is PipelineError and name != "PipelineError":
             # A class this side does not know: keep its name in the text rather than lose it.
             error.message = f"{name}: {message}"
         Exception.__init__(error, str(error))
         return error
+
+
+def family_class(name: str, module: str = "") -> type[PipelineError] | None:
+    """The class of the error family called ``name``, or ``None`` when this side has none of that name.
+
+    The registry holds every subclass defined so far (each registers itself by
+    name: the job and the task import the same modules, so one name means one
+    class). A class not loaded yet is looked for by importing ``module`` first,
+    when that is one of ours (``include.``).
+    """
+    if name == "PipelineError":
+        return PipelineError
+    if name not in _REGISTRY and module.startswith("include."):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
+    return _REGISTRY.get(name)
 
 
 def _plain(value: Any) -> Any:
@@ -153,19 +170,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
-
-
-def failure_summary(error: PipelineError, *, pipeline: str, run_id: str, job: str) -> dict[str, Any]:
-    """What a job writes to its summary file when it fails: the error as data, under :data:`FAILURE_KEY`."""
-    return {"pipeline": pipeline, "run_id": run_id, "job": job, "failed": True, FAILURE_KEY: error.to_dict()}
-
-
-def summary_failure(summary: Mapping[str, Any] | None) -> PipelineError | None:
-    """The error a job's summary file reports (:func:`failure_summary`), or ``None`` for a result."""
-    if not isinstance(summary, Mapping) or not summary.get("failed"):
-        return None
-    data = summary.get(FAILURE_KEY)
-    return PipelineError.from_dict(data) if isinstance(data, Mapping) else PipelineError(str(data))
 
 
 def as_pipeline_error(exc: BaseException, *, pipeline: str | None = None) -> PipelineError:
@@ -190,11 +194,12 @@ class KafkaSourceError(PipelineError, RuntimeError):
 
 
 class IngestionError(PipelineError, RuntimeError):
-    """The ingestion's streaming query failed; ``cause`` is the batch's own error as data, when it was ours."""
+    """The ingestion's streaming query failed; ``cause`` is the batch's own error, when it was ours."""
 
     extra_fields = ("cause",)
+    nested_errors = ("cause",)
     render_where = False
-    cause: dict[str, Any] | None = None
+    cause: PipelineError | None = None
 
 
 class BackfillError(PipelineError, RuntimeError):
@@ -202,11 +207,12 @@ class BackfillError(PipelineError, RuntimeError):
 
 
 class TransformError(PipelineError, RuntimeError):
-    """The transform cannot go on; ``cause`` is a failed batch's own error as data, when it was ours."""
+    """The transform cannot go on; ``cause`` is a failed batch's own error, when it was ours."""
 
     extra_fields = ("cause",)
+    nested_errors = ("cause",)
     render_where = False
-    cause: dict[str, Any] | None = None
+    cause: PipelineError | None = None
 
 
 class ValueSchemaError(PipelineError, RuntimeError):
@@ -250,6 +256,11 @@ class DeltaCommitError(PipelineError, RuntimeError):
     """Delta's writer or log answered something a commit of the pipeline cannot use; nothing was committed."""
 
 
+class FailureEnvelopeError(PipelineError, ValueError):
+    """A failure envelope (:mod:`include.contract.failure`) this side cannot read: another version, or a field
+    missing or of the wrong type. The message names the file and the field."""
+
+
 class StepsFileError(PipelineError, ValueError):
     """The ``--steps-file`` argument or the file it names cannot be used; the message names the argument or field."""
 
@@ -265,7 +276,7 @@ def batch_failure(
 
     ``recorded``: the error the batch function raised and stored before Spark
     wrapped it in a JVM trace; its class name, message and fields are kept
-    (``cause``) instead of being searched for in the trace. Without one (a
+    (``cause``, the error itself) instead of being searched for in the trace. Without one (a
     failure outside our code) the trace's first line is the message.
     """
     if recorded is not None:
@@ -279,7 +290,7 @@ def batch_failure(
             version=recorded.version,
             action=recorded.action,
         )
-        error.cause = recorded.to_dict()
+        error.cause = recorded
         return error
     first = str(exc).split("\n", 1)[0][:2000]
     return job_error(f"{what} of pipeline {pipeline!r} failed: {first}", pipeline=pipeline)

@@ -35,7 +35,7 @@ from include.config import PipelineConfig
 from include.contract.actions import NORMAL, known
 from include.contract.errors import PipelineError
 from include.contract.preflight import measure_lag
-from include.readers import delta_progress, kafka_state, run_ledger
+from include.readers import delta_progress, kafka_calls, kafka_state, run_ledger
 from include.readers.object_store import TableOptions
 
 if TYPE_CHECKING:
@@ -457,7 +457,7 @@ def _kafka_part(snap: dict[str, Any], cfg: PipelineConfig, config: Mapping[str, 
         text = redact(str(exc), config)
         if report is not None:  # the offsets were read; only an extra failed
             snap["kafka"] = {"ok": True, "error": f"partly read: {text}", "notes": []}
-        elif isinstance(exc, kafka_state.KafkaUnavailableError):
+        elif isinstance(exc, kafka_calls.KafkaUnavailableError):
             snap["kafka"] = {"ok": False, "error": f"broker unreachable: {text}", "notes": []}
         else:  # no connection, unknown topic settings, authentication refused, ...
             snap["kafka"] = {"ok": False, "error": text, "notes": []}

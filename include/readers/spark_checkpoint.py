@@ -11,7 +11,7 @@ Each pipeline keeps its checkpoints under one root, one folder per epoch
 
 Paths are strings (or local :class:`~pathlib.Path`). Every read goes
 through a :class:`Files`: :data:`LOCAL` for a folder of this machine, or a
-job's Hadoop filesystem for an object store (``spark_jobs.job_common``).
+job's Hadoop filesystem for an object store (``spark_jobs.hadoop_files``).
 """
 
 from __future__ import annotations

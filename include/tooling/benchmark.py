@@ -78,7 +78,8 @@ from pathlib import Path
 
 from include import settings
 from include.contract.errors import PipelineError
-from include.contract.jobs import IngestArgs, IngestSummary, positive
+from include.contract.jobs import IngestArgs, positive
+from include.contract.summaries import IngestSummary
 from include.readers.kafka_admin import create_topic, delete_topic, watermarks
 from include.spark.spark_submit import submit_environment
 from include.tooling import airflow_local, local_kafka, local_s3

@@ -32,7 +32,7 @@ def training_run(work: Path) -> None:
     from include.contract.transform_spec import FieldSpec, TransformSpec
     from include.spark.spark_submit import local_session
     from spark_jobs import bronze_to_silver
-    from spark_jobs.job_common import commit_with_stand
+    from spark_jobs.delta_commits import commit_with_stand
 
     spark = local_session("cds-training", warehouse=work / "warehouse", cores=1, driver_memory="1g")
     try:

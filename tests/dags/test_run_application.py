@@ -99,8 +99,8 @@ def test_with_a_transform_the_ingest_task_submits_both_steps_as_one_application(
     assert _arg(steps["steps"][0]["args"], "pipeline") == "orders"
     assert _arg(steps["steps"][1]["args"], "summary-path").endswith("transform-summary.json")
     assert steps["steps"][1]["error_path"].endswith("transform-error.json")
-    pipeline, parsed = run_steps.read_steps(_arg(cmd, "steps-file"))
-    assert pipeline == "orders" and len(parsed) == 2
+    parsed = run_steps.read_steps(_arg(cmd, "steps-file"))
+    assert parsed.pipeline == "orders" and len(parsed.steps) == 2
 
     # The transform task reports that step; it submits nothing.
     seen.clear()
@@ -115,13 +115,21 @@ def test_without_a_transform_the_ingest_task_submits_its_job_alone(make_pipeline
     assert str(settings.PROJECT_ROOT / "spark_jobs" / "kafka_to_bronze.py") in seen[0]
 
 
+def _failed(job: str, message: str) -> dict[str, Any]:
+    """The failure envelope a later step of the run's application writes to its error file."""
+    from include.contract.errors import PipelineError
+    from include.contract.failure import Failure
+
+    return Failure.of(PipelineError(message, pipeline="orders"), job=job, pipeline="orders", run_id=RUN_ID).to_json()
+
+
 def test_transform_failure_in_the_application_fails_the_transform_task_not_ingest(make_pipeline, monkeypatch):
     cfg = _pipeline(make_pipeline)
 
     def app(cmd):
         steps = _steps(cmd)["steps"]
         Path(_arg(steps[0]["args"], "summary-path")).write_text(json.dumps(INGEST))
-        Path(steps[1]["error_path"]).write_text(json.dumps({"job": "bronze_to_silver", "error": "silver is odd"}))
+        Path(steps[1]["error_path"]).write_text(json.dumps(_failed("bronze_to_silver", "silver is odd")))
 
     seen = _submits(monkeypatch, app)
     assert IngestOperator(task_id="ingest", pipeline=cfg, master="spark://x:7077").execute(_context()) == tried(INGEST)
@@ -214,7 +222,7 @@ def test_maintenance_due_is_the_last_step_of_the_runs_application_and_its_task_r
     tables = [a.split("=", 1)[1] for a in maintain["args"] if a.startswith("--table=")]
     assert [t.split("=")[0] for t in tables] == (["bronze", "silver", "quarantine"] if transform else ["bronze"])
     assert maintain["error_path"].endswith("maintain-error.json")
-    assert run_steps.read_steps(_arg(seen[0], "steps-file"))[1][-1][0] == "maintain_tables"
+    assert run_steps.read_steps(_arg(seen[0], "steps-file")).steps[-1].job == "maintain_tables"
 
     seen.clear()
     assert MaintainOperator(task_id="maintain", pipeline=cfg).execute(_context(maintenance=due)) == tried(MAINTAINED)
@@ -245,7 +253,7 @@ def test_maintenance_failure_in_the_application_fails_the_maintain_task_and_a_re
         steps = _steps(cmd)["steps"]
         Path(_arg(steps[0]["args"], "summary-path")).write_text(json.dumps(INGEST))
         Path(_arg(steps[1]["args"], "summary-path")).write_text(json.dumps(TRANSFORM))
-        Path(steps[2]["error_path"]).write_text(json.dumps({"job": "maintain_tables", "error": "disk full"}))
+        Path(steps[2]["error_path"]).write_text(json.dumps(_failed("maintain_tables", "disk full")))
 
     seen = _submits(monkeypatch, app)
     assert IngestOperator(task_id="ingest", pipeline=cfg, master="local[1]").execute(_context(maintenance=due)) == tried(INGEST)
@@ -326,7 +334,7 @@ def test_the_teardown_removes_credentials_a_killed_submit_left(make_pipeline):
 def test_a_jobs_error_reaches_the_task_as_the_same_class_with_its_fields(make_pipeline, monkeypatch):
     from airflow.sdk.exceptions import AirflowException
 
-    from include.contract.errors import failure_summary
+    from include.contract.failure import Failure
     from include.contract.offsets import OffsetError
 
     cfg = _pipeline(make_pipeline, transform=False)
@@ -335,7 +343,7 @@ def test_a_jobs_error_reaches_the_task_as_the_same_class_with_its_fields(make_pi
 
     def job(cmd):
         Path(_arg(cmd, "summary-path")).write_text(json.dumps(
-            failure_summary(error, pipeline="orders", run_id=RUN_ID, job="kafka_to_bronze")))
+            Failure.of(error, job="kafka_to_bronze", pipeline="orders", run_id=RUN_ID).to_json()))
         raise AirflowException("Cannot execute: spark-submit ... Error code is: 1.")
 
     _submits(monkeypatch, job)
@@ -352,14 +360,16 @@ def test_a_jobs_error_reaches_the_task_as_the_same_class_with_its_fields(make_pi
 def test_a_failed_ingest_step_is_not_taken_for_done_when_later_steps_follow(make_pipeline, monkeypatch):
     from airflow.sdk.exceptions import AirflowException
 
-    from include.contract.errors import KafkaSourceError, failure_summary
+    from include.contract.errors import KafkaSourceError
+    from include.contract.failure import Failure
 
     cfg = _pipeline(make_pipeline)
 
     def app(cmd):
         steps = _steps(cmd)["steps"]
-        Path(_arg(steps[0]["args"], "summary-path")).write_text(json.dumps(failure_summary(
-            KafkaSourceError("topic(s) orders.v1 do not exist"), pipeline="orders", run_id=RUN_ID, job="kafka_to_bronze")))
+        Path(_arg(steps[0]["args"], "summary-path")).write_text(json.dumps(Failure.of(
+            KafkaSourceError("topic(s) orders.v1 do not exist"), pipeline="orders", run_id=RUN_ID, job="kafka_to_bronze",
+        ).to_json()))  # fmt: skip
         raise AirflowException("exit 1")
 
     _submits(monkeypatch, app)
@@ -371,6 +381,7 @@ def test_a_later_steps_error_file_carries_the_error_as_data(make_pipeline, monke
     from airflow.sdk.exceptions import AirflowException
 
     from include.contract.errors import TransformError
+    from include.contract.failure import Failure
 
     cfg = _pipeline(make_pipeline)
     error = TransformError("transform of pipeline 'orders' failed: boom", pipeline="orders", table="/lake/silver")
@@ -378,8 +389,8 @@ def test_a_later_steps_error_file_carries_the_error_as_data(make_pipeline, monke
     def app(cmd):
         steps = _steps(cmd)["steps"]
         Path(_arg(steps[0]["args"], "summary-path")).write_text(json.dumps(INGEST))
-        Path(steps[1]["error_path"]).write_text(json.dumps({"job": "bronze_to_silver", "error": str(error),
-                                                            "failure": error.to_dict()}))  # fmt: skip
+        Path(steps[1]["error_path"]).write_text(json.dumps(
+            Failure.of(error, job="bronze_to_silver", pipeline="orders", run_id=RUN_ID).to_json()))
 
     _submits(monkeypatch, app)
     IngestOperator(task_id="ingest", pipeline=cfg, master="spark://x:7077").execute(_context())

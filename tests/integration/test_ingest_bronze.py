@@ -19,8 +19,8 @@ from include.ports import free_port
 from include.readers import spark_checkpoint
 from include.readers.delta_progress import read_progress
 from spark_jobs.ingest_plan import NO_DICTIONARY_COLUMNS
-from spark_jobs.job_common import OWNER_PROPERTY
 from spark_jobs.kafka_to_bronze import KafkaSourceError, main, run
+from spark_jobs.table_properties import OWNER_PROPERTY
 from tests.integration.job_helpers import bronze_records, ingest_args, ingest_config, run_killed_by_failpoint
 from tests.kafka_helpers import (
     add_partitions,

@@ -93,7 +93,7 @@ def test_sasl_connection_reaches_admin_clients_and_spark_job_and_the_secret_neve
     proc, bad_log = p.run(AIRFLOW_CONN_KAFKA_DEFAULT=s.connection(f"wrong-{wrong_token}"))
     assert proc.returncode != 0, bad_log[-5000:]
     (failure,) = [line for line in bad_log.splitlines()
-                  if line.startswith("include.readers.kafka_state.KafkaAuthenticationError")]  # fmt: skip
+                  if line.startswith("include.readers.kafka_calls.KafkaAuthenticationError")]  # fmt: skip
     assert "SASL authentication error: Authentication failed: Invalid username or password" in failure, failure
     assert "refused the client while" in failure and "did not answer" not in failure, failure  # at once, not at the bound
     assert p.ledger()[0]["outcome"] != "success"

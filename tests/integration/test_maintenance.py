@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from include.contract import continuity
+from include.contract import transform_check
 from include.contract.continuity import check_run
 from include.readers import delta_progress, run_ledger, spark_checkpoint
 from include.readers.delta_progress import read_progress
@@ -101,7 +101,7 @@ def test_maintenance_compacts_every_table_and_the_next_runs_continue_exactly_onc
     assert delta_progress.bronze_data_version(opened) == delta_progress.bronze_data_version(lake / "bronze")
     assert delta_progress.opened(lake / "none") == lake / "none"
     assert delta_progress.commits_since(delta_progress.opened(lake / "none"), None) == (None, [])
-    checked = continuity.check_transform(
+    checked = transform_check.check_transform(
         previous=previous, commits=batches, bronze_rows=rows_by_version, bronze_version=bronze_version,
         quarantine_rows=delta_progress.quarantine_rows_since(lake / "quarantine", quarantine_version),
         expected=done, stand_before=stand,

@@ -430,7 +430,8 @@ def test_one_application_runs_ingest_then_transform_and_a_failed_transform_leave
     assert bronze_count(spark, lake) == 40
     assert not transform_summary.exists()
     failure = json.loads(error.read_text())
-    assert failure["job"] == "bronze_to_silver" and "silver has no column for declared field(s)" in failure["error"]
+    assert failure["job"] == "bronze_to_silver"
+    assert "silver has no column for declared field(s)" in failure["error"]["text"]
     # The driver speaks at WARN: Spark's INFO lines stay out of the task log.
     spark_info = [ln for ln in output.splitlines() if re.match(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ", ln)]
     assert not spark_info, spark_info[:5]

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from include.readers import spark_checkpoint
-from spark_jobs.job_common import HadoopFiles
+from spark_jobs.hadoop_files import HadoopFiles
 from tests.include.readers.test_spark_checkpoint import FakeCheckpoint
 
 pytestmark = pytest.mark.integration

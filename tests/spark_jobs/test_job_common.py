@@ -12,9 +12,17 @@ from types import SimpleNamespace
 import pytest
 
 from include import settings
-from include.contract.errors import ContractError, DeltaCommitError, PipelineError, summary_failure
+from include.contract.errors import ContractError, DeltaCommitError, PipelineError
+from include.contract.failure import FAILURE_VERSION, read_failure
 from include.contract.offsets import OffsetError
-from spark_jobs import job_common
+from spark_jobs import job_common, table_properties
+
+
+def _failure(data: dict) -> PipelineError:
+    """The error of the failure envelope ``data``."""
+    failure = read_failure(data)
+    assert failure is not None, data
+    return failure.error()
 
 
 def test_write_failure_puts_the_error_class_and_fields_in_the_summary_file(tmp_path):
@@ -22,8 +30,8 @@ def test_write_failure_puts_the_error_class_and_fields_in_the_summary_file(tmp_p
     cfg = SimpleNamespace(pipeline="orders", run_id="r1", summary_path=str(path))
     job_common.write_failure("kafka_to_bronze", cfg, OffsetError("refusing", topic="t", partition=4, offsets=(9, 8)))
     written = json.loads(path.read_text())
-    assert written["failed"] is True and written["run_id"] == "r1" and written["job"] == "kafka_to_bronze"
-    back = summary_failure(written)
+    assert written["failure_version"] == FAILURE_VERSION and (written["run_id"], written["job"]) == ("r1", "kafka_to_bronze")
+    back = _failure(written)
     assert type(back) is OffsetError and (back.partition, back.offsets, back.pipeline) == (4, (9, 8), "orders")
 
 
@@ -31,7 +39,7 @@ def test_a_foreign_failure_is_written_under_the_base_with_its_class_name(tmp_pat
     path = tmp_path / "s.json"
     job_common.write_failure("maintain_tables", SimpleNamespace(pipeline="p", run_id="r", summary_path=str(path)),
                              KeyError("x"))  # fmt: skip
-    back = summary_failure(json.loads(path.read_text()))
+    back = _failure(json.loads(path.read_text()))
     assert type(back) is PipelineError and str(back) == "KeyError: 'x'"
 
 
@@ -100,7 +108,7 @@ class _Conf:
 def test_user_metadata_and_txn_are_session_settings_only_while_the_command_runs():
     spark = SimpleNamespace(conf=_Conf())
     seen: list[dict] = []
-    job_common.with_user_metadata(spark, '{"m": 1}', lambda: seen.append(dict(spark.conf.values)), txn=("app", 7))
+    table_properties.with_user_metadata(spark, '{"m": 1}', lambda: seen.append(dict(spark.conf.values)), txn=("app", 7))
     assert seen == [{"spark.databricks.delta.commitInfo.userMetadata": '{"m": 1}',
                      "spark.databricks.delta.write.txnAppId": "app",
                      "spark.databricks.delta.write.txnVersion": "7"}]  # fmt: skip
@@ -110,7 +118,7 @@ def test_user_metadata_and_txn_are_session_settings_only_while_the_command_runs(
         raise RuntimeError("merge failed")
 
     with pytest.raises(RuntimeError, match="merge failed"):
-        job_common.with_user_metadata(spark, "m", fails)
+        table_properties.with_user_metadata(spark, "m", fails)
     assert spark.conf.values == {}, "a failed command must not leave its metadata on the next commit"
 
 
@@ -165,7 +173,7 @@ def test_job_main_exits_1_writing_any_failure_of_the_family_as_data_and_stops_th
 
     assert job_common.job_main(_step(tmp_path, run), ["--pipeline=orders"]) == 1
     assert "demo_job: t-0: batch 2 starts at 9" in capsys.readouterr().err
-    back = summary_failure(json.loads((tmp_path / "summary.json").read_text()))
+    back = _failure(json.loads((tmp_path / "summary.json").read_text()))
     assert type(back) is error and back.pipeline == "orders" and (back.topic, back.partition) == ("t", 0)
     assert [s.stopped for s in sessions] == [1]
 

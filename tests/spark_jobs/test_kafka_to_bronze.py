@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from include.contract import jobs as contract
+from include.contract import summaries as contract
 from include.contract.offsets import OffsetRange
 from spark_jobs import job_common, kafka_to_bronze
 from spark_jobs.kafka_to_bronze import BatchRecord, RunSummary

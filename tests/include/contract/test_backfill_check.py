@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from include.contract.continuity import BackfillCheck, ContinuityReport, check_backfill
+from include.contract.backfill_check import BackfillCheck, check_backfill
+from include.contract.continuity import ContinuityReport
 from include.contract.offsets import (
     BACKFILL_FORMAT,
     BackfillCommit,

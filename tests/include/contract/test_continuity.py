@@ -6,9 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from include.contract.continuity import check_run, check_transform
+from include.contract.continuity import check_run
 from include.contract.offsets import BronzeCommit, OffsetRange
 from include.contract.silver_stand import BronzePosition, SilverCommit, SilverRestore, SilverStand
+from include.contract.transform_check import check_transform
 
 
 def commit(ranges, next_offsets, *, run_id="run-2", batch_id=0, extra=None) -> BronzeCommit:

@@ -15,8 +15,6 @@ from include.contract.errors import (
     PipelineError,
     TransformError,
     batch_failure,
-    failure_summary,
-    summary_failure,
 )
 from include.contract.offsets import OffsetError, OffsetRange
 from include.contract.table_stand import PositionUnknownError
@@ -114,23 +112,15 @@ def test_a_batch_error_survives_the_streaming_query_as_data():
     assert str(error) == ("ingestion of pipeline 'orders' failed: OffsetError: orders-0: batch 2 starts at 5 but "
                           "the bronze table stands at 4")  # fmt: skip
     assert (error.partition, error.offsets, error.action) == (0, (5, 4), "rebuild_checkpoint")
-    assert PipelineError.from_dict(error.cause).offsets == (5, 4)
+    assert error.cause is recorded
     back = PipelineError.from_dict(json.loads(json.dumps(error.to_dict())))
-    assert type(back) is IngestionError and str(back) == str(error) and back.cause["class"] == "OffsetError"
+    assert type(back) is IngestionError and str(back) == str(error)
+    assert type(back.cause) is OffsetError and back.cause.offsets == (5, 4) and str(back.cause) == str(recorded)
 
 
 def test_a_failure_outside_our_code_keeps_the_traces_first_line_only():
     error = batch_failure(TransformError, "transform", "orders", None, RuntimeError("boom\nat org.apache..."))
     assert str(error) == "transform of pipeline 'orders' failed: boom" and error.cause is None
-
-
-def test_a_failure_summary_is_told_from_a_result():
-    error = OffsetError("x", topic="t", partition=0)
-    written = json.loads(json.dumps(failure_summary(error, pipeline="orders", run_id="r1", job="kafka_to_bronze")))
-    back = summary_failure(written)
-    assert type(back) is OffsetError and back.partition == 0
-    assert summary_failure({"run_id": "r1", "rows": 3}) is None
-    assert summary_failure(None) is None
 
 
 def test_as_pipeline_error_wraps_a_foreign_error_with_its_class_name():

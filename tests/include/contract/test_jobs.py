@@ -14,16 +14,13 @@ from include.contract.errors import (
     StepsFileError,
     TransformError,
 )
-from include.contract.jobs import (
-    BackfillArgs,
+from include.contract.jobs import BackfillArgs, IngestArgs, MaintainArgs, StepsArgs, TransformArgs
+from include.contract.summaries import (
     BackfillSummary,
-    IngestArgs,
     IngestSummary,
-    MaintainArgs,
     MaintainSummary,
-    StepsArgs,
-    TransformArgs,
     TransformSummary,
+    ingest_step_summary,
 )
 
 ARGS = [
@@ -130,8 +127,8 @@ def test_the_runs_record_reads_a_partial_summary_without_failing():
 
 def test_summary_fields_are_typed():
     assert IngestSummary.from_json(INGEST).partitions["t"]["0"]["rows"] == 7
-    assert jobs.ingest_step_summary(BACKFILL).inserted == 2
-    assert isinstance(jobs.ingest_step_summary(INGEST), IngestSummary)
+    assert ingest_step_summary(BACKFILL).inserted == 2
+    assert isinstance(ingest_step_summary(INGEST), IngestSummary)
     assert TransformSummary.from_json(TRANSFORM).fields_ignored == {"y": "not in spec"}
 
 

@@ -194,7 +194,7 @@ def test_maintenance_view_counts_files_and_finds_each_tables_last_maintenance(tm
 def test_the_kafka_deadline_counts_from_the_first_kafka_call_not_from_the_tables_reads(tmp_path, monkeypatch):
     # A slow table side (a fresh API server's first use of delta-rs and pyarrow) must not spend the
     # time the Kafka calls are given. Kafka is stubbed: what is tested is the deadline's arithmetic.
-    from include.readers import kafka_state
+    from include.readers import kafka_calls
 
     file = tmp_path / "p.yaml"
     file.write_text(f"name: p\nkafka: {{connection_id: k, topics: [t]}}\nschedule: null\n"
@@ -208,7 +208,7 @@ def test_the_kafka_deadline_counts_from_the_first_kafka_call_not_from_the_tables
 
     def read_topics(config, *, topics=(), pattern=None, timeout_s=10.0):
         given.append(timeout_s)
-        raise kafka_state.KafkaUnavailableError("no broker in this test")
+        raise kafka_calls.KafkaUnavailableError("no broker in this test")
 
     monkeypatch.setattr(monitor.delta_progress, "read_progress", slow_table)
     monkeypatch.setattr(monitor.kafka_state, "read_topics", read_topics)

@@ -18,14 +18,13 @@ import pytest
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, Producer, TopicPartition, Uuid
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from include.contract.offsets import PartitionState
 from include.ports import free_port
-from include.readers import kafka_state
+from include.readers import kafka_calls, kafka_state
 from include.readers.kafka_admin import create_topic, delete_topic, watermarks
+from include.readers.kafka_calls import KafkaUnavailableError, kafka_topic_id
 from include.readers.kafka_state import (
-    KafkaUnavailableError,
-    PartitionState,
     TopicState,
-    _kafka_topic_id,
     commit_group_offsets,
     count_records,
     group_offsets,
@@ -168,9 +167,9 @@ def test_topic_id_string_is_kafkas_url_safe_form():
     # difference only about half the time, so check it on fixed bits too.
     topic_id = Uuid(0x0123456789ABCDEF, -0x0123456789ABCDF0)
     assert str(topic_id) == "ASNFZ4mrze/+3LqYdlQyEA"
-    assert _kafka_topic_id(topic_id) == "ASNFZ4mrze_-3LqYdlQyEA"
+    assert kafka_topic_id(topic_id) == "ASNFZ4mrze_-3LqYdlQyEA"
     expected = uuid.UUID("01234567-89ab-cdef-fedc-ba9876543210").bytes
-    assert base64.urlsafe_b64decode(_kafka_topic_id(topic_id) + "==") == expected
+    assert base64.urlsafe_b64decode(kafka_topic_id(topic_id) + "==") == expected
 
 
 def test_latest_is_the_last_stable_offset_while_a_transaction_is_open(bootstrap, make_topic, unique_name):
@@ -247,7 +246,7 @@ def test_record_timestamps_follow_a_log_start_that_moves_after_the_offsets_were_
     delete_records(bootstrap, topic, 1, 1)
 
     got: dict = {}
-    kafka_state._read_first_records(kafka_state._Call(conf(bootstrap), 10, "a test"), dict(listed), got)
+    kafka_state._read_first_records(kafka_calls.Call(conf(bootstrap), 10, "a test"), dict(listed), got)
     assert got == {(topic, 0): stamps[3], (topic, 1): None}
 
 
@@ -386,16 +385,16 @@ def test_offsets_are_asked_again_while_leadership_moves(monkeypatch):
         calls.append(1)
         if len(calls) < 3:
             raise RuntimeError("not leader") from KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
-        return {("t", 0): kafka_state.PartitionState(0, 5)}
+        return {("t", 0): PartitionState(0, 5)}
 
-    monkeypatch.setattr(kafka_state, "_list_offsets_once", once)
-    call = kafka_state._Call({"bootstrap.servers": "x:1"}, 5.0, "test")
-    assert kafka_state._list_offsets(call, None, [("t", 0)]) == {("t", 0): kafka_state.PartitionState(0, 5)}
+    monkeypatch.setattr(kafka_calls, "_list_offsets_once", once)
+    call = kafka_calls.Call({"bootstrap.servers": "x:1"}, 5.0, "test")
+    assert kafka_calls.list_offsets(call, None, [("t", 0)]) == {("t", 0): PartitionState(0, 5)}
     assert len(calls) == 3
 
     def broken(call, admin, partitions, *, missing_ok=False):
         raise RuntimeError("gone") from KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
 
-    monkeypatch.setattr(kafka_state, "_list_offsets_once", broken)
+    monkeypatch.setattr(kafka_calls, "_list_offsets_once", broken)
     with pytest.raises(RuntimeError, match="gone"):
-        kafka_state._list_offsets(call, None, [("t", 0)])
+        kafka_calls.list_offsets(call, None, [("t", 0)])
