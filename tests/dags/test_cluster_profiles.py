@@ -649,3 +649,15 @@ def test_local_standalone_still_refuses_a_master_connection(tmp_path, make_pipel
     err = _error(make_pipeline, {"master_connection_id": "spark_k8s"})
     assert err.field == "cluster.master_connection_id"
     assert "existing_master or kubernetes" in err.problem
+
+
+def test_every_cluster_profile_has_its_rules_and_its_runtime_part_under_one_name():
+    """A profile is two parts in two registries (include/config/profiles, include/orchestration/profiles):
+    neither may miss the other, and only a profile whose runs start their own cluster sizes it to the backlog."""
+    from include.config.profiles import CLUSTER_PROFILES
+    from include.orchestration.profiles import PROFILES
+
+    assert list(CLUSTER_PROFILES) == list(PROFILES)
+    for name, profile in PROFILES.items():
+        assert profile.name == CLUSTER_PROFILES[name].name == name
+        assert CLUSTER_PROFILES[name].sizes_to_backlog == profile.transient
