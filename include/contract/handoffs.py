@@ -57,7 +57,9 @@ def _ints(value: object) -> tuple[int, ...]:
 
 def _positions(value: object) -> dict[str, dict[str, int]]:
     """A position map as JSON (topic -> partition as text -> offset)."""
-    return {str(t): {str(p): int(str(o)) for p, o in _dict(parts).items()} for t, parts in _dict(value).items()}
+    return {
+        str(t): {str(p): int(str(o)) for p, o in _dict(parts).items()} for t, parts in _dict(value).items()
+    }
 
 
 def _int(value: object) -> int | None:
@@ -362,8 +364,11 @@ class MirrorResult:
         """What :meth:`to_xcom` wrote."""
         data = _dict(value)
         lag = data.get("lag_after")
-        return cls(str(data.get("group") or ""), _positions(data.get("offsets")),
-                   _dict(lag) if isinstance(lag, Mapping) else None)
+        return cls(
+            str(data.get("group") or ""),
+            _positions(data.get("offsets")),
+            _dict(lag) if isinstance(lag, Mapping) else None,
+        )
 
 
 # --------------------------------------------------------------------------- readers

@@ -558,3 +558,24 @@ def test_skip_offsets_needs_ranges_of_one_partition_each():
         parse_request({"action": SKIP_OFFSETS, "reason": "r"}, run_type="manual")
     with pytest.raises(RequestError, match="skips records of one partition at a time; give the partition of topic"):
         _skip({"topic": "orders", "from": 0, "until": 1})
+
+
+def test_every_action_is_one_spec_of_the_registry_and_the_form_offers_those_in_form():
+    from include.contract.actions import REGISTRY, spec
+
+    assert list(ACTIONS) == [name for name, s in REGISTRY.items() if s.in_form]
+    assert form_params()["action"].schema["enum"] == list(ACTIONS)
+    assert spec(AIRFLOW_BACKFILL).backfill and not spec(AIRFLOW_BACKFILL).in_form
+    assert [n for n, s in REGISTRY.items() if s.backfill] == [BACKFILL_OFFSETS, BACKFILL_TIME, AIRFLOW_BACKFILL]
+    with pytest.raises(ValueError, match="no such action"):
+        spec("rebuild")
+
+
+def test_the_plan_handoff_reads_back_what_it_wrote_and_an_older_runs_plain_dict():
+    from include.contract.handoffs import RequestPlan
+
+    plan = RequestPlan(BACKFILL_OFFSETS, "replay", "ann", "d", ({"topic": "t"},), None, ("n",), 5, lock_epoch=3)
+    assert RequestPlan.from_xcom(plan.to_xcom()) == plan and plan.is_backfill
+    older = {"action": SKIP_OFFSETS, "reason": "x", "skip": [{"topic": "t", "partition": 0, "from": 1, "until": 2}]}
+    assert RequestPlan.from_xcom(older).skip == (OffsetRequest("t", 0, 1, 2),)
+    assert RequestPlan.from_xcom(None).action == NORMAL
