@@ -3,7 +3,7 @@
 Run by the transform job after its batches when the run's request is ``replay_quarantine``
 (``--replay-file``, a :class:`~include.contract.replay.ReplaySelection`). Quarantine keeps each record's
 Kafka coordinates and raw key and value bytes under bronze's column names, so the selected rows go
-through the very rules a bronze batch does (:func:`spark_jobs.silver_rules.decode`, ``classify``,
+through the very rules a bronze batch does (:func:`spark_jobs.silver_rules.decode`, :func:`spark_jobs.silver_table.classify`,
 ``silver_rows``) with the pipeline file as it is now:
 
 1. the records that now pass change silver in one MERGE, under the same ordering rules as any record
@@ -35,7 +35,7 @@ from spark_jobs.table_properties import delta_table_sql, with_user_metadata
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from spark_jobs.value_formats import ValueSchemas
+    from spark_jobs.formats.schemas import ValueSchemas
 
 log = logging.getLogger("kde.quarantine_replay")
 
@@ -77,13 +77,13 @@ def replay(spark: SparkSession, *, pipeline: str, run_id: str, silver_path: str,
     """Replay the quarantined records ``selection`` takes; returns what became of them.
 
     ``fields``: silver's effective fields; ``values``: the run's
-    :class:`~spark_jobs.value_formats.ValueSchemas` for registry formats.
+    :class:`~spark_jobs.formats.schemas.ValueSchemas` for registry formats.
     """
     from delta.tables import DeltaTable
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from spark_jobs import cdc_rules, silver_rules
+    from spark_jobs import cdc_rules, silver_rules, silver_table
 
     result = ReplayResult(selection=selection.to_json())
     if not DeltaTable.isDeltaTable(spark, quarantine_path):
@@ -111,13 +111,13 @@ def replay(spark: SparkSession, *, pipeline: str, run_id: str, silver_path: str,
         current = spark.read.format("delta").load(silver_path)
         # A truncate replayed long after it happened would delete rows written since: replayed change
         # events are compared by position only.
-        classified = silver_rules.classify(valid, current, spec, fields, {}).persist(StorageLevel.MEMORY_AND_DISK)
+        classified = silver_table.classify(valid, current, spec, fields, {}).persist(StorageLevel.MEMORY_AND_DISK)
         actions = {r["_action"]: r["n"] for r in classified.groupBy("_action").agg(F.count("*").alias("n")).collect()}
         if actions.pop(cdc_rules.UNKNOWN_VALUE, 0):
             # A change whose unsent value nothing holds still fails, with that reason.
             decoded = cdc_rules.with_unknown_values(decoded, classified).persist(StorageLevel.MEMORY_AND_DISK)
             classified = classified.where(F.col("_action") != cdc_rules.UNKNOWN_VALUE)
-        rows = silver_rules.silver_rows(classified, fields, spec, run_id)
+        rows = silver_table.silver_rows(classified, fields, spec, run_id)
         changes = sum(actions.get(a, 0) for a in ("insert", "update", "delete"))
         outcome_counts: dict[str, int] = {}
         for action, n in actions.items():
@@ -131,7 +131,7 @@ def replay(spark: SparkSession, *, pipeline: str, run_id: str, silver_path: str,
         if changes:
             check_fence(spark, silver_path, fence)
             target = DeltaTable.forPath(spark, silver_path)
-            merge = silver_rules.silver_merge(target, rows, current.columns, fields, spec)
+            merge = silver_table.silver_merge(target, rows, current.columns, fields, spec)
             # The quarantine version the replay read identifies it: a replay that dies after this
             # commit and runs again reads the same version and skips the silver commit.
             with_user_metadata(spark, meta, merge.execute, txn=(f"kde-replay.{pipeline}", start_version))

@@ -187,7 +187,7 @@ def _protobuf_order_class() -> type:
     """:data:`ORDER_PROTO`'s message class, from protoc's descriptor set, in a descriptor pool of its own."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-    from spark_jobs import protobuf_descriptors
+    from spark_jobs.formats import protobuf_descriptors
 
     found, _ = protobuf_descriptors.build(0, ORDER_PROTO, {})
     pool = descriptor_pool.DescriptorPool()

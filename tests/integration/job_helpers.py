@@ -21,7 +21,7 @@ from include.contract.transform_spec import FieldSpec, TransformSpec
 from include.settings import FAILPOINT_ENV
 from include.spark.spark_submit import submit_environment
 from include.tooling.job_submit import submit_command
-from spark_jobs import bronze_to_silver, kafka_to_bronze
+from spark_jobs import bronze_to_silver, kafka_to_bronze, silver_writer
 from spark_jobs.ingest_plan import parse_config
 
 #: The orders the transform tests send: an id, an optional customer, an amount of at least 0 and a time.
@@ -156,7 +156,7 @@ def assert_accounted(spark, lake: Path) -> None:
     history = {h["version"]: h for h in DeltaTable.forPath(spark, str(lake / "silver")).history().collect()}
     for c in commits:
         h = history[c.version]
-        written = bronze_to_silver.rows_written(h["operation"], dict(h["operationMetrics"]))
+        written = silver_writer.rows_written(h["operation"], dict(h["operationMetrics"]))
         assert written == c.counts["upserted"] + c.counts["deleted"], (c.version, h["operationMetrics"], c.counts)
     for a, b in zip(commits, commits[1:], strict=False):
         if b.epoch == a.epoch:

@@ -24,7 +24,7 @@ from include.readers import delta_progress, spark_checkpoint
 from include.readers.delta_progress import read_progress
 from include.spark.spark_submit import submit_environment
 from include.tooling.job_submit import submit_command
-from spark_jobs import bronze_to_silver, kafka_to_bronze
+from spark_jobs import bronze_to_silver, kafka_to_bronze, transform_plan
 from spark_jobs.ingest_plan import parse_config
 from tests.delta_helpers import age_log
 from tests.integration.job_helpers import (
@@ -162,7 +162,7 @@ def test_batch_replayed_after_a_kill_between_silver_and_checkpoint_commits_appli
                             "kill-after-silver-commit:2")  # fmt: skip
     # The crash window: batch 2 is in silver, Spark never committed it to the checkpoint.
     assert silver_commits(spark, lake)[-1].batch_id == 2
-    state = bronze_to_silver.read_checkpoint(spark_checkpoint.epoch_dir(lake / "checkpoints" / "silver", 0))
+    state = transform_plan.read_checkpoint(spark_checkpoint.epoch_dir(lake / "checkpoints" / "silver", 0))
     assert (state.last_committed_batch, state.pending_batch) == (1, 2)
     before = silver(spark, lake)
 
@@ -300,7 +300,7 @@ def test_after_silvers_log_cleanup_the_transform_reads_exactly_the_new_records(
     age_log(silver_path, 31)
     DeltaTable(str(silver_path)).cleanup_metadata()
     assert silver_commits(spark, lake) == [], "silver's batch commits are still in its log"
-    stand = bronze_to_silver.read_silver_stand(spark, str(silver_path), unique_name)
+    stand = transform_plan.read_silver_stand(spark, str(silver_path), unique_name)
     assert stand.source == "state" and (stand.epoch, stand.batch_id) == (0, len(first["batches"]) - 1)
     assert stand.bronze_end.version == first["bronze_end"]["version"]
     assert delta_progress.silver_stand(silver_path, unique_name) == stand  # the Airflow side, no JVM
@@ -363,7 +363,7 @@ def test_after_a_restore_of_silver_the_transform_redoes_exactly_what_the_restore
     ingest(spark, bootstrap, lake, unique_name, topic)
     fifth = transform(spark, lake, unique_name, run_id="run-5")
     assert (fifth["read"], fifth["superseded"], fifth["upserted"]) == (1, 1, 0)
-    stand = bronze_to_silver.read_silver_stand(spark, str(lake / "silver"), unique_name)
+    stand = transform_plan.read_silver_stand(spark, str(lake / "silver"), unique_name)
     assert (stand.source, stand.epoch, stand.batch_id, stand.commit.version) == (
         "both", 1, fifth["batches"][-1]["batch_id"], fifth["silver_version"])
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from include.contract.transform_spec import DEBEZIUM_UNAVAILABLE, FieldSpec, TransformSpec
-from spark_jobs import cdc_rules, silver_rules
+from spark_jobs import cdc_rules, silver_rules, silver_table
 
 pytestmark = pytest.mark.integration
 
@@ -59,9 +59,9 @@ def classify(spark, records: list[dict], current=None, *, with_truncates: bool =
     assert [r["_problems"] for r in decoded.collect() if r["_problems"]] == []
     valid = silver_rules.valid_records(decoded)
     if current is None:
-        current = spark.createDataFrame([], silver_rules.silver_ddl(SPEC.fields, cdc=True))
+        current = spark.createDataFrame([], silver_table.silver_ddl(SPEC.fields, cdc=True))
     truncates = cdc_rules.truncated_at(valid) if with_truncates else {}
-    return silver_rules.classify(valid, current, SPEC, SPEC.fields, truncates)
+    return silver_table.classify(valid, current, SPEC, SPEC.fields, truncates)
 
 
 def by_position(rows) -> dict[tuple[int, int], dict]:
@@ -126,7 +126,7 @@ def test_one_batch_of_the_whole_stream_ends_as_the_table_did(spark):
 def test_without_the_truncate_each_key_ends_at_its_last_change_and_unsent_values_are_filled(spark):
     records = [r for r in captured() if r["key"] is not None]  # the truncate is the one keyless event
     classified = classify(spark, records)
-    rows = silver_rules.silver_rows(classified, SPEC.fields, SPEC, "run-1").collect()
+    rows = silver_table.silver_rows(classified, SPEC.fields, SPEC, "run-1").collect()
     state = {r["id"]: r.asDict() for r in rows}
     assert {k: r["_deleted"] for k, r in state.items()} == {1: True, 2: False, 3: True, 4: False, 5: False}
     # Key 1 moved to 4 (a primary-key update): a delete of 1 and a create of 4.
@@ -138,7 +138,7 @@ def test_without_the_truncate_each_key_ends_at_its_last_change_and_unsent_values
 def test_changes_the_connector_sends_again_change_nothing(spark):
     records = [r for r in captured() if r["key"] is not None]
     first = classify(spark, records)
-    current = silver_rules.silver_rows(first, SPEC.fields, SPEC, "run-1")
+    current = silver_table.silver_rows(first, SPEC.fields, SPEC, "run-1")
     # A connector that restarts before recording its offsets sends the same changes again, later in the
     # topic: each carries a position silver holds already.
     again = [{**r, "offset": r["offset"] + 100} for r in records]
@@ -224,18 +224,18 @@ def _moved(spark, records: list[dict], current=None):
     decoded = silver_rules.decode(_headed(spark, records), SPEC, SPEC.fields).cache()
     assert [r["_problems"] for r in decoded.collect() if r["_problems"]] == []
     if current is None:
-        current = spark.createDataFrame([], silver_rules.silver_ddl(SPEC.fields, cdc=True))
-    classified = silver_rules.classify(silver_rules.valid_records(decoded), current, SPEC, SPEC.fields, {})
+        current = spark.createDataFrame([], silver_table.silver_ddl(SPEC.fields, cdc=True))
+    classified = silver_table.classify(silver_rules.valid_records(decoded), current, SPEC, SPEC.fields, {})
     return decoded, classified.cache()
 
 
 def _silver(spark, records: list[dict]):
     _, classified = _moved(spark, records)
-    return silver_rules.silver_rows(classified, SPEC.fields, SPEC, "run-0")
+    return silver_table.silver_rows(classified, SPEC.fields, SPEC, "run-0")
 
 
 def _state(classified) -> dict[int, dict]:
-    rows = silver_rules.silver_rows(classified, SPEC.fields, SPEC, "run-1").collect()
+    rows = silver_table.silver_rows(classified, SPEC.fields, SPEC, "run-1").collect()
     return {r["id"]: r.asDict() for r in rows}
 
 

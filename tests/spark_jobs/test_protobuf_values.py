@@ -13,10 +13,11 @@ from urllib.parse import quote
 
 import pytest
 
+from include.contract.errors import ValueSchemaError
 from include.contract.transform_spec import FieldSpec, TransformSpec, ValueSchema
 from include.readers.schema_registry import RegistryClient
 from spark_jobs import silver_rules
-from spark_jobs.value_formats import ValueSchemaError, ValueSchemas
+from spark_jobs.formats.schemas import ValueSchemas
 from tests import protobuf_helpers as pb
 from tests.fakes import recorded_registry
 from tests.spark_jobs.test_silver_rules import bronze

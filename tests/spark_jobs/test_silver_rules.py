@@ -13,7 +13,7 @@ from decimal import Decimal
 import pytest
 
 from include.contract.transform_spec import FieldSpec, TransformSpec
-from spark_jobs import silver_rules
+from spark_jobs import new_fields, silver_rules, silver_table
 
 # Real Spark: `-m "not integration"` (the quick unit run) leaves these out.
 pytestmark = pytest.mark.integration
@@ -144,7 +144,7 @@ def test_quarantine_rows_keep_the_raw_bytes_and_every_reason(spark):
     ],
 )  # fmt: skip
 def test_infer_type_of_new_fields(schema, expected):
-    assert silver_rules.infer_type(schema) == expected
+    assert new_fields.infer_type(schema) == expected
 
 
 def test_new_fields_are_planned_by_policy(spark):
@@ -154,13 +154,13 @@ def test_new_fields_are_planned_by_policy(spark):
     ]
     adding = TransformSpec(**{**SPEC.__dict__, "new_fields": "add"})
     decoded = silver_rules.decode(bronze(spark, values), adding, adding.fields)
-    new = silver_rules.plan_new_fields(decoded, adding, adding.fields)
+    new = new_fields.plan_new_fields(decoded, adding, adding.fields)
     added, ignored = new.added, new.ignored
     assert {f.name: f.type for f in added} == {"coupon": "string", "weight": "double", "tags": "json"}
     assert set(ignored) == {"bad-name", "Amount", "empty"}
     assert "differs only in case" in ignored["Amount"]
     assert (new.unknown, new.refused, new.waiting) == (3, False, ("empty",))
-    ignoring = silver_rules.plan_new_fields(decoded, SPEC, SPEC.fields)
+    ignoring = new_fields.plan_new_fields(decoded, SPEC, SPEC.fields)
     assert set(ignoring.ignored) == {"coupon", "weight", "tags", "empty", "bad-name", "Amount"}
     assert (ignoring.added, ignoring.unknown, ignoring.refused) == ([], 6, False)
 
@@ -175,7 +175,7 @@ def test_a_batch_records_only_so_many_unknown_field_names_and_counts_the_rest(sp
     # One producer bug: a new key in every record (a uuid in its name).
     values = [(f"o{i}".encode(), record(order_id=f"o{i}", **{f"k{i:03d}": i})) for i in range(40)]
     spec = _limited(SPEC, field_names=5)
-    new = silver_rules.plan_new_fields(silver_rules.decode(bronze(spark, values), spec, spec.fields), spec, spec.fields)
+    new = new_fields.plan_new_fields(silver_rules.decode(bronze(spark, values), spec, spec.fields), spec, spec.fields)
     assert list(new.ignored) == ["k000", "k001", "k002", "k003", "k004"]
     assert (new.added, new.unknown, new.refused) == ([], 40, False)
 
@@ -185,10 +185,10 @@ def test_new_columns_beyond_the_runs_cap_are_refused_and_their_records_quarantin
               (b"o3", record(order_id="o3", **{"bad-name": 1})), (b"o4", record(order_id="o4"))]  # fmt: skip
     spec = _limited(TransformSpec(**{**SPEC.__dict__, "new_fields": "add"}), new_columns=2)
     decoded = silver_rules.decode(bronze(spark, values), spec, spec.fields)
-    new = silver_rules.plan_new_fields(decoded, spec, spec.fields, budget=1)
+    new = new_fields.plan_new_fields(decoded, spec, spec.fields, budget=1)
     assert [f.name for f in new.added] == ["alpha"] and new.refused
     allowed = [f.name for f in spec.fields] + [f.name for f in new.added]
-    refused = silver_rules.refuse_new_fields(decoded, allowed, 2)
+    refused = new_fields.refuse_new_fields(decoded, allowed, 2)
     problems = {r["_kafka_offset"]: [p["message"] for p in r["_problems"]]
                 for r in refused.select("_kafka_offset", "_problems").collect()}  # fmt: skip
     message = "beyond transform.limits.new_columns (2 new silver columns a run)"
@@ -198,7 +198,7 @@ def test_new_columns_beyond_the_runs_cap_are_refused_and_their_records_quarantin
     ]
     assert any(message in m and "gamma" in m for m in problems[1])
     assert problems[2] == [] and problems[3] == []  # an unusable name is ignored, not refused; no new field
-    assert silver_rules.plan_new_fields(decoded, spec, spec.fields, budget=0).added == []
+    assert new_fields.plan_new_fields(decoded, spec, spec.fields, budget=0).added == []
 
 
 def test_a_new_column_past_silvers_total_cap_is_refused_naming_that_cap(spark):
@@ -206,10 +206,10 @@ def test_a_new_column_past_silvers_total_cap_is_refused_naming_that_cap(spark):
     spec = _limited(TransformSpec(**{**SPEC.__dict__, "new_fields": "add"}), silver_columns=len(SPEC.fields))
     decoded = silver_rules.decode(bronze(spark, values), spec, spec.fields)
     # silver holds every column the cap allows: the run's budget is what the table has left, none
-    new = silver_rules.plan_new_fields(decoded, spec, spec.fields, budget=0)
+    new = new_fields.plan_new_fields(decoded, spec, spec.fields, budget=0)
     assert new.added == [] and new.refused
     cap = f"transform.limits.silver_columns ({len(SPEC.fields)} silver columns in all)"
-    refused = silver_rules.refuse_new_fields(decoded, [f.name for f in spec.fields], cap)
+    refused = new_fields.refuse_new_fields(decoded, [f.name for f in spec.fields], cap)
     (row,) = refused.select("_problems").collect()
     assert [p["message"] for p in row["_problems"]] == [
         f"new field alpha beyond {cap}; raise the limit or fix the producer, then replay these records "
@@ -218,7 +218,7 @@ def test_a_new_column_past_silvers_total_cap_is_refused_naming_that_cap(spark):
 
 
 def test_a_framed_value_whose_schema_id_is_beyond_the_batch_cap_names_the_cap(spark):
-    from spark_jobs.silver_rules import ValuePlan
+    from spark_jobs.formats.base import ValuePlan
 
     framed = [(b"k", b"\x00\x00\x00\x00\x07{}"), (b"k", b"\x00\x00\x00\x00\x09{}")]
     spec = TransformSpec(**{**SPEC.__dict__, "format": "json_schema"})
@@ -238,7 +238,7 @@ def _classify(spark, values, current_rows=()):
     current = spark.createDataFrame(
         list(current_rows), "order_id string, event_time timestamp, _kafka_partition int, _kafka_offset long"
     )
-    out = silver_rules.classify(valid, current, SPEC).collect()
+    out = silver_table.classify(valid, current, SPEC).collect()
     return {r["_kafka_offset"]: r["_action"] for r in out}
 
 

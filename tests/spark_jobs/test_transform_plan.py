@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from include.contract.errors import TransformError
 from include.contract.silver_stand import BronzePosition, SilverCommit, SilverStand
-from spark_jobs.bronze_to_silver import (
-    DeltaCheckpointState,
-    TransformError,
-    already_in_silver,
-    check_rows_written,
-    parse_config,
-    plan_transform,
-    rows_written,
-)
+from spark_jobs.bronze_to_silver import parse_config
+from spark_jobs.silver_writer import check_rows_written, rows_written
+from spark_jobs.transform_plan import DeltaCheckpointState, already_in_silver, plan_transform
 
 
 def _last(epoch: int, batch: int, end: int) -> SilverStand:

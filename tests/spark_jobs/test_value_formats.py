@@ -11,9 +11,10 @@ import json
 
 import pytest
 
+from include.contract.errors import ValueSchemaError
 from include.contract.transform_spec import FieldSpec, TransformSpec, ValueSchema
 from include.readers.schema_registry import RegistryClient
-from spark_jobs.value_formats import ValueSchemaError, ValueSchemas, read_registry_file
+from spark_jobs.formats.schemas import ValueSchemas, read_registry_file
 from tests.fakes import recorded_registry
 
 URL = "http://registry:8080/apis/ccompat/v7"
@@ -86,7 +87,7 @@ def test_the_registry_file_must_hold_a_url(tmp_path):
 
 
 def test_the_schema_id_cap_keeps_known_ids_then_the_ones_most_records_carry():
-    from spark_jobs.value_formats import chosen_ids
+    from spark_jobs.formats.schemas import chosen_ids
 
     # A producer wrote 20 values framed with made-up ids 0..19; the batch's 500 real records carry id 41.
     counts = {**{i: 1 for i in range(20)}, 41: 500, 42: 3}
@@ -111,3 +112,15 @@ def test_made_up_schema_ids_do_not_push_a_batchs_real_records_past_the_cap(spark
     plan = values.plan(bronze(spark, rows))
     assert 5 in [w.id for w in plan.writers] and len(plan.writers) == 3
     assert plan.id_cap == 3  # two made-up ids go to quarantine under the cap's reason; the real ones decode
+
+
+def test_every_format_of_the_contract_has_a_runtime_module_and_the_same_rules():
+    # A fifth format is its entry in include/contract/value_formats.py and its module under spark_jobs/formats/,
+    # one registry line each: the two registries name the same formats, and each module carries its entry.
+    from include.contract.value_formats import VALUE_FORMATS
+    from spark_jobs.formats.registry import FORMATS, value_format
+
+    assert list(FORMATS) == list(VALUE_FORMATS)
+    assert all(value_format(name).rules is VALUE_FORMATS[name] for name in FORMATS)
+    assert all(VALUE_FORMATS[name].registry_type for name in VALUE_FORMATS if not VALUE_FORMATS[name].schema_file
+               and VALUE_FORMATS[name].needs_schema), "a registry-only format needs the registry's schema type"  # fmt: skip
