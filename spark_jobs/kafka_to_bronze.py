@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from include.contract import summaries as contract
+from include.contract.actions import REBUILD_CHECKPOINT, action_hint
 from include.contract.errors import IngestionError, KafkaSourceError
 from include.contract.jobs import bronze_app_id
-from include.contract.actions import REBUILD_CHECKPOINT, action_hint
 from include.contract.offsets import (
     BronzeCommit,
     OffsetError,

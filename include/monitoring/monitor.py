@@ -141,7 +141,7 @@ def _run_view(row: dict[str, Any], dag_id: str) -> dict[str, Any]:
     return {
         "run_id": row["run_id"],
         "run_type": row.get("run_type"),
-        "action": row.get("action") or "normal",
+        "action": row.get("action") or NORMAL,
         "outcome": row.get("outcome"),
         "reason": row.get("reason") or "",
         "error": _error_view(row.get("error_json")),

@@ -55,7 +55,7 @@ def test_every_exception_class_of_the_product_derives_from_the_base():
 
 def test_existing_classes_keep_their_builtin_bases_and_names():
     from include.config import PipelineConfigError
-    from include.contract.manual_ops import RequestError
+    from include.contract.actions import RequestError
     from spark_jobs.ingest_plan import JobConfigError
     from spark_jobs.kafka_to_bronze import IngestionError as Reexported
 

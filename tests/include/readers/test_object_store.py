@@ -154,7 +154,7 @@ def test_keys_are_set_only_with_a_whole_key_pair():
     assert not {"fs.s3a.access.key", "fs.s3a.secret.key"} & set(half.hadoop_options())
 
 
-# --------------------------------------------------------------------------- a pipeline's tables (pipeline_run)
+# --------------------------------------------------------------------------- a pipeline's tables (object_store.TableOptions)
 
 
 def test_a_local_pipeline_looks_no_connection_up(make_pipeline, masked):
@@ -197,8 +197,7 @@ def test_a_failed_lookup_is_asked_again_and_a_local_table_still_reads(make_pipel
 
 
 def test_the_lock_and_the_tables_share_one_lookup(make_pipeline, masked):
-    from include.orchestration.run_lock import lock_folder
-    from include.orchestration.run_lock import ObjectStoreFolder
+    from include.orchestration.run_lock import ObjectStoreFolder, lock_folder
     from include.readers.object_store import TableOptions
 
     cfg = make_pipeline(tables={"lakehouse_root": "s3a://bucket/lake"})
