@@ -177,9 +177,10 @@ def _stream(spark: SparkSession, cfg: TransformConfig, plan: TransformPlan, chec
 
 
 def _value_schemas(spark: SparkSession, cfg: TransformConfig) -> ValueSchemas | None:
-    """The run's value schemas (``avro``, ``json_schema``); a reader schema that cannot be had stops the run."""
+    """The run's value schemas (formats that need ``transform.value_schema``; the loader refuses one for any other
+    format); a reader schema that cannot be had stops the run."""
     vs = cfg.spec.value_schema
-    if cfg.spec.format == "json" or vs is None:
+    if vs is None:
         return None
     try:
         registry = read_registry_file(cfg.registry_file) if vs.registry else None
