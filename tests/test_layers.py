@@ -290,3 +290,39 @@ def test_the_line_limit_check_finds_an_oversized_module(tmp_path: Path):
     (tmp_path / "big.py").write_text("x = 1\n" * (MAX_LINES + 1))
     (tmp_path / "fits.py").write_text("x = 1\n" * MAX_LINES)
     assert _oversized(sorted(tmp_path.glob("*.py")), root=tmp_path) == {"big.py": MAX_LINES + 1}
+
+
+#: The one module that reads and writes XComs: every hand-off between tasks is a typed record there.
+XCOM_MODULE = "include/contract/handoffs.py"
+
+
+def _xcom_calls(path: Path) -> list[str]:
+    """``line: text`` of each XCom read or write in the file: a call of ``xcom_pull``/``xcom_push``, or a
+    template string that pulls one."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Attribute) and node.attr in {"xcom_pull", "xcom_push"}:
+            found.append((node.lineno, node.attr))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "xcom_pull" in node.value:
+            found.append((node.lineno, "a template that pulls an XCom"))
+    return [f"{line}: {what}" for line, what in sorted(found)]
+
+
+def test_xcoms_are_read_and_written_only_through_the_contracts_hand_offs():
+    offenders = {
+        str(p.relative_to(ROOT)): found
+        for p in _product_modules()
+        if str(p.relative_to(ROOT)) != XCOM_MODULE and (found := _xcom_calls(p))
+    }
+    assert not offenders, (
+        f"XComs read or written outside {XCOM_MODULE}; use its typed readers (request_plan, preflight_result, "
+        f"cluster_start, ...) or pull/push there, so every hand-off has one record class: {offenders}"
+    )
+
+
+def test_the_xcom_check_finds_a_pull_a_push_and_a_template(tmp_path: Path):
+    module = tmp_path / "m.py"
+    module.write_text("def f(ti):\n    ti.xcom_push(key='k', value=1)\n    return ti.xcom_pull(task_ids='t')\n"
+                      "MASTER = \"{{ ti.xcom_pull(task_ids='s') }}\"\n")  # fmt: skip
+    assert _xcom_calls(module) == ["2: xcom_push", "3: xcom_pull", "4: a template that pulls an XCom"]
+    assert (ROOT / XCOM_MODULE).exists() and _xcom_calls(ROOT / XCOM_MODULE), "the hand-offs module moved"

@@ -374,10 +374,25 @@ class MirrorResult:
 # --------------------------------------------------------------------------- readers
 
 
+#: ``start_cluster``'s master URL as a Jinja template, for an operator's templated ``master``: rendered when
+#: the task starts, and shown in the UI's rendered fields.
+MASTER_URL_TEMPLATE = "{{ ti.xcom_pull(task_ids='" + START_CLUSTER_TASK + "')['master_url'] }}"
+
+
 def pull(context: Mapping[str, Any], task_id: str, key: str = RETURN_KEY) -> object:
-    """The XCom ``key`` of ``task_id`` in this DAG run; ``None`` without a task instance."""
+    """The XCom ``key`` of ``task_id`` in this DAG run; ``None`` without a task instance.
+
+    Every XCom the product reads goes through here (``tests/test_layers.py`` checks it), mostly by way of
+    the typed readers below."""
     ti = context.get("ti")
     return ti.xcom_pull(task_ids=task_id, key=key) if ti is not None else None
+
+
+def push(ti: Any, key: str, value: object) -> None:
+    """Leave ``value`` in this task's XCom ``key`` (a side key such as :data:`REFUSED_KEY`), when the task
+    instance can take one."""
+    if ti is not None and hasattr(ti, "xcom_push"):
+        ti.xcom_push(key=key, value=value)
 
 
 def request_plan(context: Mapping[str, Any]) -> RequestPlan:

@@ -19,6 +19,7 @@ from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, PokeReturnValue, 
 
 from include import settings
 from include.config import PipelineConfig, load_pipelines
+from include.contract.handoffs import MASTER_URL_TEMPLATE, pull
 from include.contract.jobs import (
     CHECK_CONTINUITY_TASK,
     CHECK_REQUEST_TASK,
@@ -198,13 +199,11 @@ def _check_tasks(cfg: PipelineConfig) -> tuple[Any, Any, Any]:
         retries=cfg.retries,
     )
     def wait_for_lag(**context: Any) -> PokeReturnValue:
-        ti = context["ti"]
-        return tasks.run_task(ti, tasks.wait_for_lag, cfg, plan=ti.xcom_pull(task_ids=CHECK_REQUEST_TASK))
+        return tasks.run_task(context["ti"], tasks.wait_for_lag, cfg, plan=pull(context, CHECK_REQUEST_TASK))
 
     @task(task_id=PREFLIGHT_TASK, retries=cfg.retries)
     def run_preflight(**context: Any) -> dict[str, Any]:
-        ti = context["ti"]
-        return tasks.run_task(ti, tasks.preflight, cfg, plan=ti.xcom_pull(task_ids=CHECK_REQUEST_TASK))
+        return tasks.run_task(context["ti"], tasks.preflight, cfg, plan=pull(context, CHECK_REQUEST_TASK))
 
     requested = check_request()
     lag = wait_for_lag()
@@ -219,9 +218,8 @@ def _cluster_tasks(cfg: PipelineConfig) -> tuple[Any, Any]:
 
     @task(task_id=START_CLUSTER_TASK, retries=1)
     def start_cluster(**context: Any) -> dict[str, Any]:
-        ti = context["ti"]
-        return tasks.start_cluster(cfg, run_id=context["run_id"], plan=ti.xcom_pull(task_ids=CHECK_REQUEST_TASK),
-                                   preflight_result=ti.xcom_pull(task_ids=PREFLIGHT_TASK))  # fmt: skip
+        return tasks.start_cluster(cfg, run_id=context["run_id"], plan=pull(context, CHECK_REQUEST_TASK),
+                                   preflight_result=pull(context, PREFLIGHT_TASK))  # fmt: skip
 
     @task(task_id=STOP_CLUSTER_TASK, trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS, retries=2)
     def stop_cluster(**context: Any) -> dict[str, Any]:
@@ -243,7 +241,7 @@ def _job_tasks(cfg: PipelineConfig, checked: Any, cluster: tuple[Any, Any] | Non
     """The Spark jobs after ``checked``: ingest, then the transform and maintenance when the pipeline has them,
     on the transient cluster between its setup and teardown when there is one (the master URL is
     ``start_cluster``'s XCom). Returns what the closing checks wait on, and the maintain task (or ``None``)."""
-    master = "{{ ti.xcom_pull(task_ids='start_cluster')['master_url'] }}" if cluster else None
+    master = MASTER_URL_TEMPLATE if cluster else None
     job = _JobArgs(pipeline=cfg, master=master, retries=cfg.retries, execution_timeout=INGEST_TIMEOUT)
     ingest = IngestOperator(task_id=INGEST_TASK, **job)
     jobs = [ingest, TransformOperator(task_id=TRANSFORM_TASK, **job)] if cfg.transform else [ingest]

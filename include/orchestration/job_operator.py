@@ -29,6 +29,7 @@ from airflow.sdk import BaseOperator
 from include.config import PipelineConfig
 from include.contract.errors import ERROR_XCOM_KEY, FailureEnvelopeError, PipelineError
 from include.contract.failure import read_failure
+from include.contract.handoffs import pull, push
 from include.contract.jobs import START_CLUSTER_TASK, TRY_NUMBER_KEY
 from include.orchestration.profiles import profile_of
 from include.orchestration.profiles.base import SubmitRequest
@@ -139,7 +140,7 @@ class SparkJobOperator(BaseOperator):
         """What this run's ``start_cluster`` reported (``workers``, ``backlog``, ...), if it ran."""
         if not profile_of(self.pipeline.cluster).transient or context.get("ti") is None:
             return {}
-        started = context["ti"].xcom_pull(task_ids=START_CLUSTER_TASK) or {}
+        started = pull(context, START_CLUSTER_TASK) or {}
         return started if isinstance(started, dict) else {}
 
     def _cluster_watch(self, context: Any) -> contextlib.AbstractContextManager[ClusterWatch | None]:
@@ -277,9 +278,7 @@ class SparkJobOperator(BaseOperator):
         self.log.error("%s failed: %s: %s", self.task_id, type(failure).__name__, failure)
         if fields:
             self.log.error("error fields: %s", ", ".join(f"{k}={v}" for k, v in fields.items()))
-        ti = context.get("ti")
-        if ti is not None and hasattr(ti, "xcom_push"):
-            ti.xcom_push(key=ERROR_XCOM_KEY, value=failure.to_dict())
+        push(context.get("ti"), ERROR_XCOM_KEY, failure.to_dict())
 
     def on_kill(self) -> None:
         if self._hook is not None:

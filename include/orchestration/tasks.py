@@ -50,6 +50,7 @@ from include.contract.handoffs import (
     Refusal,
     RequestPlan,
     pull,
+    push,
 )
 from include.contract.jobs import INGEST_TASK, PREFLIGHT_TASK, TRANSFORM_TASK, TRY_NUMBER_KEY
 
@@ -86,7 +87,7 @@ def run_task(ti: Any, body: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwarg
     except EndTask as end:
         # Pushed before the task ends, so record_run (trigger rule all_done) can say why.
         if end.key is not None:
-            ti.xcom_push(key=end.key, value=end.report)
+            push(ti, end.key, end.report)
         ending = AirflowSkipException if isinstance(end, SkipTask) else AirflowFailException
         raise ending(str(end)) from None
 
@@ -361,8 +362,8 @@ class ContinuityOperator(BaseOperator):
         return run_task(
             ti, self._check, cfg, try_number=try_number(context), run_id=context["run_id"],
             preflight_result=pull(context, PREFLIGHT_TASK),
-            ingest_summary=ti.xcom_pull(task_ids=INGEST_TASK),
-            transform_summary=ti.xcom_pull(task_ids=TRANSFORM_TASK) if cfg.transform else None,
+            ingest_summary=pull(context, INGEST_TASK),
+            transform_summary=pull(context, TRANSFORM_TASK) if cfg.transform else None,
         )  # fmt: skip
 
     def _check(self, cfg: PipelineConfig, *, try_number: int = 1, **kwargs: Any) -> dict[str, Any]:
