@@ -326,3 +326,33 @@ def test_the_xcom_check_finds_a_pull_a_push_and_a_template(tmp_path: Path):
                       "MASTER = \"{{ ti.xcom_pull(task_ids='s') }}\"\n")  # fmt: skip
     assert _xcom_calls(module) == ["2: xcom_push", "3: xcom_pull", "4: a template that pulls an XCom"]
     assert (ROOT / XCOM_MODULE).exists() and _xcom_calls(ROOT / XCOM_MODULE), "the hand-offs module moved"
+
+
+#: The records that cross a task or process boundary: XComs, the jobs' summaries, steps.json, the failure
+#: envelope. Their fields are typed (a JSON value at most), never ``Any``.
+HAND_OFF_MODULES = ("include/contract/handoffs.py", "include/contract/summaries.py",
+                    "include/contract/steps_file.py", "include/contract/failure.py")  # fmt: skip
+
+
+def _any_fields(path: Path) -> list[str]:
+    """``Class.field`` of each class-level field annotated with ``Any`` (anywhere in its type) in the file."""
+    found = []
+    for cls in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(cls, ast.ClassDef):
+            for node in cls.body:
+                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and any(
+                    isinstance(n, ast.Name) and n.id == "Any" for n in ast.walk(node.annotation)
+                ):
+                    found.append(f"{cls.name}.{node.target.id}")
+    return found
+
+
+def test_hand_off_records_have_no_field_typed_any():
+    offenders = {m: found for m in HAND_OFF_MODULES if (found := _any_fields(ROOT / m))}
+    assert not offenders, f"type these fields (include/contract/json_values.Json for a JSON value): {offenders}"
+
+
+def test_the_any_field_check_finds_one(tmp_path: Path):
+    module = tmp_path / "m.py"
+    module.write_text("class R:\n    a: int\n    b: dict[str, Any]\n    c: 'Json'\n")
+    assert _any_fields(module) == ["R.b"]

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from include.contract.errors import FailureEnvelopeError, PipelineError
+from include.contract.json_values import Json
 
 #: The version of the envelope this code writes and reads.
 FAILURE_VERSION = 1
@@ -52,7 +53,7 @@ class Failure:
     error_module: str
     message: str
     text: str
-    fields: Mapping[str, Any] = field(default_factory=dict)
+    fields: Mapping[str, Json] = field(default_factory=dict)
     traceback: str | None = None
     version: int = FAILURE_VERSION
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any
 
 from include.contract.actions import NORMAL, OffsetRequest, known
 from include.contract.jobs import (
@@ -24,10 +24,7 @@ from include.contract.jobs import (
     START_CLUSTER_TASK,
     WAIT_FOR_LAG_TASK,
 )
-
-#: A JSON value as an XCom holds it: the parts of a hand-off that are another module's report.
-Json: TypeAlias = "str | int | float | bool | None | list[Json] | dict[str, Json]"
-JsonDict: TypeAlias = "dict[str, Json]"
+from include.contract.json_values import Json, JsonDict
 
 #: The key of a task's return value.
 RETURN_KEY = "return_value"

@@ -13,6 +13,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
 
 from include.contract.errors import PipelineError
+from include.contract.json_values import JsonDict
 
 
 def _need(
@@ -36,14 +37,14 @@ class IngestSummary:
     epoch: int | None
     rows: int
     commits: int
-    batches: tuple[dict[str, Any], ...]
+    batches: tuple[JsonDict, ...]
     bronze_version: int | None
     duration_s: float | None
-    partitions: dict[str, dict[str, dict[str, Any]]]
-    checkpoint_rebuilt: dict[str, Any] | None = None
-    position_set: dict[str, Any] | None = None
+    partitions: dict[str, dict[str, JsonDict]]
+    checkpoint_rebuilt: JsonDict | None = None
+    position_set: JsonDict | None = None
     #: The whole summary as the job wrote it (per-batch detail, phases, offsets), kept for the XCom.
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    raw: JsonDict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], *, strict: bool = True) -> IngestSummary:
@@ -98,15 +99,15 @@ class BackfillSummary:
     read: int
     inserted: int
     present: int
-    ranges: tuple[dict[str, Any], ...]
+    ranges: tuple[JsonDict, ...]
     bronze_version: int | None
     duration_s: float | None
     notes: tuple[str, ...] = ()
     #: Rows inserted, commits (0 or 1) and per-partition ranges, in the ingest summary's shape.
     rows: int = 0
     commits: int = 0
-    partitions: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    partitions: dict[str, dict[str, JsonDict]] = field(default_factory=dict)
+    raw: JsonDict = field(default_factory=dict, repr=False, compare=False)
 
     #: A backfill moves no position and starts no epoch; the run's record reads these of either summary.
     epoch: ClassVar[None] = None
@@ -176,20 +177,20 @@ class TransformSummary:
     #: Change events that are no row change (``transform.envelope``): the tombstone after a delete, ...
     skipped: int = 0
     quarantine_fields: dict[str, int] = field(default_factory=dict)
-    fields_added: tuple[dict[str, Any], ...] = ()
+    fields_added: tuple[JsonDict, ...] = ()
     #: Field -> why it was ignored.
     fields_ignored: dict[str, str] = field(default_factory=dict)
     #: Distinct field names left out of silver, named in ``fields_ignored`` or not.
     fields_unknown: int = 0
-    checkpoint_rebuilt: dict[str, Any] | None = None
-    value_schema: dict[str, Any] | None = None
+    checkpoint_rebuilt: JsonDict | None = None
+    value_schema: JsonDict | None = None
     #: A ``replay_quarantine`` run's replay: ``{selected, outcomes, silver_version, quarantine_version, selection}``.
-    replay: dict[str, Any] | None = None
+    replay: JsonDict | None = None
     #: Silver rows deleted by source truncates (change events).
     truncated_rows: int = 0
     #: Silver's columns after the run, ``{name, type}`` (Spark SQL types); empty when bronze did not exist yet.
-    silver_columns: tuple[dict[str, Any], ...] = ()
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    silver_columns: tuple[JsonDict, ...] = ()
+    raw: JsonDict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], *, strict: bool = True) -> TransformSummary:
@@ -240,8 +241,8 @@ class MaintainSummary:
     """What ``maintain_tables`` did to each table: files and bytes before and after, or why it was skipped."""
 
     run_id: str
-    tables: dict[str, dict[str, Any]]
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    tables: dict[str, JsonDict]
+    raw: JsonDict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> MaintainSummary:

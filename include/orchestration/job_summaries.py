@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from include.contract.json_values import Json
 from include.contract.summaries import BackfillSummary, MaintainSummary, TransformSummary, ingest_step_summary
 
 
@@ -28,6 +29,11 @@ def ingest_summary_text(summary: Mapping[str, Any]) -> str:
     )
 
 
+def _number(value: Json) -> float:
+    """A count or a measure a job's summary holds (a JSON number; anything else reads as 0)."""
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
 def maintain_summary_text(s: Mapping[str, Any]) -> str:
     """One line per run: each table's files and bytes before and after."""
     parts = []
@@ -36,7 +42,8 @@ def maintain_summary_text(s: Mapping[str, Any]) -> str:
             parts.append(f"{name} {t.get('skipped') or t.get('error')}")
             continue
         parts.append(f"{name} files {t['files_before']} -> {t['files_after']}, "
-                     f"{t['bytes_before'] / 1e6:.1f} -> {t['bytes_after'] / 1e6:.1f} MB in {t['seconds']:.1f}s")  # fmt: skip
+                     f"{_number(t['bytes_before']) / 1e6:.1f} -> {_number(t['bytes_after']) / 1e6:.1f} MB "
+                     f"in {_number(t['seconds']):.1f}s")  # fmt: skip
     return "; ".join(parts) or "no table"
 
 
@@ -56,7 +63,9 @@ def transform_summary_text(summary: Mapping[str, Any]) -> str:
         text += f"; source truncates deleted {s.truncated_rows} silver rows"
     text += f"; silver version {s.silver_version}, epoch {s.epoch}, {s.duration_s:.1f}s in the job"
     if s.replay is not None:
-        outcomes = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(s.replay.get("outcomes", {}).items()))
+        counted = s.replay.get("outcomes")
+        outcomes = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(counted.items() if isinstance(counted, dict)
+                                                                            else ()))  # fmt: skip
         text += f"; quarantine replay: {s.replay.get('selected', 0)} selected" + (f": {outcomes}" if outcomes else "")
     if s.fields_added:
         text += "; fields added: " + ", ".join(f"{f['name']} {f['type']}" for f in s.fields_added)

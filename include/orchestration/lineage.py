@@ -96,7 +96,8 @@ def ingest_lineage(cfg: PipelineConfig, bootstrap_servers: str, summary: Mapping
         inputs: list[Dataset] = [InputDataset(namespace=namespace, name=t) for t in cfg.kafka.topics or ()]
         return OperatorLineage(inputs=inputs, outputs=[_dataset(OutputDataset, cfg.tables.bronze_path)])
     s = ingest_step_summary(summary, strict=False)
-    rows_of = {topic: sum(int(p.get("rows") or 0) for p in parts.values()) for topic, parts in s.partitions.items()}
+    rows_of = {topic: sum(rows for p in parts.values() if isinstance(rows := p.get("rows"), int))
+               for topic, parts in s.partitions.items()}  # fmt: skip
     inputs = [
         InputDataset(namespace=namespace, name=topic,
                      inputFacets={"inputStatistics": stats_in.InputStatisticsInputDatasetFacet(rowCount=rows)})
