@@ -27,7 +27,7 @@ from tests.integration.job_helpers import (
     silver_commits,
     transform,
 )
-from tests.spark_jobs.test_cdc_rules import SPEC as CAPTURED
+from tests.spark_jobs.helpers import ACCOUNTS_SPEC as CAPTURED
 
 pytestmark = [pytest.mark.integration, pytest.mark.full]
 

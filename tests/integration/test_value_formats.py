@@ -243,7 +243,7 @@ def test_debezium_change_events_in_avro_through_the_registry_land_as_the_json_on
 ):
     """Debezium's events from tests/fixtures/debezium, written as its Avro converter writes them (key and value
     in Avro, framed with registry ids): the same silver as the JSON events give (tests/spark_jobs/test_cdc_rules)."""
-    from tests.spark_jobs.test_cdc_rules import SPEC as CAPTURED
+    from tests.spark_jobs.helpers import ACCOUNTS_SPEC as CAPTURED
 
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "debezium" / "postgres-json.jsonl"
     records = [json.loads(line) for line in fixture.read_text().splitlines()]

@@ -8,33 +8,18 @@ The end-to-end test against a running PostgreSQL is ``tests/integration/test_cdc
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from include.contract.transform_spec import DEBEZIUM_UNAVAILABLE, FieldSpec, TransformSpec
+from include.contract.transform_spec import DEBEZIUM_UNAVAILABLE, TransformSpec
 from spark_jobs import cdc_rules, silver_rules, silver_table
+from tests.spark_jobs.helpers import ACCOUNTS_SPEC, BRONZE_SCHEMA, T0
 
 pytestmark = pytest.mark.integration
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "debezium"
-SPEC = TransformSpec(
-    fields=(
-        FieldSpec("id", "int", required=True),
-        FieldSpec("owner", "string", required=True),
-        FieldSpec("balance", "decimal(12,2)"),
-        FieldSpec("body", "string"),
-        FieldSpec("updated", "timestamp"),
-    ),
-    key=("id",),
-    ordering=None,
-    tombstones="delete",
-    envelope="debezium",
-    source="postgresql",
-)
-BRONZE_SCHEMA = "topic string, partition int, offset long, timestamp timestamp, key binary, value binary"
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
+SPEC = ACCOUNTS_SPEC
 
 
 def captured(kind: str = "json", topic_suffix: str = ".public.accounts") -> list[dict]:

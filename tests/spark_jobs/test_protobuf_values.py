@@ -20,7 +20,7 @@ from spark_jobs import silver_rules
 from spark_jobs.formats.schemas import ValueSchemas
 from tests import protobuf_helpers as pb
 from tests.fakes import recorded_registry
-from tests.spark_jobs.test_silver_rules import bronze
+from tests.spark_jobs.helpers import bronze
 
 pytestmark = pytest.mark.integration
 

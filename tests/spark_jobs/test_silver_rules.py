@@ -7,13 +7,14 @@ was expected; each good one with typed values and no problem.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 
 import pytest
 
 from include.contract.transform_spec import FieldSpec, TransformSpec
 from spark_jobs import new_fields, silver_rules, silver_table
+from tests.spark_jobs.helpers import bronze
 
 # Real Spark: `-m "not integration"` (the quick unit run) leaves these out.
 pytestmark = pytest.mark.integration
@@ -33,8 +34,6 @@ SPEC = TransformSpec(
     tombstones="delete",
     max_value_bytes=400,
 )
-BRONZE_SCHEMA = "topic string, partition int, offset long, timestamp timestamp, key binary, value binary"
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def record(**fields) -> bytes:
@@ -44,11 +43,6 @@ def record(**fields) -> bytes:
 
 
 _DROP = object()
-
-
-def bronze(spark, values: list[tuple[bytes | None, bytes | None]]):
-    rows = [("t", 0, i, T0, key, value) for i, (key, value) in enumerate(values)]
-    return spark.createDataFrame(rows, BRONZE_SCHEMA)
 
 
 def problems_by_offset(spark, values, spec=SPEC) -> dict[int, list[tuple[str, str]]]:

@@ -102,7 +102,7 @@ def test_made_up_schema_ids_do_not_push_a_batchs_real_records_past_the_cap(spark
     import dataclasses
 
     from include.readers.schema_registry import frame
-    from tests.spark_jobs.test_silver_rules import bronze
+    from tests.spark_jobs.helpers import bronze
 
     # Values a producer framed with made-up ids 0..3 and 50 real ones under id 5, with a cap of 3: taking the
     # lowest ids, as the cap did, put every real record in quarantine.
