@@ -26,6 +26,7 @@ from include import settings
 from include.config import load_pipelines
 from include.readers import connections
 from include.settings import LAKEHOUSE_ROOT_ENV
+from tests.requirements_pins import requirement_pin
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yaml"
@@ -126,16 +127,6 @@ def image_ref(image: str) -> tuple[str, str | None]:
     if not sep or "/" in tag:
         return name, None
     return repo, tag
-
-
-def requirement_pin(name: str, path: Path = ROOT / "requirements.txt") -> str:
-    """The exact version ``name==X`` pinned in a requirements/constraints file."""
-    wanted = re.sub(r"[-_.]+", "-", name).lower()
-    for line in path.read_text().splitlines():
-        match = re.match(r"^([A-Za-z0-9_.\-]+)==([^\s;#]+)", line.strip())
-        if match and re.sub(r"[-_.]+", "-", match.group(1)).lower() == wanted:
-            return match.group(2)
-    raise AssertionError(f"{path.name} pins no {name}")
 
 
 def dockerfile_args(path: Path) -> dict[str, str]:

@@ -43,7 +43,7 @@ from include.readers.kafka_admin import watermarks
 from include.tooling import airflow_local
 from include.tooling.demo import produce_orders
 from tests.compose_stack import podman as pm
-from tests.test_compose import requirement_pin
+from tests.requirements_pins import requirement_pin
 
 pytestmark = [pytest.mark.integration, pytest.mark.compose_stack]
 

@@ -15,7 +15,7 @@ import pytest
 from fastapi import HTTPException, status
 
 from include import settings
-from tests.include.monitoring.test_monitor_page import snapshot
+from tests.include.monitoring.snapshots import snapshot
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 
 from include.readers import spark_checkpoint
 from spark_jobs.hadoop_files import HadoopFiles
-from tests.include.readers.test_spark_checkpoint import FakeCheckpoint
+from tests.include.readers.checkpoint_files import FakeCheckpoint
 
 pytestmark = pytest.mark.integration
 

@@ -281,7 +281,7 @@ def test_silver_lag_is_a_warning_with_the_records_bronze_holds_and_silver_does_n
 
 
 def test_the_snapshot_reads_silver_lag_from_the_tables_even_with_kafka_down(tmp_path):
-    from tests.include.readers.test_delta_progress import _ingest
+    from tests.include.readers.delta_commits import ingest
 
     lake = tmp_path / "lake"
     file = tmp_path / "orders.yaml"
@@ -289,7 +289,7 @@ def test_the_snapshot_reads_silver_lag_from_the_tables_even_with_kafka_down(tmp_
                     f"tables: {{lakehouse_root: '{lake}'}}\n"
                     "transform: {schema: {id: string, ts: timestamp}, key: id, ordering: ts}\n")  # fmt: skip
     cfg = load_pipeline(file)
-    _ingest(lake / "orders" / "bronze", 0, -1, 0, 0, 3, {0: 3})  # 3 records in bronze, no silver yet
+    ingest(lake / "orders" / "bronze", 0, -1, 0, 0, 3, {0: 3})  # 3 records in bronze, no silver yet
     snap = monitor.pipeline_snapshot(cfg, {"bootstrap.servers": "127.0.0.1:1"}, timeout_s=1.0)
     assert snap["silver_lag"] == {"records": 3, "error": None}
     assert any(r.startswith("silver lag: 3 records") for r in snap["health"]["reasons"])

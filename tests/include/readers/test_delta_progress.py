@@ -11,40 +11,21 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from include.contract.offsets import BackfillCommit, BackfillRange, BronzeCommit, OffsetRange
-from include.contract.table_stand import PositionUnknownError, stand_actions
+from include.contract.offsets import BackfillCommit, BackfillRange
+from include.contract.table_stand import PositionUnknownError
 from include.readers import delta_progress
-
-P = "orders"
-
-
-def _rows(topic: str, partition: int, offsets: list[int]) -> pa.Table:
-    return pa.table({"topic": pa.array([topic] * len(offsets), pa.string()),
-                     "partition": pa.array([partition] * len(offsets), pa.int32()),
-                     "offset": pa.array(offsets, pa.int64())})  # fmt: skip
-
-
-def _ingest(path: Path, batch_id: int, read_version: int, partition: int, start: int, until: int,
-            next_offsets: dict[int, int]) -> BronzeCommit:  # fmt: skip
-    """One ingestion commit as the job writes it: the rows, the commit's metadata, the stand's txn actions."""
-    commit = BronzeCommit(P, "r1", "scheduled", 0, batch_id, (OffsetRange("t", partition, start, until, until - start),),
-                          {"t": next_offsets})  # fmt: skip
-    actions = stand_actions(pipeline=P, epoch=0, batch_id=batch_id, read_version=read_version,
-                            next_offsets={"t": next_offsets}, topic_ids={})  # fmt: skip
-    write_deltalake(str(path), _rows("t", partition, list(range(start, until))), mode="append",
-                    commit_properties=CommitProperties(custom_metadata={"userMetadata": commit.to_user_metadata()},
-                                                       app_transactions=[Transaction(a, v) for a, v in actions]))  # fmt: skip
-    return commit
+from tests.include.readers.delta_commits import PIPELINE as P
+from tests.include.readers.delta_commits import ingest, offset_rows
 
 
 @pytest.fixture
 def bronze(tmp_path) -> Path:
     """Two ingestion commits: partition 0 offsets 0-2 (version 0), then partition 1 offsets 3-4 (version 1)."""
     path = tmp_path / "bronze"
-    _ingest(path, 0, -1, 0, 0, 3, {0: 3})
-    _ingest(path, 1, 0, 1, 3, 5, {0: 3, 1: 5})
+    ingest(path, 0, -1, 0, 0, 3, {0: 3})
+    ingest(path, 1, 0, 1, 3, 5, {0: 3, 1: 5})
     return path
 
 
@@ -75,7 +56,7 @@ def test_the_progress_is_the_newest_commits_position_read_from_the_log(bronze):
 
 
 def test_commits_since_a_version_are_ours_only_and_oldest_first(bronze):
-    write_deltalake(str(bronze), _rows("t", 0, [99]), mode="append")  # another writer: no metadata
+    write_deltalake(str(bronze), offset_rows("t", 0, [99]), mode="append")  # another writer: no metadata
     current, found = delta_progress.commits_since(bronze, None)
     assert current == 2 and [(v, c.batch_id) for v, c in found] == [(0, 0), (1, 1)]
     assert [v for v, _ in delta_progress.commits_since(bronze, 0)[1]] == [1]
@@ -87,8 +68,8 @@ def test_commits_since_a_version_are_ours_only_and_oldest_first(bronze):
 
 def test_rows_without_a_recorded_position_are_refused_and_their_position_read_from_the_rows(tmp_path):
     path = tmp_path / "bronze"
-    write_deltalake(str(path), _rows("t", 0, [0, 1, 7]), mode="append")
-    write_deltalake(str(path), _rows("u", 2, [40]), mode="append")
+    write_deltalake(str(path), offset_rows("t", 0, [0, 1, 7]), mode="append")
+    write_deltalake(str(path), offset_rows("u", 2, [40]), mode="append")
     with pytest.raises(PositionUnknownError):
         delta_progress.read_progress(path, P)
     assert delta_progress.positions_from_rows(path) == {"t": {0: 8}, "u": {2: 41}}
@@ -108,7 +89,7 @@ def test_maintenance_commits_are_left_out_of_where_readers_of_bronze_end(bronze)
 def test_backfill_commits_carry_what_they_inserted_and_count_as_rows_but_not_progress(bronze):
     backfill = BackfillCommit(P, "r2", "manual", "backfill_offsets", "INC-7", "ops",
                               (BackfillRange("t", 0, 0, 3, read=3, inserted=1),))  # fmt: skip
-    write_deltalake(str(bronze), _rows("t", 0, [1]), mode="append",
+    write_deltalake(str(bronze), offset_rows("t", 0, [1]), mode="append",
                     commit_properties=CommitProperties(custom_metadata={"userMetadata": backfill.to_user_metadata()}))
     found = delta_progress.backfill_commits_since(bronze, 1)
     assert [(v, c) for v, c, _ in found] == [(2, backfill)]

@@ -69,12 +69,12 @@ def test_the_summary_is_copied_between_the_markers_and_nothing_else_of_the_page_
 
 
 def test_the_summary_gives_the_side_by_side_figures_and_the_crossover_without_a_date():
-    from tests.include.tooling.test_benchmark_runs import _timing
+    from tests.include.tooling.benchmark_timings import dag_run_timing
 
-    silver = [_timing("pipeline defaults 1000", 1, {"ingest": 20.0}, None),
-              _timing("cluster forced (local_max_records: 0) 1000", 1, {"ingest": 31.0}, None)]
-    crossover = [_timing("local[1] 1000", 1, {"ingest": 20.0}, None),
-                 _timing("cluster, 1 worker 1000", 1, {"ingest": 30.0}, None)]
+    silver = [dag_run_timing("pipeline defaults 1000", 1, {"ingest": 20.0}, None),
+              dag_run_timing("cluster forced (local_max_records: 0) 1000", 1, {"ingest": 31.0}, None)]
+    crossover = [dag_run_timing("local[1] 1000", 1, {"ingest": 20.0}, None),
+                 dag_run_timing("cluster, 1 worker 1000", 1, {"ingest": 30.0}, None)]
     lines = benchmark.summary_lines(_report(silver=silver, crossover=crossover, commit="abc1234",
                                             speed_reference_s=(0.12, 0.13)))  # fmt: skip
     assert lines[0] == "Commit abc1234; host: nproc 2; speed reference 0.12–0.13 s."

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from include.tooling.benchmark_runs import median_range, own_work_seconds
+from tests.include.tooling.benchmark_timings import dag_run_timing
 
 API = "[airflow.api_fastapi.execution_api.routes.task_instances]"
 # Lines as Airflow 3's execution API logs them in a `dags test` run (correlation ids shortened).
@@ -51,27 +52,15 @@ def test_the_benchmarks_counts_must_be_positive_integers_named_in_the_error(caps
     assert "argument --records: expected a positive integer, got 0" in capsys.readouterr().err
 
 
-def _timing(kind: str, rep: int, seconds: dict[str, float], choice: str | None):
-    from datetime import datetime, timedelta
-
-    from include.tooling.benchmark_runs import DagRunTiming, TaskTiming
-
-    at = datetime(2026, 11, 25, 18, 0, 0)
-    tasks = {}
-    for task_id, s in seconds.items():
-        tasks[task_id] = TaskTiming(task_id, "success", at, at + timedelta(seconds=s))
-        at += timedelta(seconds=s)
-    return DagRunTiming(kind, rep, 2, 1000, sum(seconds.values()) + 5, tasks, dict(seconds), choice)
-
-
 def test_side_by_side_runs_show_each_pipelines_end_to_end_per_backlog_and_where_it_ran():
     from include.tooling.benchmark_runs import render_side_by_side_markdown
 
     local = "no cluster: local[1] in the driver: backlog 1000 records <= cluster.local_max_records 100000"
     cluster = "standalone cluster: backlog 1000 records > cluster.local_max_records 0; cluster.workers 1"
     base = {"check_request": 3.0, "wait_for_lag": 0.2, "ingest": 20.0, "record_run": 0.4}
-    runs = [_timing("defaults 1000", 1, base, local), _timing("defaults 1000", 2, {**base, "ingest": 16.0}, local),
-            _timing("forced 1000", 1, {**base, "start_cluster": 9.0}, cluster)]
+    runs = [dag_run_timing("defaults 1000", 1, base, local),
+            dag_run_timing("defaults 1000", 2, {**base, "ingest": 16.0}, local),
+            dag_run_timing("forced 1000", 1, {**base, "start_cluster": 9.0}, cluster)]
     markdown = render_side_by_side_markdown(runs, ["defaults", "forced"], "Title", "Intro.")
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in markdown.splitlines() if line.startswith("| ")]
     assert rows[0] == ["new records a run", "defaults: end to end s", "forced: end to end s"]
@@ -83,7 +72,7 @@ def test_the_crossover_is_the_smallest_backlog_where_the_cluster_beat_local_mode
     from include.tooling.benchmark_runs import crossover_verdict
 
     def run(label: str, size: int, seconds: float):
-        return _timing(f"{label} {size}", 1, {"ingest": seconds}, None)
+        return dag_run_timing(f"{label} {size}", 1, {"ingest": seconds}, None)
 
     runs = [run("local[1]", 1000, 20), run("cluster 1", 1000, 30), run("local[1]", 200000, 90),
             run("cluster 1", 200000, 80), run("local[2]", 1000, 20), run("cluster 2", 1000, 31)]
@@ -101,7 +90,7 @@ def test_the_checks_ratio_is_taken_against_the_first_history_level_when_there_ar
 
     def run(kind: str, commits: int, checks_s: float):
         seconds = {t: checks_s / len(CHECK_TASKS) for t in CHECK_TASKS}
-        return replace(_timing(kind, 1, seconds, None), commits_before=commits, files_before=commits * 6)
+        return replace(dag_run_timing(kind, 1, seconds, None), commits_before=commits, files_before=commits * 6)
 
     runs = [run("small", 2, 1.0), run("history 10", 10, 1.2), run("history 2000", 2000, 1.5)]
     markdown = render_runs_markdown(runs, RunParams(small_records=1000, history=(10, 2000)))
