@@ -356,3 +356,39 @@ def test_the_any_field_check_finds_one(tmp_path: Path):
     module = tmp_path / "m.py"
     module.write_text("class R:\n    a: int\n    b: dict[str, Any]\n    c: 'Json'\n")
     assert _any_fields(module) == ["R.b"]
+
+
+def _test_module_imports(path: Path) -> list[str]:
+    """Each module named ``test_...`` (its last dotted part) that the file imports, lazy imports too:
+    ``import a.test_b``, ``from a.test_b import c``, ``from a import test_b``, relative ones with their dots."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            found.add(module)
+            found.update(f"{module}.{a.name}" if node.module else f"{module}{a.name}" for a in node.names)
+    return sorted(m for m in found if m.rsplit(".", 1)[-1].startswith("test_"))
+
+
+def test_no_test_module_imports_another_test_module():
+    # A test module is not a library: importing one runs its module code again under another name and ties
+    # its tests' helpers to the importer. Shared helpers live in a module without the test_ prefix.
+    offenders = [f"{p.relative_to(ROOT)}: {module}" for p in sorted((ROOT / "tests").rglob("*.py"))
+                 for module in _test_module_imports(p)]  # fmt: skip
+    assert not offenders, (
+        "test modules import test modules; move what they share into a helper module beside them (no test_ "
+        "prefix, as tests/spark_jobs/helpers.py) and import it from there: " + ", ".join(offenders)
+    )
+
+
+def test_the_test_module_import_check_finds_one(tmp_path: Path):
+    module = tmp_path / "test_m.py"
+    module.write_text("import os\nimport tests.test_a\nfrom tests.b.test_c import helper\n"
+                      "from tests.d import test_e, fine\nfrom .test_f import g\nfrom . import test_h\n"
+                      "from tests import helpers\nimport pytest\n"
+                      "def f():\n    from tests.test_i import j\n")  # fmt: skip
+    assert _test_module_imports(module) == [
+        ".test_f", ".test_h", "tests.b.test_c", "tests.d.test_e", "tests.test_a", "tests.test_i"
+    ]
