@@ -15,7 +15,8 @@ import subprocess
 
 import pytest
 
-from include.contract.errors import IngestionError, StaleLockError, TransformError, summary_failure
+from include.contract.errors import IngestionError, StaleLockError, TransformError
+from include.contract.failure import read_failure
 from include.contract.jobs import lock_app_id
 from include.orchestration.pipeline_lock import fence_tables
 from include.settings import FAILPOINT_ENV
@@ -110,8 +111,10 @@ def test_an_older_epochs_commit_that_races_the_fence_loses(spark, bootstrap, mak
     finally:
         os.killpg(stale.pid, signal.SIGCONT)
     assert stale.wait(300) != 0, log.read_text(errors="replace")[-4000:]
-    failure = summary_failure(json.loads(summary.read_text()))
-    assert failure is not None and isinstance(failure, IngestionError), failure
+    envelope = read_failure(json.loads(summary.read_text()))
+    assert envelope is not None, summary.read_text()
+    failure = envelope.error()
+    assert isinstance(failure, IngestionError), failure
     _refused(failure, mine=1, table=2)
     assert len(bronze_offsets(spark, lake / "bronze")) == 30
 
