@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -21,11 +21,10 @@ from pydantic import ValidationError
 from include import settings
 from include.config import owned_files
 from include.config.cluster import ClusterConfig
-from include.config.errors import PipelineConfigError, _config_error, _describe, _did_you_mean, _display_path
-from include.config.kubernetes import KubernetesConfig
+from include.config.errors import PipelineConfigError, _config_error, _did_you_mean, _display_path
 from include.config.pipeline import _PIPELINE_FILE, PipelineConfig, PipelineFile, TablesConfig
+from include.config.profiles import CLUSTER_PROFILES
 from include.config.sections import (
-    KafkaConfig,
     LagConfig,
     MaintenanceConfig,
     TablesSection,
@@ -54,14 +53,6 @@ _TABLE_LOCATIONS = (
 )
 #: What each key of :data:`_TABLE_LOCATIONS` is, as messages name it.
 _LOCATION_NAMES = {key: what for key, _, what, _ in _TABLE_LOCATIONS}
-#: Table locations the pods of profile ``kubernetes`` read or write: each a URI, or a path on the shared volume.
-_POD_LOCATIONS = (
-    "bronze_path",
-    "checkpoint_root",
-    "silver_path",
-    "quarantine_path",
-    "transform_checkpoint_root",
-)
 
 
 def load_pipeline(path: str | os.PathLike[str]) -> PipelineConfig:
@@ -169,19 +160,16 @@ def _loaded(file: PipelineFile, shown: str, stem: str) -> PipelineConfig:
         name = stem
     tables = _tables(file.tables or TablesSection(), name, shown)
     cluster = file.cluster or ClusterConfig()
-    if cluster.profile == "kubernetes" and cluster.kubernetes is not None:
-        _check_pods_reach(shown, tables, file.kafka, cluster.kubernetes)
-        registry = (
-            file.transform.value_schema.registry if file.transform and file.transform.value_schema else None
-        )
-        if registry and cluster.kubernetes.registry_secret is None:
-            raise PipelineConfigError(
-                shown,
-                "cluster.kubernetes.registry_secret",
-                f"expected the name of a Kubernetes secret holding schema registry {registry!r}'s settings with "
-                "profile kubernetes, got nothing; the driver pod reads them only from a secret (the "
-                "registry's credentials never go to the shared volume)",
-            )
+    registry = (
+        file.transform.value_schema.registry if file.transform and file.transform.value_schema else None
+    )
+    CLUSTER_PROFILES[cluster.profile].check_pipeline(
+        shown,
+        locations=asdict(tables),
+        kafka_options=file.kafka.options,
+        kubernetes=cluster.kubernetes,
+        registry=registry,
+    )
     return PipelineConfig(
         name=name,
         kafka=file.kafka,
@@ -311,32 +299,6 @@ def _tables(section: TablesSection, name: str, shown: str) -> TablesConfig:
         log_retention_days=section.log_retention_days,
         deleted_file_retention_days=section.deleted_file_retention_days,
     )
-
-
-def _check_pods_reach(shown: str, tables: TablesConfig, kafka: KafkaConfig, k8s: KubernetesConfig) -> None:
-    """Profile ``kubernetes``: what the driver pod reads is in the image, the shared volume or a secret."""
-    if k8s.shared_dir is None:  # ClusterConfig already refused it
-        return
-    for key in _POD_LOCATIONS:
-        location = getattr(tables, key)
-        if _URI.match(location):
-            continue
-        if not is_within(location, k8s.shared_dir):
-            raise PipelineConfigError(
-                shown,
-                f"tables.{key}",
-                f"expected a URI or a path inside cluster.kubernetes.shared_dir {k8s.shared_dir!r} with profile "
-                "kubernetes (the driver and executor pods see only that volume), got "
-                f"{_describe(location)}",
-            )
-    if kafka.options:
-        raise PipelineConfigError(
-            shown,
-            "kafka.options",
-            "expected no options with profile kubernetes, got "
-            f"{', '.join(sorted(kafka.options))}; the driver pod reads its Kafka settings only from "
-            "the secret cluster.kubernetes.kafka_options_secret, so put them in its JSON",
-        )
 
 
 def default_lakehouse_root() -> str:

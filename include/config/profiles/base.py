@@ -9,6 +9,7 @@ before their values are checked, so each profile's rules sit in one place. The p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from include.config.errors import _MISSING, _invalid
@@ -65,6 +66,19 @@ class ClusterProfileRules:
             if k8s.get(key) is None:
                 expected = f"a value (required with profile {self.name})"
                 raise _invalid(expected, k8s.get(key, _MISSING), at=f".kubernetes.{key}")
+
+    def check_pipeline(
+        self,
+        shown: str,
+        *,
+        locations: Mapping[str, str],
+        kafka_options: Mapping[str, str],
+        kubernetes: KubernetesConfig | None,
+        registry: str | None,
+    ) -> None:
+        """Rules across sections, once the file's tables are worked out (``locations``: each table and
+        checkpoint key of ``tables`` and where it is; ``registry``: the transform's schema registry, if any).
+        Default: none. Raises :class:`~include.config.errors.PipelineConfigError` naming ``shown``."""
 
     def check_kubernetes_keys(self, k8s: dict[str, Any]) -> None:
         """Refuse a key of ``cluster.kubernetes`` the profile does not use (default: every key is used)."""
