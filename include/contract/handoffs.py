@@ -1,7 +1,7 @@
 """What the tasks of a DAG run hand each other through XCom, one frozen dataclass per hand-off.
 
-Each hand-off has ``to_xcom()`` (the JSON-serialisable dict Airflow stores, the same keys as before
-these classes existed, so a run started before an upgrade still reads) and ``from_xcom()`` (lenient:
+Each hand-off has ``to_xcom()`` (the JSON-serialisable dict Airflow stores: plain keys, so a run an
+older release started still reads) and ``from_xcom()`` (lenient:
 a missing key is its default, as a task that ended early leaves it). The readers at the bottom take
 the Airflow context (or the pulled value) and return the hand-off, so no consumer walks ``.get`` chains.
 
