@@ -47,10 +47,8 @@ def _version(spark, path) -> int:
 
 def _refused(error: BaseException, *, mine: int, table: int) -> StaleLockError:
     """The stale-lock error a job's failure carries (itself, or as its failed batch's cause)."""
-    from include.contract.errors import PipelineError
-
     cause = getattr(error, "cause", None)
-    stale = PipelineError.from_dict(cause) if cause else error
+    stale = cause if cause is not None else error
     assert isinstance(stale, StaleLockError), error
     assert (stale.lock_epoch, stale.table_epoch) == (mine, table)
     assert f"holds the run lock of pipeline {stale.pipeline!r} at epoch {mine}, but the table records epoch {table}" \
