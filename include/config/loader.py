@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -32,12 +31,11 @@ from include.config.sections import (
 from include.config.validators import _NAME, _NAME_EXPECTED, NAME_MAX_LEN
 from include.config.value_schema import _ValueSchemaProblem
 from include.config.yaml_reader import _read_yaml
-from include.contract.locations import comparable, is_within
+from include.contract.locations import comparable, is_uri, is_within
 from include.contract.transform_spec import TransformSpec
 from include.contract.value_formats import REGISTRY_FORMATS, SCHEMA_FORMATS
 
 #: A location with a scheme (s3a://, abfss://, file://) is a URI, taken as written.
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 #: The tables and folders of ``tables`` that must lie apart: key, default
 #: path under ``<lakehouse_root>/<name>``, what it is, and whether it is a
 #: folder (checkpoints) or a table location. An overlap is reported on the
@@ -310,14 +308,14 @@ def default_lakehouse_root() -> str:
     env = settings.lakehouse_root_override()
     if env is None:
         return str(settings.VAR_DIR / "lakehouse")
-    if _URI.match(env):
+    if is_uri(env):
         return env.rstrip("/")
     return os.path.abspath(os.path.expanduser(env))
 
 
 def _location(value: str) -> str:
     """A location from the file: URIs as written, local paths absolute (relative to the project)."""
-    if _URI.match(value):
+    if is_uri(value):
         return value.rstrip("/")
     path = Path(os.path.expanduser(value))
     if not path.is_absolute():
@@ -326,7 +324,7 @@ def _location(value: str) -> str:
 
 
 def _join_location(root: str, *parts: str) -> str:
-    if _URI.match(root):
+    if is_uri(root):
         return "/".join((root.rstrip("/"), *parts))
     return str(Path(root, *parts))
 

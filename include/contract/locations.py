@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path, PurePosixPath
 
 #: URI schemes that name one store, as Hadoop's and delta-rs' clients read them: compared as the first.
 SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
+#: A URI scheme as RFC 3986 spells it.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+
+
+def is_uri(location: str) -> bool:
+    """Whether ``location`` is written as a URI (``<scheme>://...``, ``file://`` too) rather than as a path."""
+    head, sep, _ = location.partition("://")
+    return bool(sep) and bool(_SCHEME.fullmatch(head))
 
 
 def scheme_of(location: str) -> str | None:

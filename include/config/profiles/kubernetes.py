@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from include.config.errors import PipelineConfigError, _describe
 from include.config.kubernetes import KubernetesConfig
 from include.config.profiles.base import ClusterProfileRules
-from include.contract.locations import is_within
+from include.contract.locations import is_uri, is_within
 
 #: Table locations the pods read or write: each a URI, or a path on the shared volume.
 POD_LOCATIONS = (
@@ -18,7 +17,6 @@ POD_LOCATIONS = (
     "quarantine_path",
     "transform_checkpoint_root",
 )
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 class KubernetesRules(ClusterProfileRules):
@@ -64,7 +62,7 @@ def _check_pods_reach(
     secret the driver pod reads."""
     for key in POD_LOCATIONS:
         location = locations[key]
-        if not _URI.match(location) and not is_within(location, shared):
+        if not is_uri(location) and not is_within(location, shared):
             raise PipelineConfigError(
                 shown,
                 f"tables.{key}",
