@@ -29,8 +29,8 @@ from airflow.sdk import BaseOperator
 from include.config import PipelineConfig
 from include.contract.errors import ERROR_XCOM_KEY, FailureEnvelopeError, PipelineError
 from include.contract.failure import read_failure
-from include.contract.handoffs import pull, push
-from include.contract.jobs import START_CLUSTER_TASK, TRY_NUMBER_KEY
+from include.contract.handoffs import ClusterStart, cluster_start, push
+from include.contract.jobs import TRY_NUMBER_KEY
 from include.orchestration.profiles import profile_of
 from include.orchestration.profiles.base import SubmitRequest
 from include.orchestration.run_context import try_number
@@ -136,12 +136,9 @@ class SparkJobOperator(BaseOperator):
         self._summary = summary
         return summary
 
-    def _started(self, context: Any) -> dict[str, Any]:
-        """What this run's ``start_cluster`` reported (``workers``, ``backlog``, ...), if it ran."""
-        if not profile_of(self.pipeline.cluster).transient or context.get("ti") is None:
-            return {}
-        started = pull(context, START_CLUSTER_TASK) or {}
-        return started if isinstance(started, dict) else {}
+    def _started(self, context: Any) -> ClusterStart:
+        """What this run's ``start_cluster`` reported (nothing: a profile that starts no cluster of its own)."""
+        return cluster_start(context) if profile_of(self.pipeline.cluster).transient else ClusterStart()
 
     def _cluster_watch(self, context: Any) -> contextlib.AbstractContextManager[ClusterWatch | None]:
         """A :class:`~include.spark.cluster_stop.ClusterWatch` on this run's transient cluster, if one was started."""
@@ -226,8 +223,8 @@ class SparkJobOperator(BaseOperator):
             cfg, application=application, application_args=args, name=f"{self.job_name}:{cfg.name}",
             run_master=self.master, pod_base=pod_base, run_id=context["run_id"],
             jars=None if from_image else ",".join(str(j) for j in jars),
-            py_files=None if from_image else str(package_py_files()), workers=started.get("workers"),
-            backlog=started.get("backlog"), scratch_dir=scratch,
+            py_files=None if from_image else str(package_py_files()), workers=started.workers or None,
+            backlog=started.backlog, scratch_dir=scratch,
             cluster_dir=run_folder.run_dir(cfg, context["run_id"]) / "cluster", storage=storage,
         )  # fmt: skip
         self.log.info("submitting %s for pipeline %s to %s (profile %s)", app_path, cfg.name,
