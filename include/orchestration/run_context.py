@@ -1,13 +1,11 @@
-"""What a job operator reads of its DAG run: the try, the run type, and the earlier tasks' XComs
-(``check_request``'s plan, the lock's epoch, whether maintenance is due)."""
+"""What a job operator reads of its DAG run beyond the hand-offs' readers: the try, the run type, and whether
+the preflight found maintenance due."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from include.contract import handoffs
 from include.contract.handoffs import PreflightResult, pull
-from include.contract.jobs import CHECK_REQUEST_TASK
 
 
 def maintenance_reason(context: Any, preflight_task_id: str) -> str | None:
@@ -18,17 +16,6 @@ def maintenance_reason(context: Any, preflight_task_id: str) -> str | None:
 def try_number(context: Any) -> int:
     """Airflow's try number of the running task (1 on its first try; 1 without a task instance)."""
     return int(getattr(context.get("ti"), "try_number", 1) or 1)
-
-
-def request_plan(context: Any) -> dict[str, Any]:
-    """What this DAG run was asked to do, as ``check_request`` planned it (its XCom; empty without one)."""
-    plan = pull(context, CHECK_REQUEST_TASK)
-    return handoffs.RequestPlan.from_xcom(plan).to_xcom() if isinstance(plan, dict) else {}
-
-
-def held_epoch(context: Any) -> int | None:
-    """The run lock's epoch this DAG run took (``check_request``'s XCom), which its jobs carry as ``--lock-epoch``."""
-    return handoffs.request_plan(context).lock_epoch
 
 
 def job_run_type(context: Any) -> str:

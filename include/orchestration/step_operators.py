@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from include.contract.errors import PipelineError
 from include.contract.failure import read_failure
+from include.contract.handoffs import request_plan
 from include.contract.jobs import PREFLIGHT_TASK
 from include.orchestration.job_args import (
     MAINTAIN_APPLICATION,
@@ -19,7 +20,7 @@ from include.orchestration.job_args import (
 )
 from include.orchestration.job_operator import SparkJobOperator, raise_if_lock_lost
 from include.orchestration.job_summaries import maintain_summary_text, transform_summary_text
-from include.orchestration.run_context import held_epoch, maintenance_reason, request_plan, try_number
+from include.orchestration.run_context import maintenance_reason, try_number
 
 if TYPE_CHECKING:  # OpenLineage's modules only when lineage is asked for
     from include.orchestration.lineage import Lineage
@@ -73,8 +74,8 @@ class TransformOperator(LaterStepOperator):
     after_failure = "bronze keeps what ingest committed"
 
     def job_args(self, context: Any, folder: Path, summary_path: Path) -> list[str]:
-        return transform_job_args(self.pipeline, folder, context["run_id"], summary_path, held_epoch(context),
-                                  request_plan(context).get("replay"))  # fmt: skip
+        plan = request_plan(context)
+        return transform_job_args(self.pipeline, folder, context["run_id"], summary_path, plan.lock_epoch, plan.replay)
 
     def summary_line(self, summary: dict[str, Any]) -> str:
         return "SUMMARY transform: " + transform_summary_text(summary)
@@ -102,7 +103,7 @@ class MaintainOperator(LaterStepOperator):
         self.preflight_task_id = preflight_task_id
 
     def job_args(self, context: Any, folder: Path, summary_path: Path) -> list[str]:
-        return maintain_job_args(self.pipeline, context["run_id"], summary_path, held_epoch(context))
+        return maintain_job_args(self.pipeline, context["run_id"], summary_path, request_plan(context).lock_epoch)
 
     def summary_line(self, summary: dict[str, Any]) -> str:
         return "SUMMARY maintain: " + maintain_summary_text(summary)

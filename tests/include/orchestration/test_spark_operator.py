@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from include.contract.handoffs import request_plan
 from include.orchestration.job_args import maintain_job_args, transform_job_args
 from include.orchestration.job_operator import lost_lock
 from include.orchestration.job_summaries import maintain_summary_text, transform_summary_text
@@ -29,7 +30,7 @@ from include.orchestration.profiles.kubernetes import (
     kubernetes_conf,
 )
 from include.orchestration.profiles.local_standalone import LocalStandalone, _hook_class
-from include.orchestration.run_context import held_epoch, job_run_type, maintenance_reason
+from include.orchestration.run_context import job_run_type, maintenance_reason
 from include.orchestration.spark_conf import job_spark_conf
 from include.spark import spark_submit
 
@@ -176,9 +177,9 @@ def test_every_job_carries_the_lock_epoch_check_request_took_and_a_job_failing_o
 
     cfg = make_pipeline()
     context = {"ti": fake_ti(check_request={"action": "normal", "lock_epoch": 7}), "run_id": "r1"}
-    assert held_epoch(context) == 7
-    assert held_epoch({"ti": fake_ti()}) is None  # check_request never finished: no epoch, no fence
-    maintain = MaintainArgs.from_args(maintain_job_args(cfg, "r1", tmp_path / "m.json", held_epoch(context)))
+    assert request_plan(context).lock_epoch == 7
+    assert request_plan({"ti": fake_ti()}).lock_epoch is None  # check_request never finished: no epoch, no fence
+    maintain = MaintainArgs.from_args(maintain_job_args(cfg, "r1", tmp_path / "m.json", request_plan(context).lock_epoch))
     assert maintain.lock_epoch == 7
     transform_cfg = make_pipeline(name="orders_t", transform={
         "schema": {"id": {"type": "string"}, "at": {"type": "timestamp"}}, "key": "id", "ordering": "at"})
