@@ -17,12 +17,9 @@ from typing import Any
 
 from include.contract.actions import NORMAL, OffsetRequest, known
 from include.contract.jobs import (
-    CHECK_CONTINUITY_TASK,
     CHECK_REQUEST_TASK,
     MIRROR_OFFSETS_TASK,
-    PREFLIGHT_TASK,
     START_CLUSTER_TASK,
-    WAIT_FOR_LAG_TASK,
 )
 from include.contract.json_values import Json, JsonDict
 
@@ -397,32 +394,9 @@ def request_plan(context: Mapping[str, Any]) -> RequestPlan:
     return RequestPlan.from_xcom(pull(context, CHECK_REQUEST_TASK))
 
 
-def refusal(context: Mapping[str, Any]) -> Refusal | None:
-    """Why ``check_request`` refused this run's request, if it did."""
-    return Refusal.from_xcom(pull(context, CHECK_REQUEST_TASK, REFUSED_KEY))
-
-
-def lag_seen(context: Mapping[str, Any], *, skipped: bool = False) -> LagSeen:
-    """``wait_for_lag``'s lag: its return value, or the report it left when it skipped the run."""
-    return LagSeen.from_xcom(pull(context, WAIT_FOR_LAG_TASK, LAG_KEY if skipped else RETURN_KEY))
-
-
-def preflight_result(context: Mapping[str, Any], *, failed: bool = False) -> PreflightResult | None:
-    """``preflight``'s result (``failed``: the report it left when its verdict blocked the run), if any."""
-    value = pull(context, PREFLIGHT_TASK, FAILED_REPORT_KEY if failed else RETURN_KEY)
-    return PreflightResult.from_xcom(value) if isinstance(value, Mapping) and value else None
-
-
 def cluster_start(context: Mapping[str, Any]) -> ClusterStart:
     """What ``start_cluster`` reported (no value: nothing started)."""
     return ClusterStart.from_xcom(pull(context, START_CLUSTER_TASK))
-
-
-def continuity_result(context: Mapping[str, Any], *, failed: bool = False) -> ContinuityResult | None:
-    """``check_continuity``'s report (``failed``: the one it left when the chain broke), if any."""
-    return ContinuityResult.from_xcom(
-        pull(context, CHECK_CONTINUITY_TASK, FAILED_REPORT_KEY if failed else RETURN_KEY)
-    )
 
 
 def mirror_result(context: Mapping[str, Any]) -> MirrorResult | None:

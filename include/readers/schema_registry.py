@@ -32,8 +32,6 @@ from include.contract.errors import ContractError, PipelineError
 #: The wire format's header: magic byte, then the 4-byte schema id.
 MAGIC = 0
 HEADER_BYTES = 5
-#: A registry's ``schemaType`` for each transform format (Confluent omits it for Avro).
-SCHEMA_TYPES = {"avro": "AVRO", "json_schema": "JSON", "protobuf": "PROTOBUF"}
 #: How deep references may nest (a file importing a file importing ...) before the read is refused.
 MAX_REFERENCE_DEPTH = 16
 
