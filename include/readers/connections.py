@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from include.contract.errors import PipelineError
+from include.readers.kafka_refusals import ClientCertificateError, KafkaSettings, check_client_certificate
 
 if TYPE_CHECKING:
     import airflow.models.connection
@@ -62,7 +63,7 @@ _SSL_KEYS = frozenset({
 SUPPORTED_SECURITY = (
     "supported: security.protocol PLAINTEXT/SSL/SASL_PLAINTEXT/SASL_SSL; sasl.mechanism PLAIN, SCRAM-SHA-256 or "
     "SCRAM-SHA-512 with sasl.username and sasl.password; ssl.ca.location or ssl.ca.pem; "
-    "ssl.certificate.location/.pem with ssl.key.location/.pem (PKCS#8) and optional ssl.key.password, or "
+    "ssl.certificate.location/.pem with ssl.key.location/.pem and ssl.key.password if it is encrypted, or "
     "ssl.keystore.location (PKCS#12) with ssl.keystore.password; ssl.endpoint.identification.algorithm"
 )
 
@@ -100,13 +101,16 @@ def server_connection(conn_id: str) -> airflow.models.connection.Connection:
         raise ConnectionConfigError(f"Airflow connection {conn_id!r} does not exist") from None
 
 
-def kafka_client_config(conn_id: str, *, get_connection: Callable[[str], Any] = _get_connection) -> dict[str, str]:
+def kafka_client_config(conn_id: str, *, get_connection: Callable[[str], Any] = _get_connection) -> KafkaSettings:
     """confluent-kafka settings of the Kafka connection ``conn_id`` (bootstrap servers and security).
 
     The extra JSON is returned as it is, for the Airflow-side clients; the
     Spark job gets :func:`spark_kafka_options` of it. ``get_connection`` looks
     the connection up; the default is the Task SDK's (tasks),
-    :func:`server_connection` is for Airflow's server processes.
+    :func:`server_connection` is for Airflow's server processes. The result
+    carries ``conn_id``, so that a broker's refusal names the connection, and
+    a client certificate that has expired (or a PKCS#12 keystore its password
+    does not open) is refused here, before any client connects.
     """
     conn = get_connection(conn_id)
     extra = conn.extra_dejson or {}
@@ -119,7 +123,11 @@ def kafka_client_config(conn_id: str, *, get_connection: Callable[[str], Any] = 
                 f"Airflow connection {conn_id!r}: expected 'bootstrap.servers' in its extra JSON "
                 '(e.g. {"bootstrap.servers": "broker:9092"}), got none'
             )
-    return config
+    try:
+        check_client_certificate(conn_id, config)
+    except ClientCertificateError as exc:
+        raise ConnectionConfigError(str(exc)) from None
+    return KafkaSettings(config, conn_id)
 
 
 def registry_settings(
@@ -335,30 +343,62 @@ class _Translation:
                              "certificate needs both")  # fmt: skip
         cert_key, cert_pem = cert
         key_key, key_pem = key
-        if "-----BEGIN CERTIFICATE-----" not in cert_pem:
-            raise self.error(cert_key, "PEM certificates (-----BEGIN CERTIFICATE-----)", "<no certificate>")
-        encrypted = "-----BEGIN ENCRYPTED PRIVATE KEY-----" in key_pem
-        if not encrypted and "-----BEGIN PRIVATE KEY-----" not in key_pem:
-            kind = (
-                "a PKCS#1/SEC1 key (BEGIN RSA/EC PRIVATE KEY)"
-                if "PRIVATE KEY-----" in key_pem
-                else "no PEM key"
-            )
-            raise self.refuse(key_key, f"{kind}: the Java client reads PKCS#8 keys only (BEGIN PRIVATE KEY or "
-                              "BEGIN ENCRYPTED PRIVATE KEY); convert it with `openssl pkcs8 -topk8`")  # fmt: skip
-        if encrypted and not key_password:
-            raise self.error("ssl.key.password", f"the password of the encrypted key in {key_key}", None)
-        if not encrypted and key_password is not None:
-            raise self.refuse("ssl.key.password", f"the key in {key_key} is not encrypted and the Java client "
-                              "fails to read an unencrypted key with a password; remove ssl.key.password")  # fmt: skip
-        mask(key_pem)
+        chain = self.certificates(cert_key, cert_pem)
         # Inline, not a file path: the key never lands in another file, and the
         # executors need no copy of the files the Airflow worker reads.
         self.options["ssl.keystore.type"] = "PEM"
         self.options["ssl.keystore.certificate.chain"] = cert_pem
-        self.options["ssl.keystore.key"] = key_pem
-        if key_password:
-            self.options["ssl.key.password"] = key_password
+        self.options["ssl.keystore.key"] = self.plain_key(key_key, key_pem, cert_key, chain[0])
+
+    def certificates(self, setting: str, pem: str) -> list[Any]:
+        """The certificates of a PEM chain setting, the client's own first."""
+        from cryptography import x509
+
+        try:
+            chain = x509.load_pem_x509_certificates(pem.encode())
+        except ValueError:
+            chain = []
+        if not chain:
+            raise self.error(setting, "PEM certificates (-----BEGIN CERTIFICATE-----)", "<no certificate that parses>")
+        return chain
+
+    def plain_key(self, setting: str, pem: str, cert_setting: str, certificate: Any) -> str:
+        """The private key of ``setting`` as unencrypted PKCS#8 PEM, after checking it belongs to ``certificate``.
+
+        The Java client reads PKCS#8 only, and not keys encrypted with PBES2, which is what
+        OpenSSL and most tools write; librdkafka reads those and PKCS#1/SEC1 keys too. So the key
+        is decrypted here with ``ssl.key.password`` and handed over in the one form both read; it
+        reaches the job the way the encrypted key and its password would have (an owner-only file
+        removed after the job) and is masked in the task's logs.
+        """
+        from cryptography.exceptions import UnsupportedAlgorithm
+        from cryptography.hazmat.primitives import serialization
+
+        mask(pem)
+        password = self.config.get("ssl.key.password")
+        # PKCS#8's encrypted form, or PKCS#1/SEC1 with OpenSSL's legacy encryption header.
+        encrypted = "-----BEGIN ENCRYPTED PRIVATE KEY-----" in pem or "Proc-Type: 4,ENCRYPTED" in pem
+        if encrypted and not password:
+            raise self.error("ssl.key.password", f"the password of the encrypted key in {setting}", None)
+        try:
+            # A password for a key that is not encrypted is ignored, as librdkafka ignores it.
+            key = serialization.load_pem_private_key(pem.encode(), password.encode() if encrypted and password else None)
+        except ValueError:
+            if encrypted:
+                raise self.error("ssl.key.password", f"the password that decrypts the key in {setting}",
+                                 "<a password that does not>") from None  # fmt: skip
+            raise self.error(setting, "a PEM private key (PKCS#8, PKCS#1 or SEC1, encrypted or not)",
+                             "<no key that parses>") from None  # fmt: skip
+        except UnsupportedAlgorithm as exc:
+            raise self.refuse(setting, f"its key type or encryption is not supported ({exc})") from None
+        public = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        if key.public_key().public_bytes(*public) != certificate.public_key().public_bytes(*public):
+            raise self.error(setting, f"the private key of the certificate in {cert_setting}",
+                             "<the key of another certificate>")  # fmt: skip
+        plain = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()).decode()  # fmt: skip
+        mask(plain)
+        return plain
 
 
 def _is_sasl_key(key: str) -> bool:
@@ -396,9 +436,10 @@ def spark_kafka_options(client_config: Mapping[str, str], conn_id: str, *,
       truststore file (``ssl.truststore.type=PEM``, ``ssl.truststore.location``;
       the file must exist on the Spark nodes too), ``ssl.ca.pem`` -> inline
       ``ssl.truststore.certificates``; ``ssl.certificate.location|pem`` with
-      ``ssl.key.location|pem`` (PKCS#8) and ``ssl.key.password`` -> an inline
-      PEM keystore (``ssl.keystore.certificate.chain``, ``ssl.keystore.key``,
-      read here, when the task runs); ``ssl.keystore.location`` (PKCS#12) and
+      ``ssl.key.location|pem`` (PKCS#8, PKCS#1 or SEC1) and ``ssl.key.password``
+      -> an inline PEM keystore (``ssl.keystore.certificate.chain``, and
+      ``ssl.keystore.key`` decrypted to PKCS#8, which is all the Java client
+      reads; read here, when the task runs); ``ssl.keystore.location`` (PKCS#12) and
       ``ssl.keystore.password`` -> ``ssl.keystore.type=PKCS12``;
       ``ssl.endpoint.identification.algorithm`` (``none`` -> empty).
 

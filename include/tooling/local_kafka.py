@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -187,8 +188,8 @@ def _sasl_properties(port: int, controller_port: int, user: SaslPlainUser) -> di
     }
 
 
-def _server_properties(data_dir: Path, port: int, controller_port: int,
-                       sasl_user: SaslPlainUser | None = None) -> str:  # fmt: skip
+def _server_properties(data_dir: Path, port: int, controller_port: int, sasl_user: SaslPlainUser | None = None,
+                       extra: Mapping[str, str] | None = None) -> str:  # fmt: skip
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -217,6 +218,7 @@ def _server_properties(data_dir: Path, port: int, controller_port: int,
     }
     if sasl_user is not None:
         props.update(_sasl_properties(port, controller_port, sasl_user))
+    props.update(extra or {})
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
@@ -274,7 +276,8 @@ def _existing_cluster_id(data_dir: Path) -> str | None:
 
 def start(data_dir: Path, *, heap: str = "1g", timeout_s: float = 90.0,
           sasl_user: SaslPlainUser | None = None, port: int | None = None,
-          short_jit: bool = True, jvm_flags: tuple[str, ...] = ()) -> LocalBroker:  # fmt: skip
+          short_jit: bool = True, jvm_flags: tuple[str, ...] = (),
+          properties: Mapping[str, str] | None = None, controller_port: int | None = None) -> LocalBroker:  # fmt: skip
     """Start a broker on free ports with its storage in ``data_dir`` (formatted on first use).
 
     A folder that held a broker before keeps its topics and offsets.
@@ -287,6 +290,12 @@ def start(data_dir: Path, *, heap: str = "1g", timeout_s: float = 90.0,
 
     With ``sasl_user`` clients must authenticate with SASL/PLAIN as that user
     (``server.properties`` then holds the password and is owner-only).
+
+    ``properties`` are broker settings over these defaults, e.g. listeners of a
+    test's own beside the PLAINTEXT one on ``port`` (then the file is owner-only
+    too: such settings may hold key passwords). ``port`` stays the address the
+    broker is probed on and clients bootstrap from; ``controller_port`` is the
+    controller listener's, for ``properties`` that name every listener.
 
     ``short_jit=False`` keeps Java's default JIT and collector, and no
     class-data-sharing archive, for a broker whose throughput is measured
@@ -306,12 +315,13 @@ def start(data_dir: Path, *, heap: str = "1g", timeout_s: float = 90.0,
     elif not port_free(port):
         raise BrokerError(f"cannot start the broker of {data_dir} on port {port}: something listens there; "
                           "stop it, or start without a port to take a free one")  # fmt: skip
-    controller_port = free_port()
+    controller_port = controller_port or free_port()
     config = data_dir / "server.properties"
-    if sasl_user is None:
-        config.write_text(_server_properties(data_dir, port, controller_port))
+    text = _server_properties(data_dir, port, controller_port, sasl_user, properties)
+    if sasl_user is None and not properties:
+        config.write_text(text)
     else:
-        _write_private(config, _server_properties(data_dir, port, controller_port, sasl_user))
+        _write_private(config, text)
     log = data_dir / "broker.log"
     log_flag = java_server.log_to_file(data_dir / "log4j2.properties", log)
     # A folder formatted before (a restart) keeps its storage: `format --ignore-formatted` would

@@ -14,13 +14,12 @@ import pytest
 
 from include.readers import connections
 from include.readers.connections import ConnectionConfigError, spark_kafka_options
+from tests import tls_kafka
 
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 CERT = "-----BEGIN CERTIFICATE-----\nMIIBcert\n-----END CERTIFICATE-----\n"
 KEY = "-----BEGIN PRIVATE KEY-----\nMIIEkey\n-----END PRIVATE KEY-----\n"
-ENCRYPTED_KEY = "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIEenc\n-----END ENCRYPTED PRIVATE KEY-----\n"
-RSA_KEY = "-----BEGIN RSA PRIVATE KEY-----\nMIIErsa\n-----END RSA PRIVATE KEY-----\n"
 
 
 def sasl(mechanism: str = "PLAIN", protocol: str = "SASL_PLAINTEXT", **extra: str) -> dict[str, str]:
@@ -188,50 +187,87 @@ def test_ca_probe_and_ca_directories_are_refused(tmp_path):
         translate({"security.protocol": "SSL", "ssl.ca.location": str(tmp_path)})
 
 
-def test_client_certificate_and_key_files_become_an_inline_pem_keystore(masked):
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory) -> tls_kafka.Certificates:
+    """Real certificates and keys (made with ``cryptography``): the key checks parse them."""
+    return tls_kafka.make_certificates(tmp_path_factory.mktemp("tls"), "t0k3n")
+
+
+def test_client_certificate_and_key_files_become_an_inline_pem_keystore(masked, tls):
     config = {"security.protocol": "SSL", "ssl.certificate.location": "/c.pem", "ssl.key.location": "/k.pem"}
-    options = translate(config, **{"/c.pem": CERT, "/k.pem": KEY})
+    options = translate(config, **{"/c.pem": tls.text("client.crt"), "/k.pem": tls.text("client.key")})
     assert options == {"security.protocol": "SSL", "ssl.keystore.type": "PEM",
-                       "ssl.keystore.certificate.chain": CERT, "ssl.keystore.key": KEY}  # fmt: skip
-    assert KEY in masked
+                       "ssl.keystore.certificate.chain": tls.text("client.crt"),
+                       "ssl.keystore.key": tls.text("client.key")}  # fmt: skip
+    assert tls.text("client.key") in masked
 
 
-def test_key_files_are_really_read_from_disk(tmp_path):
-    (tmp_path / "c.pem").write_text(CERT)
-    (tmp_path / "k.pem").write_text(ENCRYPTED_KEY)
-    config = {"security.protocol": "SSL", "ssl.certificate.location": str(tmp_path / "c.pem"),
-              "ssl.key.location": str(tmp_path / "k.pem"), "ssl.key.password": "kp-123"}  # fmt: skip
-    options = spark_kafka_options(config, "kafka_sec")
-    assert (options["ssl.keystore.key"], options["ssl.key.password"]) == (ENCRYPTED_KEY, "kp-123")
+def private_numbers(pem: str, password: str | None = None) -> int:
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(pem.encode(), password.encode() if password else None)
+    return key.private_numbers().private_value  # type: ignore[union-attr]
 
 
-def test_inline_certificate_and_encrypted_key_with_password():
-    config = {"security.protocol": "SSL", "ssl.certificate.pem": CERT, "ssl.key.pem": ENCRYPTED_KEY,
-              "ssl.key.password": "kp-123"}  # fmt: skip
+def test_an_encrypted_key_reaches_the_java_client_decrypted_as_pkcs8(masked, tls):
+    # OpenSSL and cryptography encrypt PKCS#8 with PBES2, which the Java client cannot read
+    # ("PBES2 SecretKeyFactory not available"): the job gets the key decrypted, never the password.
+    config = {"security.protocol": "SSL", "ssl.certificate.pem": tls.text("client.crt"),
+              "ssl.key.pem": tls.text("client-encrypted.key"), "ssl.key.password": tls.key_password}  # fmt: skip
     options = translate(config)
-    assert (options["ssl.keystore.certificate.chain"], options["ssl.keystore.key"]) == (CERT, ENCRYPTED_KEY)
-    assert options["ssl.key.password"] == "kp-123"
+    key = options["ssl.keystore.key"]
+    assert key.startswith("-----BEGIN PRIVATE KEY-----") and "ssl.key.password" not in options
+    assert private_numbers(key) == private_numbers(tls.text("client-encrypted.key"), tls.key_password)
+    assert key in masked and tls.text("client-encrypted.key") in masked
 
 
-def test_pkcs1_keys_are_refused_with_the_conversion_to_use():
-    config = {"security.protocol": "SSL", "ssl.certificate.pem": CERT, "ssl.key.location": "/k.pem"}
-    with pytest.raises(ConnectionConfigError, match=r"'ssl.key.location'.*PKCS#1.*openssl pkcs8 -topk8"):
-        translate(config, **{"/k.pem": RSA_KEY})
+def test_key_files_are_really_read_from_disk(tls):
+    config = {"security.protocol": "SSL", "ssl.certificate.location": tls.path("client.crt"),
+              "ssl.key.location": tls.path("client-encrypted.key"), "ssl.key.password": tls.key_password}  # fmt: skip
+    options = spark_kafka_options(config, "kafka_sec")
+    assert private_numbers(options["ssl.keystore.key"]) == private_numbers(tls.text("client.key"))
 
 
-def test_key_password_must_match_whether_the_key_is_encrypted():
-    base = {"security.protocol": "SSL", "ssl.certificate.pem": CERT}
-    with pytest.raises(ConnectionConfigError, match=r"'ssl.key.password': expected the password"):
-        translate({**base, "ssl.key.pem": ENCRYPTED_KEY})
-    with pytest.raises(ConnectionConfigError, match=r"'ssl.key.password'.*not encrypted"):
-        translate({**base, "ssl.key.pem": KEY, "ssl.key.password": "kp-123"})
+def test_pkcs1_and_sec1_keys_are_converted_to_pkcs8(tls):
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(tls.text("client.key").encode(), None)
+    sec1 = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                             serialization.NoEncryption()).decode()  # fmt: skip
+    assert sec1.startswith("-----BEGIN EC PRIVATE KEY-----")
+    config = {"security.protocol": "SSL", "ssl.certificate.pem": tls.text("client.crt"), "ssl.key.location": "/k.pem"}
+    options = translate(config, **{"/k.pem": sec1})
+    assert options["ssl.keystore.key"] == tls.text("client.key")
 
 
-def test_certificate_without_key_and_unreadable_files_are_refused():
+def test_key_password_must_open_an_encrypted_key_and_is_ignored_for_a_plain_one(tls):
+    base = {"security.protocol": "SSL", "ssl.certificate.pem": tls.text("client.crt")}
+    encrypted = {**base, "ssl.key.pem": tls.text("client-encrypted.key")}
+    with pytest.raises(ConnectionConfigError, match=r"'ssl.key.password': expected the password of the encrypted"):
+        translate(encrypted)
+    with pytest.raises(ConnectionConfigError, match=r"'ssl.key.password': expected the password that decrypts") as err:
+        translate({**encrypted, "ssl.key.password": "wrong-kp-99"})
+    assert "wrong-kp-99" not in str(err.value)
+    plain = translate({**base, "ssl.key.pem": tls.text("client.key"), "ssl.key.password": "unused"})
+    assert plain["ssl.keystore.key"] == tls.text("client.key") and "ssl.key.password" not in plain
+
+
+def test_a_key_of_another_certificate_or_no_key_at_all_is_refused(tls):
+    base = {"security.protocol": "SSL", "ssl.certificate.pem": tls.text("client.crt")}
+    with pytest.raises(ConnectionConfigError, match=r"'ssl.key.pem': expected the private key of the certificate "
+                                                     r"in ssl.certificate.pem"):  # fmt: skip
+        translate({**base, "ssl.key.pem": tls.text("expired.key")})
+    with pytest.raises(ConnectionConfigError, match=r"'ssl.key.pem': expected a PEM private key"):
+        translate({**base, "ssl.key.pem": "-----BEGIN PRIVATE KEY-----\nMIIEkey\n-----END PRIVATE KEY-----\n"})
+    with pytest.raises(ConnectionConfigError, match=r"'ssl.certificate.pem': expected PEM certificates"):
+        translate({**base, "ssl.certificate.pem": CERT, "ssl.key.pem": tls.text("client.key")})
+
+
+def test_certificate_without_key_and_unreadable_files_are_refused(tls):
     with pytest.raises(ConnectionConfigError, match=r"'kafka_sec': extra setting 'ssl.key.location'"):
-        translate({"security.protocol": "SSL", "ssl.certificate.pem": CERT})
+        translate({"security.protocol": "SSL", "ssl.certificate.pem": tls.text("client.crt")})
     with pytest.raises(ConnectionConfigError, match=r"'ssl.certificate.location': expected a readable PEM file.*/gone"):
-        translate({"security.protocol": "SSL", "ssl.certificate.location": "/gone", "ssl.key.pem": KEY})
+        translate({"security.protocol": "SSL", "ssl.certificate.location": "/gone", "ssl.key.pem": tls.text("client.key")})
 
 
 def test_pkcs12_keystore_is_carried_with_its_type_and_password():
