@@ -34,6 +34,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from include.contract.errors import ContractError, PipelineError
 from include.contract.offsets import PartitionState
+from include.readers.kafka_refusals import advice
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,8 @@ class Call:
         self.what = what
         self.deadline = time.monotonic() + timeout_s
         self.last_error: KafkaError | None = None
+        #: The Airflow connection the settings came from (kafka_client_config's), for refusals to name.
+        self.connection_id: str | None = getattr(config, "connection_id", None)
         self._config = dict(config)
         self._admin: AdminClient | None = None
 
@@ -202,9 +205,15 @@ class Call:
         if self._admin is not None:
             # An admin client delivers error callbacks (and logs) only when polled.
             self._admin.poll(0)
-        why = f" (last client error: {self.last_error.str()})" if self.last_error is not None else ""
+        error = self.last_error
+        why = f" (last client error: {error.str()})" if error is not None else ""
+        # A plaintext client on a TLS port (or the reverse) only ever sees disconnects, which may
+        # pass, so it is not a refusal; librdkafka's hint about it still gets the setting's name.
+        hint = ""
+        if error is not None and "security.protocol" in error.str():
+            hint = ". " + advice(self.connection_id, self._config, error.name(), error.str())
         return KafkaUnavailableError(
-            f"Kafka at {self.servers} did not answer {self.what} within {self.timeout_s:g}s: {detail}{why}"
+            f"Kafka at {self.servers} did not answer {self.what} within {self.timeout_s:g}s: {detail}{why}{hint}"
         )
 
     def failed(self, exc: BaseException, subject: str) -> Exception:
@@ -223,10 +232,10 @@ class Call:
         if self._admin is not None:
             self._admin.poll(0)  # an admin client delivers error callbacks only when polled
         if self.last_error is not None and self.last_error.code() in _REFUSED_CODES:
+            error = self.last_error
             raise KafkaAuthenticationError(
-                f"Kafka at {self.servers} refused the client while {self.what}: {self.last_error.str()}. "
-                "Check the security settings (SASL mechanism, username and password, TLS) of the Airflow "
-                "connection the pipeline names"
+                f"Kafka at {self.servers} refused the client while {self.what}: {error.str()}. "
+                + advice(self.connection_id, self._config, error.name(), error.str())
             )
 
     def result(self, future: concurrent.futures.Future[_T], subject: str) -> _T:
