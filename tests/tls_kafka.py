@@ -213,10 +213,11 @@ def start(data_dir: Path) -> TlsBroker:
     password = f'scram-{token}-"q\\ü'
     try:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-        upserts = [UserScramCredentialUpsertion(SCRAM_USER, ScramCredentialInfo(mechanism, 8192), password.encode())
-                   for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)]  # fmt: skip
-        for future in admin.alter_user_scram_credentials(upserts).values():
-            future.result(timeout=30)
+        # One request per mechanism: the broker refuses two changes to one user's credentials in one request.
+        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
+            upsert = UserScramCredentialUpsertion(SCRAM_USER, ScramCredentialInfo(mechanism, 8192), password.encode())
+            for future in admin.alter_user_scram_credentials([upsert]).values():
+                future.result(timeout=30)
     except BaseException:
         broker.stop()
         raise

@@ -140,6 +140,18 @@ class KafkaAuthenticationError(KafkaUnavailableError):
 
 #: Errors no retry within the call's bound can mend: wrong credentials, a TLS mismatch.
 _REFUSED_CODES = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL})
+
+
+def _is_refusal(error: KafkaError) -> bool:
+    """Whether ``error`` is the broker refusing this client for good: a refused login or handshake, or a TLS
+    alert it sent (under TLS 1.3 a refused client certificate arrives as an alert after the handshake, which
+    librdkafka reports as a failed receive)."""
+    if error.code() in _REFUSED_CODES:
+        return True
+    text = error.str().lower()
+    return error.code() == KafkaError._TRANSPORT and "ssl" in text and " alert " in text and "close notify" not in text
+
+
 #: How often a waiting call looks for such an error.
 _REFUSAL_CHECK_S = 0.25
 
@@ -205,15 +217,9 @@ class Call:
         if self._admin is not None:
             # An admin client delivers error callbacks (and logs) only when polled.
             self._admin.poll(0)
-        error = self.last_error
-        why = f" (last client error: {error.str()})" if error is not None else ""
-        # A plaintext client on a TLS port (or the reverse) only ever sees disconnects, which may
-        # pass, so it is not a refusal; librdkafka's hint about it still gets the setting's name.
-        hint = ""
-        if error is not None and "security.protocol" in error.str():
-            hint = ". " + advice(self.connection_id, self._config, error.name(), error.str())
+        why = f" (last client error: {self.last_error.str()})" if self.last_error is not None else ""
         return KafkaUnavailableError(
-            f"Kafka at {self.servers} did not answer {self.what} within {self.timeout_s:g}s: {detail}{why}{hint}"
+            f"Kafka at {self.servers} did not answer {self.what} within {self.timeout_s:g}s: {detail}{why}"
         )
 
     def failed(self, exc: BaseException, subject: str) -> Exception:
@@ -231,7 +237,7 @@ class Call:
         """Raise :class:`KafkaAuthenticationError` if the broker has refused the client's credentials."""
         if self._admin is not None:
             self._admin.poll(0)  # an admin client delivers error callbacks only when polled
-        if self.last_error is not None and self.last_error.code() in _REFUSED_CODES:
+        if self.last_error is not None and _is_refusal(self.last_error):
             error = self.last_error
             raise KafkaAuthenticationError(
                 f"Kafka at {self.servers} refused the client while {self.what}: {error.str()}. "

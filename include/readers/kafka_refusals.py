@@ -66,9 +66,6 @@ def advice(connection_id: str | None, config: Mapping[str, str], code_name: str,
             return (f"Check ssl.certificate.location / ssl.certificate.pem (or ssl.keystore.location) of {conn}: "
                     "the broker refused the handshake, and a listener that wants a client certificate (mutual "
                     "TLS) refuses a client without one")  # fmt: skip
-    if "incorrect security.protocol" in lowered or (_protocol(config) == "PLAINTEXT" and code_name == "_SSL"):
-        return (f"Check security.protocol of {conn} ({_protocol(config)}): it must be what the broker's listener "
-                "on this port speaks (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)")  # fmt: skip
     return f"Check the security settings (security.protocol, SASL, TLS) of {conn}"
 
 

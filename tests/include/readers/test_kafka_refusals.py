@@ -51,9 +51,21 @@ def test_a_refused_client_certificate_names_the_certificate_setting():
     assert "a listener that wants a client certificate" in missing
 
 
-def test_a_plaintext_client_on_a_tls_port_names_the_protocol_and_without_an_id_says_which_connection():
-    text = advice(None, {}, "_TRANSPORT", "Disconnected: might be caused by incorrect security.protocol configuration")
-    assert text.startswith("Check security.protocol of the Airflow connection the pipeline names (PLAINTEXT)")
+def test_without_a_connection_id_it_says_which_connection_and_otherwise_points_at_the_security_settings():
+    text = advice(None, {}, "_AUTHENTICATION", "Local: Authentication failure")
+    assert text == "Check the security settings (security.protocol, SASL, TLS) of the Airflow connection the pipeline names"
+
+
+def test_a_tls_alert_after_the_handshake_is_a_refusal_and_other_disconnects_are_not():
+    from confluent_kafka import KafkaError
+
+    from include.readers.kafka_calls import _is_refusal
+
+    alert = KafkaError(KafkaError._TRANSPORT, "Receive failed: error:0A000416:SSL routines::ssl/tls alert certificate "
+                       "unknown: SSL alert number 46 (after 1ms in state APIVERSION_QUERY)")  # fmt: skip
+    closed = KafkaError(KafkaError._TRANSPORT, "Disconnected: connection closed by peer: receive 0 after POLLIN")
+    assert _is_refusal(alert) and not _is_refusal(closed)
+    assert _is_refusal(KafkaError(KafkaError.SASL_AUTHENTICATION_FAILED, "SASL authentication error"))
 
 
 def test_settings_carry_their_connection_and_stay_a_plain_mapping():
