@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -15,37 +16,68 @@ from include.readers.kafka_admin import watermarks
 from include.tooling import local_kafka
 
 
-def add_partitions(bootstrap: str, name: str, total: int) -> None:
+def add_partitions(bootstrap: str, name: str, total: int, timeout_s: float = 30) -> None:
+    """Grow ``name`` to ``total`` partitions, and return once the broker's metadata lists them all.
+
+    The controller answers when it has committed the change; the broker's metadata may list the new
+    partitions a moment later, and a producer asking in that moment fails its records for them.
+    """
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_partitions([NewPartitions(name, total)])[name].result(timeout=30)
+    admin.create_partitions([NewPartitions(name, total)])[name].result(timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while len(admin.list_topics(name, timeout=10).topics[name].partitions) < total:
+        if time.monotonic() > deadline:
+            raise KafkaException(f"{name}: the broker's metadata does not list {total} partitions after {timeout_s}s")
+        time.sleep(0.05)
+
+
+class _Deliveries:
+    """Delivery reports of one producer: a record Kafka refused (an unknown partition, say) is an error
+    of the test's setup, not a record to leave out silently."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.failed: list[str] = []
+
+    def __call__(self, err, msg) -> None:
+        if err is not None:
+            self.failed.append(f"partition {msg.partition()}: {err}")
+
+    def check(self) -> None:
+        if self.failed:
+            raise KafkaException(f"{len(self.failed)} records not delivered to {self.topic}: {self.failed[:3]}")
 
 
 def produce(bootstrap: str, topic: str, records: Iterable[tuple[int, bytes | None, bytes | None]],
             headers: list[tuple[str, bytes]] | None = None) -> int:
     """Produce ``(partition, key, value)`` records synchronously; returns how many."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    deliveries = _Deliveries(topic)
     n = 0
     for partition, key, value in records:
-        producer.produce(topic, key=key, value=value, partition=partition, headers=headers)
+        producer.produce(topic, key=key, value=value, partition=partition, headers=headers, on_delivery=deliveries)
         n += 1
         if n % 10000 == 0:
             producer.flush()
     remaining = producer.flush(30)
     if remaining:
         raise KafkaException(f"{remaining} records not delivered to {topic}")
+    deliveries.check()
     return n
 
 
 def produce_at(bootstrap: str, topic: str, records: Iterable[tuple[int, bytes | None, bytes | None, int]]) -> int:
     """Produce ``(partition, key, value, timestamp_ms)`` records with those Kafka timestamps (CreateTime)."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    deliveries = _Deliveries(topic)
     n = 0
     for partition, key, value, ts in records:
-        producer.produce(topic, key=key, value=value, partition=partition, timestamp=ts)
+        producer.produce(topic, key=key, value=value, partition=partition, timestamp=ts, on_delivery=deliveries)
         n += 1
     remaining = producer.flush(30)
     if remaining:
         raise KafkaException(f"{remaining} records not delivered to {topic}")
+    deliveries.check()
     return n
 
 
