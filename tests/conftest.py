@@ -70,6 +70,17 @@ def s3_server(tmp_path_factory) -> Iterator:
 
 
 @pytest.fixture(scope="session")
+def hdfs_server(tmp_path_factory) -> Iterator:
+    """A real HDFS (Hadoop's NameNode and DataNode, tests/hadoop_cluster.py), started once per session when
+    asked for."""
+    from tests import hadoop_cluster
+
+    server = hadoop_cluster.start(tmp_path_factory.mktemp("hdfs"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def bootstrap(kafka_broker) -> str:
     """The broker's bootstrap address, e.g. ``127.0.0.1:40123``."""
     return kafka_broker.bootstrap_servers

@@ -6,21 +6,23 @@ import multiprocessing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from include.orchestration.run_lock import Folder, ObjectStoreFolder, acquire
+from include.orchestration.run_lock import Folder, HdfsFolder, ObjectStoreFolder, acquire
 
 DAG = "orders_dag"
 
 
 @dataclass(frozen=True)
 class Rounds:
-    """The lock folder of each round: ``<root>/round-<n>/_lock``, on a filesystem or (with ``config``, obstore's
-    settings) an object store. Plain data, so that it reaches a spawned process."""
+    """The lock folder of each round: ``<root>/round-<n>/_lock``, on a filesystem, an HDFS (an ``hdfs://`` root)
+    or (with ``config``, obstore's settings) an object store. Plain data, so that it reaches a spawned process."""
 
     root: str
     config: dict[str, str] | None = None
     client_options: dict[str, str] = field(default_factory=dict)
 
     def __call__(self, n: int) -> Folder:
+        if self.root.startswith("hdfs://"):
+            return HdfsFolder(f"{self.root}/round-{n}/_lock")
         if self.config is None:
             return Path(self.root) / f"round-{n}" / "_lock"
         return ObjectStoreFolder(f"{self.root}/round-{n}/_lock", self.config, self.client_options)

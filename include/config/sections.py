@@ -204,8 +204,9 @@ class TablesSection(_Section):
         "Folder or object-store prefix holding the pipeline's run lock (one run at a time, whichever Airflow "
         "worker runs it). Default: <lakehouse_root>/<name>/_lock. Every worker that runs the pipeline must "
         "reach the same one, as it reaches the tables: a shared or mounted filesystem that refuses to create "
-        "a name twice (local disks, NFS), or an s3a:// (s3://) prefix of a store that refuses a PUT with "
-        "If-None-Match: * when the name exists (AWS S3 does), reached with tables.storage_connection_id."
+        "a name twice (local disks, NFS), an hdfs:// folder (HDFS refuses a second create of a name), or an "
+        "s3a:// (s3://) prefix of a store that refuses a PUT with If-None-Match: * when the name exists (AWS S3 "
+        "does), reached with tables.storage_connection_id."
     )
     storage_connection_id: Annotated[str, _text("an Airflow connection id")] = Field(
         default="aws_default",

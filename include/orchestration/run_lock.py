@@ -23,7 +23,9 @@ which fails if the name exists (atomic on local and NFS filesystems, and a
 reader never sees half a record). On an object store
 (:class:`ObjectStoreFolder`) it is a ``PUT`` with ``If-None-Match: *``, which
 S3 (and S3-compatible stores that implement it) refuse with ``412`` when the
-name exists. The loser reads the winner's record and waits.
+name exists. On HDFS (:class:`HdfsFolder`) it is the NameNode's create
+without overwrite, which refuses a name that exists. The loser reads the
+winner's record and waits.
 
 A holder whose run is no longer queued or running (a lost worker, a run
 marked failed by hand) holds nothing: the next run takes over with the next
@@ -187,9 +189,75 @@ class ObjectStoreFolder:
             pass
 
 
-def lock_folder(cfg: PipelineConfig, options: TableOptions | None = None) -> Path | ObjectStoreFolder:
-    """Where the pipeline's run lock is kept (``tables.lock_path``): a folder, or a prefix of an S3 store
-    reached with the connection ``tables.storage_connection_id``. Another URI is refused, naming the fix.
+class HdfsFolder:
+    """The lock in a folder of an HDFS (``hdfs://namenode:port/...``), which every worker and cluster reaches.
+
+    A create is the NameNode's create without overwrite: of two creates of one name exactly one
+    succeeds, the others get ``FileAlreadyExistsException`` (HDFS's create is atomic, unlike an object
+    store's, which Hadoop's filesystem specification keeps apart for this reason). The record is written
+    after the create and becomes visible when the file is closed, so a reader waits for it as it does on
+    a filesystem without hard links. The client is ``hdfs-native`` (no JVM); an HA nameservice's
+    addresses come from ``$HADOOP_CONF_DIR``, as for every other Hadoop client.
+    """
+
+    def __init__(self, uri: str) -> None:
+        from urllib.parse import urlsplit
+
+        from hdfs_native import Client
+
+        self.uri = uri.rstrip("/")
+        parts = urlsplit(self.uri)
+        self.client = Client(f"{parts.scheme}://{parts.netloc}")
+        self.path = parts.path or "/"
+
+    def __str__(self) -> str:
+        return self.uri
+
+    def _file(self, name: str) -> str:
+        return f"{self.path.rstrip('/')}/{name}"
+
+    def prepare(self) -> None:
+        """Create the folder (and its parents) if it is not there."""
+        self.client.mkdirs(self.path, create_parent=True)
+
+    def names(self) -> set[str] | None:
+        """The folder's file names; ``None`` when it does not exist."""
+        try:
+            return {status.path.rsplit("/", 1)[-1] for status in self.client.list_status(self.path)}
+        except FileNotFoundError:
+            return None
+
+    def read(self, name: str) -> str:
+        """A file's text, waited for until its writer has closed it."""
+        deadline = time.monotonic() + _WRITE_WAIT_S
+        while True:
+            with self.client.read(self._file(name)) as reader:
+                text = bytes(reader.read()).decode(errors="replace")
+            if text or time.monotonic() > deadline:
+                return text
+            time.sleep(0.05)
+
+    def create(self, name: str, text: str) -> bool:
+        """Create ``name`` holding ``text`` unless it exists; ``True`` when this call created it."""
+        from hdfs_native import WriteOptions
+
+        try:
+            writer = self.client.create(self._file(name), WriteOptions(overwrite=False, create_parent=True))
+        except FileExistsError:
+            return False
+        with writer:
+            writer.write(text.encode())
+        return True
+
+    def remove(self, name: str) -> None:
+        """Delete ``name`` (a missing one is no error)."""
+        self.client.delete(self._file(name))
+
+
+def lock_folder(cfg: PipelineConfig, options: TableOptions | None = None) -> Path | ObjectStoreFolder | HdfsFolder:
+    """Where the pipeline's run lock is kept (``tables.lock_path``): a folder, a folder of an HDFS, or a prefix
+    of an S3 store reached with the connection ``tables.storage_connection_id``. Another URI is refused,
+    naming the fix.
 
     ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here).
     """
@@ -201,12 +269,14 @@ def lock_folder(cfg: PipelineConfig, options: TableOptions | None = None) -> Pat
     folder = local_path(location)
     if folder is not None:
         return folder
+    if scheme_of(location) in object_store.HDFS_SCHEMES:
+        return HdfsFolder(location)
     if scheme_of(location) not in object_store.S3_SCHEMES:
         raise PipelineError(
             f"pipeline {cfg.name!r}: tables.lock_path {location!r} is on a store where the run lock cannot be "
             f"kept yet (only S3 and S3-compatible stores, {' or '.join(s + '://' for s in object_store.S3_SCHEMES)}, "
-            "and filesystems); set tables.lock_path to an s3a:// prefix or to a folder every Airflow worker "
-            "that runs the pipeline mounts"
+            "HDFS and filesystems); set tables.lock_path to an s3a:// or hdfs:// location or to a folder every "
+            "Airflow worker that runs the pipeline mounts"
         )  # fmt: skip
     s3 = (options or object_store.TableOptions(cfg)).settings("lock_path")
     assert s3 is not None  # an s3a:// or s3:// location, checked above
@@ -214,10 +284,10 @@ def lock_folder(cfg: PipelineConfig, options: TableOptions | None = None) -> Pat
 
 
 #: Where a lock is kept: a folder path, or one of the folder classes above.
-Folder = Path | LocalFolder | ObjectStoreFolder
+Folder = Path | LocalFolder | ObjectStoreFolder | HdfsFolder
 
 
-def _folder(folder: Folder) -> LocalFolder | ObjectStoreFolder:
+def _folder(folder: Folder) -> LocalFolder | ObjectStoreFolder | HdfsFolder:
     return LocalFolder(folder) if isinstance(folder, Path) else folder
 
 
@@ -230,7 +300,7 @@ def _parse(text: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {"run_id": None, "unreadable": text[:200]}
 
 
-def _newest(folder: LocalFolder | ObjectStoreFolder,
+def _newest(folder: LocalFolder | ObjectStoreFolder | HdfsFolder,
             names: set[str] | None) -> tuple[int, dict[str, Any], bool] | None:  # fmt: skip
     """The newest epoch among ``names`` (the folder's listing), its record and whether it was released;
     ``None`` when the lock was never taken."""
@@ -301,7 +371,7 @@ def release(folder: Folder, *, run_id: str) -> bool:
     return folder.create(_released_name(epoch), json.dumps({"run_id": run_id, "at": datetime.now(UTC).isoformat()}))
 
 
-def _prune(folder: LocalFolder | ObjectStoreFolder, names: set[str], newest: int) -> None:
+def _prune(folder: LocalFolder | ObjectStoreFolder | HdfsFolder, names: set[str], newest: int) -> None:
     """Remove the files among ``names`` of epochs :data:`KEEP_EPOCHS` or more before ``newest`` (all released
     or taken over); files written after that listing are younger still."""
     for name in names:

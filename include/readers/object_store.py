@@ -33,6 +33,9 @@ from include.readers.connections import ConnectionConfigError, _get_connection, 
 
 #: URI schemes of the object stores a location may name (S3 and S3-compatible stores).
 S3_SCHEMES = ("s3", "s3a")
+#: URI schemes of HDFS. It takes no Airflow connection: the NameNode's address is in the URI (or, for an HA
+#: nameservice, in ``$HADOOP_CONF_DIR``), and the user is the process's own (or ``$HADOOP_USER_NAME``).
+HDFS_SCHEMES = ("hdfs",)
 
 
 @dataclass(frozen=True)
@@ -179,16 +182,17 @@ def check_allowed(conn_id: str, settings: S3Settings, what: str, location: str) 
 
 
 def _on_s3(what: str, location: str) -> bool:
-    """Whether ``location`` is on S3 (``False``: a local path); any other store raises
-    :class:`ConnectionConfigError` naming ``what`` and the fix: no other store is tested."""
+    """Whether ``location`` is on S3 (``False``: a local path or HDFS, which take no connection); any other
+    store raises :class:`ConnectionConfigError` naming ``what`` and the fix: no other store is tested."""
     scheme = scheme_of(location)
-    if scheme is None:
+    if scheme is None or scheme in HDFS_SCHEMES:
         return False
     if scheme not in S3_SCHEMES:
         raise ConnectionConfigError(
             f"{what} {location!r} is on a {scheme}:// store, which this version cannot reach yet (only S3 "
-            f"and S3-compatible stores, {' or '.join(s + '://' for s in S3_SCHEMES)}, and filesystems); move "
-            "it to an s3a:// prefix or to a folder every Airflow worker and Spark node mounts"
+            f"and S3-compatible stores, {' or '.join(s + '://' for s in S3_SCHEMES)}, HDFS (hdfs://) and "
+            "filesystems); move it to an s3a:// or hdfs:// location or to a folder every Airflow worker and "
+            "Spark node mounts"
         )  # fmt: skip
     return True
 

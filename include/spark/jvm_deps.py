@@ -106,6 +106,13 @@ BUNDLES: dict[str, tuple[Artifact, ...]] = {
         # 2.22 its BOM names (JsonSerializeAs).
         Artifact("com.fasterxml.jackson.core", "jackson-annotations", "2.22"),
     ),
+    # HDFS (a NameNode and a DataNode in one JVM, Hadoop's MiniDFSCluster), for the tests of a lakehouse on
+    # hdfs://; the clients are pyspark's own Hadoop and delta-rs's. Its cluster manager's classes name
+    # JUnit's API, which the jar does not carry.
+    "hadoop": (
+        Artifact("org.apache.hadoop", "hadoop-client-minicluster", settings.HADOOP_VERSION),
+        Artifact("org.junit.jupiter", "junit-jupiter-api", "5.10.2"),
+    ),
     # Kafka Connect itself is the kafka bundle's (connect-runtime comes with kafka-tools); only the
     # connector and its own libraries are resolved here.
     "debezium": (
@@ -122,6 +129,7 @@ BUNDLE_PURPOSE = {
     "s3": "S3A and the AWS SDK's S3 modules, for a pipeline whose tables are on S3 (about 13 MB)",
     "s3proxy": "the local S3-compatible server of make demo STORE=s3, the store tests and the bench (about 100 MB)",
     "debezium": "Debezium's PostgreSQL connector for the change-data-capture tests' Kafka Connect worker",
+    "hadoop": "Hadoop's mini HDFS, for the tests of a lakehouse on hdfs:// (about 105 MB)",
 }
 #: Bundles whose jars join pyspark's on one classpath: a jar pyspark ships is left out.
 _ON_PYSPARK = ("spark", "s3")

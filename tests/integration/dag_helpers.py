@@ -196,3 +196,43 @@ class StorePipeline(Pipeline):
         return sorted(prefixes + [name for name in objects if name])  # not the folder's own S3A marker
 
 
+
+
+class HdfsPipeline(Pipeline):
+    """A test pipeline whose lakehouse is ``<folder>/lake`` on the session's HDFS; no connection reaches it (the
+    NameNode is in the URI)."""
+
+    def __init__(self, root: Path, name: str, topic: str, bootstrap: str, airflow_home: Path, warm, server) -> None:
+        self.server = server
+        self.uri = f"{server.uri}/{uuid.uuid4().hex[:10]}/lake"
+        super().__init__(root, name, topic, bootstrap, airflow_home, warm=warm)
+
+    def write(self, **changes) -> None:
+        super().write(tables={"lakehouse_root": self.uri, **changes.pop("tables", {})}, **changes)
+
+    @property
+    def options(self) -> None:
+        """delta-rs needs no options for an ``hdfs://host:port`` URI."""
+        return None
+
+    def table(self, name: str):
+        from deltalake import DeltaTable
+
+        return DeltaTable(f"{self.uri}/{self.name}/{name}")
+
+    def ledger(self) -> list[dict]:
+        return run_ledger.read_runs(f"{self.uri}/{self.name}/_runs")
+
+    def bronze_keys(self) -> list[tuple[int, int]]:
+        return bronze_keys_of(f"{self.uri}/{self.name}/bronze")
+
+    def listing(self, *parts: str) -> list[str]:
+        """The names directly under ``<lake>/<pipeline>/<parts>/``, listed through the NameNode, sorted."""
+        from hdfs_native import Client
+
+        folder = "/".join([self.uri, self.name, *parts])
+        path = "/" + folder.split("://", 1)[1].split("/", 1)[1]
+        try:
+            return sorted(s.path.rsplit("/", 1)[-1] for s in Client(self.server.uri).list_status(path))
+        except FileNotFoundError:
+            return []

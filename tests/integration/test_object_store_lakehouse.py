@@ -1,15 +1,13 @@
-"""The whole lakehouse on an object store: a real S3-compatible server (s3proxy), real Kafka, Spark and Delta.
+"""The whole lakehouse on a store: a real S3-compatible server (s3proxy) or a real HDFS (Hadoop's NameNode
+and DataNode), with real Kafka, Spark and Delta.
 
 Bronze, silver, quarantine, the run ledger, both Spark checkpoints and the run
 lock live under one ``s3a://`` prefix, reached through the Airflow ``aws``
-connection ``aws_test``; nothing of the pipeline is written to the worker's
-disk but its run folders. Each core guarantee is shown once on the store:
-exactly once across a driver killed inside a batch, a RESTORE refused and
-re-read, Delta's log cleanup, a backfill and maintenance.
-
-The log cleanup needs old log files: the test ages the files behind the
-server's objects (s3proxy keeps each object as a file of its folder, and
-serves its time as the object's ``LastModified``), as a quiet month would.
+connection ``aws_test``, or under one ``hdfs://`` folder, which needs no
+connection; nothing of the pipeline is written to the worker's disk but its
+run folders. Each core guarantee is shown once on each store: exactly once
+across a driver killed inside a batch, a RESTORE refused and re-read, Delta's
+log cleanup, a backfill and maintenance.
 """
 
 from __future__ import annotations
@@ -28,12 +26,12 @@ from tests.integration.dag_helpers import (
 )
 from tests.kafka_helpers import produce, produce_numbered, read_all
 
-# Full tier: the first use resolves s3proxy and S3A's jars from Maven on a fresh machine.
+# Full tier: the first use resolves s3proxy and S3A's jars, or Hadoop's mini cluster, from Maven on a fresh machine.
 pytestmark = [pytest.mark.integration, pytest.mark.full]
 
 
-def test_a_driver_killed_inside_a_batch_on_the_store_then_a_rerun_is_exact(store_pipeline, bootstrap):
-    p = store_pipeline
+def test_a_driver_killed_inside_a_batch_on_the_store_then_a_rerun_is_exact(lakehouse_pipeline, bootstrap):
+    p = lakehouse_pipeline
     # A transient cluster: its executors write the store's files with the keys the driver's session holds.
     p.write(cluster=STANDALONE, transform=ORDERS_TRANSFORM)
     produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order_at_10h(f"o{i}", i % 60, i)) for i in range(1200)])
@@ -66,9 +64,9 @@ def test_a_driver_killed_inside_a_batch_on_the_store_then_a_rerun_is_exact(store
     assert_no_cluster_left(p)
 
 
-def test_a_restore_on_the_store_is_refused_then_reread_and_a_run_after_log_cleanup_is_exact(store_pipeline,
+def test_a_restore_on_the_store_is_refused_then_reread_and_a_run_after_log_cleanup_is_exact(lakehouse_pipeline,
                                                                                           bootstrap):  # fmt: skip
-    p = store_pipeline
+    p = lakehouse_pipeline
     p.write(kafka={"connection_id": "kafka_default", "topics": [p.topic], "max_offsets_per_trigger": 300})
     produce_numbered(bootstrap, p.topic, 3, 900)
     assert_ok(*p.run())
@@ -106,8 +104,8 @@ def test_a_restore_on_the_store_is_refused_then_reread_and_a_run_after_log_clean
     assert set(keys) == {(part, off) for part, off, _ in read_all(bootstrap, p.topic)}
 
 
-def test_a_backfill_and_maintenance_on_the_store(store_pipeline, bootstrap):
-    p = store_pipeline
+def test_a_backfill_and_maintenance_on_the_store(lakehouse_pipeline, bootstrap):
+    p = lakehouse_pipeline
     p.write(transform=ORDERS_TRANSFORM)
     produce(bootstrap, p.topic, [(i % 3, f"o{i}".encode(), order_at_10h(f"o{i}", i % 60, i)) for i in range(150)])
     produce(bootstrap, p.topic, [(2, b"bad", b"{not json")])  # quarantine gets a table of its own

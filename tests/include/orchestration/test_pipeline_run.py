@@ -131,6 +131,6 @@ def test_a_lock_path_on_a_store_without_conditional_creates_here_is_refused_nami
     assert str(refused.value) == (
         f"pipeline {cfg.name!r}: tables.lock_path 'abfss://lake@account.dfs.core.windows.net/lake/{cfg.name}"
         "/_lock' is on a store where the run lock cannot be kept yet (only S3 and S3-compatible stores, s3:// "
-        "or s3a://, and filesystems); set tables.lock_path to an s3a:// prefix or to a folder every Airflow "
-        "worker that runs the pipeline mounts"
+        "or s3a://, HDFS and filesystems); set tables.lock_path to an s3a:// or hdfs:// location or to a folder "
+        "every Airflow worker that runs the pipeline mounts"
     )

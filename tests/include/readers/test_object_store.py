@@ -102,8 +102,12 @@ def test_an_s3_location_takes_the_connections_settings_and_masks_its_secrets(loc
 def test_another_store_is_refused_naming_the_location_before_any_lookup(masked):
     location = "abfss://lake@account.dfs.core.windows.net/bronze"
     with pytest.raises(ConnectionConfigError, match=r"tables.bronze_path 'abfss://lake@account.*' is on a abfss:// "
-                                                     r"store.*s3a:// prefix"):  # fmt: skip
+                                                     r"store.*HDFS \(hdfs://\).*s3a:// or hdfs:// location"):  # fmt: skip
         location_options(location, "aws_lake", what="tables.bronze_path", get_connection=_never)
+
+
+def test_hdfs_takes_no_connection_and_no_options():
+    assert location_options("hdfs://namenode:8020/lake/bronze", "aws_lake", get_connection=_never) is None
 
 
 def test_a_malformed_connection_is_refused_naming_it(masked):
