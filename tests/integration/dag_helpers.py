@@ -110,6 +110,17 @@ def assert_ok(proc, log: str) -> None:
     assert proc.returncode == 0, log[-6000:]
 
 
+
+def files_holding(root: Path, needles: tuple[str, ...]) -> list[str]:
+    """Files under ``root`` whose bytes hold one of ``needles`` (a secret's leak scan): ``"<file> holds <needle>"``."""
+    found = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            data = path.read_bytes()
+            found += [f"{path} holds {n!r}" for n in needles if n.encode() in data]
+    return found
+
+
 def bronze_keys_of(path: Path | str, storage_options: dict[str, str] | None = None) -> list[tuple[int, int]]:
     """Every (partition, offset) row of the bronze table at ``path``, duplicates kept."""
     from deltalake import DeltaTable

@@ -15,12 +15,11 @@ import json
 import secrets
 import sqlite3
 import uuid
-from pathlib import Path
 
 import pytest
 
 from include.tooling import airflow_local, local_kafka
-from tests.integration.dag_helpers import STANDALONE, assert_no_cluster_left
+from tests.integration.dag_helpers import STANDALONE, assert_no_cluster_left, files_holding
 
 pytestmark = [pytest.mark.integration, pytest.mark.full, pytest.mark.timeout(900)]
 
@@ -42,16 +41,6 @@ def produce(config: dict[str, str], topic: str, count: int, partitions: int) -> 
     assert producer.flush(30) == 0
     assert len(delivered) == count
     return delivered
-
-
-def files_holding(root: Path, needles: tuple[str, ...]) -> list[str]:
-    """Files under ``root`` whose bytes hold one of ``needles``."""
-    found = []
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            data = path.read_bytes()
-            found += [f"{path} holds {n!r}" for n in needles if n.encode() in data]
-    return found
 
 
 def test_sasl_connection_reaches_admin_clients_and_spark_job_and_the_secret_never_shows(tmp_path, sasl_broker,

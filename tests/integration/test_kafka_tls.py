@@ -21,7 +21,6 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -31,7 +30,7 @@ from include.readers import kafka_calls, kafka_state
 from include.readers.connections import kafka_client_config, server_connection
 from include.readers.kafka_refusals import KafkaSettings
 from include.tooling import airflow_local
-from tests.integration.dag_helpers import STANDALONE, assert_no_cluster_left
+from tests.integration.dag_helpers import STANDALONE, assert_no_cluster_left, files_holding
 from tests.kafka_helpers import produce_numbered
 from tests.tls_kafka import SCRAM_USER, TlsBroker, connection
 
@@ -73,15 +72,6 @@ def key_body(pem: str) -> str:
     """A slice of a private key's base64 body: found in any log that printed the key."""
     lines = [line for line in pem.splitlines() if line and not line.startswith("-----")]
     return lines[1][8:40]
-
-
-def files_holding(root: Path, needles: tuple[str, ...]) -> list[str]:
-    found = []
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            data = path.read_bytes()
-            found += [f"{path} holds {n!r}" for n in needles if n.encode() in data]
-    return found
 
 
 def page_through(conn: str, p, monkeypatch) -> dict:
@@ -148,6 +138,8 @@ def test_every_tls_shape_runs_exactly_once_and_refusals_name_the_setting(tls_bro
     needles = (b.token, key_body(c.text("client.key")), key_body(c.text("client-encrypted.key")))
     assert [n for n in needles for text in logs if n in text] == []
     assert list(p.var.rglob("kafka-options.json")) == [], "the private options file outlived its job"
+    # The scan reads what it must: the same walk finds the executors' hidden-key line.
+    assert files_holding(p.var / "runs", ("ssl.keystore.key = [hidden]",)), "the scan reads no executor log"
     leaks = files_holding(airflow_home / "logs", needles) + files_holding(p.var, needles) + files_holding(p.lake, needles)
     leaks += [f"{f} holds a secret" for f in airflow_home.glob("airflow.db*")
               if any(n.encode() in f.read_bytes() for n in needles)]  # fmt: skip
