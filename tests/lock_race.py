@@ -6,7 +6,7 @@ import multiprocessing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from include.orchestration.run_lock import Folder, HdfsFolder, ObjectStoreFolder, acquire
+from include.orchestration.run_lock import Folder, HdfsFolder, LocalFolder, ObjectStoreFolder, acquire, holder
 
 DAG = "orders_dag"
 
@@ -70,3 +70,26 @@ def race_for_lock(folder_of: Rounds, *, rounds: int, attempts: int) -> dict[int,
     assert [p.exitcode for p in procs] == [0, 0]
     found = {name: wins for name, wins, _ in reports}
     return {n: found["a"].get(n, []) + found["b"].get(n, []) for n in range(rounds)}
+
+
+def assert_one_winner_per_round(folder_of: Rounds, *, rounds: int, attempts: int) -> None:
+    """:func:`race_for_lock`, then: exactly one run won each round, and the lock's holder is that run."""
+    winners = race_for_lock(folder_of, rounds=rounds, attempts=attempts)
+    for n in range(rounds):
+        assert len(winners[n]) == 1, f"round {n}: {winners[n]}"
+        assert holder(folder_of(n))["run_id"] == winners[n][0]
+
+
+def assert_creates_once(folder: LocalFolder | ObjectStoreFolder | HdfsFolder, *, emptied: set[str] | None) -> None:
+    """A lock folder's own contract, on an empty ``folder``: a name is created once, the second create is refused,
+    a read returns what the first wrote, the listing names it, and a remove (twice: the second finds nothing) takes
+    it away. ``emptied``: what the listing says afterwards (``None`` where the folder goes with its last file, as
+    an object store's prefix does)."""
+    name = "00000000000000000001.json"
+    assert folder.create(name, '{"run_id": "r1"}') is True
+    assert folder.create(name, '{"run_id": "r2"}') is False
+    assert folder.read(name) == '{"run_id": "r1"}'
+    assert folder.names() == {name}
+    folder.remove(name)
+    folder.remove(name)  # gone already: no error
+    assert folder.names() == emptied

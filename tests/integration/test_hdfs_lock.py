@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from include.orchestration import run_lock
-from tests.lock_race import Rounds, race_for_lock
+from tests.lock_race import Rounds, assert_creates_once, assert_one_winner_per_round
 
 # Full tier: the first use resolves Hadoop's mini cluster (about 105 MB from Maven) on a fresh machine.
 pytestmark = [pytest.mark.integration, pytest.mark.full]
@@ -24,22 +24,11 @@ def test_the_namenode_refuses_a_second_create_of_a_name_and_lists_what_was_writt
     assert folder.names() is None
     folder.prepare()
     assert folder.names() == set()
-    assert folder.create("00000000000000000001.json", '{"run_id": "r1"}') is True
-    assert folder.create("00000000000000000001.json", '{"run_id": "r2"}') is False
-    assert folder.read("00000000000000000001.json") == '{"run_id": "r1"}'
-    assert folder.names() == {"00000000000000000001.json"}
-    folder.remove("00000000000000000001.json")
-    folder.remove("00000000000000000001.json")  # gone already: no error
-    assert folder.names() == set()
+    assert_creates_once(folder, emptied=set())  # the folder stays, as on a filesystem
 
 
 def test_two_processes_racing_for_an_hdfs_lock_never_both_win(root):
-    rounds = 6
-    folder_of = Rounds(root)
-    winners = race_for_lock(folder_of, rounds=rounds, attempts=15)
-    for n in range(rounds):
-        assert len(winners[n]) == 1, f"round {n}: {winners[n]}"
-        assert run_lock.holder(folder_of(n))["run_id"] == winners[n][0]
+    assert_one_winner_per_round(Rounds(root), rounds=6, attempts=15)
 
 
 def test_a_lock_path_on_hdfs_is_kept_there(root, make_pipeline):

@@ -11,7 +11,7 @@ import pytest
 from include.orchestration import pipeline_lock, run_lock
 from include.readers.object_store import s3_settings
 from include.tooling import local_s3
-from tests.lock_race import Rounds, race_for_lock
+from tests.lock_race import Rounds, assert_creates_once, assert_one_winner_per_round
 
 # Full tier: the first use resolves s3proxy (about 100 MB from Maven) on a fresh machine.
 pytestmark = [pytest.mark.integration, pytest.mark.full]
@@ -32,13 +32,7 @@ def _options(s3_server) -> tuple[dict[str, str], dict[str, str]]:
 def test_the_store_refuses_a_second_create_of_a_name_and_lists_what_was_written(s3_server, bucket):
     folder = run_lock.ObjectStoreFolder(f"{bucket}/orders/_lock", *_options(s3_server))
     assert folder.names() is None
-    assert folder.create("00000000000000000001.json", '{"run_id": "r1"}') is True
-    assert folder.create("00000000000000000001.json", '{"run_id": "r2"}') is False
-    assert folder.read("00000000000000000001.json") == '{"run_id": "r1"}'
-    assert folder.names() == {"00000000000000000001.json"}
-    folder.remove("00000000000000000001.json")
-    folder.remove("00000000000000000001.json")  # gone already: no error
-    assert folder.names() is None
+    assert_creates_once(folder, emptied=None)  # a prefix is gone with its last object
 
 
 def test_a_wrong_secret_is_refused_by_the_store(s3_server, bucket):
@@ -49,12 +43,7 @@ def test_a_wrong_secret_is_refused_by_the_store(s3_server, bucket):
 
 
 def test_two_processes_racing_for_an_object_store_lock_never_both_win(s3_server, bucket):
-    rounds = 6
-    folder_of = Rounds(bucket, *_options(s3_server))
-    winners = race_for_lock(folder_of, rounds=rounds, attempts=15)
-    for n in range(rounds):
-        assert len(winners[n]) == 1, f"round {n}: {winners[n]}"
-        assert run_lock.holder(folder_of(n))["run_id"] == winners[n][0]
+    assert_one_winner_per_round(Rounds(bucket, *_options(s3_server)), rounds=6, attempts=15)
 
 
 def test_a_pipeline_with_its_lock_on_the_store_takes_waits_and_releases(s3_server, bucket, make_pipeline):

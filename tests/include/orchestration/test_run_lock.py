@@ -11,7 +11,7 @@ import pytest
 
 from include.orchestration import run_lock
 from include.orchestration.run_lock import acquire, holder, release
-from tests.lock_race import Rounds, race_for_lock
+from tests.lock_race import Rounds, assert_one_winner_per_round
 
 DAG = "orders_dag"
 
@@ -195,7 +195,4 @@ def test_lock_holding_a_json_array_is_taken_over(lock):
 
 def test_two_processes_racing_never_both_win(tmp_path):
     rounds = 10
-    winners = race_for_lock(Rounds(str(tmp_path)), rounds=rounds, attempts=40)
-    for n in range(rounds):
-        assert len(winners[n]) == 1, f"round {n}: {winners[n]}"
-        assert holder(tmp_path / f"round-{n}" / "_lock")["run_id"] == winners[n][0]
+    assert_one_winner_per_round(Rounds(str(tmp_path)), rounds=rounds, attempts=40)
