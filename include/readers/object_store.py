@@ -220,7 +220,7 @@ def store_settings(locations: Mapping[str, str], conn_id: str, *,
 
 def location_options(location: str, conn_id: str, *, what: str = "location",
                      get_connection: Callable[[str], Any] = _get_connection) -> dict[str, str] | None:  # fmt: skip
-    """delta-rs ``storage_options`` for ``location``: ``None`` for a local path, the S3 settings of the Airflow
+    """delta-rs ``storage_options`` for ``location``: ``None`` for a local path or HDFS, the S3 settings of the Airflow
     connection ``conn_id`` for an ``s3a://`` or ``s3://`` URI (see :func:`store_settings`)."""
     settings = store_settings({what: location}, conn_id, get_connection=get_connection)
     return None if settings is None else settings.object_store_options()
@@ -243,7 +243,7 @@ class TableOptions:
         self._settings: S3Settings | None = None
 
     def settings(self, key: str) -> S3Settings | None:
-        """The S3 settings that reach ``tables.<key>``; ``None`` for a local path."""
+        """The S3 settings that reach ``tables.<key>``; ``None`` for a local path or HDFS."""
         location = getattr(self._cfg.tables, key)
         if not _on_s3(f"tables.{key}", location):
             return None
@@ -254,6 +254,6 @@ class TableOptions:
         return self._settings
 
     def __call__(self, key: str) -> dict[str, str] | None:
-        """delta-rs ``storage_options`` of ``tables.<key>``: ``None`` for a local path."""
+        """delta-rs ``storage_options`` of ``tables.<key>``: ``None`` for a local path or HDFS (no options needed)."""
         settings = self.settings(key)
         return None if settings is None else settings.object_store_options()
