@@ -502,14 +502,16 @@ class Soak:
             time.sleep(0.01)
         for r, _ in pending:
             r.detail = "the run ended first"
-        code = self._finish(proc)
+        code = self._finish(proc, log)
         if bounce is not None:
             bounce.join()
         for r in results:
-            r.detail += f"; run exit {code}"
+            r.detail += f"; run exit {code}{why_failed(log) if code else ''}"
         return code, log
 
-    def _finish(self, proc: subprocess.Popen | WarmCommand, timeout_s: float = 600) -> int:
+    def _finish(self, proc: subprocess.Popen | WarmCommand, log: Path, timeout_s: float = 600) -> int:
+        """The run's exit code; a run still going after ``timeout_s`` is stopped and fails the soak with
+        what its log says (the log itself lives in the test's temporary folder, gone on a CI machine)."""
         try:
             return proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -517,10 +519,11 @@ class Soak:
                 proc.give_up()  # its stacks into its log: where a hung run stood
             else:
                 _kill(proc.pid)
-            raise
+            raise RunHung(f"DAG run {log.name} did not end within {timeout_s:.0f}s; what its log says:\n"
+                          f"{log_digest(log)}") from None  # fmt: skip
 
     def _lock_holder_round(self, rng: random.Random, result: FaultResult) -> None:
-        holder, _ = self.pipeline.start()
+        holder, holder_log = self.pipeline.start()
         lock = self.pipeline.lake / self.name / "_lock"  # tables.lock_path's default
         run_id = None
         deadline = time.monotonic() + 120
@@ -529,9 +532,9 @@ class Soak:
             if run_id is None:
                 time.sleep(0.05)
         if run_id is None:
-            result.detail = f"the holder never took the lock; exit {self._finish(holder)}"
+            result.detail = f"the holder never took the lock; exit {self._finish(holder, holder_log)}"
             return
-        waiter, _ = self.pipeline.start()
+        waiter, waiter_log = self.pipeline.start()
         delay = rng.uniform(0.5, 20)
         try:
             holder.wait(delay)
@@ -541,7 +544,8 @@ class Soak:
             holder.wait()
             self.fail_dead_run(run_id)
             result.detail = f"holder {run_id} killed after {delay:.1f}s"
-        result.detail += f"; the waiting run's exit {self._finish(waiter)}"
+        code = self._finish(waiter, waiter_log)
+        result.detail += f"; the waiting run's exit {code}{why_failed(waiter_log) if code else ''}"
 
     # -- recovery and checks --
 
@@ -560,7 +564,7 @@ class Soak:
             if any(f.injected for f in injected):
                 continue
             for r in results:
-                r.problems.append(f"recovery run {n} failed, log {log}")
+                r.problems.append(f"recovery run {n} failed{why_failed(log)}, log {log}")
         return limit
 
     def check(self) -> list[str]:
@@ -652,6 +656,32 @@ def exact_problems(bootstrap: str, topic: str, table: Path, name: str) -> tuple[
     if group != ends:
         problems.append(f"consumer group: {group}, topic ends {ends}")
     return problems, duplicates, losses
+
+
+class RunHung(AssertionError):
+    """A soak DAG run that did not end in time; the message carries what its log says."""
+
+
+def why_failed(log: Path) -> str:
+    """A failed run's reason as its log states it (``record_run``'s summary line), for a fault's detail:
+    ``": <reason>"``, or nothing when the log has none."""
+    lines = [ln for ln in _lines(log) if ln.startswith("SUMMARY record_run:")]
+    return f": {lines[-1].removeprefix('SUMMARY record_run: ')[:400]}" if lines else ""
+
+
+def log_digest(log: Path, tail: int = 80) -> str:
+    """A run's log in short: each task's start, end and summary, then its last ``tail`` lines (where a run
+    given up on has its stacks)."""
+    lines = _lines(log)
+    marked = [ln[:300] for ln in lines if ln.startswith(("SUMMARY ", "check_request:")) or "[DAG TEST] " in ln]
+    return "\n".join([*marked[-60:], f"-- the last {tail} lines --", *(ln[:500] for ln in lines[-tail:])])
+
+
+def _lines(log: Path) -> list[str]:
+    try:
+        return log.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 def bounce(broker: local_kafka.LocalBroker, data_dir: Path, port: int, *, hard: bool,
