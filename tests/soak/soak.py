@@ -513,7 +513,7 @@ class Soak:
         """The run's exit code; a run still going after ``timeout_s`` is stopped and fails the soak with
         what its log says (the log itself lives in the test's temporary folder, gone on a CI machine)."""
         try:
-            return proc.wait(timeout_s)
+            code = proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             if isinstance(proc, WarmCommand):
                 proc.give_up()  # its stacks into its log: where a hung run stood
@@ -521,6 +521,14 @@ class Soak:
                 _kill(proc.pid)
             raise RunHung(f"DAG run {log.name} did not end within {timeout_s:.0f}s; what its log says:\n"
                           f"{log_digest(log)}") from None  # fmt: skip
+        # No soak run is under way once this one ended. A run the database still calls running was left so by a
+        # `dags test` that ended without finishing it (a crash of its own): it would hold the pipeline's lock
+        # for ever, as a run on a lost worker would until the scheduler's heartbeat timeout failed it.
+        for run_id in self.running_runs():
+            self.fail_dead_run(run_id)
+            self.log(f"soak: {log.name} ended (exit {code}) and left run {run_id} marked running; marked failed "
+                     f"as the scheduler would. What its log says:\n{log_digest(log, tail=30)}")  # fmt: skip
+        return code
 
     def _lock_holder_round(self, rng: random.Random, result: FaultResult) -> None:
         holder, holder_log = self.pipeline.start()
