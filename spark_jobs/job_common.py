@@ -109,6 +109,37 @@ class BatchWriter:
         return query
 
 
+def keep_for_batch(df: DataFrame, kept: list[DataFrame]) -> DataFrame:
+    """``df`` computed once for the several reads a batch makes of it; added to ``kept`` for :func:`release`.
+
+    In local mode (the default for a small backlog) an eager local checkpoint: its rows are computed
+    here and every later plan starts from them, so neither each count nor silver's MERGE, which
+    analyses its source several times, analyses and plans ``df``'s own plan again (a join with silver
+    and every field rule): the fixed cost of a small batch. On a cluster a persist instead: a lost
+    executor's cached blocks are computed again, where a local checkpoint's would fail the batch.
+    """
+    from pyspark import StorageLevel
+
+    if (df.sparkSession.sparkContext.master or "").startswith("local"):
+        df = df.localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
+    else:
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+    kept.append(df)
+    return df
+
+
+def release(kept: list[DataFrame]) -> None:
+    """Free what the batch kept (:func:`keep_for_batch`, or a plain persist), newest first."""
+    for df in reversed(kept):
+        plan = df._jdf.queryExecution().analyzed()
+        if plan.getClass().getSimpleName() == "LogicalRDD":
+            # A local checkpoint's blocks are no cache entry: unpersist() would leave them to the GC.
+            plan.rdd().unpersist(False)
+        else:
+            df.unpersist()
+    kept.clear()
+
+
 class PhaseTimer:
     """Seconds per named phase of a step, each lap the time since the previous one (or since the timer began).
 

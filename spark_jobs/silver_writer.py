@@ -37,6 +37,8 @@ from spark_jobs.job_common import (
     BatchWriter,
     PhaseTimer,
     failpoint,
+    keep_for_batch,
+    release,
 )
 from spark_jobs.table_properties import (
     delta_table_sql,
@@ -178,8 +180,7 @@ class SilverBatchWriter(BatchWriter):
             self._commit(classified, commit, end, batch_id, touches_existing=touches_existing, adds_keys=adds_keys)
             timer.lap("silver_commit")
         finally:
-            for frame in reversed(cached):
-                frame.unpersist()
+            release(cached)
         commit = self._confirm(commit, batch_id)
         timer.lap("confirm")
         failpoint("silver", batch_id)
@@ -231,7 +232,6 @@ class SilverBatchWriter(BatchWriter):
         the quarantine rows to append; those in quarantine already (a new epoch re-reading a version the last
         one stood in, or a backfill putting records back into bronze) are counted as ``replayed``, never
         appended twice. Returns ``(read, {field: count}, replayed, quarantine rows)``."""
-        from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         from spark_jobs import silver_rules
@@ -260,9 +260,7 @@ class SilverBatchWriter(BatchWriter):
                              & F.col("offset").between(r["lo"], r["hi"]))  # fmt: skip
         held = (self.spark.read.format("delta").load(cfg.quarantine_path).where(where & ~own)
                 .select("topic", "partition", "offset"))  # fmt: skip
-        quarantine = quarantine.join(held, ["topic", "partition", "offset"], "left_anti").persist(
-            StorageLevel.MEMORY_AND_DISK)  # fmt: skip
-        cached.append(quarantine)
+        quarantine = keep_for_batch(quarantine.join(held, ["topic", "partition", "offset"], "left_anti"), cached)
         qfields = {
             r["field"]: r["n"]
             for r in quarantine.groupBy(F.col("fields")[0].alias("field")).agg(F.count("*").alias("n")).collect()
@@ -273,7 +271,6 @@ class SilverBatchWriter(BatchWriter):
         """Classify step: what each valid record does to silver (:func:`spark_jobs.silver_table.classify`), kept.
         Returns the classified frame, the count per action, and whether it updates or deletes keys silver holds
         and whether it brings keys silver lacks (which decide the commit's shape)."""
-        from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         from spark_jobs import silver_rules, silver_table
@@ -281,9 +278,8 @@ class SilverBatchWriter(BatchWriter):
         valid = silver_rules.valid_records(decoded)
         current = self.spark.read.format("delta").load(self.cfg.silver_path)
         self.truncates = cdc_rules.truncated_at(valid) if self.cfg.spec.cdc else {}
-        classified = silver_table.classify(valid, current, self.cfg.spec, self.fields, self.truncates).persist(
-            StorageLevel.MEMORY_AND_DISK)  # fmt: skip
-        cached.append(classified)
+        classified = keep_for_batch(
+            silver_table.classify(valid, current, self.cfg.spec, self.fields, self.truncates), cached)  # fmt: skip
         actions: dict[str, int] = {}
         touches_existing = adds_keys = False
         for r in classified.groupBy("_action", "_present").agg(F.count("*").alias("n")).collect():

@@ -200,3 +200,21 @@ def test_with_a_state_folder_each_failpoint_fires_its_times_then_lets_the_retrie
     assert len(kills) == 3  # bronze once, silver twice
     assert sorted(p.name for p in (tmp_path / "fired").iterdir()) == [
         "kill-after-silver-commit@0.0", "kill-after-silver-commit@0.1", "kill-driver-after-bronze-commit@1.0"]
+
+
+@pytest.mark.integration
+def test_a_batch_frame_kept_in_local_mode_is_computed_once_and_its_blocks_are_freed_by_release(spark):
+    # The frame is computed when kept: later reads start from its rows, not from its plan (a MERGE analyses its
+    # source several times); release frees the blocks, which a local checkpoint's unpersist() would not.
+    from pyspark.sql import functions as F
+
+    context = spark.sparkContext
+    before = context._jsc.getPersistentRDDs().size()
+    kept: list = []
+    frame = job_common.keep_for_batch(spark.range(50).selectExpr("id", "id % 3 AS k"), kept)
+    assert kept == [frame]
+    assert frame._jdf.queryExecution().analyzed().getClass().getSimpleName() == "LogicalRDD"
+    assert context._jsc.getPersistentRDDs().size() == before + 1
+    assert sorted(r["n"] for r in frame.groupBy("k").agg(F.count("*").alias("n")).collect()) == [16, 17, 17]
+    job_common.release(kept)
+    assert kept == [] and context._jsc.getPersistentRDDs().size() == before
