@@ -17,9 +17,10 @@ machine's timing still varies).
 
 The soak stands in for the Airflow scheduler in one place: ``airflow dags
 test`` has no scheduler, so when a fault kills the process running a DAG run,
-nothing would ever mark that run failed. The soak then does what the
-scheduler's heartbeat timeout does: it marks the run and its unfinished tasks
-failed in the metadata database (:meth:`Soak.fail_dead_run`).
+or that process ends without finishing its run, nothing would ever mark that
+run failed. The soak then does what the scheduler's heartbeat timeout does:
+it marks the run and its unfinished tasks failed in the metadata database
+(:meth:`Soak.fail_dead_run`), and says so when no fault of its own was the cause.
 """
 
 from __future__ import annotations
