@@ -451,9 +451,10 @@ def test_spark_image_matches_pyspark_settings_and_the_airflow_java(services: dic
 def test_spark_jobs_need_no_python_on_the_executors() -> None:
     # The Spark image's Python (3.10) differs from the driver's (3.11); that is
     # harmless only while executors never start a Python worker. A function written in Java
-    # (registerJavaFunction) runs in the executors' JVM.
+    # (registerJavaFunction) runs in the executors' JVM, and so does a py4j call on a JVM object (a LogicalRDD's
+    # rdd(), with its parentheses), unlike a Python DataFrame's .rdd property.
     python_on_executors = re.compile(
-        r"\budf\b(?!\.registerJavaFunction\b)|pandas_udf|\bmapIn(?:Pandas|Arrow)\b|\bapplyIn(?:Pandas|Arrow)\b|\.rdd\b"
+        r"\budf\b(?!\.registerJavaFunction\b)|pandas_udf|\bmapIn(?:Pandas|Arrow)\b|\bapplyIn(?:Pandas|Arrow)\b|\.rdd\b(?!\()"
         r"|\bforeachPartition\b|\.foreach\(|\bUserDefinedFunction\b|\btransformWithStateInPandas\b"
     )
     found = [
@@ -464,6 +465,7 @@ def test_spark_jobs_need_no_python_on_the_executors() -> None:
     ]
     assert not found, "code that runs Python on executors (see docs/docker-compose.md):\n" + "\n".join(found)
     assert python_on_executors.search("df.rdd.map(f)") and not python_on_executors.search("q.foreachBatch(f)")
+    assert python_on_executors.search("df.rdd") and not python_on_executors.search("plan.rdd().unpersist(False)")
     assert python_on_executors.search('spark.udf.register("f", f)')
     assert not python_on_executors.search('spark.udf.registerJavaFunction("f", "kde.functions.F", "string")')
 
