@@ -674,8 +674,8 @@ class RunHung(AssertionError):
 def why_failed(log: Path) -> str:
     """A failed run's reason as its log states it (``record_run``'s summary line), for a fault's detail:
     ``": <reason>"``, or nothing when the log has none."""
-    lines = [ln for ln in _lines(log) if ln.startswith("SUMMARY record_run:")]
-    return f": {lines[-1].removeprefix('SUMMARY record_run: ')[:400]}" if lines else ""
+    lines = [ln for ln in airflow_local.summary_lines("\n".join(_lines(log))) if ln.startswith("record_run:")]
+    return f": {lines[-1].removeprefix('record_run: ')[:400]}" if lines else ""
 
 
 def log_digest(log: Path, tail: int = 80) -> str:
