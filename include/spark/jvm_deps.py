@@ -113,6 +113,15 @@ BUNDLES: dict[str, tuple[Artifact, ...]] = {
         Artifact("org.apache.hadoop", "hadoop-client-minicluster", settings.HADOOP_VERSION),
         Artifact("org.junit.jupiter", "junit-jupiter-api", "5.10.2"),
     ),
+    # YARN (a ResourceManager and a NodeManager in one JVM, Hadoop's MiniYARNCluster started by the tests'
+    # own main), for the tests of profile existing_master on yarn: the minicluster jar leaves out the
+    # Bouncy Castle provider and PKIX classes its ResourceManager loads, at the version Hadoop builds with.
+    "yarn": (
+        Artifact("org.apache.hadoop", "hadoop-client-minicluster", settings.HADOOP_VERSION),
+        Artifact("org.junit.jupiter", "junit-jupiter-api", "5.10.2"),
+        Artifact("org.bouncycastle", "bcprov-jdk18on", "1.82"),
+        Artifact("org.bouncycastle", "bcpkix-jdk18on", "1.82"),
+    ),
     # Kafka Connect itself is the kafka bundle's (connect-runtime comes with kafka-tools); only the
     # connector and its own libraries are resolved here.
     "debezium": (
@@ -130,6 +139,7 @@ BUNDLE_PURPOSE = {
     "s3proxy": "the local S3-compatible server of make demo STORE=s3, the store tests and the bench (about 100 MB)",
     "debezium": "Debezium's PostgreSQL connector for the change-data-capture tests' Kafka Connect worker",
     "hadoop": "Hadoop's mini HDFS, for the tests of a lakehouse on hdfs:// (about 105 MB)",
+    "yarn": "Hadoop's mini YARN, for the tests of profile existing_master on yarn (about 115 MB)",
 }
 #: Bundles whose jars join pyspark's on one classpath: a jar pyspark ships is left out.
 _ON_PYSPARK = ("spark", "s3")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 #: A log4j2 configuration that sends every INFO line to one file (``{log}``): Kafka's broker and Connect.
@@ -32,10 +32,12 @@ def java() -> str:
     return shutil.which("java") or "java"
 
 
-def launch(cmd: Sequence[str], *, cwd: Path, log: Path) -> subprocess.Popen:
-    """Start ``cmd`` in ``cwd``, in a session of its own, appending its output to ``log``."""
+def launch(cmd: Sequence[str], *, cwd: Path, log: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen:
+    """Start ``cmd`` in ``cwd``, in a session of its own, appending its output to ``log``; ``env`` replaces the
+    environment when given."""
     with log.open("ab") as out:
-        return subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True)
+        return subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True,
+                                env=None if env is None else dict(env))  # fmt: skip
 
 
 def stop(process: subprocess.Popen, timeout_s: float = 15.0) -> None:

@@ -1,13 +1,15 @@
-"""Profile ``existing_master`` for real: a Spark standalone cluster started outside any pipeline.
+"""Profile ``existing_master`` for real, on clusters started outside any pipeline.
 
-The suite starts a master and two workers with Spark's own classes (as an
-operator's ``start-master.sh`` / ``start-worker.sh`` would; no secret, no
-pipeline code). One DAG run with ``cluster.profile: existing_master`` submits
-its job there in client mode; one executor is killed in the middle of the run.
-The lakehouse is on an object store (a real S3-compatible server, s3proxy),
-so the driver and the executors share nothing but it. The run must land
-exactly the topic's records, and leave nothing of itself on the cluster: no
-application still running, no executor process.
+- A Spark standalone master and two workers, started with Spark's own classes (as an operator's
+  ``start-master.sh`` / ``start-worker.sh`` would; no secret, no pipeline code), with the lakehouse on an
+  object store (a real S3-compatible server, s3proxy), so that the driver and the executors share nothing
+  but it.
+- YARN: Hadoop's own ResourceManager and NodeManager (tests/yarn_cluster.py), whose containers run the
+  executors, with the lakehouse on the suite's HDFS, as a Hadoop site runs it.
+
+One DAG run submits its job there in client mode; one executor is killed in the middle of a task. The run
+must land exactly the topic's records, and leave nothing of itself on the cluster: no application still
+running, no executor process.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -115,6 +117,36 @@ def unfinished_tasks(stderr: Path) -> set[str]:
     return began - set(re.findall(r"Finished task .*?\(TID (\d+)\)", text))
 
 
+def kill_an_executor_mid_task(proc, log: Path, executors: Callable[[], list[int]],
+                              stderr_of: Callable[[int], Path]) -> None:  # fmt: skip
+    """Once both executors are up, SIGKILL one in the middle of a task (the other takes its work over); then
+    wait for the run, which must succeed, and check in the lost executor's own log that the kill hit work."""
+    deadline = time.monotonic() + 300
+    lost, stderr = 0, Path()
+    while not lost:
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+        up = executors()
+        for pid in up if len(up) == 2 else ():
+            stderr = stderr_of(pid)
+            if unfinished_tasks(stderr):
+                os.kill(pid, signal.SIGKILL)
+                lost = pid
+                break
+        time.sleep(0.05)
+    assert proc.wait(600) == 0, log.read_text()[-5000:]
+    # A task the executor began and never finished: Spark ran it again elsewhere.
+    assert unfinished_tasks(stderr), stderr.read_text(errors="replace")[-3000:]
+
+
+def assert_exact(p, bootstrap: str) -> None:
+    """One successful run landed each of the topic's records in bronze exactly once."""
+    (run,) = p.ledger()
+    assert (run["outcome"], run["rows"], run["continuity"]) == ("success", RECORDS, "CONTINUOUS")
+    keys = p.bronze_keys()
+    assert len(keys) == len(set(keys)) == RECORDS
+    assert set(keys) == {(part, offset) for part, offset, _ in read_all(bootstrap, p.topic)}
+
+
 @pytest.fixture
 def cluster(tmp_path) -> Iterator[Cluster]:
     started = Cluster(tmp_path / "spark-cluster", workers=2)
@@ -135,29 +167,53 @@ def test_a_run_on_an_existing_cluster_survives_a_lost_executor_and_leaves_nothin
     produce_numbered(bootstrap, topic, PARTITIONS, RECORDS)
 
     proc, log = p.start(AIRFLOW_CONN_SPARK_EXISTING=json.dumps({"conn_type": "spark", "host": cluster.master}))
-    deadline = time.monotonic() + 300
-    lost, stderr = 0, Path()
-    while not lost:  # an executor in the middle of a task: the kill must hit running work
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
-        executors = cluster.executors()
-        for pid in executors if len(executors) == 2 else ():  # both up: the other one takes the work over
-            stderr = executor_stderr(pid)
-            if unfinished_tasks(stderr):
-                os.kill(pid, signal.SIGKILL)
-                lost = pid
-                break
-        time.sleep(0.05)
-    assert proc.wait(600) == 0, log.read_text()[-5000:]
-    # The executor's own log: a task it began and never finished (Spark ran it again on the other one).
-    assert unfinished_tasks(stderr), stderr.read_text(errors="replace")[-3000:]
-
-    (run,) = p.ledger()
-    assert (run["outcome"], run["rows"], run["continuity"]) == ("success", RECORDS, "CONTINUOUS")
-    keys = p.bronze_keys()
-    assert len(keys) == len(set(keys)) == RECORDS
-    assert set(keys) == {(part, offset) for part, offset, _ in read_all(bootstrap, topic)}
+    kill_an_executor_mid_task(proc, log, cluster.executors, executor_stderr)
+    assert_exact(p, bootstrap)
     state = cluster.state()
     assert state["activeapps"] == [], state["activeapps"]
     assert [a for a in state["completedapps"] if name in a["name"]], "the run's application never reached the cluster"
     assert cluster.executors() == []
+    assert not p.lake.exists() and "00000000000000000000.json" in p.listing("bronze", "_delta_log")
+
+
+@pytest.fixture
+def yarn(tmp_path, hdfs_server) -> Iterator:
+    from tests import yarn_cluster
+
+    started = yarn_cluster.start(tmp_path / "yarn", hdfs_server.uri)
+    yield started
+    started.stop()
+
+
+def test_a_run_on_yarn_with_its_lakehouse_on_hdfs_survives_a_lost_executor_container(
+    make_dag_pipeline, bootstrap, yarn, tmp_path
+):
+    p = make_dag_pipeline(store="hdfs", partitions=PARTITIONS)
+    p.write(
+        kafka={"connection_id": "kafka_default", "topics": [p.topic], "max_offsets_per_trigger": 150},
+        cluster={"profile": "existing_master", "master_connection_id": "spark_yarn", "workers": 2,
+                 "worker_memory": "512m"},
+    )  # fmt: skip
+    produce_numbered(bootstrap, p.topic, PARTITIONS, RECORDS)
+    # What a YARN site's Spark configuration holds: the cluster's Spark jars already on every node (here
+    # pyspark's own), so that a run uploads only the job's few jars, not Spark's.
+    spark_conf = tmp_path / "spark-conf"
+    spark_conf.mkdir()
+    (spark_conf / "spark-defaults.conf").write_text(
+        f"spark.yarn.jars local:{spark_home() / 'jars'}/*\nspark.yarn.am.memory 384m\n")
+
+    proc, log = p.start(
+        AIRFLOW_CONN_SPARK_YARN=json.dumps({"conn_type": "spark", "host": "yarn", "extra": {"queue": "default"}}),
+        HADOOP_CONF_DIR=str(yarn.conf_dir), SPARK_CONF_DIR=str(spark_conf))  # fmt: skip
+    kill_an_executor_mid_task(proc, log, yarn.executors, yarn.executor_stderr)
+    assert_exact(p, bootstrap)
+    # spark.yarn.jars was read from the site's configuration: Spark's jars were not uploaded.
+    assert "falling back to uploading libraries under SPARK_HOME" not in log.read_text()
+    # The run's application reached YARN, in the queue the connection names, and ended with the run.
+    apps = [a for a in yarn.apps() if p.name in a["name"]]
+    assert apps, [a["name"] for a in yarn.apps()]
+    ended = [(a["state"], a["finalStatus"], a["queue"].rsplit(".", 1)[-1]) for a in apps]  # root.default
+    assert ended == [("FINISHED", "SUCCEEDED", "default")] * len(apps), apps
+    assert yarn.executors() == []
+    # The executors wrote through the NameNode: nothing of the lakehouse is on the worker's disk.
     assert not p.lake.exists() and "00000000000000000000.json" in p.listing("bronze", "_delta_log")
