@@ -199,7 +199,14 @@ def _check_tasks(cfg: PipelineConfig) -> tuple[Any, Any, Any]:
         retries=cfg.retries,
     )
     def wait_for_lag(**context: Any) -> PokeReturnValue:
-        return tasks.run_task(context["ti"], tasks.wait_for_lag, cfg, plan=pull(context, CHECK_REQUEST_TASK))
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        try:
+            return tasks.run_task(context["ti"], tasks.wait_for_lag, cfg, plan=pull(context, CHECK_REQUEST_TASK))
+        except AirflowSkipException:
+            # Nothing to do: every task up to record_run is skipped at once, so record_run runs next.
+            tasks.skip_after(context["task"], keep=(RECORD_RUN_TASK,))
+            raise
 
     @task(task_id=PREFLIGHT_TASK, retries=cfg.retries)
     def run_preflight(**context: Any) -> dict[str, Any]:

@@ -29,7 +29,7 @@ top.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -90,6 +90,30 @@ def run_task(ti: Any, body: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwarg
             push(ti, end.key, end.report)
         ending = AirflowSkipException if isinstance(end, SkipTask) else AirflowFailException
         raise ending(str(end)) from None
+
+
+def tasks_after(task: Any, *, keep: Collection[str]) -> list[str]:
+    """The ids of every task downstream of ``task`` (at any depth) but those in ``keep``, sorted."""
+    return sorted(set(task.get_flat_relative_ids(upstream=False)) - set(keep))
+
+
+def skip_after(task: Any, *, keep: Collection[str]) -> list[str]:
+    """Mark every task after ``task`` but ``keep`` skipped, in one request, before ``task`` itself ends
+    skipped; returns their ids.
+
+    Left to Airflow, a skip reaches the tasks after it one level per scheduler loop, and a loop that
+    queued nothing sleeps (a second by default): a run with nothing to do would wait for the length of
+    its chain of tasks before ``record_run`` starts. This is the request Airflow's own short-circuit sends
+    (``DownstreamTasksSkipped``), which would end ``task`` as a success; Airflow leaves a task already
+    running or finished as it is.
+    """
+    from airflow.sdk.execution_time.comms import SkipDownstreamTasks
+    from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS
+
+    ids = tasks_after(task, keep=keep)
+    if ids:
+        SUPERVISOR_COMMS.send(msg=SkipDownstreamTasks(tasks=ids))
+    return ids
 
 
 def airflow_run_state(runtime_ti: Any = None) -> Callable[[str, str], str | None]:

@@ -477,13 +477,20 @@ def test_dag_task_leaves_its_refusal_in_xcom_and_fails(cfg, fake_ti):
     assert ti.pushed["refused"].startswith("action: expected one of normal")
 
 
-def test_dag_task_hands_its_function_the_earlier_tasks_xcoms(cfg, fake_ti):
+def test_dag_task_hands_its_function_the_earlier_tasks_xcoms(cfg, fake_ti, monkeypatch):
     ti = fake_ti(check_request={"action": "normal"}, preflight={"lag": {"total_lag": 40}})
     result = dag_factory.build_dag(cfg).get_task("start_cluster").python_callable(ti=ti, run_id="manual__1")
     assert (result["mode"], result["backlog"]) == ("local", 40)
+    # A skipping wait_for_lag skips every task after it but record_run at once (Airflow's request is sent
+    # by tasks.skip_after, which needs a task runner; here it records what it would skip).
+    sent: list[list[str]] = []
+    monkeypatch.setattr(tasks, "skip_after", lambda task, keep: sent.append(tasks.tasks_after(task, keep=keep)))
+    dag = dag_factory.build_dag(cfg)
     skipped = fake_ti(check_request={"action": "backfill_offsets", "ranges": []})
     with pytest.raises(AirflowSkipException, match="nothing to backfill"):
-        dag_factory.build_dag(cfg).get_task("wait_for_lag").python_callable(ti=skipped)
+        dag.get_task("wait_for_lag").python_callable(ti=skipped, task=dag.get_task("wait_for_lag"))
+    assert sent == [sorted(set(dag.task_ids) - {"check_request", "wait_for_lag", "record_run"})]
+    assert {"preflight", "ingest", "check_continuity", "mirror_offsets"} <= set(sent[0])
 
 
 def test_parsing_the_dags_imports_no_kafka_spark_or_delta_module(tmp_path):
