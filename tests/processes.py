@@ -38,3 +38,20 @@ def processes_naming(folder: str | Path) -> list[int]:
         if needle.search(cmdline):
             found.append(stat.pid)
     return sorted(found)
+
+
+def java_processes_in(folder: str | Path, main_class: bytes) -> list[int]:
+    """Pids of the ``java`` processes running ``main_class`` whose working directory is inside ``folder``: a
+    cluster's executors, each run in its worker's (or container's) own folder. The shell a launcher wraps
+    the JVM in, which names the class too, is left out."""
+    found = []
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        java = cmdline.split(b"\0", 1)[0].endswith(b"java")
+        if java and main_class in cmdline and cwd.startswith(str(folder)):
+            found.append(pid)
+    return sorted(found)

@@ -19,6 +19,7 @@ from pathlib import Path
 from include.spark import jvm_deps
 from include.spark.spark_submit import spark_home
 from include.tooling import java_server
+from tests.processes import java_processes_in
 
 _MAIN = Path(__file__).resolve().parent / "java" / "MiniYarn.java"
 
@@ -39,20 +40,9 @@ class MiniYarn:
             return (json.loads(answer.read()).get("apps") or {}).get("app") or []
 
     def executors(self) -> list[int]:
-        """Pids of the Spark executors running in the NodeManager's containers."""
-        found = []
-        for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-                cwd = os.readlink(f"/proc/{pid}/cwd")
-            except OSError:
-                continue
-            # A container runs in its own folder under the NodeManager's local dirs, inside self.folder; the
-            # shell that launched the JVM (and redirects its output) names the class too.
-            java = cmdline.split(b"\0", 1)[0].endswith(b"/java")
-            if java and b"YarnCoarseGrainedExecutorBackend" in cmdline and cwd.startswith(str(self.folder)):
-                found.append(pid)
-        return found
+        """Pids of the Spark executors running in the NodeManager's containers (each container's folder is
+        under the NodeManager's local dirs, inside :attr:`folder`)."""
+        return java_processes_in(self.folder, b"YarnCoarseGrainedExecutorBackend")
 
     @staticmethod
     def executor_stderr(pid: int) -> Path:

@@ -29,6 +29,7 @@ import pytest
 from include.ports import free_port
 from include.spark.spark_submit import spark_home
 from tests.kafka_helpers import produce_numbered, read_all
+from tests.processes import java_processes_in
 
 pytestmark = [pytest.mark.integration, pytest.mark.full]
 
@@ -77,18 +78,9 @@ class Cluster:
             time.sleep(0.5)
 
     def executors(self) -> list[int]:
-        """Pids of the executor processes the workers launched."""
-        found = []
-        for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-                cwd = os.readlink(f"/proc/{pid}/cwd")
-            except OSError:
-                continue
-            # An executor runs in its worker's work folder: <work-dir>/<app id>/<executor id>.
-            if b"CoarseGrainedExecutorBackend" in cmdline and cwd.startswith(str(self.root)):
-                found.append(pid)
-        return found
+        """Pids of the executor processes the workers launched (each runs in its worker's work folder,
+        ``<work-dir>/<app id>/<executor id>``)."""
+        return java_processes_in(self.root, b"CoarseGrainedExecutorBackend")
 
     def stop(self) -> None:
         for proc in self.procs:
