@@ -115,3 +115,21 @@ def test_a_driver_killed_after_a_commit_is_retried_by_airflow_and_the_run_succee
 
     assert DeltaTable(str(p.lake / name / "silver")).to_pyarrow_table(columns=["order_id"]).num_rows == 1500
     assert_no_cluster_left(p)
+
+
+def test_a_run_with_nothing_new_skips_every_task_up_to_record_run_in_one_request(scheduled):
+    """After the run above (file order), Kafka holds nothing new: wait_for_lag skips, and it marks the tasks
+    after it skipped itself (in its own task process, through the API server), so no scheduler loop waits on
+    a skip passed on one level at a time."""
+    p, scheduler, _ = scheduled
+    status, answer = scheduler.api.trigger(p.name, run_id="nothing-new")
+    assert status == 200, answer
+    run = scheduler.api.wait_for_run(p.name, "nothing-new")
+    tis = scheduler.api.task_instances(p.name, "nothing-new")
+    assert run["state"] == "success", scheduler.errors() or tis
+    assert tis["check_request"]["state"] == "success"
+    assert {t: ti["state"] for t, ti in tis.items() if t != "check_request"} == dict.fromkeys(
+        set(tis) - {"check_request"}, "skipped"), tis  # fmt: skip
+    assert p.ledger()[0]["outcome"] == "skipped"
+    log = scheduler.log.read_text(errors="replace")
+    assert "Skipping downstream tasks" in log, scheduler.errors()
