@@ -66,6 +66,13 @@ class Artifact:
 _S = settings.SCALA_BINARY
 _SPARK_MINOR = ".".join(settings.SPARK_VERSION.split(".")[:2])
 
+#: Hadoop's mini clusters (HDFS, YARN) for the tests; its cluster manager's classes name JUnit's API, which
+#: the jar does not carry.
+_MINICLUSTER = (
+    Artifact("org.apache.hadoop", "hadoop-client-minicluster", settings.HADOOP_VERSION),
+    Artifact("org.junit.jupiter", "junit-jupiter-api", "5.10.2"),
+)
+
 BUNDLES: dict[str, tuple[Artifact, ...]] = {
     "spark": (
         Artifact(
@@ -107,18 +114,13 @@ BUNDLES: dict[str, tuple[Artifact, ...]] = {
         Artifact("com.fasterxml.jackson.core", "jackson-annotations", "2.22"),
     ),
     # HDFS (a NameNode and a DataNode in one JVM, Hadoop's MiniDFSCluster), for the tests of a lakehouse on
-    # hdfs://; the clients are pyspark's own Hadoop and delta-rs's. Its cluster manager's classes name
-    # JUnit's API, which the jar does not carry.
-    "hadoop": (
-        Artifact("org.apache.hadoop", "hadoop-client-minicluster", settings.HADOOP_VERSION),
-        Artifact("org.junit.jupiter", "junit-jupiter-api", "5.10.2"),
-    ),
+    # hdfs://; the clients are pyspark's own Hadoop and delta-rs's.
+    "hadoop": _MINICLUSTER,
     # YARN (a ResourceManager and a NodeManager in one JVM, Hadoop's MiniYARNCluster started by the tests'
     # own main), for the tests of profile existing_master on yarn: the minicluster jar leaves out the
     # Bouncy Castle provider and PKIX classes its ResourceManager loads, at the version Hadoop builds with.
     "yarn": (
-        Artifact("org.apache.hadoop", "hadoop-client-minicluster", settings.HADOOP_VERSION),
-        Artifact("org.junit.jupiter", "junit-jupiter-api", "5.10.2"),
+        *_MINICLUSTER,
         Artifact("org.bouncycastle", "bcprov-jdk18on", "1.82"),
         Artifact("org.bouncycastle", "bcpkix-jdk18on", "1.82"),
     ),
