@@ -49,6 +49,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -131,6 +132,9 @@ class DagRunTiming:
     choice: str | None = None
     #: Data files of the bronze table before the run (what opening it with delta-rs reads the metadata of).
     files_before: int = 0
+    #: The transform's micro-batches as its summary reports them (``batch_id``, ``read``, ``duration_s``,
+    #: ``phases``); empty when the run has no transform.
+    transform_batches: tuple[dict[str, Any], ...] = ()
 
     def own_s(self, task_id: str) -> float:
         """The task's own work in seconds (0 for a task that did not run)."""
@@ -207,6 +211,20 @@ def own_work_seconds(log_text: str) -> dict[str, float]:
         elif m["state"] and ti in started:
             ended[ti] = at
     return {ti: (ended[ti] - started[ti]).total_seconds() for ti in ended}
+
+
+def read_return_value(db: Path, dag_id: str, run_id: str, task_id: str) -> Any:
+    """What task ``task_id`` of DAG run ``run_id`` returned (its ``return_value`` XCom), ``None`` without one."""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        row = conn.execute(
+            "SELECT value FROM xcom WHERE dag_id = ? AND run_id = ? AND task_id = ? AND key = 'return_value'",
+            (dag_id, run_id, task_id),
+        ).fetchone()
+    if row is None or row[0] is None:
+        return None
+    value = json.loads(row[0])
+    # The column holds JSON; a value stored as JSON text inside it is read once more.
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def read_task_timings(db: Path, dag_id: str) -> tuple[str, dict[str, TaskTiming]]:
@@ -308,7 +326,7 @@ class DagRunBench:
             raise RunBenchmarkError(
                 f"DAG run {self._count} ({kind}) exited {proc.returncode}; end of {log_file}:\n{tail}"
             )
-        _, tasks = read_task_timings(self.home / "airflow.db", self.name)
+        run_id, tasks = read_task_timings(self.home / "airflow.db", self.name)
         not_ok = {t: x.state for t, x in tasks.items() if x.state not in ("success", "skipped")}
         if not_ok:
             raise RunBenchmarkError(
@@ -333,8 +351,10 @@ class DagRunBench:
             raise RunBenchmarkError(f"DAG run {self._count} ({kind}): the execution API logged no start and end for "
                                     f"{missing}; log {log_file}")  # fmt: skip
         choice = _CHOICE.search(text)
+        transform = read_return_value(self.home / "airflow.db", self.name, run_id, "transform")
+        batches = tuple(transform.get("batches") or ()) if isinstance(transform, dict) else ()
         timing = DagRunTiming(kind, repetition, before, rows, wall, tasks, own, choice["choice"] if choice else None,
-                              files)
+                              files, batches)
         self._log(f"  {kind} run {repetition}: {wall:.1f}s (dags test), end to end {timing.end_to_end_s:.1f}s, "
                   f"{rows} rows, bronze commits before {before}")  # fmt: skip
         return timing
@@ -430,7 +450,36 @@ def render_side_by_side_markdown(runs: Sequence[DagRunTiming], labels: Sequence[
         if ran:
             lines.append(f"- {label}: {'local mode' if ran[0].choice and 'local[' in ran[0].choice else 'cluster'}: "
                          f"{ran[-1].choice or '—'}")  # fmt: skip
+    lines += transform_batch_lines(cells, labels, sizes)
     return "\n".join(lines) + "\n"
+
+
+def first_batch(run: DagRunTiming) -> dict[str, Any] | None:
+    """The first micro-batch the run's transform committed: the first of the run's Spark application, so
+    the one that pays the JVM's warm-up, Spark's code generation and Delta's first reads."""
+    done = [b for b in run.transform_batches if not b.get("skipped_replay")]
+    return done[0] if done else None
+
+
+def transform_batch_lines(cells: dict[tuple[str, int], list[DagRunTiming]], labels: Sequence[str],
+                          sizes: Sequence[int]) -> list[str]:  # fmt: skip
+    """A table of the transform's first micro-batch per pipeline and backlog: its seconds and each phase of
+    the writer's own timer, median (min–max); empty when no run had a transform."""
+    rows = [(label, size, batches) for size in sizes for label in labels
+            if (batches := [b for r in cells.get((label, size), []) if (b := first_batch(r))])]  # fmt: skip
+    if not rows:
+        return []
+    phases = list(dict.fromkeys(name for _, _, batches in rows for b in batches for name in b.get("phases", {})))
+    lines = ["", "The transform's first micro-batch of each run (cold: the first of the run's Spark application), by "
+             "the batch writer's own timer (`spark_jobs/silver_writer.py`); reading the batch's rows is inside decode, "
+             "writing silver's files inside the silver commit. Seconds, median (min–max).", "",
+             "| pipeline | records | batch s | " + " | ".join(f"{name} s" for name in phases) + " |",
+             "|---|---|---|" + "---|" * len(phases)]  # fmt: skip
+    for label, size, batches in rows:
+        cells_ = [median_range([float(b["duration_s"]) for b in batches])]
+        cells_ += [median_range([float(b.get("phases", {}).get(name, 0.0)) for b in batches]) for name in phases]
+        lines.append(f"| {label} | {size:,} | " + " | ".join(cells_) + " |")
+    return lines
 
 
 def crossover_verdict(runs: Sequence[DagRunTiming], pairs: Sequence[tuple[str, str]]) -> list[str]:

@@ -68,6 +68,46 @@ def test_side_by_side_runs_show_each_pipelines_end_to_end_per_backlog_and_where_
     assert f"- defaults: local mode: {local}" in markdown and f"- forced: cluster: {cluster}" in markdown
 
 
+def test_side_by_side_runs_show_the_transforms_first_batch_by_phase_and_leave_out_a_skipped_replay():
+    from dataclasses import replace
+
+    from include.tooling.benchmark_runs import render_side_by_side_markdown
+
+    def batch(seconds: float, decode: float, *, skipped: bool = False) -> dict:
+        return {"batch_id": 0, "skipped_replay": skipped, "read": 1000, "duration_s": seconds,
+                "phases": {} if skipped else {"decode": decode, "silver_commit": 1.0}}  # fmt: skip
+
+    base = {"ingest": 20.0}
+    runs = [replace(dag_run_timing("defaults 1000", 1, base, None), transform_batches=(batch(6.0, 2.0),)),
+            replace(dag_run_timing("defaults 1000", 2, base, None),
+                    transform_batches=(batch(0.0, 0.0, skipped=True), batch(4.0, 1.0))),
+            dag_run_timing("forced 1000", 1, base, None)]  # fmt: skip
+    markdown = render_side_by_side_markdown(runs, ["defaults", "forced"], "Title", "Intro.")
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in markdown.splitlines() if line.startswith("| ")]
+    assert rows[2] == ["pipeline", "records", "batch s", "decode s", "silver_commit s"]
+    assert rows[3] == ["defaults", "1,000", "5.0 (4.0–6.0)", "1.5 (1.0–2.0)", "1.0 (1.0–1.0)"]
+    assert len(rows) == 4  # the forced pipeline's run reported no transform
+
+
+def test_a_tasks_return_value_is_read_from_the_metadata_database(tmp_path):
+    import json
+    import sqlite3
+
+    from include.tooling.benchmark_runs import read_return_value
+
+    db = tmp_path / "airflow.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE xcom (dag_id TEXT, run_id TEXT, task_id TEXT, key TEXT, value TEXT)")
+        conn.executemany("INSERT INTO xcom VALUES (?, ?, ?, ?, ?)", [
+            ("d", "r1", "transform", "return_value", json.dumps({"batches": [{"batch_id": 0}]})),
+            ("d", "r2", "transform", "return_value", json.dumps(json.dumps({"read": 5}))),
+            ("d", "r1", "ingest", "other", json.dumps(1)),
+        ])  # fmt: skip
+    assert read_return_value(db, "d", "r1", "transform") == {"batches": [{"batch_id": 0}]}
+    assert read_return_value(db, "d", "r2", "transform") == {"read": 5}
+    assert read_return_value(db, "d", "r1", "ingest") is None
+
+
 def test_the_crossover_is_the_smallest_backlog_where_the_cluster_beat_local_mode_with_as_many_cores():
     from include.tooling.benchmark_runs import crossover_verdict
 
