@@ -237,10 +237,23 @@ class SilverBatchWriter(BatchWriter):
         from spark_jobs import silver_rules
 
         cfg = self.cfg
+        # One pass over the batch gives the records read, the bad ones by the field of their first problem,
+        # and where the bad ones are (their offset span per partition).
         first_problem = F.when(F.size("_problems") > 0, F.col("_problems")[0]["field"])
-        groups = decoded.groupBy(first_problem.alias("field")).agg(F.count("*").alias("n")).collect()
+        bad_at = F.when(first_problem.isNotNull(), F.struct("_kafka_topic", "_kafka_partition"))
+        groups = (decoded.groupBy(first_problem.alias("field"), bad_at.alias("at"))
+                  .agg(F.count("*").alias("n"), F.min("_kafka_offset").alias("lo"),
+                       F.max("_kafka_offset").alias("hi")).collect())  # fmt: skip
         read = sum(r["n"] for r in groups)
-        qfields = {r["field"]: r["n"] for r in groups if r["field"] is not None}
+        qfields: dict[str, int] = {}
+        spans: dict[tuple[str, int], tuple[int, int]] = {}
+        for r in groups:
+            if r["field"] is None:
+                continue
+            qfields[r["field"]] = qfields.get(r["field"], 0) + r["n"]
+            at = (r["at"]["_kafka_topic"], r["at"]["_kafka_partition"])
+            lo, hi = spans.get(at, (r["lo"], r["hi"]))
+            spans[at] = (min(lo, r["lo"]), max(hi, r["hi"]))
         bad = sum(qfields.values())
         quarantine = silver_rules.quarantine_rows(decoded, cfg.run_id, self.plan.epoch, batch_id)
         if not bad or not is_delta(self.spark, cfg.quarantine_path):
@@ -252,14 +265,15 @@ class SilverBatchWriter(BatchWriter):
         # stood in (or, after a RESTORE of silver, where silver stood then), and a backfill puts records back
         # into bronze that this transform read before. Only where this batch's bad records are is looked at,
         # so the cost follows the batch, not the quarantine's history.
-        spans = quarantine.groupBy("topic", "partition").agg(F.min("offset").alias("lo"),
-                                                             F.max("offset").alias("hi")).collect()  # fmt: skip
         where = F.lit(False)
-        for r in spans:
-            where = where | ((F.col("topic") == r["topic"]) & (F.col("partition") == r["partition"])
-                             & F.col("offset").between(r["lo"], r["hi"]))  # fmt: skip
+        for (topic, partition), (lo, hi) in sorted(spans.items()):
+            where = where | ((F.col("topic") == topic) & (F.col("partition") == partition)
+                             & F.col("offset").between(lo, hi))  # fmt: skip
         held = (self.spark.read.format("delta").load(cfg.quarantine_path).where(where & ~own)
                 .select("topic", "partition", "offset"))  # fmt: skip
+        if held.isEmpty():
+            # The usual case: none of them is held, so the counts above stand and no join is made.
+            return read, qfields, 0, quarantine
         quarantine = keep_for_batch(quarantine.join(held, ["topic", "partition", "offset"], "left_anti"), cached)
         qfields = {
             r["field"]: r["n"]
