@@ -450,8 +450,34 @@ def render_side_by_side_markdown(runs: Sequence[DagRunTiming], labels: Sequence[
         if ran:
             lines.append(f"- {label}: {'local mode' if ran[0].choice and 'local[' in ran[0].choice else 'cluster'}: "
                          f"{ran[-1].choice or '—'}")  # fmt: skip
+    lines += task_lines(cells, labels, sizes)
     lines += transform_batch_lines(cells, labels, sizes)
     return "\n".join(lines) + "\n"
+
+
+def task_lines(cells: dict[tuple[str, int], list[DagRunTiming]], labels: Sequence[str],
+               sizes: Sequence[int]) -> list[str]:  # fmt: skip
+    """Per backlog, a table of each task's own work per pipeline (the tasks in the order they started), and
+    what is left of end to end: Airflow's own part between the tasks. Seconds, median (min–max)."""
+    lines: list[str] = []
+    for size in sizes:
+        runs = {label: cells.get((label, size), []) for label in labels}
+        tasks = list(dict.fromkeys(t.task_id for rs in runs.values() for r in rs
+                                   for t in sorted(r.tasks.values(), key=lambda t: t.start or datetime.max)
+                                   if t.task_id in r.own))  # fmt: skip
+        if not tasks:
+            continue
+        lines += ["", f"Where a run of {size:,} new records spends its time: each task's own work (the execution API's "
+                  "start to end of the task), and Airflow's part between them (end to end minus the tasks' own work). "
+                  "Seconds, median (min–max); a dash for a task that did not run.", "",
+                  "| task | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]  # fmt: skip
+        for task_id in tasks:
+            row = [median_range([r.own_s(task_id) for r in rs]) if any(task_id in r.own for r in rs) else "—"
+                   for rs in runs.values()]  # fmt: skip
+            lines.append(f"| {task_id} | " + " | ".join(row) + " |")
+        between = [median_range([r.end_to_end_s - r.own_total_s for r in rs]) if rs else "—" for rs in runs.values()]
+        lines.append("| Airflow between the tasks | " + " | ".join(between) + " |")
+    return lines
 
 
 def first_batch(run: DagRunTiming) -> dict[str, Any] | None:
