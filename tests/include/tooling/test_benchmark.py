@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import re
 from pathlib import Path
 
@@ -73,7 +74,8 @@ def test_the_summary_gives_the_side_by_side_figures_and_the_crossover_without_a_
 
     from tests.include.tooling.benchmark_timings import dag_run_timing
 
-    cold = {"batch_id": 0, "skipped_replay": False, "duration_s": 6.25, "phases": {"decode": 2.0}}
+    cold = {"batch_id": 0, "skipped_replay": False, "duration_s": 6.25,
+            "phases": {"read": 0.5, "decode": 2.0, "silver_write": 1.5}}  # fmt: skip
     silver = [replace(dag_run_timing("pipeline defaults 1000", 1, {"ingest": 20.0}, None), transform_batches=(cold,)),
               dag_run_timing("cluster forced (local_max_records: 0) 1000", 1, {"ingest": 31.0}, None)]
     crossover = [dag_run_timing("local[1] 1000", 1, {"ingest": 20.0}, None),
@@ -86,5 +88,25 @@ def test_the_summary_gives_the_side_by_side_figures_and_the_crossover_without_a_
     assert "cluster forced (local_max_records: 0), first task to last | 31.0 s |" in text
     assert ("| its transform's micro-batch of 1,000 events, cold (the first of the run's Spark application), reading "
             "and writing included | 6.2 s |") in text
+    assert "| the same cold batch beyond reading its rows and writing silver's files | 4.2 s |" in text
     assert "local mode is faster at every backlog measured, up to 1,000 records" in text
     assert benchmark.summary_lines(_report()) == []
+
+
+def test_the_demo_part_reports_its_wall_and_set_up_and_runs_without_this_checkouts_environment(monkeypatch):
+    from include.tooling import benchmark_demo
+
+    demo = benchmark_demo.DemoTiming("abc1234", wall_s=301.4, setup_s=62.2)
+    assert benchmark_demo.summary_line(demo) == ("| `make demo` on a fresh clone (set-up included, as on CI's "
+                                                 "clones) | 301 s, of which set-up 62 s |")  # fmt: skip
+    rows = [line for line in benchmark_demo.render_demo_markdown(demo).splitlines() if line.startswith("| ")]
+    assert [r.rsplit("|", 2)[1].strip() for r in rows[1:]] == ["62", "239", "301"]
+    assert "abc1234" in benchmark_demo.render_demo_markdown(demo)
+    report = _report(demo=demo, commit="abc1234")
+    assert benchmark_demo.summary_line(demo) in benchmark.summary_lines(report)
+    assert "## The demo from a fresh clone" in benchmark.render_markdown(report)
+    monkeypatch.setenv("VIRTUAL_ENV", "/elsewhere/.venv")
+    monkeypatch.setenv("KDE_LAKEHOUSE_ROOT", "/elsewhere/lake")
+    monkeypatch.setenv("AIRFLOW_HOME", "/elsewhere/airflow")
+    env = benchmark_demo.clean_environment()
+    assert not {"VIRTUAL_ENV", "KDE_LAKEHOUSE_ROOT", "AIRFLOW_HOME"} & env.keys() and env["PATH"] == os.environ["PATH"]

@@ -81,7 +81,7 @@ def test_side_by_side_runs_show_the_transforms_first_batch_by_phase_and_leave_ou
 
     def batch(seconds: float, decode: float, *, skipped: bool = False) -> dict:
         return {"batch_id": 0, "skipped_replay": skipped, "read": 1000, "duration_s": seconds,
-                "phases": {} if skipped else {"decode": decode, "silver_commit": 1.0}}  # fmt: skip
+                "phases": {} if skipped else {"read": 0.5, "decode": decode, "silver_write": 1.0}}  # fmt: skip
 
     base = {"ingest": 20.0}
     runs = [replace(dag_run_timing("defaults 1000", 1, base, None), transform_batches=(batch(6.0, 2.0),)),
@@ -91,9 +91,20 @@ def test_side_by_side_runs_show_the_transforms_first_batch_by_phase_and_leave_ou
     markdown = render_side_by_side_markdown(runs, ["defaults", "forced"], "Title", "Intro.")
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in markdown.splitlines() if line.startswith("| ")]
     batches = rows[[r[0] for r in rows].index("pipeline"):]
-    assert batches[0] == ["pipeline", "records", "batch s", "decode s", "silver_commit s"]
-    assert batches[1] == ["defaults", "1,000", "5.0 (4.0–6.0)", "1.5 (1.0–2.0)", "1.0 (1.0–1.0)"]
+    assert batches[0] == ["pipeline", "records", "batch s", "beyond s", "read s", "decode s", "silver_write s"]
+    # beyond: each batch less its read (0.5 s) and silver write (1.0 s), 4.5 and 2.5 s
+    assert batches[1] == ["defaults", "1,000", "5.0 (4.0–6.0)", "3.5 (2.5–4.5)", "0.5 (0.5–0.5)", "1.5 (1.0–2.0)",
+                          "1.0 (1.0–1.0)"]  # fmt: skip
     assert len(batches) == 2  # the forced pipeline's run reported no transform
+
+
+def test_a_batch_beyond_reading_and_writing_needs_both_phases_timed():
+    from include.tooling.benchmark_runs import beyond_read_and_write
+
+    batch = {"duration_s": 6.0, "phases": {"read": 0.75, "decode": 2.0, "silver_write": 1.25}}
+    assert beyond_read_and_write(batch) == 4.0
+    # a report of a version whose timer had the read inside decode: no figure rather than a wrong one
+    assert beyond_read_and_write({"duration_s": 6.0, "phases": {"decode": 2.0, "silver_commit": 1.0}}) is None
 
 
 def test_a_tasks_return_value_is_read_from_the_metadata_database(tmp_path):
