@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from include.contract.errors import ContractError, DeltaCommitError, StaleLockError
 from include.contract.jobs import bronze_app_id, lock_app_id
+from spark_jobs.hadoop_files import checkpoint_files
 
 if TYPE_CHECKING:
     from delta.tables import DeltaTable
@@ -126,6 +127,79 @@ def history_rows(table: DeltaTable, limit: int) -> list[dict[str, Any]]:
     return [r.asDict() for r in rows]
 
 
+#: Table features under which the ``<version>.json`` files are not the whole log (commits held by a
+#: coordinator or a catalog): :class:`LogHistory` leaves those tables to Delta's own history.
+_LOG_NOT_WHOLE = frozenset({"catalogManaged", "catalogOwned-preview", "coordinatedCommits-preview"})
+
+
+class LogHistory:
+    """A table's newest commits as :func:`history_rows` gives them, read from its commit files.
+
+    ``DeltaTable.history`` builds a DataFrame of every commit's ``CommitInfo``
+    and runs a Spark job over the log; on a driver's first use that costs
+    seconds of warm-up (its encoder's code generation), paid by every run
+    before its first batch. Where the table stands needs only each newest
+    commit's operation, parameters and ``userMetadata``, which the Delta
+    protocol puts in the ``commitInfo`` action of ``_delta_log/<version>.json``;
+    those are read here one file at a time through the job's filesystem, from
+    the snapshot's version down, stopping where log cleanup has removed the
+    older files (as Delta's history does). Reads are kept, so a widening
+    read (:func:`include.contract.history.read_until`) reads each file once.
+    A table whose log is not all in those files goes to Delta's history.
+    """
+
+    def __init__(self, spark: SparkSession, path: str, snapshot: Any) -> None:
+        from include.contract.locations import local_path
+
+        local = local_path(path)
+        self._log = f"{local if local is not None else path.rstrip('/')}/_delta_log"
+        self._files = checkpoint_files(spark, path)
+        self._version = int(snapshot.version())
+        self._read: list[dict[str, Any]] = []
+        self._complete = self._version < 0
+        jvm: Any = spark.sparkContext._jvm
+        features = set(jvm.scala.jdk.javaapi.CollectionConverters.asJava(snapshot.protocol().writerFeatureNames()))
+        self._delta = None
+        if features & _LOG_NOT_WHOLE:
+            from delta.tables import DeltaTable
+
+            self._delta = DeltaTable.forPath(spark, path)
+
+    def rows(self, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` commits, newest first: ``version``, ``operation``, ``operationParameters``
+        (each value a string, as Delta's ``CommitInfo`` holds them) and ``userMetadata``."""
+        if self._delta is not None:
+            return history_rows(self._delta, limit)
+        while len(self._read) < limit and not self._complete:
+            version = self._version - len(self._read)
+            try:
+                text = self._files.read_bytes(f"{self._log}/{version:020d}.json").decode("utf-8")
+            except FileNotFoundError:  # removed by log cleanup: Delta's history ends there too
+                self._complete = True
+                break
+            info = _commit_info(text)
+            params = info.get("operationParameters") or {}
+            self._read.append({
+                "version": version,
+                "operation": info.get("operation"),
+                "operationParameters": {k: v if v is None or isinstance(v, str) else json.dumps(v)
+                                        for k, v in params.items()},
+                "userMetadata": info.get("userMetadata"),
+            })  # fmt: skip
+            self._complete = version == 0
+        return self._read[:limit]
+
+
+def _commit_info(text: str) -> dict[str, Any]:
+    """The ``commitInfo`` action of one commit file's text (``{}`` when it has none)."""
+    for line in text.splitlines():
+        if '"commitInfo"' in line:
+            action = json.loads(line)
+            if "commitInfo" in action:
+                return dict(action["commitInfo"])
+    return {}
+
+
 def _num_files(snapshot: Any) -> int:
     """Files in the snapshot, from its checksum file when there is one (no state replay)."""
     crc = snapshot.checksumOpt()
@@ -148,15 +222,15 @@ def read_table_stand(spark: SparkSession, path: str, pipeline: str, partitions: 
     if not DeltaTable.isDeltaTable(spark, path):
         return None
     snapshot = delta_snapshot(spark, path)
+    history = LogHistory(spark, path, snapshot)
     txns = txn_versions(spark, snapshot)
     topics = {t: set(p) for t, p in partitions.items()}
     for topic, partition in table_stand.recorded_partitions(txns, pipeline):
         topics.setdefault(topic, set()).add(partition)
     state = table_stand.read_state(txns.get, pipeline, topics)
     version = int(snapshot.version())
-    table = DeltaTable.forPath(spark, path)
     entries = read_until(
-        lambda limit: table_stand.history_entries(history_rows(table, limit)),
+        lambda limit: table_stand.history_entries(history.rows(limit)),
         # With a state, the commits back to its version are all that resolve() needs.
         lambda found: state is not None or any(table_stand.progress_commit(e, pipeline) for e in found),
         first=FIRST_READ if state is None else max(FIRST_READ, version - state.commit_version + 2),

@@ -27,9 +27,9 @@ from include.contract.silver_stand import (
 from include.contract.transform_spec import TransformSpec
 from include.readers import spark_checkpoint
 from spark_jobs.delta_commits import (
+    LogHistory,
     delta_snapshot,
     fence_of,
-    history_rows,
     txn_versions,
 )
 
@@ -182,13 +182,12 @@ def read_silver_stand(spark: SparkSession, path: str, pipeline: str) -> SilverSt
     The state survives Delta's log cleanup; the commit, while the log still
     holds it, adds the batch's detail. ``None``: no silver yet, or no batch.
     """
-    from delta.tables import DeltaTable
-
     if not is_delta(spark, path):
         return None
-    state = silver_epochs(txn_versions(spark, delta_snapshot(spark, path)), pipeline)
-    table = DeltaTable.forPath(spark, path)
-    history = read_until(lambda limit: history_rows(table, limit), silver_history_covered)
+    snapshot = delta_snapshot(spark, path)
+    state = silver_epochs(txn_versions(spark, snapshot), pipeline)
+    log = LogHistory(spark, path, snapshot)
+    history = read_until(log.rows, silver_history_covered)
     try:
         return resolve_silver_stand(state, newest_silver_commit(history), history)
     except ValueError as exc:

@@ -1,4 +1,5 @@
-"""The log-only reader gives what delta-rs gives, on bronze tables Spark wrote (real broker, Spark, Delta).
+"""The log-only reader gives what delta-rs gives, on bronze tables Spark wrote (real broker, Spark, Delta), and the
+job's own reader of the newest commits what Spark's Delta gives.
 
 Through Spark's own log checkpoints, a multi-part checkpoint, a RESTORE and
 the log cleanup of old commits; every read of the position goes through it.
@@ -34,7 +35,9 @@ def _app_ids(pipeline: str, topic: str, partitions: int) -> list[str]:
     ]  # fmt: skip
 
 
-def _assert_same_as_delta_rs(path: Path, app_ids: list[str]) -> delta_log.LogView:
+def _assert_same_as_delta_rs(path: Path, app_ids: list[str], spark=None) -> delta_log.LogView:
+    if spark is not None:
+        _assert_job_history_same_as_sparks(spark, path)
     view = delta_log.read(path)
     assert view is not None, f"the log reader declined {path}: {sorted(p.name for p in (path / '_delta_log').iterdir())}"
     table = DeltaTable(str(path))
@@ -47,6 +50,20 @@ def _assert_same_as_delta_rs(path: Path, app_ids: list[str]) -> delta_log.LogVie
     return view
 
 
+def _assert_job_history_same_as_sparks(spark, path: Path) -> None:
+    """The job's own reader of the newest commits (where the table stands, without a Spark job) gives what
+    Spark's ``DeltaTable.history`` gives, a widening read included."""
+    from delta.tables import DeltaTable as SparkDeltaTable
+
+    from spark_jobs.delta_commits import LogHistory, delta_snapshot, history_rows
+
+    log = LogHistory(spark, str(path), delta_snapshot(spark, str(path)))
+    for limit in (1, 4, 50):
+        theirs = [{**r, "operationParameters": dict(r["operationParameters"])}
+                  for r in history_rows(SparkDeltaTable.forPath(spark, str(path)), limit)]  # fmt: skip
+        assert log.rows(limit) == theirs, limit
+
+
 def test_the_log_reader_reads_what_delta_rs_reads_through_checkpoints_restore_and_log_cleanup(
         spark, bootstrap, make_topic, unique_name, lake):  # fmt: skip
     topic = make_topic(unique_name, partitions=2)
@@ -57,7 +74,7 @@ def test_the_log_reader_reads_what_delta_rs_reads_through_checkpoints_restore_an
     ids = _app_ids(unique_name, topic, 2)
     names = {p.name for p in (bronze / "_delta_log").iterdir()}
     assert "00000000000000000010.checkpoint.parquet" in names
-    view = _assert_same_as_delta_rs(bronze, ids)
+    view = _assert_same_as_delta_rs(bronze, ids, spark)
     stand = [a for a in ids if view.transaction_version(a) is not None]
     # epoch, batch, commit version, partitions, this epoch's, 2 partitions (a topic id only from a DAG's preflight)
     assert len(stand) == 7, stand
@@ -71,11 +88,11 @@ def test_the_log_reader_reads_what_delta_rs_reads_through_checkpoints_restore_an
         spark.conf.unset("spark.databricks.delta.checkpoint.partSize")
     parts = sorted(p.name for p in (bronze / "_delta_log").iterdir() if ".checkpoint.0000000001." in p.name)
     assert parts, "Spark wrote no multi-part checkpoint"
-    _assert_same_as_delta_rs(bronze, ids)
+    _assert_same_as_delta_rs(bronze, ids, spark)
 
     # A RESTORE brings the files back, not the txn state: both readers agree on what the state is after it.
     spark.sql(f"RESTORE TABLE delta.`{bronze}` TO VERSION AS OF 3")
-    restored_at = _assert_same_as_delta_rs(bronze, ids).version()
+    restored_at = _assert_same_as_delta_rs(bronze, ids, spark).version()
 
     # A month later, Delta's own log cleanup (delta-rs's, which follows the protocol's rules) removes the commits
     # before the newest checkpoint: history shrinks, the state stays.
@@ -84,7 +101,7 @@ def test_the_log_reader_reads_what_delta_rs_reads_through_checkpoints_restore_an
     age_log(bronze, 31)
     DeltaTable(str(bronze)).cleanup_metadata()
     assert not (bronze / "_delta_log" / f"{newest - 1:020d}.json").exists(), "the cleanup removed nothing"
-    after = _assert_same_as_delta_rs(bronze, ids)
+    after = _assert_same_as_delta_rs(bronze, ids, spark)
     assert [e["version"] for e in after.history(50)][-1] == newest
     progress = read_progress(bronze, unique_name, {topic: [0, 1]})
     assert progress is not None and progress.next_offsets == {topic: {0: 65, 1: 65}}
