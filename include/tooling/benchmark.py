@@ -87,7 +87,7 @@ from include.contract.summaries import IngestSummary
 from include.readers.kafka_admin import create_topic, delete_topic, watermarks
 from include.spark.spark_submit import submit_environment
 from include.tooling import airflow_local, local_kafka, local_s3
-from include.tooling.benchmark_demo import DemoTiming, measure_demo, render_demo_markdown
+from include.tooling.benchmark_demo import DemoBenchError, DemoTiming, measure_demo, render_demo_markdown
 from include.tooling.benchmark_demo import summary_line as demo_summary_line
 from include.tooling.benchmark_formats import (
     CDC_MODES,
@@ -1241,7 +1241,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         report = run_benchmark(params)
-    except (BenchmarkError, RunBenchmarkError, MaintenanceBenchError, SideBySideBenchError,
+    except (BenchmarkError, RunBenchmarkError, MaintenanceBenchError, SideBySideBenchError, DemoBenchError,
             local_kafka.BrokerError) as exc:
         print(f"benchmark FAILED: {exc}", file=sys.stderr)
         return 1
