@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from include.contract.errors import ContractError, DeltaCommitError, StaleLockError
 from include.contract.jobs import bronze_app_id, lock_app_id
+from include.readers.delta_log import commit_info
 from spark_jobs.hadoop_files import checkpoint_files
 
 if TYPE_CHECKING:
@@ -177,7 +178,7 @@ class LogHistory:
             except FileNotFoundError:  # removed by log cleanup: Delta's history ends there too
                 self._complete = True
                 break
-            info = _commit_info(text)
+            info = commit_info(text)
             params = info.get("operationParameters") or {}
             self._read.append({
                 "version": version,
@@ -188,16 +189,6 @@ class LogHistory:
             })  # fmt: skip
             self._complete = version == 0
         return self._read[:limit]
-
-
-def _commit_info(text: str) -> dict[str, Any]:
-    """The ``commitInfo`` action of one commit file's text (``{}`` when it has none)."""
-    for line in text.splitlines():
-        if '"commitInfo"' in line:
-            action = json.loads(line)
-            if "commitInfo" in action:
-                return dict(action["commitInfo"])
-    return {}
 
 
 def _num_files(snapshot: Any) -> int:

@@ -63,21 +63,21 @@ class LogView:
                 break
             if v not in self._infos:
                 try:
-                    self._infos[v] = _commit_info(Path(self.table_uri) / "_delta_log" / f"{v:020d}.json")
+                    path = Path(self.table_uri) / "_delta_log" / f"{v:020d}.json"
+                    self._infos[v] = commit_info(path.read_text(encoding="utf-8"))
                 except FileNotFoundError:  # removed by log cleanup since the listing: no longer history
                     continue
             found.append({**self._infos[v], "version": v})
         return found
 
 
-def _commit_info(path: Path) -> dict[str, Any]:
-    """The ``commitInfo`` action of one commit file (``{}`` when it has none)."""
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if '"commitInfo"' in line:
-                action = json.loads(line)
-                if "commitInfo" in action:
-                    return dict(action["commitInfo"])
+def commit_info(text: str) -> dict[str, Any]:
+    """The ``commitInfo`` action of one commit file's text (``{}`` when it has none)."""
+    for line in text.splitlines():
+        if '"commitInfo"' in line:
+            action = json.loads(line)
+            if "commitInfo" in action:
+                return dict(action["commitInfo"])
     return {}
 
 
