@@ -35,6 +35,8 @@ _SHIPPED = (
     "include/readers/spark_checkpoint.py",
     # The transform's driver asks the schema registry (standard library only).
     "include/readers/schema_registry.py",
+    # A commit file's commitInfo, read as the checks read it (standard library and include.contract only).
+    "include/readers/delta_log.py",
 )
 
 #: Settings every job session gets: Delta's SQL extension, and small defaults
