@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from include.contract.errors import ContractError, DeltaCommitError, StaleLockError
 from include.contract.jobs import bronze_app_id, lock_app_id
-from include.readers.delta_log import commit_info
+from include.readers.delta_log import LOG_NOT_IN_COMMIT_FILES, commit_info
 from spark_jobs.hadoop_files import checkpoint_files
 
 if TYPE_CHECKING:
@@ -128,11 +128,6 @@ def history_rows(table: DeltaTable, limit: int) -> list[dict[str, Any]]:
     return [r.asDict() for r in rows]
 
 
-#: Table features under which the ``<version>.json`` files are not the whole log (commits held by a
-#: coordinator or a catalog): :class:`LogHistory` leaves those tables to Delta's own history.
-_LOG_NOT_WHOLE = frozenset({"catalogManaged", "catalogOwned-preview", "coordinatedCommits-preview"})
-
-
 class LogHistory:
     """A table's newest commits as :func:`history_rows` gives them, read from its commit files.
 
@@ -161,7 +156,7 @@ class LogHistory:
         jvm: Any = spark.sparkContext._jvm
         features = set(jvm.scala.jdk.javaapi.CollectionConverters.asJava(snapshot.protocol().writerFeatureNames()))
         self._delta = None
-        if features & _LOG_NOT_WHOLE:
+        if features & LOG_NOT_IN_COMMIT_FILES:
             from delta.tables import DeltaTable
 
             self._delta = DeltaTable.forPath(spark, path)

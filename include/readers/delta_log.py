@@ -30,9 +30,11 @@ _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 _CHECKPOINT_PART = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet$")
 #: A V2 checkpoint (``<v>.checkpoint.<uuid>.json|parquet``) names sidecar files: left to delta-rs.
 _CHECKPOINT_V2 = re.compile(r"^\d{20}\.checkpoint\.[0-9a-fA-F-]{36}\.(json|parquet)$")
-#: Table features under which the ``<v>.json`` files are not the whole log: left to delta-rs.
-_UNHANDLED_FEATURES = frozenset({"catalogManaged", "catalogOwned-preview", "coordinatedCommits-preview",
-                                 "v2Checkpoint"})  # fmt: skip
+#: Table features under which the ``<v>.json`` files are not the whole log (commits held by a coordinator
+#: or a catalog): this reader leaves those tables to delta-rs, the job's ``LogHistory`` to Delta's history.
+LOG_NOT_IN_COMMIT_FILES = frozenset({"catalogManaged", "catalogOwned-preview", "coordinatedCommits-preview"})
+#: Table features this reader leaves to delta-rs: the above, and V2 checkpoints (sidecar files).
+_UNHANDLED_FEATURES = LOG_NOT_IN_COMMIT_FILES | {"v2Checkpoint"}
 
 
 @dataclass
