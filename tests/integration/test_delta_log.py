@@ -35,9 +35,8 @@ def _app_ids(pipeline: str, topic: str, partitions: int) -> list[str]:
     ]  # fmt: skip
 
 
-def _assert_same_as_delta_rs(path: Path, app_ids: list[str], spark=None) -> delta_log.LogView:
-    if spark is not None:
-        _assert_job_history_same_as_sparks(spark, path)
+def _assert_same_as_delta_rs(path: Path, app_ids: list[str], spark) -> delta_log.LogView:
+    _assert_job_history_same_as_sparks(spark, path)
     view = delta_log.read(path)
     assert view is not None, f"the log reader declined {path}: {sorted(p.name for p in (path / '_delta_log').iterdir())}"
     table = DeltaTable(str(path))
