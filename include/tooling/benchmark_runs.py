@@ -494,7 +494,7 @@ READ_AND_WRITE_PHASES = ("read", "silver_write")
 
 
 def beyond_read_and_write(batch: dict[str, Any]) -> float | None:
-    """A batch's seconds less its reading and writing phases; ``None`` for a batch whose timer has neither
+    """A batch's seconds less its reading and writing phases; ``None`` for a batch whose timer lacks either
     (a report of a version that did not time them apart)."""
     phases = batch.get("phases", {})
     if not all(name in phases for name in READ_AND_WRITE_PHASES):
