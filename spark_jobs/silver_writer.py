@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -182,8 +183,10 @@ class SilverBatchWriter(BatchWriter):
             timer.lap("quarantine_write")
             if self.truncates:
                 self._truncate(batch_id)
-            self._commit(classified, commit, end, batch_id, timer, touches_existing=touches_existing,
-                         adds_keys=adds_keys)  # fmt: skip
+            write = self._silver_write(classified, commit, end, batch_id, touches_existing=touches_existing,
+                                       adds_keys=adds_keys)  # fmt: skip
+            timer.lap("silver_plan")
+            write()
             timer.lap("silver_write")
         finally:
             release(cached)
@@ -348,10 +351,10 @@ class SilverBatchWriter(BatchWriter):
         log.warning("batch %s: source truncate(s) at %s: deleted %s silver row(s) written before it", batch_id,
                     self.truncates, deleted)  # fmt: skip
 
-    def _commit(self, classified: DataFrame, commit: SilverCommit, end: BronzePosition, batch_id: int,
-                timer: PhaseTimer, *, touches_existing: bool, adds_keys: bool) -> None:  # fmt: skip
-        """Commit step: the batch's rows and where the transform now stands, in one silver commit. The
-        ``timer``'s ``silver_plan`` lap closes just before Delta's write (or MERGE) and its commit begin."""
+    def _silver_write(self, classified: DataFrame, commit: SilverCommit, end: BronzePosition, batch_id: int, *,
+                      touches_existing: bool, adds_keys: bool) -> Callable[[], object]:  # fmt: skip
+        """Commit step, planned: the call that writes the batch's rows and where the transform now stands in one
+        silver commit (Delta's append or MERGE), so the batch's timer can tell planning it from running it."""
         from spark_jobs import silver_table
 
         cfg, spec = self.cfg, self.cfg.spec
@@ -364,22 +367,19 @@ class SilverBatchWriter(BatchWriter):
         except ValueError as exc:
             raise TransformError(f"batch {batch_id} of epoch {self.plan.epoch}: {exc}") from None
         counts = commit.counts
-        timer.lap("silver_plan")
         if not (counts["upserted"] or counts["deleted"]) or not touches_existing:
             # Every row is a key silver does not hold (classify read silver): an append is the
             # MERGE's exact outcome without its two joins over silver. With no row, the empty
             # append is the batch's completion mark and position.
-            (rows.select(*current.columns).write.format("delta").mode("append")
-             .option("userMetadata", meta).option("txnAppId", txn[0]).option("txnVersion", txn[1])
-             .save(cfg.silver_path))  # fmt: skip
-            return
+            writer = (rows.select(*current.columns).write.format("delta").mode("append")
+                      .option("userMetadata", meta).option("txnAppId", txn[0]).option("txnVersion", txn[1]))  # fmt: skip
+            return lambda: writer.save(cfg.silver_path)
         from delta.tables import DeltaTable
 
         # Without a new key the MERGE is matched-only.
         merge = silver_table.silver_merge(DeltaTable.forPath(self.spark, cfg.silver_path), rows, current.columns,
                                           self.fields, spec, insert=adds_keys)  # fmt: skip
-        timer.lap("silver_plan")
-        with_user_metadata(self.spark, meta, merge.execute, txn=txn)
+        return lambda: with_user_metadata(self.spark, meta, merge.execute, txn=txn)
 
     def _confirm(self, commit: SilverCommit, batch_id: int) -> SilverCommit:
         """The batch's commit as silver's log holds it (its version), its rows checked against Delta's metrics."""
