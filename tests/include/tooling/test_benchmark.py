@@ -110,3 +110,18 @@ def test_the_demo_part_reports_its_wall_and_set_up_and_runs_without_this_checkou
     monkeypatch.setenv("AIRFLOW_HOME", "/elsewhere/airflow")
     env = benchmark_demo.clean_environment()
     assert not {"VIRTUAL_ENV", "KDE_LAKEHOUSE_ROOT", "AIRFLOW_HOME"} & env.keys() and env["PATH"] == os.environ["PATH"]
+
+
+def test_a_demo_that_hangs_without_a_word_is_killed_at_its_limit_with_what_it_started(tmp_path):
+    import pytest
+
+    from include.tooling import benchmark_demo
+
+    pid_file = tmp_path / "child.pid"
+    with pytest.raises(benchmark_demo.DemoBenchError, match=r"exited with -9 .*limit 1 s.*demo\.log"):
+        # a silent demo whose child keeps the output open, as the demo's broker would
+        benchmark_demo.measure_demo(tmp_path / "work", tmp_path / "demo.log", log=lambda _: None, timeout_s=1,
+                                    command=("sh", "-c", f"sleep 600 & echo $! > {pid_file}; wait"))  # fmt: skip
+    child = Path(f"/proc/{pid_file.read_text().strip()}/status")
+    assert not child.exists() or "State:\tZ" in child.read_text(), "the demo's child outlived the timeout"
+    assert not (tmp_path / "work" / "demo-clone").exists()
