@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 from croniter import CroniterBadTypeRangeError, CroniterError, croniter
@@ -121,3 +122,17 @@ def _croniter_problem(expression: str, shown: str) -> str | None:
     except (CroniterError, CroniterBadTypeRangeError) as exc:
         return "croniter refuses it: " + re.sub(r"^\[.*?\]", lambda _: repr(shown), str(exc))
     return None
+
+
+#: Airflow's presets croniter does not take, as the cron expressions Airflow runs them with.
+_PRESET_CRON = {"@quarterly": "0 0 1 */3 *"}
+#: The ticks after a moment whose gaps :func:`schedule_interval_s` compares.
+_TICKS = 8
+
+
+def schedule_interval_s(schedule: str, after: datetime) -> float:
+    """The longest gap, in seconds, between the next few runs of a checked ``schedule`` after ``after``
+    (UTC, as Airflow runs a DAG without a time zone): for a weekday schedule, the weekend's."""
+    ticks = croniter(_PRESET_CRON.get(schedule, schedule), after)
+    times: list[datetime] = [ticks.get_next(datetime) for _ in range(_TICKS + 1)]
+    return max((b - a).total_seconds() for a, b in zip(times, times[1:], strict=False))

@@ -9,17 +9,19 @@ are then worked out by :mod:`include.config.loader` into a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BeforeValidator, ConfigDict, Field, TypeAdapter
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from include.config.cluster import ClusterConfig
-from include.config.cron import _check_schedule
+from include.config.cron import _check_schedule, schedule_interval_s
 from include.config.sections import (
     _SECTION_CONFIG,
     DEFAULT_DELETED_FILE_RETENTION_DAYS,
     DEFAULT_LOG_RETENTION_DAYS,
+    UNSCHEDULED_RETENTION_MARGIN_MINUTES,
     KafkaConfig,
     LagConfig,
     MaintenanceConfig,
@@ -165,6 +167,15 @@ class PipelineConfig(PipelineFile):
     transform: TransformSpec | None = None  # type: ignore[assignment]  # as tables, above
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
     source_path: str
+
+    def retention_margin_s(self, now: datetime) -> float:
+        """Seconds of ``lag.retention_margin_minutes``, or its default: twice the schedule's longest gap
+        between runs after ``now``, or :data:`UNSCHEDULED_RETENTION_MARGIN_MINUTES` without a schedule."""
+        if self.lag.retention_margin_minutes is not None:
+            return self.lag.retention_margin_minutes * 60
+        if self.schedule is None:
+            return UNSCHEDULED_RETENTION_MARGIN_MINUTES * 60
+        return 2 * schedule_interval_s(self.schedule, now)
 
     @property
     def consumer_group(self) -> str:

@@ -245,6 +245,10 @@ class TablesSection(_Section):
         return self
 
 
+#: ``lag.retention_margin_minutes``' default for a pipeline without a schedule: a day.
+UNSCHEDULED_RETENTION_MARGIN_MINUTES = 1440
+
+
 @pydantic_dataclass(frozen=True, config=_SECTION_CONFIG)
 class LagConfig(_Section):
     """When a run has enough new data to start a cluster (section ``lag``)."""
@@ -259,6 +263,15 @@ class LagConfig(_Section):
         description="Positive number of minutes, default 60. When fewer than min_records are waiting, the "
         "run proceeds anyway once the oldest of them has waited this long in Kafka, so a trickle is never "
         "held back forever. With no new record at all the run is skipped at once (no cluster is started).",
+    )
+    retention_margin_minutes: Annotated[float, Field(gt=0), BeforeValidator(_check_minutes)] | None = Field(
+        default=None,
+        description="Positive number of minutes, or null (the default): twice the schedule's interval (its "
+        "longest gap between runs), or "
+        f"{UNSCHEDULED_RETENTION_MARGIN_MINUTES} (a day) for a pipeline with schedule null. When Kafka's retention "
+        "may delete records the table has not read within this long, the run proceeds at once whatever "
+        "min_records says, and the monitoring page shows the pipeline at risk. The time left is a lower bound "
+        "per partition from the topic's retention.ms and retention.bytes (docs/retention.md).",
     )
 
 

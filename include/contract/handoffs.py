@@ -64,6 +64,10 @@ def _str(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 @dataclass(frozen=True)
 class RequestPlan:
     """``check_request``'s XCom: what the run will do, checked, and the lock epoch it holds."""
@@ -159,6 +163,11 @@ class LagSeen:
     def partitions(self) -> dict[tuple[str, int], JsonDict]:
         """The report's partitions by ``(topic, partition)``."""
         return {(str(p["topic"]), int(str(p["partition"]))): p for p in _dicts(self.report.get("partitions"))}
+
+    def retention_left_s(self) -> dict[tuple[str, int], float | None]:
+        """Per unread partition, the seconds left before retention may delete its records, if measured."""
+        return {(str(f["topic"]), int(str(f["partition"]))): _float(f.get("left_s"))
+                for f in _dicts(self.report.get("retention"))}  # fmt: skip
 
     def to_xcom(self) -> JsonDict:
         """The report, or ``{"action": ...}``."""

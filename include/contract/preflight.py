@@ -21,6 +21,7 @@ from typing import Any
 
 from include.contract import actions
 from include.contract.offsets import Gap, PositionMap, TopicState
+from include.contract.retention import PartitionForecast, duration_text, soonest
 
 # Severity of a finding: BLOCKING stops the run before any cluster starts,
 # DATA_LOSS follows the pipeline's data-loss policy, INFO is only reported.
@@ -84,6 +85,16 @@ class LagReport:
     #: Records bronze holds that silver has not applied (a transform that failed or was never run); ``None``
     #: without a transform. They are work: a run with them pending is never skipped.
     silver_pending: int | None = None
+    #: Per partition with unread records, the time left before Kafka's retention may delete them
+    #: (:mod:`include.contract.retention`).
+    retention: tuple[PartitionForecast, ...] = ()
+    #: Why the time left is not known (e.g. the topic's settings could not be read); ``None`` when it is.
+    retention_note: str | None = None
+
+    @property
+    def retention_left(self) -> PartitionForecast | None:
+        """The partition whose unread records retention may delete first (``None``: none is bounded)."""
+        return soonest(self.retention)
 
     @property
     def total_lag(self) -> int:
@@ -110,6 +121,9 @@ class LagReport:
             "start_unfixed": self.start_unfixed,
             "silver_pending": self.silver_pending,
             "partitions": [p.to_json() for p in self.partitions],
+            "retention_left_s": None if self.retention_left is None else self.retention_left.left_s,
+            "retention": [f.to_json() for f in self.retention],
+            "retention_note": self.retention_note,
         }
 
     def summary_line(self, now: datetime) -> str:
@@ -126,6 +140,12 @@ class LagReport:
             text += "; the starting position 'latest' is not fixed in the table yet"
         if self.silver_pending:
             text += f"; silver lag {self.silver_pending} records (in bronze, not applied to silver)"
+        first = self.retention_left
+        if first is not None and first.left_s is not None:
+            text += (f"; Kafka's retention ({first.bound}) may delete unread records of {first.topic} "
+                     f"partition {first.partition} in {duration_text(first.left_s)} at the soonest")  # fmt: skip
+        if self.retention_note:
+            text += f"; time left before retention deletes unread records unknown: {self.retention_note}"
         return text
 
 
@@ -162,8 +182,10 @@ class Decision:
     reason: str
 
 
-def lag_decision(report: LagReport, *, min_records: int, max_wait_s: float, now: datetime) -> Decision:
-    """Proceed at ``min_records`` of lag, or once the oldest pending record waited ``max_wait_s``.
+def lag_decision(report: LagReport, *, min_records: int, max_wait_s: float, now: datetime,
+                 retention_margin_s: float | None = None) -> Decision:  # fmt: skip
+    """Proceed at ``min_records`` of lag, once the oldest pending record waited ``max_wait_s``, or when
+    Kafka's retention may delete unread records within ``retention_margin_s``.
 
     Nothing new and nothing lost: skip, so the run starts no cluster. Lost
     records always proceed, so the preflight reports them.
@@ -188,6 +210,15 @@ def lag_decision(report: LagReport, *, min_records: int, max_wait_s: float, now:
         return Decision("skip", "no new records in any partition")
     if total >= min_records:
         return Decision("proceed", f"lag {total} >= min_records {min_records}")
+    first = report.retention_left
+    if first is not None and first.left_s is not None and retention_margin_s is not None \
+            and first.left_s < retention_margin_s:  # fmt: skip
+        return Decision(
+            "proceed",
+            f"lag {total} < min_records {min_records}, but Kafka's retention ({first.bound}) may delete unread "
+            f"records of {first.topic} partition {first.partition} in {duration_text(first.left_s)}, within "
+            f"the retention margin of {duration_text(retention_margin_s)}",
+        )
     age = report.oldest_pending_age_s(now)
     if age is not None and age >= max_wait_s:
         return Decision(

@@ -35,6 +35,7 @@ from include.config import PipelineConfig
 from include.contract.actions import NORMAL, known
 from include.contract.errors import PipelineError
 from include.contract.preflight import measure_lag
+from include.contract.retention import PartitionForecast, duration_text, soonest
 from include.readers import delta_progress, kafka_calls, kafka_state, run_ledger
 from include.readers.object_store import TableOptions
 
@@ -53,8 +54,8 @@ HISTORY_RUNS = 1_000
 #: The ledger columns the page shows; a run's row also names every commit it made, which it does not.
 LEDGER_COLUMNS = (
     "run_id", "run_type", "action", "outcome", "reason", "started_at", "finished_at", "duration_s", "rows",
-    "commits", "lag_before", "lag_after", "lost", "continuity", "quarantined", "bronze_version_after",
-    "requested_by", "request_reason", "partitions_json", "gaps_json", "maintenance_json",
+    "commits", "lag_before", "lag_after", "lost", "retention_left_s", "continuity", "quarantined",
+    "bronze_version_after", "requested_by", "request_reason", "partitions_json", "gaps_json", "maintenance_json",
 )  # fmt: skip
 #: Ledgers whose rows are kept between page views, at most: one per pipeline a worker shows.
 _CACHED_LEDGERS = 256
@@ -153,6 +154,7 @@ def _run_view(row: dict[str, Any], dag_id: str) -> dict[str, Any]:
         "lag_before": row.get("lag_before"),
         "lag_after": row.get("lag_after"),
         "lost": row.get("lost"),
+        "retention_left_s": row.get("retention_left_s"),
         "continuity": row.get("continuity"),
         "quarantined": row.get("quarantined"),
         "bronze_version_after": row.get("bronze_version_after"),
@@ -313,13 +315,33 @@ def _health(snap: dict[str, Any]) -> dict[str, Any]:
                        "transform applies them")  # fmt: skip
     if snap["paused"] and snap["lag"]["records"]:
         warning.append(f"DAG paused with {snap['lag']['records']} records waiting")
+    risk = _retention_risk(snap)
+    if risk:
+        warning.append(risk)
+    at_risk = bool(risk)
     if failing:
-        return {"state": "failing", "reasons": failing + warning}
+        return {"state": "failing", "reasons": failing + warning, "at_risk": at_risk}
     if warning:
-        return {"state": "warning", "reasons": warning}
+        return {"state": "warning", "reasons": warning, "at_risk": at_risk}
     if last is None:
-        return {"state": "unknown", "reasons": ["no runs recorded yet"]}
-    return {"state": "ok", "reasons": []}
+        return {"state": "unknown", "reasons": ["no runs recorded yet"], "at_risk": False}
+    return {"state": "ok", "reasons": [], "at_risk": False}
+
+
+def _retention_risk(snap: dict[str, Any]) -> str | None:
+    """Why Kafka's retention puts unread records at risk: the time left is under the pipeline's margin, or
+    the DAG is paused while it runs out (nothing will read them). ``None`` when neither holds."""
+    lag = snap["lag"]
+    left, margin = lag.get("retention_left_s"), lag.get("retention_margin_s")
+    if left is None:
+        return None
+    where = f"unread records of {lag['retention_at']} in {duration_text(left)} at the soonest ({lag['retention_bound']})"
+    if margin is not None and left < margin:
+        return (f"at risk: Kafka's retention may delete {where}, within the retention margin of "
+                f"{duration_text(margin)}; the next run proceeds at once")  # fmt: skip
+    if snap["paused"]:
+        return f"at risk: the DAG is paused and Kafka's retention may delete {where}; unpause it"
+    return None
 
 
 def pipeline_snapshot(
@@ -434,6 +456,8 @@ def _kafka_part(snap: dict[str, Any], cfg: PipelineConfig, config: Mapping[str, 
         return deadline - time.monotonic()
 
     report, pending, group = None, {}, {}
+    forecasts: tuple[PartitionForecast, ...] = ()
+    retention_note: str | None = None
     try:
         if config is None:
             raise _NoConnection(f"Kafka not asked: {error or 'no connection settings'}")
@@ -444,7 +468,15 @@ def _kafka_part(snap: dict[str, Any], cfg: PipelineConfig, config: Mapping[str, 
         notes = []
         # The extras are worth a call only while time is left; the offsets above are the essentials.
         if waiting and left() > _MIN_CALL_S:
-            pending = kafka_state.record_timestamps(config, waiting, timeout_s=left())
+            first = kafka_state.first_records(config, waiting, timeout_s=left())
+            pending = {k: r.at if r else None for k, r in first.items()}
+            if left() > _MIN_CALL_S:
+                unread = {(p.topic, p.partition): p.lag for p in report.partitions if p.lag}
+                forecasts, retention_note = kafka_state.retention_forecasts(config, unread, first, now=now(),
+                                                                            timeout_s=left())  # fmt: skip
+            else:
+                retention_note = f"retention settings {OUT_OF_TIME}"
+                notes.append(retention_note)
         elif waiting:
             notes.append(f"oldest pending timestamps {OUT_OF_TIME}")
         keys = [(p.topic, p.partition) for p in report.partitions]
@@ -463,6 +495,7 @@ def _kafka_part(snap: dict[str, Any], cfg: PipelineConfig, config: Mapping[str, 
             snap["kafka"] = {"ok": False, "error": text, "notes": []}
 
     partitions: list[dict[str, Any]] = []
+    by_partition = {(f.topic, f.partition): f for f in forecasts}
     if report is not None:
         for p in report.partitions:
             key = (p.topic, p.partition)
@@ -471,13 +504,15 @@ def _kafka_part(snap: dict[str, Any], cfg: PipelineConfig, config: Mapping[str, 
                 "next_offset": p.next_offset, "lag": p.lag, "lost_now": p.lost,
                 "last_ingested_at": _iso(stamps.get(key)), "oldest_pending_at": _iso(pending.get(key)),
                 "group_offset": group.get(key),
+                "retention_left_s": by_partition[key].left_s if key in by_partition else None,
+                "retention_bound": by_partition[key].bound if key in by_partition else None,
             })  # fmt: skip
     else:
         for (topic, partition), nxt in sorted(positions.items()):
             partitions.append({
                 "topic": topic, "partition": partition, "earliest": None, "latest": None, "next_offset": nxt,
                 "lag": None, "lost_now": None, "last_ingested_at": _iso(stamps.get((topic, partition))),
-                "oldest_pending_at": None, "group_offset": None,
+                "oldest_pending_at": None, "group_offset": None, "retention_left_s": None, "retention_bound": None,
             })  # fmt: skip
     snap["partitions"] = partitions
     snap["open_gaps"] = [
@@ -491,4 +526,19 @@ def _kafka_part(snap: dict[str, Any], cfg: PipelineConfig, config: Mapping[str, 
         "partitions_behind": sum(1 for p in report.partitions if p.lag) if report is not None else None,
         "oldest_pending_at": _iso(oldest),
         "oldest_pending_age_s": max(0.0, (now() - oldest).total_seconds()) if oldest else None,
+        **_retention_view(cfg, forecasts, retention_note, now()),
+    }
+
+
+def _retention_view(cfg: PipelineConfig, forecasts: tuple[PartitionForecast, ...], note: str | None,
+                    now: datetime) -> dict[str, Any]:  # fmt: skip
+    """The lag's retention keys: the least time left before Kafka's retention may delete unread records,
+    where, by which setting, the margin under which a run proceeds at once, and why it is unknown."""
+    first = soonest(forecasts)
+    return {
+        "retention_left_s": first.left_s if first else None,
+        "retention_at": f"{first.topic}[{first.partition}]" if first else None,
+        "retention_bound": first.bound if first else None,
+        "retention_margin_s": cfg.retention_margin_s(now),
+        "retention_note": note,
     }

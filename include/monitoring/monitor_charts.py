@@ -1,4 +1,5 @@
-"""The monitoring page's charts: each run's lag before and after it, and the rows it ingested, as inline SVG.
+"""The monitoring page's charts, as inline SVG: each run's lag before and after it, the rows it ingested, and the
+least time left before Kafka's retention could delete records the table had not read.
 
 Pure functions from a snapshot's runs to chart views (frame, axes, legend, marks laid out in viewBox
 coordinates); ``templates/lag_chart.svg`` and ``rows_chart.svg`` turn them into markup, with no script.
@@ -7,10 +8,11 @@ coordinates); ``templates/lag_chart.svg`` and ``rows_chart.svg`` turn them into 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from include.monitoring.monitor_format import _count, _f, _l, _num, _parse_ts, _render
+from include.monitoring.monitor_format import _count, _f, _l, _num, _parse_ts, _render, humanize_seconds
 
 # Mid-tone colours read on both the light and the dark page background; SVG presentation
 # attributes cannot use the page's CSS variables.
@@ -153,25 +155,49 @@ def _run_title(when: datetime, run: dict[str, Any], lines: list[str]) -> str:
     return "\n".join(head + lines)
 
 
+#: The lag chart's lines: ledger column, legend text, colour, shape.
+_LAG_SERIES = [
+    ("lag_before", "lag before", _BEFORE_COLOUR, "dash"),
+    ("lag_after", "lag after", _AFTER_COLOUR, "line"),
+]
+#: The retention chart's line.
+_RETENTION_SERIES = [("retention_left_s", "time left before the run", _AFTER_COLOUR, "line")]
+
+
 def _lag_chart(runs: list[dict[str, Any]], *, width: int = 720, height: int = 220) -> dict[str, Any]:
+    return _line_chart(runs, _LAG_SERIES, label="Consumer lag before and after each run", unit="records",
+                       width=width, height=height)  # fmt: skip
+
+
+def _retention_chart(runs: list[dict[str, Any]], *, width: int = 720, height: int = 220) -> dict[str, Any]:
+    return _line_chart(runs, _RETENTION_SERIES, width=width, height=height, unit="hours", scale=3600,
+                       text=humanize_seconds,
+                       label="Least time left before Kafka's retention may delete unread records")  # fmt: skip
+
+
+def _line_chart(runs: list[dict[str, Any]], series: list[tuple[str, str, str, str]], *, label: str, unit: str,
+                width: int, height: int, scale: float = 1.0,
+                text: Callable[[Any], str] = _num) -> dict[str, Any]:  # fmt: skip
+    """A line per ``series`` (ledger column, legend text, colour, ``line`` or ``dash``) over the runs, each
+    value divided by ``scale`` for the y axis and shown in its tooltip as ``text`` writes it."""
     width, height = max(int(width), 240), max(int(height), 120)
-    label = "Consumer lag before and after each run"
     points = _plottable(runs)
     if not points:
         return _empty_chart(width, height, label)
-    series = [
-        ("lag_before", "lag before", _BEFORE_COLOUR, "dash"),
-        ("lag_after", "lag after", _AFTER_COLOUR, "line"),
-    ]
-    values = [_count(run.get(key)) for _, run in points for key, *_ in series]
-    chart, frame = _chart(points, values, width=width, height=height, label=label, unit="records",
-                          legend=[(text, colour, shape) for _, text, colour, shape in series])  # fmt: skip
+
+    def value_of(run: dict[str, Any], key: str) -> float | None:
+        value = _count(run.get(key))
+        return None if value is None else value / scale
+
+    values = [value_of(run, key) for _, run in points for key, *_ in series]
+    chart, frame = _chart(points, values, width=width, height=height, label=label, unit=unit,
+                          legend=[(name, colour, shape) for _, name, colour, shape in series])  # fmt: skip
     lines = []
     for key, _, colour, shape in series:
         segment: list[str] = []
         # A missing value ends the line there instead of being drawn as zero.
         for i, (_, run) in enumerate([*points, (None, {})]):
-            value = _count(run.get(key))
+            value = value_of(run, key)
             if value is not None:
                 segment.append(f"{_f(frame.x(i))},{_f(frame.y(value))}")
                 continue
@@ -184,11 +210,11 @@ def _lag_chart(runs: list[dict[str, Any]], *, width: int = 720, height: int = 22
     chart["runs"] = [
         {
             "run_id": run.get("run_id"),
-            "title": _run_title(when, run, [f"{text}: {_num(run.get(key))}" for key, text, *_ in series]),
+            "title": _run_title(when, run, [f"{name}: {text(run.get(key))}" for key, name, *_ in series]),
             "x": frame.x(i),
             "column_x": frame.x(i) - frame.slot / 2,
             "dots": [{"series": key, "y": frame.y(value), "colour": colour}
-                     for key, _, colour, _ in series if (value := _count(run.get(key))) is not None],  # fmt: skip
+                     for key, _, colour, _ in series if (value := value_of(run, key)) is not None],  # fmt: skip
         }
         for i, (when, run) in enumerate(points)
     ]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from include.monitoring.monitor_charts import _lag_chart, _rows_chart
+from include.monitoring.monitor_charts import _lag_chart, _retention_chart, _rows_chart
 from include.monitoring.monitor_format import (
     _STATES,
     _count,
@@ -104,6 +104,23 @@ def _lag(snap: dict[str, Any], now: object) -> dict[str, Any] | None:
     return {"records": records, "age_s": _pending_age(lag, now), "behind": lag.get("partitions_behind")}
 
 
+def _retention(snap: dict[str, Any]) -> dict[str, Any] | None:
+    """The least time left before Kafka's retention may delete unread records, where and by which setting,
+    whether that is a risk, and why it is unknown; ``None`` while the broker is unreachable."""
+    if _kafka_down(snap):
+        return None
+    lag = _d(snap.get("lag"))
+    return {**_pick(lag, "retention_left_s", "retention_at", "retention_bound", "retention_margin_s",
+                    "retention_note"),
+            "at_risk": _d(snap.get("health")).get("at_risk") is True}  # fmt: skip
+
+
+def _retention_order(row: dict[str, Any]) -> tuple[bool, float]:
+    """The overview's order: the least time left first; pipelines without a bound (or unknown) after."""
+    left = _count((row.get("retention") or {}).get("retention_left_s"))
+    return (left is None, left if left is not None else 0.0)
+
+
 def _open_gaps(snap: dict[str, Any]) -> dict[str, Any] | None:
     """How many open data-loss gaps and the records they lost (None if not known), or None when unknown."""
     gaps = snap.get("open_gaps")
@@ -149,7 +166,8 @@ def render_overview(
     """The overview page: one table row per pipeline, worst problems visible at a glance.
 
     Args:
-        snapshots: one snapshot per pipeline (see :mod:`include.monitoring.monitor`), in display order.
+        snapshots: one snapshot per pipeline (see :mod:`include.monitoring.monitor`); shown by the least
+            time left before Kafka's retention may delete unread records, then in the order given.
         base: URL prefix of the plugin's app, e.g. ``"/kde-monitor"``.
         checked_at: ISO time the snapshots were taken, shown in the header; also the
             reference for "ago" texts of snapshots without their own ``checked_at``.
@@ -160,6 +178,8 @@ def render_overview(
         A complete HTML document.
     """
     rows = [_overview_row(s, checked_at=checked_at) for s in _l(snapshots) if isinstance(s, dict)]
+    # Stable: pipelines with the same (or no) time left keep the order they were given in.
+    rows.sort(key=_retention_order)
     states = [row["state"] for row in rows]
     return _render(
         "overview.html",
@@ -191,6 +211,7 @@ def _overview_row(snap: dict[str, Any], *, checked_at: str) -> dict[str, Any]:
         "reasons": _reasons(snap, shown_as_alerts=True),
         "problems": _problems(snap),
         "lag": _lag(snap, now),
+        "retention": _retention(snap),
         "last_run": last_run,
         "ledger_down": _ledger_down(snap),
         "open_gaps": _open_gaps(snap),
@@ -237,6 +258,7 @@ def render_pipeline(snap: dict[str, Any], *, base: str) -> str:
         "lag": _pick(lag, "records", "partitions_behind"),
         "silver_lag": _d(snap.get("silver_lag")) if snap.get("silver_lag") is not None else None,
         "pending_age_s": _pending_age(lag, now),
+        "retention": _retention(snap),
         "last_run": {**_pick(last, "outcome", "continuity"), "relative": _relative(last_when, now)} if last else None,
         "open_gaps": _open_gaps(snap),
         "next_run": _next_run(snap, now),
@@ -246,6 +268,7 @@ def render_pipeline(snap: dict[str, Any], *, base: str) -> str:
         "open_gap_rows": [_pick(g, "topic", "partition", "from", "until", "records")
                           for g in _l(snap.get("open_gaps")) if isinstance(g, dict)],  # fmt: skip
         "lag_chart": _lag_chart(runs),
+        "retention_chart": _retention_chart(runs),
         "rows_chart": _rows_chart(runs),
         "runs": [_run_row(run) for run in runs],
         "recorded_gaps": _history_rows(snap.get("gaps"), runs_by_id, "topic", "partition", "from", "until",
@@ -291,7 +314,7 @@ def _partition_rows(snap: dict[str, Any], now: object) -> list[dict[str, Any]]:
         pending = p.get("oldest_pending_at")
         rows.append({
             **_pick(p, "topic", "partition", "earliest", "latest", "next_offset", "lag", "group_offset",
-                    "last_ingested_at", "oldest_pending_at", "lost_now"),
+                    "last_ingested_at", "oldest_pending_at", "lost_now", "retention_left_s", "retention_bound"),
             "lost": int(lost) if lost else None,
             "pending_relative": _relative(pending, now) if pending else "",
         })  # fmt: skip

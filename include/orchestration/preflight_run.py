@@ -89,11 +89,21 @@ def lag_report(cfg: PipelineConfig, client: dict[str, str], topics: Mapping[str,
         report = replace(report, position_problem=restore_problem(cfg, progress))
     pending = {(p.topic, p.partition): p.start for p in report.partitions if p.lag}
     if pending:
-        stamps = kafka_state.record_timestamps(client, pending, timeout_s=KAFKA_TIMEOUT_S)
-        seen = [t for t in stamps.values() if t is not None]
+        first = kafka_state.first_records(client, pending, timeout_s=KAFKA_TIMEOUT_S)
+        seen = [r.at for r in first.values() if r is not None and r.at is not None]
         if seen:
             report = replace(report, oldest_pending=min(seen))
+        report = with_retention(report, client, first)
     return report
+
+
+def with_retention(report: LagReport, client: dict[str, str],
+                   first: Mapping[tuple[str, int], kafka_state.FirstRecord | None]) -> LagReport:  # fmt: skip
+    """``report`` with each unread partition's time left before Kafka's retention may delete its records
+    (:func:`include.readers.kafka_state.retention_forecasts`), from ``first``, the oldest unread record of each."""
+    unread = {(p.topic, p.partition): p.lag for p in report.partitions if p.lag}
+    forecasts, note = kafka_state.retention_forecasts(client, unread, first, now=utcnow(), timeout_s=KAFKA_TIMEOUT_S)
+    return replace(report, retention=forecasts, retention_note=note)
 
 
 def silver_lag(cfg: PipelineConfig, *, options: TableOptions | None = None) -> int:

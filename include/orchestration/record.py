@@ -98,6 +98,7 @@ def build_record(cfg: PipelineConfig, *, run_id: str, run_type: str, dag_id: str
         "lag_before": lag.total_lag,
         "lag_after": after.total_lag,
         "lost": sum(int(str(g["until"])) - int(str(g["from"])) for g in gaps) if gaps else lag.report.get("total_lost", 0),
+        "retention_left_s": lag.report.get("retention_left_s"),
         "continuity": "not checked" if continuity is None else ("CONTINUOUS" if continuity.ok else "BROKEN"),
         **_transform_columns(transform, _dict_or_none(continuity.report.get("transform")) if continuity else None),
         "partitions_json": partitions,
@@ -145,7 +146,7 @@ def _outcome(states: dict[str, str], xcoms: dict[str, Any], request: RequestPlan
 def _partitions(written_by_job: Mapping[str, Mapping[str, Any]], lag: LagSeen, after: LagSeen,
                 continuity: ContinuityResult | None) -> list[dict[str, Any]]:  # fmt: skip
     """The ledger's ``partitions_json``: each partition's range written and its lag before and after."""
-    lag_by_tp, after_by_tp = lag.partitions(), after.partitions()
+    lag_by_tp, after_by_tp, left_by_tp = lag.partitions(), after.partitions(), lag.retention_left_s()
     written: Mapping[tuple[str, int], Mapping[str, Any]]
     written = {(t, int(p)): v for t, parts in written_by_job.items() for p, v in parts.items()}
     # Every try counts: rows an earlier, retried try of ingest committed are the run's too (the continuity
@@ -163,6 +164,7 @@ def _partitions(written_by_job: Mapping[str, Mapping[str, Any]], lag: LagSeen, a
             "earliest": later.get("earliest", before.get("earliest")),
             "latest": later.get("latest", before.get("latest")),
             "next_offset": later.get("next_offset", before.get("next_offset")),
+            "retention_left_s": left_by_tp.get(tp),
         })  # fmt: skip
     return partitions
 

@@ -224,7 +224,7 @@ def wait_for_lag(cfg: PipelineConfig, *, plan: object) -> PokeReturnValue:
         # Read here only, where it decides: silver's lag is work (the preflight and the mirror need it not).
         report = replace(report, silver_pending=preflight_run.silver_lag(cfg, options=options))
     decision = lag_decision(report, min_records=cfg.lag.min_records, max_wait_s=cfg.lag.max_wait_minutes * 60,
-                            now=now)  # fmt: skip
+                            now=now, retention_margin_s=cfg.retention_margin_s(now))  # fmt: skip
     print(f"SUMMARY wait_for_lag: {report.summary_line(now)}; {decision.action}: {decision.reason}")
     if decision.action == "skip":
         raise SkipTask(f"nothing to do: {decision.reason}; no cluster started", key=LAG_KEY,

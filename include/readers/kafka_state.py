@@ -2,9 +2,9 @@
 
 The lag sensor, the preflight check, the continuity check and the
 consumer-group mirror need a handful of answers from Kafka: each partition's
-log start and read_committed end, the topic's id, the timestamp of the oldest
-pending record, how many committed records a range holds, and a group's
-committed offsets (read and set).
+log start and read_committed end, the topic's id, the timestamp and size of
+the oldest pending record, the topic's retention settings, how many committed
+records a range holds, and a group's committed offsets (read and set).
 
 Every call takes a librdkafka client config (``bootstrap.servers`` plus any
 security settings) and a timeout, opens short-lived clients and closes them
@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from confluent_kafka import (
@@ -36,8 +37,10 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import OffsetSpec
 
+from include.contract import retention
 from include.contract.errors import ContractError
 from include.contract.offsets import TopicState
+from include.contract.retention import PartitionForecast
 from include.readers.kafka_calls import (
     MISSING_CODES,
     Call,
@@ -108,10 +111,20 @@ def read_topics(config: Mapping[str, str], *, topics: Sequence[str] = (), patter
     return result
 
 
+@dataclass(frozen=True)
+class FirstRecord:
+    """The first committed record at or after an offset: its Kafka timestamp and its size."""
+
+    #: UTC; ``None`` for a record of a pre-0.10 message format, which has no timestamp.
+    at: datetime | None
+    #: Key, value and header bytes as the consumer hands them (uncompressed, without Kafka's framing).
+    size: int
+
+
 @bounded
-def record_timestamps(config: Mapping[str, str], positions: Mapping[tuple[str, int], int], *,
-                      timeout_s: float = 10.0) -> dict[tuple[str, int], datetime | None]:  # fmt: skip
-    """Kafka timestamp (UTC) of the first committed record at or after each ``(topic, partition) -> offset``.
+def first_records(config: Mapping[str, str], positions: Mapping[tuple[str, int], int], *,
+                  timeout_s: float = 10.0) -> dict[tuple[str, int], FirstRecord | None]:  # fmt: skip
+    """The first committed record at or after each ``(topic, partition) -> offset`` (:class:`FirstRecord`).
 
     ``None`` where there is no such record yet: the offset is at or past the
     read_committed end, or only transaction markers and aborted records lie
@@ -124,6 +137,7 @@ def record_timestamps(config: Mapping[str, str], positions: Mapping[tuple[str, i
         return {}
     call = Call(config, timeout_s, "reading record timestamps")
     result: dict[tuple[str, int], datetime | None] = {}
+    sizes: dict[tuple[str, int], int] = {}
     with call.admin() as admin:
         states = list_offsets(call, admin, positions)
     start: dict[tuple[str, int], int] = {}
@@ -134,12 +148,75 @@ def record_timestamps(config: Mapping[str, str], positions: Mapping[tuple[str, i
         else:
             start[key] = max(offset, state.earliest)
     if start:
-        _read_first_records(call, start, result)
-    return {key: result[key] for key in positions}
+        _read_first_records(call, start, result, sizes)
+    return {key: FirstRecord(result[key], sizes[key]) if key in sizes else None for key in positions}
+
+
+def record_timestamps(config: Mapping[str, str], positions: Mapping[tuple[str, int], int], *,
+                      timeout_s: float = 10.0) -> dict[tuple[str, int], datetime | None]:  # fmt: skip
+    """Kafka timestamp (UTC) of the first committed record at or after each ``(topic, partition) -> offset``:
+    :func:`first_records`' timestamps, ``None`` where it found no record or the record has none."""
+    return {key: first.at if first else None
+            for key, first in first_records(config, positions, timeout_s=timeout_s).items()}  # fmt: skip
+
+
+#: The topic settings that say when Kafka deletes a partition's oldest records.
+RETENTION_CONFIGS = ("cleanup.policy", "retention.ms", "retention.bytes")
+
+
+@bounded
+def topic_retention(config: Mapping[str, str], topics: Iterable[str], *,
+                    timeout_s: float = 10.0) -> dict[str, dict[str, str]]:  # fmt: skip
+    """Each topic's effective :data:`RETENTION_CONFIGS`, as the broker resolves them (the topic's own
+    setting, else the broker's, else Kafka's default). A topic the broker does not know is left out."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    names = sorted(set(topics))
+    if not names:
+        return {}
+    call = Call(config, timeout_s, "reading topic retention settings")
+    result: dict[str, dict[str, str]] = {}
+    with call.admin() as admin:
+        futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, n) for n in names],
+                                         request_timeout=call.remaining())  # fmt: skip
+        for resource, future in futures.items():
+            try:
+                entries = call.result(future, f"topic {resource.name}'s settings")
+            except RuntimeError as exc:
+                if error_code(exc.__cause__) not in MISSING_CODES:
+                    raise
+                continue
+            result[resource.name] = {k: entries[k].value for k in RETENTION_CONFIGS if k in entries}
+    return result
+
+
+def retention_forecasts(config: Mapping[str, str], unread: Mapping[tuple[str, int], int],
+                        first: Mapping[tuple[str, int], FirstRecord | None], *, now: datetime,
+                        timeout_s: float = 10.0) -> tuple[tuple[PartitionForecast, ...], str | None]:  # fmt: skip
+    """Per partition with ``unread`` records, the time left before Kafka's retention may delete them
+    (:func:`include.contract.retention.forecast`), from ``first``, the oldest unread record of each
+    (:func:`first_records`), and the topics' settings read now.
+
+    Returns the forecasts and, when the settings could not be read (an ACL without DescribeConfigs,
+    say), no forecast and why: the lag read before stays right without them.
+    """
+    try:
+        settings = topic_retention(config, {t for t, _ in unread}, timeout_s=timeout_s)
+        policies = {t: retention.TopicRetention.from_configs(t, c) for t, c in settings.items()}
+    except (RuntimeError, ContractError) as exc:
+        return (), f"the topics' retention settings were not read: {exc}"
+    forecasts = tuple(
+        retention.forecast(policies[topic], partition, unread=unread[(topic, partition)],
+                           oldest_unread_at=record.at, record_size=record.size, now=now)
+        for (topic, partition), record in sorted(first.items())
+        if record is not None and record.at is not None and topic in policies and unread.get((topic, partition))
+    )  # fmt: skip
+    return forecasts, None
 
 
 def _read_first_records(call: Call, start: dict[tuple[str, int], int],
-                        result: dict[tuple[str, int], datetime | None]) -> None:  # fmt: skip
+                        result: dict[tuple[str, int], datetime | None],
+                        sizes: dict[tuple[str, int], int] | None = None) -> None:  # fmt: skip
     """Fill ``result`` with the timestamp of the first committed record at or after each ``start``.
 
     A ``start`` the log start has passed since it was listed (retention or
@@ -148,11 +225,11 @@ def _read_first_records(call: Call, start: dict[tuple[str, int], int],
     """
     with call.reader() as consumer:
         consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in start.items()])
-        _read_first(call, consumer, start, result)
+        _read_first(call, consumer, start, result, {} if sizes is None else sizes)
 
 
 def _read_first(call: Call, consumer: Consumer, start: dict[tuple[str, int], int],
-                result: dict[tuple[str, int], datetime | None]) -> None:  # fmt: skip
+                result: dict[tuple[str, int], datetime | None], sizes: dict[tuple[str, int], int]) -> None:  # fmt: skip
     pending = set(start)
     while pending:
         if call.expired():
@@ -190,9 +267,17 @@ def _read_first(call: Call, consumer: Consumer, start: dict[tuple[str, int], int
             result[key] = (
                 None if ts_type == TIMESTAMP_NOT_AVAILABLE else _EPOCH + timedelta(milliseconds=ts_ms)
             )
+            sizes[key] = _record_size(msg)
         pending.discard(key)
         # Its later records are of no use; fetching them would only slow the others.
         consumer.pause([TopicPartition(*key)])
+
+
+def _record_size(msg: Message) -> int:
+    """Key, value and header bytes of a record, as the consumer hands them."""
+    headers = msg.headers() or []
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    return len(msg.key() or b"") + len(msg.value() or b"") + sum(len(k) + len(v or b"") for k, v in pairs)
 
 
 def _offset(msg: Message) -> int:

@@ -51,6 +51,9 @@ COLUMNS: dict[str, str] = {
     "lag_before": "int64",
     "lag_after": "int64",
     "lost": "int64",
+    # before the run, the least time, in seconds, left before Kafka's retention may delete records the table had
+    # not read (include/contract/retention.py); null when nothing was unread or no retention bounds it
+    "retention_left_s": "double",
     "continuity": "string",  # CONTINUOUS | BROKEN | not checked
     # how many of Airflow's tries the run's steps took: the most any step took, and per step
     "tries": "int64",

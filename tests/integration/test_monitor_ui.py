@@ -157,6 +157,10 @@ def test_monitor_page_shows_kafka_and_table_positions_and_refuses_anonymous_requ
         assert snap["kafka"] == {"ok": True, "error": None, "notes": []}
         assert snap["lag"]["records"] == expected_lag
         assert snap["lag"]["oldest_pending_age_s"] is not None
+        # The broker's default retention (168 hours) bounds the unread records, from the oldest one's age.
+        left = 7 * 86400 - snap["lag"]["oldest_pending_age_s"]
+        assert snap["lag"]["retention_bound"] == "retention.ms" and snap["lag"]["retention_note"] is None
+        assert snap["lag"]["retention_left_s"] == pytest.approx(left, abs=60)
         assert [(r["outcome"], r["rows"], r["continuity"]) for r in snap["runs"]] == [
             ("success", 20, "CONTINUOUS"), ("success", 47, "CONTINUOUS")
         ]

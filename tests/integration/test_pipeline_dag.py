@@ -8,11 +8,13 @@ SQLite Airflow home.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import yaml
 
 from include.readers.kafka_admin import create_topic, delete_topic
+from include.readers.kafka_state import epoch_ms
 from include.tooling import airflow_local
 from tests.integration.dag_helpers import (
     ORDERS_TRANSFORM,
@@ -21,7 +23,14 @@ from tests.integration.dag_helpers import (
     group_lags,
     order_at_10h,
 )
-from tests.kafka_helpers import delete_records, produce, produce_numbered, produce_transactional, read_all
+from tests.kafka_helpers import (
+    delete_records,
+    produce,
+    produce_at,
+    produce_numbered,
+    produce_transactional,
+    read_all,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -172,6 +181,29 @@ def test_retention_loss_fails_before_the_cluster_then_is_recorded_with_record_an
                       "reason": "deleted by Kafka before it was read"}]]  # fmt: skip
     keys = set(p.bronze_keys())
     assert len(keys) == 85 and not {(1, o) for o in range(20, 25)} & keys
+
+
+@pytest.mark.full
+def test_a_run_under_min_records_goes_at_once_when_retention_may_soon_delete_what_waits(make_dag_pipeline, bootstrap,
+                                                                                          unique_name):  # fmt: skip
+    topic = f"{unique_name}.events"
+    create_topic(bootstrap, topic, 1, **{"retention.ms": str(2 * 3600 * 1000)})
+    p = make_dag_pipeline(topic=topic, new_topic=False)
+    # Far from min_records and from max_wait: only the retention margin lets this run go now (without it,
+    # the sensor would wait for ten hours and the test time out).
+    p.write(lag={"min_records": 1_000_000, "max_wait_minutes": 600, "retention_margin_minutes": 30})
+    written = datetime.now(UTC) - timedelta(minutes=105)  # 15 minutes before retention.ms lets Kafka delete it
+    produce_at(bootstrap, topic, [(0, str(i).encode(), b"v", epoch_ms(written)) for i in range(30)])
+
+    proc, log = p.run()
+    assert proc.returncode == 0, log[-5000:]
+    (row,) = p.ledger()
+    assert (row["outcome"], row["rows"], row["continuity"]) == ("success", 30, "CONTINUOUS")
+    assert 0 < row["retention_left_s"] <= 15 * 60
+    assert [part["retention_left_s"] for part in row["partitions_json"]] == [row["retention_left_s"]]
+    (line,) = [x for x in airflow_local.summary_lines(log) if x.startswith("wait_for_lag: ")]
+    assert (f"; proceed: lag 30 < min_records 1000000, but Kafka's retention (retention.ms) may delete unread "
+            f"records of {topic} partition 0 in ") in line and line.endswith("within the retention margin of 30 min")
 
 
 @pytest.mark.full

@@ -62,7 +62,7 @@ def test_pipeline_route_serves_the_pipeline_page(client):
     assert response.status_code == 200
     page = response.text
     assert page.count('<tr data-topic="demo.orders"') == 2
-    assert page.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart"') == 2
+    assert page.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart"') == 3
     assert 'href="/kde-monitor/api/pipelines/demo_orders"' in page
 
 

@@ -12,6 +12,7 @@ import json
 import pickle
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -723,6 +724,35 @@ def test_cron_that_croniter_lets_through_is_still_refused(tmp_path, expr):
 )
 def test_schedule_presets_null_and_whitespace(tmp_path, value, expected):
     assert load_pipeline(_write(tmp_path, _set("schedule", value))).schedule == expected
+
+
+# A Wednesday noon: the weekday schedule's longest gap ahead is its weekend.
+_WEDNESDAY = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "margin", "expected_s"),
+    [
+        ("*/10 * * * *", None, 2 * 600),
+        ("@hourly", None, 2 * 3600),
+        ("@quarterly", None, 2 * 92 * 86400),  # Jan-Apr, Apr-Jul, Jul-Oct, Oct-Jan: the longest is 92 days
+        ("0 9 * * 1-5", None, 2 * 3 * 86400),
+        (None, None, 1440 * 60),
+        ("*/10 * * * *", 45, 45 * 60),
+        (None, 90.5, 90.5 * 60),
+    ],
+)
+def test_retention_margin_is_twice_the_schedules_longest_gap_a_day_without_one_or_what_the_file_says(
+    tmp_path, schedule, margin, expected_s
+):
+    data = _config(**{"schedule": schedule, "lag.retention_margin_minutes": margin if margin else DELETE})
+    assert load_pipeline(_write(tmp_path, data)).retention_margin_s(_WEDNESDAY) == expected_s
+
+
+@pytest.mark.parametrize("value", [0, -5, "60", True])
+def test_retention_margin_must_be_a_positive_number_of_minutes(tmp_path, value):
+    err = _error(_write(tmp_path, _set("lag.retention_margin_minutes", value)))
+    assert err.field == "lag.retention_margin_minutes" and "positive number of minutes" in err.problem
 
 
 @pytest.mark.parametrize(

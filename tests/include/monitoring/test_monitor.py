@@ -34,7 +34,7 @@ def _snap(**changes) -> dict:
 
 
 def test_health_is_ok_only_when_every_source_answers_and_the_last_run_was_clean():
-    assert monitor._health(_snap()) == {"state": "ok", "reasons": []}
+    assert monitor._health(_snap()) == {"state": "ok", "reasons": [], "at_risk": False}
 
 
 @pytest.mark.parametrize(
@@ -60,11 +60,35 @@ def test_quarantine_and_a_paused_dag_with_lag_are_warnings_and_no_runs_is_unknow
     warned = monitor._health(_snap(last_run={"outcome": "success", "reason": "", "continuity": "CONTINUOUS",
                                              "quarantined": 3}, paused=True, lag={"records": 9}))  # fmt: skip
     assert warned == {"state": "warning", "reasons": ["3 records quarantined in the last run",
-                                                      "DAG paused with 9 records waiting"]}  # fmt: skip
+                                                      "DAG paused with 9 records waiting"], "at_risk": False}  # fmt: skip
     assert monitor._health(_snap(last_run=None))["state"] == "unknown"
     # A failure outranks warnings, which are still listed.
     both = monitor._health(_snap(kafka={"ok": False}, paused=True, lag={"records": 1}))
     assert both["state"] == "failing" and "DAG paused with 1 records waiting" in both["reasons"]
+
+
+def _retention_lag(left_s: float | None, margin_s: float = 1200.0) -> dict:
+    return {"records": 9, "retention_left_s": left_s, "retention_at": "orders[2]", "retention_bound": "retention.ms",
+            "retention_margin_s": margin_s}  # fmt: skip
+
+
+def test_retention_within_the_margin_puts_the_pipeline_at_risk_naming_the_partition_and_the_setting():
+    health = monitor._health(_snap(lag=_retention_lag(600.0)))
+    assert health["state"] == "warning" and health["at_risk"] is True
+    (reason,) = health["reasons"]
+    assert reason.startswith("at risk: Kafka's retention may delete unread records of orders[2] in 10 min")
+    assert "(retention.ms)" in reason and "margin of 20 min" in reason and "proceeds at once" in reason
+    # Beyond the margin, a scheduled pipeline is not at risk; unbounded or unknown never is.
+    for left in (1300.0, None):
+        assert monitor._health(_snap(lag=_retention_lag(left)))["at_risk"] is False
+
+
+def test_a_paused_dag_is_at_risk_whenever_retention_bounds_what_waits():
+    health = monitor._health(_snap(paused=True, lag=_retention_lag(7 * 86400.0)))
+    assert health["at_risk"] is True
+    assert "at risk: the DAG is paused and Kafka's retention may delete unread records of orders[2] in 7.0 days" \
+        in " | ".join(health["reasons"])  # fmt: skip
+    assert monitor._health(_snap(paused=True, lag=_retention_lag(None)))["at_risk"] is False
 
 
 def test_redact_masks_secret_settings_and_keeps_the_rest():

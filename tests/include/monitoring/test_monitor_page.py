@@ -297,7 +297,7 @@ def test_none_values_render_as_em_dash_never_none():
     (row,) = parse(page).rows
     assert {k: v for k, v in row["cells"].items() if k not in ("topic", "partition")} == {
         "earliest": "—", "latest": "—", "next_offset": "—", "lag": "—",
-        "last_ingested_at": "—", "oldest_pending_at": "—", "group_offset": "—",
+        "last_ingested_at": "—", "oldest_pending_at": "—", "retention_left_s": "—", "group_offset": "—",
     }  # fmt: skip
     assert "t[0] —–— (0)" in parse(page).visible
 
@@ -308,7 +308,9 @@ def test_kafka_unreachable_row_shows_the_error_as_text_and_no_lag():
                     health={"state": "failing", "reasons": ["Kafka unreachable", "DAG paused"]},
                     open_gaps=[], lag={"records": 99, "oldest_pending_at": None, "oldest_pending_age_s": 5.0,
                                        "partitions_behind": 1})  # fmt: skip
-    doc = parse(render_overview([snap, snapshot(pipeline="other")], base=BASE, checked_at=CHECKED))
+    # Neither has a time left before retention (one unknown, one unbounded): they keep the order given.
+    other = snapshot(pipeline="other", lag={**snapshot()["lag"], "retention_left_s": None})
+    doc = parse(render_overview([snap, other], base=BASE, checked_at=CHECKED))
     # the reason that says what the alert says is not repeated; the error is text, not a tooltip
     assert doc.cells["pipeline"][0] == f"demo_orders failing DAG paused Kafka unreachable {error}"
     assert "Kafka unreachable" not in doc.cells["pipeline"][1]
@@ -407,7 +409,7 @@ def test_partition_table_headers_attributes_and_plain_integers():
     heads = re.search(r'<table class="partitions"><thead><tr>(.*?)</tr>', page).group(1)
     assert re.findall(r"<th[^>]*>(.*?)</th>", heads) == [
         "Topic", "Partition", "Kafka earliest", "Kafka latest", "Table next offset", "Lag",
-        "Last ingested (Kafka time)", "Oldest pending", "Consumer group offset",
+        "Last ingested (Kafka time)", "Oldest pending", "Retention left", "Consumer group offset",
     ]  # fmt: skip
     rows = parse(page).rows
     assert [(r["attrs"]["data-topic"], r["attrs"]["data-partition"]) for r in rows] == [
@@ -419,7 +421,8 @@ def test_partition_table_headers_attributes_and_plain_integers():
     }  # fmt: skip
     assert cells["last_ingested_at"] == "2024-05-01 12:01:00"
     assert cells["oldest_pending_at"] == "2024-05-01 12:06:48 3m 12s ago"
-    assert rows[0]["cells"]["group_offset"] == "—"
+    assert cells["retention_left_s"] == "≥ 6d 23h"
+    assert rows[0]["cells"]["group_offset"] == rows[0]["cells"]["retention_left_s"] == "—"
 
 
 def test_partition_with_records_lost_now_is_marked_and_listed_as_open_gap():
@@ -430,7 +433,7 @@ def test_partition_with_records_lost_now_is_marked_and_listed_as_open_gap():
     (row,) = doc.rows  # the open-gaps table's rows are not mistaken for partition rows
     assert row["attrs"]["class"] == "lost"
     assert row["attrs"]["data-lost-now"] == "10"
-    assert "Records deleted unread t 3 40 50 10 Lag and rows" in doc.visible
+    assert "Records deleted unread t 3 40 50 10 Lag, rows and retention" in doc.visible
 
 
 def test_kafka_notes_and_partial_errors_are_shown():
@@ -466,7 +469,7 @@ def test_pipeline_page_sections():
     assert "2 more" in text  # six ranges: four shown, two folded
     assert "demo.orders[2] 10–25 15 retention deleted them" in text
     assert "alice manual · backfill_offsets replay after fix failed" in text
-    assert text.count("<figure>") == 0 and page.count("<figure>") == 2 and page.count("<figcaption>") == 2
+    assert text.count("<figure>") == 0 and page.count("<figure>") == 3 and page.count("<figcaption>") == 3
     assert "127.0.0.1:9092" in text and "kafka_default" in text
     assert "<script" not in page and "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
 
@@ -478,7 +481,7 @@ def test_empty_sections_say_so():
     assert "No runs recorded yet." in page
     assert "No gaps recorded." in page
     assert "No manual actions recorded." in page
-    assert page.count("No runs to plot yet.") == 2
+    assert page.count("No runs to plot yet.") == 3
 
 
 def test_overview_and_pipeline_page_reload_themselves_without_a_script():
@@ -663,3 +666,23 @@ def test_maintenance_table_shows_files_per_table_and_the_last_maintenance():
     ledger = re.search(r'<tr data-table="ledger">(.*?)</tr>', table, re.S).group(1)
     assert ">—</td>" in ledger and "never" in ledger
     assert 'class="maintenance"' not in render_pipeline(snapshot(), base=BASE)
+
+
+def test_overview_lists_the_least_time_left_before_retention_first_and_marks_a_pipeline_at_risk():
+    def snap(name: str, left: float | None, at_risk: bool = False, note: str | None = None) -> dict:
+        lag = {**snapshot()["lag"], "retention_left_s": left, "retention_at": f"{name}[0]", "retention_note": note}
+        return snapshot(pipeline=name, lag=lag,
+                        health={"state": "warning" if at_risk else "ok", "reasons": [], "at_risk": at_risk})  # fmt: skip
+
+    given = [snap("unbounded", None), snap("denied", None, note="DescribeConfigs denied"), snap("week", 604800.0),
+             snap("soon", 600.0, at_risk=True)]  # fmt: skip
+    html = render_overview(given, base=BASE, checked_at=CHECKED)
+    doc = parse(html)
+    assert [c.split()[0] for c in doc.cells["pipeline"]] == ["soon", "week", "unbounded", "denied"]
+    assert doc.cells["retention"] == ["at risk · ≥ 10m soon[0]", "≥ 7d week[0]", "no limit", "unknown"]
+    assert html.count('data-at-risk="true"') == 1 and 'title="DescribeConfigs denied"' in html
+    # The pipeline's own page: the card, and the chart of the ledger's time left before each run.
+    page = render_pipeline({**given[3], "runs": [run(retention_left_s=5400.0)]}, base=BASE)
+    assert "Retention left at risk · ≥ 10m soon[0]" in parse(page).visible
+    assert "Least time left before Kafka&#39;s retention may delete unread records, 1 run" in page
+    assert "time left before the run: 1h 30m" in page

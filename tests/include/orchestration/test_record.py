@@ -45,6 +45,29 @@ def test_record_success_carries_rows_ranges_and_lag(cfg):
     assert row["partitions_json"][0]["from"] == 10 and row["partitions_json"][0]["lag_before"] == 7
 
 
+def test_record_carries_the_least_time_left_before_retention_and_each_partitions(cfg, tmp_path: Path):
+    forecast = {"topic": "t", "partition": 1, "unread": 7, "oldest_unread_at": T0.isoformat(), "left_s": 3600.0,
+                "bound": "retention.ms", "rate_per_s": 0.5}  # fmt: skip
+    row = _record(
+        cfg, {"wait_for_lag": "success", "preflight": "success", "ingest": "success", "record_run": "running"},
+        preflight={"lag": {"total_lag": 7, "retention_left_s": 3600.0, "retention": [forecast],
+                           "partitions": [{"topic": "t", "partition": 0, "lag": 0},
+                                          {"topic": "t", "partition": 1, "lag": 7}]},
+                   "table_version": 3, "accepted_gaps": [], "findings": []},
+    )  # fmt: skip
+    assert row["retention_left_s"] == 3600.0
+    assert [p["retention_left_s"] for p in row["partitions_json"]] == [None, 3600.0]
+    # A ledger written before the column was added takes it on the next append, null in its older rows.
+    from deltalake import write_deltalake
+
+    path = tmp_path / "ledger"
+    older = run_ledger.arrow_rows([dict(row, run_id="r0", finished_at=T0)]).drop_columns(["retention_left_s"])
+    write_deltalake(str(path), older)
+    run_ledger.append_run(path, row)
+    assert [(r["run_id"], r["retention_left_s"]) for r in run_ledger.read_runs(path)] == [("r1", 3600.0),
+                                                                                        ("r0", None)]  # fmt: skip
+
+
 def test_a_run_retried_by_airflow_records_the_rows_of_every_try_and_how_many_tries_each_step_took(cfg):
     # Try 1 of ingest committed [10, 15) and died; try 2 (what the XCom reports) committed [15, 17).
     row = _record(

@@ -208,6 +208,64 @@ def test_latest_is_the_last_stable_offset_while_a_transaction_is_open(bootstrap,
     assert count_records(conf(bootstrap), topic, 0, 0, 7) == 3
 
 
+# --------------------------------------------------------------------------- retention
+
+
+def _broker_says(bootstrap: str, topic: str, name: str) -> str:
+    """The topic's effective setting as Kafka's own ``kafka-configs --describe --all`` prints it."""
+    out = run_kafka_tool("configs", "--bootstrap-server", bootstrap, "--describe", "--all", "--entity-type",
+                         "topics", "--entity-name", topic)  # fmt: skip
+    return re.search(rf"^\s*{re.escape(name)}=(\S+)", out, re.MULTILINE).group(1)
+
+
+def test_topic_retention_is_the_effective_setting_the_topics_own_or_the_brokers(bootstrap, make_topic, unique_name):
+    own = make_topic(f"{unique_name}-own", partitions=1, **{"retention.ms": "7200000", "retention.bytes": "1048576",
+                                                           "cleanup.policy": "compact,delete"})  # fmt: skip
+    plain = make_topic(f"{unique_name}-plain", partitions=1)
+    got = kafka_state.topic_retention(conf(bootstrap), [own, plain, f"{unique_name}-absent"])
+    assert got[own] == {"cleanup.policy": "compact,delete", "retention.ms": "7200000", "retention.bytes": "1048576"}
+    # The broker's defaults, as Kafka's own tool resolves them; a topic the broker does not know is left out.
+    assert got[plain] == {name: _broker_says(bootstrap, plain, name) for name in kafka_state.RETENTION_CONFIGS}
+    assert set(got) == {own, plain}
+    assert kafka_state.topic_retention(conf(bootstrap), []) == {}
+
+
+def test_retention_forecast_from_the_brokers_settings_and_the_oldest_unread_records(
+    bootstrap, make_topic, unique_name
+):
+    by_time = make_topic(f"{unique_name}-time", partitions=2, **{"retention.ms": str(2 * 3600 * 1000)})
+    # Nothing by time; 100 kB a partition, far above the 10 kB produced, so the broker deletes nothing.
+    by_size = make_topic(f"{unique_name}-size", partitions=1, **{"retention.ms": "-1", "retention.bytes": "100000"})
+    now = datetime.now(UTC).replace(microsecond=0)
+    produce_at(bootstrap, by_time, [(0, now - timedelta(hours=1)), (0, now - timedelta(minutes=30)), (1, now)])
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(10):  # one record every 10 s over the last 100 s, 1,000 value bytes each
+        producer.produce(by_size, value=b"x" * 1000, partition=0, timestamp=ms(now - timedelta(seconds=100 - 10 * i)))
+    assert producer.flush(30) == 0
+
+    unread = {(by_time, 0): 2, (by_time, 1): 1, (by_size, 0): 10}
+    first = kafka_state.first_records(conf(bootstrap), dict.fromkeys(unread, 0))
+    assert first[(by_time, 0)] == kafka_state.FirstRecord(now - timedelta(hours=1),
+                                                          len((now - timedelta(hours=1)).isoformat()))  # fmt: skip
+    assert first[(by_size, 0)] == kafka_state.FirstRecord(now - timedelta(seconds=100), 1000)
+
+    forecasts, note = kafka_state.retention_forecasts(conf(bootstrap), unread, first, now=now)
+    assert note is None
+    left = {(f.topic, f.partition): (f.bound, f.left_s) for f in forecasts}
+    assert left[(by_time, 0)] == ("retention.ms", pytest.approx(3600))
+    assert left[(by_time, 1)] == ("retention.ms", pytest.approx(7200))
+    # 10 records in 100 s of 1,082 bytes with Kafka's framing: (100,000 - 10,820) bytes at 108.2 a second.
+    assert left[(by_size, 0)] == ("retention.bytes", pytest.approx((100_000 - 10_820) / 108.2))
+
+
+def test_retention_forecast_without_the_settings_says_why_and_leaves_the_lag_alone():
+    dead = {"bootstrap.servers": f"127.0.0.1:{free_port()}"}
+    first = {("t", 0): kafka_state.FirstRecord(T0, 10)}
+    forecasts, note = kafka_state.retention_forecasts(dead, {("t", 0): 1}, first, now=T0, timeout_s=1.0)
+    assert forecasts == ()
+    assert note.startswith("the topics' retention settings were not read: ") and "127.0.0.1" in note
+
+
 # --------------------------------------------------------------------------- record_timestamps
 
 
