@@ -26,6 +26,8 @@ from include.contract.errors import ContractError, PipelineError
 from include.contract.replay import ReplaySelection
 
 NORMAL = "normal"
+#: The run ledger's outcome of a dry run (:mod:`include.contract.dry_run`): nothing done, its report recorded.
+DRY_RUN = "dry_run"
 BACKFILL_OFFSETS = "backfill_offsets"
 BACKFILL_TIME = "backfill_time"
 REBUILD_CHECKPOINT = "rebuild_checkpoint"
@@ -92,6 +94,8 @@ class RunRequest:
     to_time: datetime | None = None
     #: ``replay_quarantine``: which quarantined records (``from_time``/``to_time`` bound their Kafka time).
     replay: ReplaySelection | None = None
+    #: Report what the run would do, and do nothing (:mod:`include.contract.dry_run`).
+    dry_run: bool = False
 
     @property
     def spec(self) -> ActionSpec:
@@ -107,7 +111,7 @@ class RunRequest:
         """The request in a few words, for task logs."""
         if self.action == NORMAL:
             return "normal run"
-        text = self.action
+        text = f"dry run of {self.action}" if self.dry_run else self.action
         if self.offset_ranges:
             text += " " + ", ".join(
                 f"{r.topic}-{'*' if r.partition is None else r.partition} [{r.from_offset}, {r.until_offset})"
@@ -158,6 +162,8 @@ class ActionSpec:
     manual: bool = True
     #: The ledger's reason when ``wait_for_lag`` skips the run.
     skipped_reason: str = "nothing to backfill in the window"
+    #: Has a dry run (``dry_run: true``): what the run would do, reported without a cluster or the lock.
+    dry_runs: bool = False
 
 
 def _refuse_empty_window(request: RunRequest) -> None:
@@ -203,10 +209,10 @@ REGISTRY: dict[str, ActionSpec] = {s.name: s for s in (
     ActionSpec(BACKFILL_OFFSETS, "Backfill by offsets: re-read offset ranges", takes=OFFSET_PARAMS,
                requires=OFFSET_PARAMS, missing='offset_ranges: required for backfill_offsets, e.g. [{"topic": '
                '"orders", "partition": 0, "from": 0, "until": 100}] (leave partition out for all partitions)',
-               backfill=True, plan="offsets", preflight="backfill"),
+               backfill=True, plan="offsets", preflight="backfill", dry_runs=True),
     ActionSpec(BACKFILL_TIME, "Backfill by time: re-read records by Kafka timestamp", takes=TIME_PARAMS,
                requires=TIME_PARAMS, missing="from_time and to_time: both required for backfill_time",
-               check=_check_time, backfill=True, plan="time", preflight="backfill"),
+               check=_check_time, backfill=True, plan="time", preflight="backfill", dry_runs=True),
     ActionSpec(REBUILD_CHECKPOINT, "Rebuild checkpoint: new checkpoint at the table's next offsets",
                rebuilds_checkpoint=True),
     ActionSpec(ACKNOWLEDGE_GAP, "Acknowledge data loss: accept the gap the preflight finds, with a reason",
@@ -217,7 +223,7 @@ REGISTRY: dict[str, ActionSpec] = {s.name: s for s in (
                "ingest stands on that partition", check=_check_skip, plan="skip", preflight="skip"),
     *(ActionSpec(name, label, preflight="position") for name, label in _POSITION_LABELS.items()),
     ActionSpec(REPLAY_QUARANTINE, "Replay quarantine: the transform's rules again over quarantined records, after "
-               "a fix", takes=TIME_PARAMS + QUARANTINE_PARAMS, check=_check_replay, plan="replay"),
+               "a fix", takes=TIME_PARAMS + QUARANTINE_PARAMS, check=_check_replay, plan="replay", dry_runs=True),
     ActionSpec(AIRFLOW_BACKFILL, "Airflow backfill: re-read the run's data interval by Kafka timestamp",
                in_form=False, backfill=True, plan="time", preflight="backfill", refuses_empty_plan=False),
 )}  # fmt: skip

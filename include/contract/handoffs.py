@@ -89,6 +89,8 @@ class RequestPlan:
     #: ``replay_quarantine``'s selection and how many records it takes (the transform's replay file).
     replay: JsonDict | None = None
     lock_epoch: int | None = None
+    #: A dry run's report (:meth:`include.contract.dry_run.DryRunReport.to_json`); ``None``: the run is real.
+    dry_run: JsonDict | None = None
 
     @property
     def is_backfill(self) -> bool:
@@ -109,6 +111,8 @@ class RequestPlan:
             out["replay"] = dict(self.replay)
         if self.lock_epoch is not None:
             out["lock_epoch"] = self.lock_epoch
+        if self.dry_run is not None:
+            out["dry_run"] = dict(self.dry_run)
         return out
 
     @classmethod
@@ -126,6 +130,7 @@ class RequestPlan:
             if isinstance(skip, list) else None,
             replay=_dict(data["replay"]) if isinstance(data.get("replay"), Mapping) else None,
             lock_epoch=_int(data.get("lock_epoch")),
+            dry_run=_dict(data["dry_run"]) if isinstance(data.get("dry_run"), Mapping) else None,
         )  # fmt: skip
 
 

@@ -50,6 +50,7 @@ FORM_KEYS = (
     "to_time",
     "quarantine_reason",
     "quarantine_field",
+    "dry_run",
 )
 
 
@@ -141,7 +142,23 @@ def form_params() -> dict[str, Any]:
             description="For replay_quarantine: replay only quarantined records with a problem in this field "
             "(value for the value as a whole).",
         ),
+        "dry_run": Param(
+            False,
+            type="boolean",
+            title="Dry run",
+            description_md=(
+                f"For {', '.join(f'**{a}**' for a in dry_run_actions())}: report what the run would do (per "
+                "partition, the records Kafka still holds and bronze already has, what it would insert or "
+                "replay, the time and cluster it would take, and any refusal) and do nothing else: no cluster, "
+                "no lock, one ledger row."
+            ),
+        ),
     }
+
+
+def dry_run_actions() -> list[str]:
+    """The form's actions that have a dry run, in the form's order."""
+    return [name for name in ACTIONS if spec(name).dry_runs]
 
 
 def _timestamp(value: Any, name: str) -> datetime | None:
@@ -227,6 +244,14 @@ def _refuse_unknown_keys(params: Mapping[str, Any]) -> None:
         )
 
 
+def _dry_run(value: Any) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise RequestError(f"dry_run: expected true or false, got {value!r}")
+    return value
+
+
 def _texts(params: Mapping[str, Any]) -> tuple[str, str, str]:
     """The request's reason and the replay's two filters, each one line of text."""
     reason = str(params.get("reason") or "").strip()
@@ -249,7 +274,7 @@ def _airflow_backfill(
     request: RunRequest, data_interval: tuple[datetime | None, datetime | None] | None
 ) -> RunRequest:
     """A run of ``airflow backfill create``: its data interval by time, and no param of the form's."""
-    if request.action != NORMAL or request.offset_ranges or request.from_time or request.to_time:
+    if request.action != NORMAL or request.offset_ranges or request.from_time or request.to_time or request.dry_run:
         raise RequestError(
             "a run of `airflow backfill create` re-reads the records of its data interval by Kafka "
             f"timestamp; leave action at {NORMAL!r} and the backfill params empty (got action {request.action!r})"
@@ -287,6 +312,9 @@ def _check_action(request: RunRequest, given: set[str]) -> RunRequest:
             raise RequestError(f"{what} set but action is {action!r}; choose {choose} or clear {clear}")
     if chosen.requires and not set(chosen.requires) <= given:
         raise RequestError(chosen.missing)
+    if request.dry_run and not chosen.dry_runs:
+        raise RequestError(f"dry_run: {', '.join(dry_run_actions())} have a dry run, not {action!r}; clear "
+                           "dry_run to run it")  # fmt: skip
     return chosen.check(request)
 
 
@@ -308,7 +336,8 @@ def parse_request(
     ranges = _offset_ranges(params.get("offset_ranges"))
     from_time = _timestamp(params.get("from_time"), "from_time")
     to_time = _timestamp(params.get("to_time"), "to_time")
-    request = RunRequest(params.get("action") or NORMAL, reason, requested_by, ranges, from_time, to_time)
+    request = RunRequest(params.get("action") or NORMAL, reason, requested_by, ranges, from_time, to_time,
+                         dry_run=_dry_run(params.get("dry_run")))  # fmt: skip
     if run_type == "backfill":
         return _airflow_backfill(request, data_interval)
     given = {name for name, value in (("offset_ranges", ranges), ("from_time", from_time), ("to_time", to_time),

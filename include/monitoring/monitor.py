@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from include.config import PipelineConfig
-from include.contract.actions import NORMAL, known
+from include.contract.actions import DRY_RUN, NORMAL, known
 from include.contract.errors import PipelineError
 from include.contract.preflight import measure_lag
 from include.contract.retention import PartitionForecast, duration_text, soonest
@@ -209,7 +209,9 @@ def _history(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dic
         if spec is None or spec.manual:  # a name no spec has (an older ledger's) is shown as asked
             actions.append({"run_id": row["run_id"], "finished_at": finished, "run_type": row.get("run_type"),
                             "action": action, "requested_by": row.get("requested_by"),
-                            "reason": row.get("request_reason") or "", "outcome": row.get("outcome")})  # fmt: skip
+                            "reason": row.get("request_reason") or "", "outcome": row.get("outcome"),
+                            # A dry run's report in one line: what the action would do, or its refusal.
+                            "report": row.get("reason") if row.get("outcome") == DRY_RUN else None})  # fmt: skip
     return gaps[:EVENTS_SHOWN], actions[:EVENTS_SHOWN]
 
 

@@ -22,7 +22,7 @@ DASH = "—"
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 
 _STATES = ("ok", "warning", "failing", "unknown")
-_OUTCOME_STATE = {"success": "ok", "failed": "failing", "skipped": "unknown"}
+_OUTCOME_STATE = {"success": "ok", "failed": "failing", "skipped": "unknown", "dry_run": "unknown"}
 _CONTINUITY_STATE = {"CONTINUOUS": "ok", "BROKEN": "failing", "not checked": "unknown"}
 
 

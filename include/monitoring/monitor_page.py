@@ -274,7 +274,7 @@ def render_pipeline(snap: dict[str, Any], *, base: str) -> str:
         "recorded_gaps": _history_rows(snap.get("gaps"), runs_by_id, "topic", "partition", "from", "until",
                                        "lost", "reason"),  # fmt: skip
         "manual_actions": _history_rows(snap.get("manual_actions"), runs_by_id, "requested_by", "run_type",
-                                        "action", "reason", "outcome"),  # fmt: skip
+                                        "action", "reason", "outcome", "report"),  # fmt: skip
     }
     return _render("pipeline.html", refresh_s=REFRESH_S, root=_root(base), page=page)
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from include.config import PipelineConfig
-from include.contract.actions import NORMAL, known
+from include.contract.actions import DRY_RUN, NORMAL, known
 from include.contract.continuity import earlier_tries
 from include.contract.errors import ERROR_XCOM_KEY, PipelineError
 from include.contract.handoffs import (
@@ -123,6 +123,8 @@ def _outcome(states: dict[str, str], xcoms: dict[str, Any], request: RequestPlan
              continuity: ContinuityResult | None) -> tuple[str, str, PipelineError | None]:  # fmt: skip
     """The run's outcome, the reason the ledger gives for it, and the job's error that failed it."""
     failed = sorted(t for t, s in states.items() if s in _FAILED and t != RECORD_RUN_TASK)
+    if request.dry_run is not None and not failed:
+        return DRY_RUN, str(request.dry_run.get("summary") or "dry run"), None
     if not failed:
         if states.get(WAIT_FOR_LAG_TASK) == "skipped":
             spec = known(request.action)

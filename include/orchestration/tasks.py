@@ -55,6 +55,7 @@ from include.contract.handoffs import (
 from include.contract.jobs import INGEST_TASK, PREFLIGHT_TASK, TRANSFORM_TASK, TRY_NUMBER_KEY
 
 if TYPE_CHECKING:  # the OpenLineage provider is imported only when lineage is asked for
+    from include.contract.actions import RunRequest
     from include.orchestration.lineage import Lineage
 
 _P = ParamSpec("_P")
@@ -170,6 +171,8 @@ def check_request(
     except RequestError as exc:
         raise FailTask(f"pipeline {cfg.name!r}: the run's params were refused: {exc}", key=REFUSED_KEY,
                        report=Refusal(str(exc)).to_xcom()) from None  # fmt: skip
+    if request.dry_run:
+        return _dry_run(cfg, request)
     claim = pipeline_lock.take_lock(cfg, dag_id=dag_id, run_id=run_id, run_state=run_state)
     if claim.message:
         print(f"check_request: {claim.message}")
@@ -193,6 +196,21 @@ def check_request(
     return PokeReturnValue(is_done=True, xcom_value=replace(plan, lock_epoch=claim.epoch).to_xcom())
 
 
+def _dry_run(cfg: PipelineConfig, request: RunRequest) -> PokeReturnValue:
+    """``check_request`` of a dry run: the report (:mod:`include.orchestration.dry_run`) in the task log and
+    the plan's XCom, without the lock (nothing will write); ``wait_for_lag`` then skips the rest."""
+    from include.orchestration import dry_run
+    from include.readers import connections
+
+    report = dry_run.dry_run_report(cfg, connections.kafka_client_config(cfg.kafka.connection_id), request)
+    for line in report.lines():
+        print(f"dry run: {line}")
+    print(f"SUMMARY check_request: {report.summary()}; no lock taken, nothing runs")
+    plan = RequestPlan(request.action, request.reason, request.requested_by, request.describe(),
+                       dry_run=report.to_json())  # fmt: skip
+    return PokeReturnValue(is_done=True, xcom_value=plan.to_xcom())
+
+
 def wait_for_lag(cfg: PipelineConfig, *, plan: object) -> PokeReturnValue:
     """Sensor ``wait_for_lag``: done once the lag is worth a cluster (``cfg.lag``), with the lag report as XCom.
 
@@ -210,6 +228,9 @@ def wait_for_lag(cfg: PipelineConfig, *, plan: object) -> PokeReturnValue:
 
     checked = RequestPlan.from_xcom(plan)
     action, spec = checked.action, known(checked.action)
+    if checked.dry_run is not None:
+        print(f"SUMMARY wait_for_lag: dry run of {action}: no cluster, no job")
+        raise SkipTask("a dry run does nothing; record_run records its report")
     if spec is None or spec.manual:
         if checked.is_backfill and not checked.ranges:
             print(f"SUMMARY wait_for_lag: {action}: nothing the table has passed lies in the window")

@@ -304,13 +304,13 @@ def quarantine_rows_since(path: TableRef, version: int | None, *,
     return found
 
 
-def quarantine_selected(path: TableRef, selection: ReplaySelection, *,
-                        storage_options: dict[str, str] | None = None) -> tuple[int, int]:  # fmt: skip
+def quarantine_selected(path: TableRef, selection: ReplaySelection, *, storage_options: dict[str, str] | None = None,
+                        reasons: dict[str, int] | None = None) -> tuple[int, int]:  # fmt: skip
     """``(rows selection takes, rows in all)`` of the quarantine table at ``path`` (``(0, 0)``: no table).
 
     Reads the four columns the selection looks at, for the count a ``replay_quarantine`` request is
     refused on before a cluster starts, a batch of rows at a time: the memory it takes does not grow with
-    the quarantine (which a producer fills).
+    the quarantine (which a producer fills). ``reasons``, when given, gets the rows taken per reason.
     """
     table = _open(path, storage_options)
     if table is None:
@@ -320,8 +320,30 @@ def quarantine_selected(path: TableRef, selection: ReplaySelection, *,
     selected = total = 0
     for batch in data.to_batches(columns=columns, batch_size=QUARANTINE_BATCH_ROWS):
         total += batch.num_rows
-        selected += sum(1 for row in batch.to_pylist() if selection.matches(row))
+        for row in batch.to_pylist():
+            if selection.matches(row):
+                selected += 1
+                if reasons is not None:
+                    reasons[str(row.get("reason"))] = reasons.get(str(row.get("reason")), 0) + 1
     return selected, total
+
+
+def bronze_rows_in(path: TableRef, spans: Mapping[tuple[str, int], tuple[int, int]], *,
+                   storage_options: dict[str, str] | None = None) -> dict[tuple[str, int], int]:  # fmt: skip
+    """Per ``(topic, partition)``, bronze's rows with an offset in ``[lo, hi)`` (no table: none), counted
+    by pyarrow over the files Delta's statistics do not rule out."""
+    import pyarrow.dataset as ds
+
+    table = _open(path, storage_options)
+    if table is None:
+        return dict.fromkeys(spans, 0)
+    data = table.to_pyarrow_dataset()
+    return {
+        (topic, partition): data.count_rows(filter=(ds.field("topic") == topic) & (ds.field("partition") == partition)
+                                            & (ds.field("offset") >= lo) & (ds.field("offset") < hi))
+        if lo < hi else 0
+        for (topic, partition), (lo, hi) in spans.items()
+    }  # fmt: skip
 
 
 #: Quarantine rows one step of :func:`quarantine_selected` holds as Python values.

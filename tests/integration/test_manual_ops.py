@@ -242,6 +242,59 @@ def _refusal(p: Pipeline, conf: dict, monkeypatch) -> str:
     return str(refused.value)
 
 
+@pytest.mark.full
+def test_a_dry_run_says_what_the_backfill_then_does_or_the_refusal_it_then_meets(pipeline, bootstrap):
+    p = pipeline
+    produce_numbered(bootstrap, p.topic, 3, 150)  # offsets 0..49 of each partition
+    assert_ok(*p.run())
+    assert _delete_from_bronze(p, '"partition" = 1 AND "offset" >= 10 AND "offset" < 30') == 20
+    _bronze(p).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    delete_records(bootstrap, p.topic, 2, 5)  # retention took offsets 0..4 of partition 2 (bronze has them)
+    version, folders = _bronze(p).version(), p.run_dirs()
+
+    # Records retention took: the dry run meets the real run's refusal, word for word.
+    lost = {"action": "backfill_offsets", "reason": "check what retention left",
+            "offset_ranges": [{"topic": p.topic, "partition": 2, "from": 0, "until": 10}]}  # fmt: skip
+    proc, log = p.run({**lost, "dry_run": True})
+    assert_ok(proc, log)
+    dry = p.ledger()[0]
+    refusal = dry["request_json"]["dry_run"]["refused"]
+    assert dry["outcome"] == "dry_run" and f"partition {p.topic}-2 from 0 is below Kafka's earliest offset 5" in refusal
+    assert dry["reason"] == f"dry run of backfill_offsets: the run would be refused: {refusal}"
+    proc, log = p.run(lost)
+    assert proc.returncode == 1
+    assert p.ledger()[0]["reason"] == f"failed at check_request: {refusal}"
+
+    # Records bronze has and records a cleanup deleted from it: the dry run counts what the backfill inserts.
+    conf = {"action": "backfill_offsets", "reason": "restore rows a cleanup deleted",
+            "offset_ranges": [{"topic": p.topic, "partition": 0, "from": 0, "until": 50},
+                              {"topic": p.topic, "partition": 1, "from": 0, "until": 50}]}  # fmt: skip
+    proc, log = p.run({**conf, "dry_run": True})
+    assert_ok(proc, log)
+    dry = p.ledger()[0]
+    report = dry["request_json"]["dry_run"]
+    assert [(r["partition"], r["offsets"], r["held"], r["in_bronze"], r["would_insert"]) for r in report["ranges"]] \
+        == [(0, 50, 50, 50, 0), (1, 50, 50, 30, 20)]  # fmt: skip
+    assert (dry["outcome"], dry["action"], dry["rows"], dry["reason"]) == ("dry_run", "backfill_offsets", 0,
+                                                                           report["summary"])  # fmt: skip
+    assert report["summary"].startswith("dry run of backfill_offsets: would insert 20 records into bronze: 2 "
+                                        "range(s) of 100 offsets, 100 held by Kafka, 80 already in bronze; ")
+    # Sized as the real run will be: 100 offsets, a backlog the defaults keep in local mode.
+    assert report["cluster"].startswith("local[") and "in the driver: backlog 100 records <= " in report["cluster"]
+    lines = airflow_local.summary_lines(log)
+    assert any(line.startswith("check_request: dry run of backfill_offsets: would insert 20 records") and
+               line.endswith("; no lock taken, nothing runs") for line in lines), lines  # fmt: skip
+    assert _bronze(p).version() == version and p.run_dirs() == folders, "a dry run wrote or started something"
+
+    proc, log = p.run(conf)
+    assert_ok(proc, log)
+    real = p.ledger()[0]
+    assert (real["outcome"], real["rows"]) == ("success", report["would_insert"])
+    assert real["continuity_json"]["backfill"]["inserted"] == report["would_insert"]
+    assert len(p.bronze_keys()) == 150
+    assert_no_cluster_left(p)
+
+
 def test_invalid_params_are_refused_before_any_spark_process_starts(pipeline, bootstrap, monkeypatch):
     p = pipeline
     produce_numbered(bootstrap, p.topic, 3, 60)  # offsets 0..19 of each partition
@@ -322,6 +375,13 @@ def test_replay_quarantine_through_the_form_applies_what_a_fixed_pipeline_file_n
 
     p.write(transform={**transform, "schema": {**transform["schema"], "currency": {**currency,
                                                                                   "allowed": ["EUR", "GBP"]}}})
+    # The dry run first: what the replay takes and why those records were quarantined, nothing replayed.
+    assert_ok(*p.run({**conf, "dry_run": True}))
+    dry = p.ledger()[0]
+    replay = dry["request_json"]["dry_run"]["replay"]
+    assert dry["outcome"] == "dry_run" and replay["rows"] == 2 and sum(replay["reasons"].values()) == 2
+    assert all("currency" in reason for reason in replay["reasons"]), replay
+    assert dry["reason"].startswith("dry run of replay_quarantine: would replay 2 quarantined records; ")
     proc, log = p.run(conf)
     assert_ok(proc, log)
     lines = airflow_local.summary_lines(log)

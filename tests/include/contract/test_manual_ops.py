@@ -258,7 +258,7 @@ def test_airflow_backfill_needs_a_data_interval(interval):
     [
         ({"actoin": "backfill_offsets"}, r"^'actoin': not a param of this DAG's trigger form \(did you mean 'action'\?\); "
                                          r"the form takes action, reason, offset_ranges, from_time, to_time, quarantine_reason, "
-                                         r"quarantine_field$"),
+                                         r"quarantine_field, dry_run$"),
         ({"action": "normal", "zzz": 1}, r"^'zzz': not a param of this DAG's trigger form; the form takes"),
         ({"from": 1, "reasn": "x"}, r"^'from': .*\(also unknown: 'reasn'\)$"),
     ],
@@ -269,17 +269,54 @@ def test_a_conf_key_the_form_does_not_have_is_refused_not_ignored(conf, message)
         parse_request(conf, run_type="manual")
 
 
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"action": BACKFILL_OFFSETS, "reason": "r", "offset_ranges": [{"topic": "orders", "from": 0, "until": 5}]},
+        {"action": BACKFILL_TIME, "reason": "r", "from_time": "2026-11-20T00:00:00Z", "to_time": "2026-11-21T00:00:00Z"},
+        {"action": "replay_quarantine", "reason": "r", "quarantine_field": "currency"},
+    ],
+    ids=["offsets", "time", "replay"],
+)  # fmt: skip
+def test_backfills_and_replays_take_a_dry_run_and_say_so(params):
+    request = parse_request({**params, "dry_run": True}, run_type="manual", requested_by="alice")
+    assert request.dry_run is True
+    assert request.describe().startswith(f"dry run of {params['action']}")
+    assert parse_request(params, run_type="manual").dry_run is False
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"dry_run": True}, r"^dry_run: backfill_offsets, backfill_time, replay_quarantine have a dry run, not "
+                            r"'normal'; clear dry_run to run it$"),
+        ({"action": "acknowledge_gap", "reason": "r", "dry_run": True}, r"not 'acknowledge_gap'"),
+        ({"action": "replay_quarantine", "reason": "r", "dry_run": "yes"}, r"^dry_run: expected true or false, got "
+                                                                            r"'yes'$"),
+    ],
+    ids=["normal", "acknowledge-gap", "not-a-flag"],
+)  # fmt: skip
+def test_a_dry_run_of_an_action_without_one_is_refused(params, message):
+    with pytest.raises(RequestError, match=message):
+        parse_request(params, run_type="manual")
+
+
+def test_an_airflow_backfill_run_has_no_dry_run():
+    with pytest.raises(RequestError, match=r"`airflow backfill create`"):
+        parse_request({"dry_run": True}, run_type="backfill", data_interval=(T0, T1))
+
+
 # --------------------------------------------------------------------------- form_params
 
 
 def test_form_params_accept_their_defaults():
     params = form_params()
     assert set(params) == {"action", "reason", "offset_ranges", "from_time", "to_time", "quarantine_reason",
-                           "quarantine_field"} == set(FORM_KEYS)  # fmt: skip
+                           "quarantine_field", "dry_run"} == set(FORM_KEYS)  # fmt: skip
     assert all(isinstance(p, Param) for p in params.values())
     assert {name: p.resolve() for name, p in params.items()} == {
         "action": NORMAL, "reason": "", "offset_ranges": [], "from_time": None, "to_time": None,
-        "quarantine_reason": "", "quarantine_field": "",
+        "quarantine_reason": "", "quarantine_field": "", "dry_run": False,
     }  # fmt: skip
     assert params["action"].schema["enum"] == list(ACTIONS)
     assert AIRFLOW_BACKFILL not in params["action"].schema["enum"]  # only `airflow backfill create` makes those

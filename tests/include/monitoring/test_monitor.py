@@ -14,7 +14,9 @@ import pytest
 
 from include.config import load_pipeline
 from include.monitoring import monitor
+from include.monitoring.monitor_page import render_pipeline
 from include.readers import run_ledger
+from tests.include.monitoring.snapshots import snapshot
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
@@ -112,6 +114,18 @@ def test_history_lists_gaps_and_manual_actions_newest_first():
     assert [(a["run_id"], a["action"], a["requested_by"], a["reason"]) for a in actions] == [
         ("r2", "acknowledge_gap", "ana", "retention cut")
     ]
+    assert actions[0]["report"] is None
+
+
+def test_a_dry_run_is_listed_among_manual_actions_with_its_report():
+    rows = [{"run_id": "r3", "finished_at": T0, "action": "backfill_offsets", "run_type": "manual",
+             "requested_by": "ana", "request_reason": "check first", "outcome": "dry_run",
+             "reason": "dry run of backfill_offsets: would insert 5 records into bronze: ..."}]  # fmt: skip
+    (action,) = monitor._history(rows)[1]
+    assert (action["outcome"], action["report"]) == ("dry_run", rows[0]["reason"])
+    page = render_pipeline(snapshot(manual_actions=[action], runs=[]), base="/kde-monitor")
+    assert "dry_run" in page
+    assert '<div class="sub" data-field="dry_run_report">dry run of backfill_offsets: would insert 5 records' in page
 
 
 def test_run_view_keeps_only_partitions_that_got_rows_and_links_to_the_airflow_run():

@@ -68,6 +68,15 @@ def test_record_carries_the_least_time_left_before_retention_and_each_partitions
                                                                                         ("r0", None)]  # fmt: skip
 
 
+def test_a_dry_run_is_recorded_as_one_with_its_report_as_the_reason(cfg):
+    report = {"summary": "dry run of backfill_offsets: would insert 3 records into bronze: ...", "would_insert": 3}
+    plan = {"action": "backfill_offsets", "reason": "replay", "requested_by": "ann", "dry_run": report}
+    states = {"check_request": "success", "wait_for_lag": "skipped", "preflight": "skipped", "record_run": "running"}
+    row = _record(cfg, states, check_request=plan)
+    assert (row["outcome"], row["reason"], row["action"]) == ("dry_run", report["summary"], "backfill_offsets")
+    assert row["request_json"]["dry_run"] == report and row["rows"] == 0
+
+
 def test_a_run_retried_by_airflow_records_the_rows_of_every_try_and_how_many_tries_each_step_took(cfg):
     # Try 1 of ingest committed [10, 15) and died; try 2 (what the XCom reports) committed [15, 17).
     row = _record(

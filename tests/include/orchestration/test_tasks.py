@@ -205,6 +205,30 @@ def test_check_request_refused_by_kafka_names_the_action_and_leaves_the_reason(c
     assert _lock_holder(cfg) == "manual__1"  # held until record_run gives it back
 
 
+def test_a_dry_run_reports_what_it_would_do_takes_no_lock_and_the_rest_of_the_run_skips(cfg, monkeypatch, capsys):
+    from include.contract.dry_run import DryRunReport, RangeDryRun
+    from include.orchestration import dry_run
+
+    seen = {}
+
+    def report(cfg_, client, request):  # what the real reads would find: one range, 2 of its 5 offsets in bronze
+        seen.update(client=client, dry_run=request.dry_run)
+        return DryRunReport(request.action, ranges=(RangeDryRun("t", 0, 0, 5, 0, 9, 2),))
+
+    monkeypatch.setattr(dry_run, "dry_run_report", report)
+    done = _request(cfg, params={**BACKFILL, "dry_run": True})
+    assert done.is_done and _lock_holder(cfg) is None
+    assert seen == {"client": {"bootstrap.servers": "b1:9092"}, "dry_run": True}
+    plan = RequestPlan.from_xcom(done.xcom_value)
+    assert plan.dry_run["would_insert"] == 3 and "lock_epoch" not in done.xcom_value
+    out = capsys.readouterr().out
+    assert "dry run: t-0 [0, 5): 5 offsets, 5 held by Kafka, 2 already in bronze, would insert 3" in out
+    assert ("SUMMARY check_request: dry run of backfill_offsets: would insert 3 records into bronze: 1 range(s) of "
+            "5 offsets, 5 held by Kafka, 2 already in bronze; no lock taken, nothing runs") in out  # fmt: skip
+    with pytest.raises(tasks.SkipTask, match="a dry run does nothing"):
+        tasks.wait_for_lag(cfg, plan=done.xcom_value)
+
+
 # --------------------------------------------------------------------------- wait_for_lag
 
 
