@@ -86,15 +86,22 @@ def driver_java_options(project_root: str | Path | None = None, *, short_job: bo
     return options
 
 
-def package_py_files(target_dir: Path | None = None) -> Path:
-    """Zip the job code for ``--py-files``; rebuilt only when the shipped sources differ from the zip's.
+#: A job archive no checkout has built or used for this long is removed by the next build.
+STALE_ARCHIVE_S = 7 * 86400
 
-    The zip's comment holds a fingerprint of the sources' paths and bytes, so
-    a checkout of other code (an older commit, another work tree sharing the
-    cache) never ships a stale zip, as comparing modification times could.
+
+def package_py_files(target_dir: Path | None = None) -> Path:
+    """Zip the job code for ``--py-files``: ``<target_dir>/<fingerprint>/kde_jobs.zip``, built once per
+    fingerprint of the shipped sources' paths and bytes.
+
+    One folder per fingerprint, never one path rewritten: a running job's
+    Python reads its archive by path as it imports (zipimport), so a checkout
+    of other code sharing the cache (an older commit, another work tree)
+    must not replace the file under it, which would fail that job with "bad
+    local file header". Archives no build has used for
+    :data:`STALE_ARCHIVE_S` are removed.
     """
     target_dir = target_dir or (settings.CACHE_DIR / "build")
-    target_dir.mkdir(parents=True, exist_ok=True)
     root = settings.PROJECT_ROOT
     files: list[Path] = []
     for entry in _SHIPPED:
@@ -103,21 +110,36 @@ def package_py_files(target_dir: Path | None = None) -> Path:
     digest = hashlib.sha256()
     for f in files:
         digest.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
-    fingerprint = digest.hexdigest().encode()
-    zip_path = target_dir / "kde_jobs.zip"
-    try:
-        with zipfile.ZipFile(zip_path) as existing:
-            if existing.comment == fingerprint:
-                return zip_path
-    except (OSError, zipfile.BadZipFile):
-        pass
+    fingerprint = digest.hexdigest()
+    zip_path = target_dir / fingerprint[:16] / "kde_jobs.zip"
+    if zip_path.exists():
+        os.utime(zip_path)  # in use: kept by the pruning below
+        return zip_path
+    zip_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = zip_path.with_suffix(f".{os.getpid()}.tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
         for f in files:
             zf.write(f, f.relative_to(root).as_posix())
-        zf.comment = fingerprint
+        zf.comment = fingerprint.encode()
     tmp.replace(zip_path)
+    _prune_archives(target_dir, keep=zip_path.parent)
     return zip_path
+
+
+def _prune_archives(target_dir: Path, *, keep: Path) -> None:
+    """Remove the archive folders no build has used for :data:`STALE_ARCHIVE_S` (another process may remove
+    one at the same time: what is gone already is skipped)."""
+    import shutil
+    import time
+
+    stale = time.time() - STALE_ARCHIVE_S
+    for folder in target_dir.iterdir():
+        archive = folder / "kde_jobs.zip"
+        try:
+            if folder != keep and folder.is_dir() and archive.stat().st_mtime < stale:
+                shutil.rmtree(folder)
+        except FileNotFoundError:
+            continue
 
 
 def spark_home() -> Path:
