@@ -50,6 +50,7 @@ _SASL_USERNAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 #: Main classes of Kafka's command-line tools (what the bin/*.sh scripts run).
 KAFKA_TOOLS = {
+    "configs": "kafka.admin.ConfigCommand",
     "consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
     "consumer-perf-test": "org.apache.kafka.tools.ConsumerPerformance",
     "producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",

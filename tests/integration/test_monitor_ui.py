@@ -219,7 +219,7 @@ def test_monitor_page_shows_kafka_and_table_positions_and_refuses_anonymous_requ
             assert shown[part]["lag"] == str(high - table[part])
             assert shown[part]["group_offset"] == str(table[part])
         charts = driver.find_elements(By.CSS_SELECTOR, "svg.chart")
-        assert len(charts) == 2
+        assert len(charts) == 3  # lag, rows, and the time left before retention
         for chart in charts:
             assert chart.size["width"] > 200 and chart.size["height"] > 100
             assert len(chart.find_elements(By.CSS_SELECTOR, "[data-run]")) == 2, chart.get_attribute("outerHTML")

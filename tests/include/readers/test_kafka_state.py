@@ -214,7 +214,7 @@ def test_latest_is_the_last_stable_offset_while_a_transaction_is_open(bootstrap,
 def _broker_says(bootstrap: str, topic: str, name: str) -> str:
     """The topic's effective setting as Kafka's own ``kafka-configs --describe --all`` prints it."""
     out = run_kafka_tool("configs", "--bootstrap-server", bootstrap, "--describe", "--all", "--entity-type",
-                         "topics", "--entity-name", topic)  # fmt: skip
+                         "topics", "--entity-name", topic).stdout  # fmt: skip
     return re.search(rf"^\s*{re.escape(name)}=(\S+)", out, re.MULTILINE).group(1)
 
 
