@@ -112,7 +112,7 @@ def _retention(snap: dict[str, Any]) -> dict[str, Any] | None:
     lag = _d(snap.get("lag"))
     return {**_pick(lag, "retention_left_s", "retention_at", "retention_bound", "retention_margin_s",
                     "retention_note"),
-            "at_risk": _d(snap.get("health")).get("at_risk") is True}  # fmt: skip
+            "unread": lag.get("records"), "at_risk": _d(snap.get("health")).get("at_risk") is True}  # fmt: skip
 
 
 def _retention_order(row: dict[str, Any]) -> tuple[bool, float]:

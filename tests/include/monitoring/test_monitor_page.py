@@ -676,10 +676,12 @@ def test_overview_lists_the_least_time_left_before_retention_first_and_marks_a_p
 
     given = [snap("unbounded", None), snap("denied", None, note="DescribeConfigs denied"), snap("week", 604800.0),
              snap("soon", 600.0, at_risk=True)]  # fmt: skip
-    html = render_overview(given, base=BASE, checked_at=CHECKED)
+    caught_up = snapshot(pipeline="caught_up", lag={**snapshot()["lag"], "records": 0, "retention_left_s": None})
+    html = render_overview([*given, caught_up], base=BASE, checked_at=CHECKED)
     doc = parse(html)
-    assert [c.split()[0] for c in doc.cells["pipeline"]] == ["soon", "week", "unbounded", "denied"]
-    assert doc.cells["retention"] == ["at risk · ≥ 10m soon[0]", "≥ 7d week[0]", "no limit", "unknown"]
+    assert [c.split()[0] for c in doc.cells["pipeline"]] == ["soon", "week", "unbounded", "denied", "caught_up"]
+    assert doc.cells["retention"] == ["at risk · ≥ 10m soon[0]", "≥ 7d week[0]", "no limit", "unknown",
+                                      "nothing unread"]  # fmt: skip
     assert html.count('data-at-risk="true"') == 1 and 'title="DescribeConfigs denied"' in html
     # The pipeline's own page: the card, and the chart of the ledger's time left before each run.
     page = render_pipeline({**given[3], "runs": [run(retention_left_s=5400.0)]}, base=BASE)
