@@ -145,7 +145,8 @@ class DryRunReport:
     def lines(self) -> list[str]:
         """The report's detail, one line per range or reason, then its notes."""
         out = [r.line() for r in self.ranges]
-        for reason, rows in sorted(((self.replay or {}).get("reasons") or {}).items(), key=lambda i: (-i[1], i[0])):
+        reasons = ((self.replay or {}).get("reasons") or {}).items()
+        for reason, rows in sorted(reasons, key=lambda i: (-i[1], i[0])):
             out.append(f"{rows} quarantined with reason: {reason}")
         return out + list(self.notes)
 

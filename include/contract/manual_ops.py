@@ -274,7 +274,8 @@ def _airflow_backfill(
     request: RunRequest, data_interval: tuple[datetime | None, datetime | None] | None
 ) -> RunRequest:
     """A run of ``airflow backfill create``: its data interval by time, and no param of the form's."""
-    if request.action != NORMAL or request.offset_ranges or request.from_time or request.to_time or request.dry_run:
+    form_params_given = (request.offset_ranges, request.from_time, request.to_time, request.dry_run)
+    if request.action != NORMAL or any(form_params_given):
         raise RequestError(
             "a run of `airflow backfill create` re-reads the records of its data interval by Kafka "
             f"timestamp; leave action at {NORMAL!r} and the backfill params empty (got action {request.action!r})"
