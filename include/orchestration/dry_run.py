@@ -15,7 +15,7 @@ from include.config import PipelineConfig
 from include.contract.actions import RequestError, RunRequest
 from include.contract.dry_run import DryRunReport, Estimate, estimate, ranges_against
 from include.orchestration import cluster_sizing, preflight_run, request_plan
-from include.readers import delta_progress, kafka_state, run_ledger
+from include.readers import delta_progress, kafka_state
 from include.readers.object_store import TableOptions
 
 #: What an estimate reads of the ledger's runs.
@@ -32,12 +32,11 @@ def dry_run_report(cfg: PipelineConfig, client: dict[str, str], request: RunRequ
         plan = request_plan.plan_request(cfg, client, request, options=options)
     except RequestError as exc:
         return DryRunReport(request.action, refused=str(exc))
-    witness = preflight_run.preflight_ledger(cfg, options=options)
-    verdict, _, _ = preflight_run.run_preflight(cfg, client, request, ledger_rows=witness, options=options)
+    # One read of the ledger for the preflight's witness and for the estimate.
+    runs = preflight_run.preflight_ledger(cfg, options=options, extra_columns=ESTIMATE_COLUMNS)
+    verdict, lag, _ = preflight_run.run_preflight(cfg, client, request, ledger_rows=runs, options=options)
     if not verdict.ok:
         return DryRunReport(request.action, refused=verdict.failure_message(cfg.name), notes=plan.notes)
-    runs = run_ledger.newest_runs(cfg.tables.ledger_path, columns=ESTIMATE_COLUMNS,
-                                  storage_options=options("ledger_path"))  # fmt: skip
     if plan.replay is not None:
         assert request.replay is not None
         reasons: dict[str, int] = {}
@@ -47,9 +46,13 @@ def dry_run_report(cfg: PipelineConfig, client: dict[str, str], request: RunRequ
         # A replay runs inside a normal run, on the cluster the normal run's backlog chooses.
         return DryRunReport(request.action, replay={"rows": rows, "reasons": reasons},
                             estimate=Estimate(*estimate(runs, rows)), notes=plan.notes)  # fmt: skip
-    topics = kafka_state.read_topics(client, topics=sorted({str(r["topic"]) for r in plan.ranges}),
-                                     timeout_s=preflight_run.KAFKA_TIMEOUT_S)  # fmt: skip
-    kafka = {(t, p): (s.earliest, s.latest) for t, state in topics.items() for p, s in state.partitions.items()}
+    # Kafka's offsets as the preflight just read them; only a topic the table read that no longer matches
+    # the pipeline's topics (planned by name) is asked for again.
+    kafka = {(p.topic, p.partition): (p.earliest, p.latest) for p in lag.partitions}
+    missing = sorted({str(r["topic"]) for r in plan.ranges} - {t for t, _ in kafka})
+    if missing:
+        topics = kafka_state.read_topics(client, topics=missing, timeout_s=preflight_run.KAFKA_TIMEOUT_S)
+        kafka |= {(t, p): (s.earliest, s.latest) for t, state in topics.items() for p, s in state.partitions.items()}
     spans = {}
     for r in plan.ranges:
         key = (str(r["topic"]), int(str(r["partition"])))

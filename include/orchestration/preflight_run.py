@@ -213,18 +213,20 @@ WITNESS_COLUMNS = ("run_id", "finished_at", "outcome", "partitions_json")
 WITNESS_FILES = 20
 
 
-def preflight_ledger(cfg: PipelineConfig, *, options: TableOptions | None = None) -> list[dict[str, Any]]:
+def preflight_ledger(cfg: PipelineConfig, *, options: TableOptions | None = None,
+                     extra_columns: tuple[str, ...] = ()) -> list[dict[str, Any]]:  # fmt: skip
     """The ledger rows the preflight needs, read once: for the witness and for whether maintenance is due.
 
     Newest first; the columns of both, from as many of the newest files as
     the larger of the two reads (more rows than ``every_runs`` never change
     whether maintenance is due: see :func:`include.contract.maintenance.due`).
     ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here).
+    ``extra_columns``: more of each row, for a caller that reads the same runs for something else.
     """
     from include.contract import maintenance
 
     files = max(WITNESS_FILES, cfg.maintenance.every_runs or 0)
-    columns = tuple(dict.fromkeys(WITNESS_COLUMNS + maintenance.LEDGER_COLUMNS))
+    columns = tuple(dict.fromkeys(WITNESS_COLUMNS + maintenance.LEDGER_COLUMNS + extra_columns))
     return run_ledger.newest_runs(cfg.tables.ledger_path, files=files, columns=columns,
                                   storage_options=(options or TableOptions(cfg))("ledger_path"))  # fmt: skip
 
