@@ -473,9 +473,8 @@ def _kafka_part(snap: dict[str, Any], cfg: PipelineConfig, config: Mapping[str, 
             first = kafka_state.first_records(config, waiting, timeout_s=left())
             pending = {k: r.at if r else None for k, r in first.items()}
             if left() > _MIN_CALL_S:
-                unread = {(p.topic, p.partition): p.lag for p in report.partitions if p.lag}
-                forecasts, retention_note = kafka_state.retention_forecasts(config, unread, first, now=now(),
-                                                                            timeout_s=left())  # fmt: skip
+                forecasts, retention_note = kafka_state.retention_forecasts(config, report.partitions, first,
+                                                                            now=now(), timeout_s=left())  # fmt: skip
             else:
                 retention_note = f"retention settings {OUT_OF_TIME}"
                 notes.append(retention_note)

@@ -101,8 +101,8 @@ def with_retention(report: LagReport, client: dict[str, str],
                    first: Mapping[tuple[str, int], kafka_state.FirstRecord | None]) -> LagReport:  # fmt: skip
     """``report`` with each unread partition's time left before Kafka's retention may delete its records
     (:func:`include.readers.kafka_state.retention_forecasts`), from ``first``, the oldest unread record of each."""
-    unread = {(p.topic, p.partition): p.lag for p in report.partitions if p.lag}
-    forecasts, note = kafka_state.retention_forecasts(client, unread, first, now=utcnow(), timeout_s=KAFKA_TIMEOUT_S)
+    forecasts, note = kafka_state.retention_forecasts(client, report.partitions, first, now=utcnow(),
+                                                      timeout_s=KAFKA_TIMEOUT_S)  # fmt: skip
     return replace(report, retention=forecasts, retention_note=note)
 
 

@@ -40,6 +40,7 @@ from confluent_kafka.admin import OffsetSpec
 from include.contract import retention
 from include.contract.errors import ContractError
 from include.contract.offsets import TopicState
+from include.contract.preflight import PartitionLag
 from include.contract.retention import PartitionForecast
 from include.readers.kafka_calls import (
     MISSING_CODES,
@@ -190,16 +191,17 @@ def topic_retention(config: Mapping[str, str], topics: Iterable[str], *,
     return result
 
 
-def retention_forecasts(config: Mapping[str, str], unread: Mapping[tuple[str, int], int],
+def retention_forecasts(config: Mapping[str, str], partitions: Iterable[PartitionLag],
                         first: Mapping[tuple[str, int], FirstRecord | None], *, now: datetime,
                         timeout_s: float = 10.0) -> tuple[tuple[PartitionForecast, ...], str | None]:  # fmt: skip
-    """Per partition with ``unread`` records, the time left before Kafka's retention may delete them
-    (:func:`include.contract.retention.forecast`), from ``first``, the oldest unread record of each
-    (:func:`first_records`), and the topics' settings read now.
+    """Per partition with unread records (a lag report's ``partitions``), the time left before Kafka's
+    retention may delete them (:func:`include.contract.retention.forecast`), from ``first``, the oldest
+    unread record of each (:func:`first_records`), and the topics' settings read now.
 
     Returns the forecasts and, when the settings could not be read (an ACL without DescribeConfigs,
     say), no forecast and why: the lag read before stays right without them.
     """
+    unread = {(p.topic, p.partition): p.lag for p in partitions if p.lag}
     try:
         settings = topic_retention(config, {t for t, _ in unread}, timeout_s=timeout_s)
         policies = {t: retention.TopicRetention.from_configs(t, c) for t, c in settings.items()}

@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaException, Producer, 
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from include.contract.offsets import PartitionState
+from include.contract.preflight import PartitionLag
 from include.ports import free_port
 from include.readers import kafka_calls, kafka_state
 from include.readers.kafka_admin import create_topic, delete_topic, watermarks
@@ -244,12 +245,13 @@ def test_retention_forecast_from_the_brokers_settings_and_the_oldest_unread_reco
     assert producer.flush(30) == 0
 
     unread = {(by_time, 0): 2, (by_time, 1): 1, (by_size, 0): 10}
+    lags = [PartitionLag(t, p, 0, 0, n) for (t, p), n in unread.items()]
     first = kafka_state.first_records(conf(bootstrap), dict.fromkeys(unread, 0))
     assert first[(by_time, 0)] == kafka_state.FirstRecord(now - timedelta(hours=1),
                                                           len((now - timedelta(hours=1)).isoformat()))  # fmt: skip
     assert first[(by_size, 0)] == kafka_state.FirstRecord(now - timedelta(seconds=100), 1000)
 
-    forecasts, note = kafka_state.retention_forecasts(conf(bootstrap), unread, first, now=now)
+    forecasts, note = kafka_state.retention_forecasts(conf(bootstrap), lags, first, now=now)
     assert note is None
     left = {(f.topic, f.partition): (f.bound, f.left_s) for f in forecasts}
     assert left[(by_time, 0)] == ("retention.ms", pytest.approx(3600))
@@ -261,7 +263,8 @@ def test_retention_forecast_from_the_brokers_settings_and_the_oldest_unread_reco
 def test_retention_forecast_without_the_settings_says_why_and_leaves_the_lag_alone():
     dead = {"bootstrap.servers": f"127.0.0.1:{free_port()}"}
     first = {("t", 0): kafka_state.FirstRecord(T0, 10)}
-    forecasts, note = kafka_state.retention_forecasts(dead, {("t", 0): 1}, first, now=T0, timeout_s=1.0)
+    forecasts, note = kafka_state.retention_forecasts(dead, [PartitionLag("t", 0, 0, 0, 1)], first, now=T0,
+                                                      timeout_s=1.0)  # fmt: skip
     assert forecasts == ()
     assert note.startswith("the topics' retention settings were not read: ") and "127.0.0.1" in note
 
