@@ -28,10 +28,12 @@ from include.config.sections import (
     MaintenanceConfig,
     TablesSection,
 )
+from include.config.transform import _TransformRules
 from include.config.validators import _NAME, _NAME_EXPECTED, NAME_MAX_LEN
 from include.config.value_schema import _ValueSchemaProblem
 from include.config.yaml_reader import _read_yaml
 from include.contract.locations import comparable, is_uri, is_within
+from include.contract.routes import UNROUTED, RouteSpec, Routing
 from include.contract.transform_spec import TransformSpec
 from include.contract.value_formats import REGISTRY_FORMATS, SCHEMA_FORMATS
 
@@ -158,9 +160,8 @@ def _loaded(file: PipelineFile, shown: str, stem: str) -> PipelineConfig:
         name = stem
     tables = _tables(file.tables or TablesSection(), name, shown)
     cluster = file.cluster or ClusterConfig()
-    registry = (
-        file.transform.value_schema.registry if file.transform and file.transform.value_schema else None
-    )
+    transform, routing = _transform(file, shown), _routing(file, tables, shown)
+    registry = _registry(transform, routing)
     CLUSTER_PROFILES[cluster.profile].check_pipeline(
         shown,
         locations=asdict(tables),
@@ -180,21 +181,68 @@ def _loaded(file: PipelineFile, shown: str, stem: str) -> PipelineConfig:
         cluster=cluster,
         retries=file.retries,
         tags=file.tags,
-        transform=_transform(file, shown),
+        transform=transform,
+        routing=routing,
         maintenance=_maintenance(file, shown),
     )
 
 
+def _registry(transform: TransformSpec | None, routing: Routing | None) -> str | None:
+    """The schema registry connection the transform reads values through, if it does."""
+    specs = [r.transform for r in routing.routes] if routing is not None else [transform] if transform else []
+    return next((s.value_schema.registry for s in specs if s.value_schema and s.value_schema.registry), None)
+
+
 def _transform(file: PipelineFile, shown: str) -> TransformSpec | None:
-    """The transform's spec, its value schema named (registry subject) or read (schema file) and checked."""
+    """The transform's spec, its value schema named (registry subject) or read (schema file) and checked;
+    ``None`` without a transform or with routes (:func:`_routing`)."""
     section = file.transform
-    if section is None:
+    if section is None or section.routes is not None:
         return None
+    return _spec(section, file, shown, "transform")
+
+
+def _routing(file: PipelineFile, tables: TablesConfig, shown: str) -> Routing | None:
+    """A routed transform's routes, each spec checked as a transform's is, and its tables' locations: each route's
+    silver and quarantine in a folder of its name under ``tables.silver_path`` and ``tables.quarantine_path``."""
+    section = file.transform
+    if section is None or section.routes is None:
+        return None
+    routes = tuple(
+        RouteSpec(name, route.match.spec(), _spec(route, file, shown, f"transform.routes.{name}"),
+                  _join_location(tables.silver_path, name), _join_location(tables.quarantine_path, name))
+        for name, route in section.route_sections().items()
+    )  # fmt: skip
+    registries = {r.transform.value_schema.registry: r.name for r in routes
+                  if r.transform.value_schema and r.transform.value_schema.registry}  # fmt: skip
+    if len(registries) > 1:
+        (a, first), (b, second) = list(registries.items())[:2]
+        raise PipelineConfigError(
+            shown, f"transform.routes.{second}.value_schema.registry",
+            f"expected the schema registry connection every route reads through ({a!r}, route {first}): a run "
+            f"reads one registry, got {b!r}",
+        )  # fmt: skip
+    for r in routes:
+        if r.match.needs_registry and not registries:
+            key = "record_name" if r.match.record_name is not None else "subject"
+            raise PipelineConfigError(
+                shown, f"transform.routes.{r.name}.match.{key}",
+                f"expected a route of the transform to read values through a schema registry "
+                f"(value_schema.registry): {key} is looked up there by the schema id each value carries, got no "
+                "registry; match on a header, key or field instead, or read the values through the registry",
+            )  # fmt: skip
+    return Routing(routes, _join_location(tables.quarantine_path, UNROUTED), unrouted=section.unrouted,
+                   overlap=section.overlap)  # fmt: skip
+
+
+def _spec(section: _TransformRules, file: PipelineFile, shown: str, at: str) -> TransformSpec:
+    """The spec of a transform or one route (``at``: where its keys are, for messages), its value schema named
+    (registry subject) or read (schema file) and checked."""
     spec, vs = section.spec(), section.value_schema
     if spec.format in SCHEMA_FORMATS and vs is None:
         raise PipelineConfigError(
             shown,
-            "transform.value_schema",
+            f"{at}.value_schema",
             (
                 f"expected a value_schema section for format {spec.format} (file: an Avro schema file, or "
                 "registry: a schema registry's Airflow connection), got none"
@@ -205,7 +253,7 @@ def _transform(file: PipelineFile, shown: str) -> TransformSpec | None:
     if spec.format not in SCHEMA_FORMATS:
         raise PipelineConfigError(
             shown,
-            "transform.value_schema",
+            f"{at}.value_schema",
             (
                 f"expected no value_schema for format {spec.format} (it is for {' and '.join(SCHEMA_FORMATS)}); "
                 "set transform.format or remove the section"
@@ -214,7 +262,7 @@ def _transform(file: PipelineFile, shown: str) -> TransformSpec | None:
     if spec.format in REGISTRY_FORMATS and vs.file is not None:
         raise PipelineConfigError(
             shown,
-            "transform.value_schema.file",
+            f"{at}.value_schema.file",
             (
                 f"expected registry for format {spec.format} (its values carry registry schema ids), got a schema "
                 "file; a schema file is for format avro"
@@ -223,14 +271,14 @@ def _transform(file: PipelineFile, shown: str) -> TransformSpec | None:
     try:
         value_schema = vs.resolve(file.kafka.topics or (), file.kafka.topic_pattern)
     except _ValueSchemaProblem as exc:
-        raise PipelineConfigError(shown, f"transform.value_schema.{exc.key}", exc.message) from None
+        raise PipelineConfigError(shown, f"{at}.value_schema.{exc.key}", exc.message) from None
     if value_schema.text is not None:
         names = [f.get("name") for f in json.loads(value_schema.text)["fields"] if isinstance(f, dict)]
         for f in spec.fields:
             if f.name not in names:
                 raise PipelineConfigError(
                     shown,
-                    f"transform.schema.{f.name}",
+                    f"{at}.schema.{f.name}",
                     (
                         f"expected a field of the Avro record in {value_schema.file} ({', '.join(map(str, names))}), "
                         f"got {f.name!r}" + _did_you_mean(f.name, [str(n) for n in names])
@@ -244,6 +292,12 @@ def _maintenance(file: PipelineFile, shown: str) -> MaintenanceConfig:
     section = file.maintenance or MaintenanceConfig()
     columns = section.zorder_by.get("silver")
     if columns:
+        if file.transform is not None and file.transform.routes is not None:
+            raise PipelineConfigError(
+                shown,
+                "maintenance.zorder_by.silver",
+                "expected no silver Z-order with transform.routes: each route's table has columns of its own",
+            )
         if file.transform is None:
             raise PipelineConfigError(
                 shown,

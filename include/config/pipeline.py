@@ -32,6 +32,7 @@ from include.config.sections import (
 from include.config.transform import TransformSection
 from include.config.validators import _check_name, _check_string, _check_tags, _choice, _integer
 from include.contract import jobs
+from include.contract.routes import Routing, SilverTarget, targets_of
 from include.contract.transform_spec import TransformSpec
 
 #: Prefix of the consumer group that mirrors a pipeline's offsets (``kafka-delta-elt.<name>``).
@@ -155,7 +156,9 @@ class PipelineConfig(PipelineFile):
     sections a file may leave out are filled in, and ``transform`` is a
     :class:`~include.contract.transform_spec.TransformSpec` or ``None``.
     ``source_path`` is not a key: the file this configuration was loaded
-    from, as shown in error messages.
+    from, as shown in error messages. Nor is ``routing``: a transform with
+    routes loads into it (a :class:`~include.contract.routes.Routing`), and
+    ``transform`` is then ``None``.
     """
 
     name: str
@@ -167,6 +170,21 @@ class PipelineConfig(PipelineFile):
     transform: TransformSpec | None = None  # type: ignore[assignment]  # as tables, above
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
     source_path: str
+    #: A transform with routes: its routes, in the file's order (``transform`` is then ``None``).
+    routing: Routing | None = None
+
+    @property
+    def has_transform(self) -> bool:
+        """Whether the pipeline transforms bronze into silver: one table, or one per route."""
+        return self.transform is not None or self.routing is not None
+
+    def silver_targets(self) -> tuple[SilverTarget, ...]:
+        """The silver tables the transform writes, each with its quarantine and rules: one, or one per route."""
+        if self.routing is not None:
+            return targets_of(self.routing)
+        if self.transform is None:
+            return ()
+        return (SilverTarget(None, self.transform, self.tables.silver_path, self.tables.quarantine_path),)
 
     def retention_margin_s(self, now: datetime) -> float:
         """Seconds of ``lag.retention_margin_minutes``, or its default: twice the schedule's longest gap

@@ -82,6 +82,16 @@ links to.
 """
 
 
+def _entry_name(key: str) -> str:
+    """How the reference names an entry of the mapping at ``key``: ``<route>`` for routes, else ``<field>``."""
+    return "<route>" if key == "routes" else "<field>"
+
+
+def _subclasses(cls: type) -> list[type]:
+    """Every subclass of ``cls``, however deep (a route's section extends the transform's rules)."""
+    return [sub for direct in cls.__subclasses__() for sub in (direct, *_subclasses(direct))]
+
+
 def _reference_slug(heading: str) -> str:
     """GitHub's anchor for a heading: lower-case, punctuation dropped, spaces as hyphens."""
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
@@ -199,13 +209,13 @@ def pipeline_reference_markdown() -> str:
                 below.append((0, key, child))
             mapped = _reference_mapping(prop, defs)
             if mapped is not None:
-                below.append((1, f"{key}.<field>", mapped))
+                below.append((1, f"{key}.{_entry_name(name)}", mapped))
         for _, key, child in sorted(below, key=lambda item: item[0]):
             visit(key, child)
 
     visit("", schema)
     # a section's title is its class name
-    models = {model.__name__: model for model in _Section.__subclasses__()}
+    models = {model.__name__: model for model in _subclasses(_Section)}
     lines = [REFERENCE_HEADER.rstrip("\n")]
     for path, node in sections:
         lines += ["", f"## {heading(path)}", ""]
@@ -220,7 +230,7 @@ def pipeline_reference_markdown() -> str:
             if _reference_object(prop, defs) is not None:
                 kind += f" ([{heading(key)}](#{_reference_slug(heading(key))}))"
             elif _reference_mapping(prop, defs) is not None:
-                below = f"{key}.<field>"
+                below = f"{key}.{_entry_name(name)}"
                 kind += f" ([{heading(below)}](#{_reference_slug(heading(below))}))"
             default = "*required*" if name in required else _reference_default(model, name, prop)
             meaning = _reference_text(prop.get("description", ""))

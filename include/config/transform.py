@@ -18,10 +18,19 @@ from pydantic import BeforeValidator, Field, ValidationInfo, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from include.config.errors import _choices, _did_you_mean, _invalid, _problem
-from include.config.sections import _SECTION_CONFIG, _Section
+from include.config.route_match import MatchSection
+from include.config.sections import _SECTION_CONFIG, _optional, _Section
 from include.config.transform_fields import _SCHEMA_FILE_EXPECTED, SchemaField, _read_schema_file, _Schema
 from include.config.validators import _choice, _integer, _text
 from include.config.value_schema import ValueSchemaSection
+from include.contract.routes import (
+    OVERLAP_POLICIES,
+    ROUTE_NAME,
+    UNROUTED,
+    UNROUTED_POLICIES,
+    OverlapPolicy,
+    UnroutedPolicy,
+)
 from include.contract.transform_spec import (
     CDC_SOURCES,
     DEFAULT_MAX_VALUE_BYTES,
@@ -134,11 +143,8 @@ class LimitsSection(_Section):
 
 
 @pydantic_dataclass(frozen=True, kw_only=True, config=_SECTION_CONFIG)
-class TransformSection(_Section):
-    """How bronze records become silver rows (section ``transform``; without it the pipeline stops at bronze).
-
-    Loads into a :class:`~include.contract.transform_spec.TransformSpec`.
-    """
+class _TransformRules(_Section):
+    """What a transform and each of its routes declare: the value's format, fields, key, ordering and policies."""
 
     format: Annotated[str, BeforeValidator(_check_format)] = Field(
         default="json",
@@ -160,9 +166,9 @@ class TransformSection(_Section):
         "inside the pipelines folder (symlinks resolved) or under a folder the operator lists in "
         "KDE_PIPELINE_FILE_ROOTS; any other path is refused unread.",
     )
-    key: Annotated[str | tuple[str, ...], BeforeValidator(_check_key)] = Field(
-        description="Required: a field name or a list of them, the silver table's MERGE key; each of type "
-        "string, int, long, date or boolean. Key fields are required."
+    key: Annotated[str | tuple[str, ...], BeforeValidator(_check_key)] = _optional(
+        "Required (with routes: in each route, not here): a field name or a list of them, the silver table's "
+        "MERGE key; each of type string, int, long, date or boolean. Key fields are required."
     )
     ordering: Annotated[str, BeforeValidator(_check_ordering)] | None = Field(
         default=None,
@@ -222,6 +228,10 @@ class TransformSection(_Section):
 
     @classmethod
     def _check_given(cls, data: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        if data.get("key") is None:
+            raise _problem(f"expected a field name or a non-empty list of field names declared in "
+                           f"{data.get('schema_file') or 'the schema'}, the silver table's MERGE key, got nothing "
+                           "(the key is missing)", ".key")  # fmt: skip
         schema, schema_file = data.get("schema"), data.get("schema_file")
         if (schema is None) == (schema_file is None):
             raise _problem(
@@ -257,7 +267,9 @@ class TransformSection(_Section):
         return data
 
     @model_validator(mode="after")
-    def _key_and_ordering_are_declared(self) -> TransformSection:
+    def _key_and_ordering_are_declared(self) -> _TransformRules:
+        if getattr(self, "routes", None) is not None:  # each route declares its own
+            return self
         declared_in = f"the schema file {self.schema_file}" if self.schema_file else "transform.schema"
         fields = self.schema or {}
 
@@ -289,7 +301,7 @@ class TransformSection(_Section):
 
     def key_fields(self) -> tuple[str, ...]:
         """The key field names, however ``key`` was written."""
-        return (self.key,) if isinstance(self.key, str) else self.key
+        return (self.key,) if isinstance(self.key, str) else tuple(self.key or ())
 
     def spec(self) -> TransformSpec:
         """The transform as the Spark job reads it; key and ordering fields are required."""
@@ -307,3 +319,125 @@ class TransformSection(_Section):
             max_value_bytes=self.max_value_bytes,
             limits=(self.limits or LimitsSection()).spec(),
         )
+
+
+#: Keys a routed transform states once for every route; a route's own value wins (``value_schema`` and
+#: ``limits`` key by key).
+INHERITED_KEYS = ("format", "value_schema", "tombstones", "new_fields", "max_value_bytes", "limits")
+#: Keys each route states for itself, refused beside ``routes``.
+ROUTE_KEYS = ("schema", "schema_file", "key", "ordering", "envelope", "source")
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=_SECTION_CONFIG)
+class RouteSection(_TransformRules):
+    """One route of a transform (section ``transform.routes.<route>``): which records it takes and how they become
+    its own silver table's rows.
+
+    It takes every key of ``transform`` but ``routes``, ``unrouted`` and
+    ``overlap``; the keys ``transform`` states beside ``routes`` (format,
+    value_schema, tombstones, new_fields, max_value_bytes, limits) are its
+    defaults. Its silver table is ``<tables.silver_path>/<route>``, its quarantine
+    ``<tables.quarantine_path>/<route>``.
+    """
+
+    match: MatchSection = Field(
+        description="Required section: which records the route takes (topic, header, key, field, record_name, "
+        "subject; every one given must hold)."
+    )
+
+
+def _check_routes(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict) or not value:
+        raise _invalid("a mapping of route names to routes (match, schema, key, ...)", value)
+    for name in value:
+        if not isinstance(name, str) or not ROUTE_NAME.fullmatch(name) or name == UNROUTED:
+            hint = f"; {UNROUTED!r} names the unrouted records' quarantine" if name == UNROUTED else ""
+            raise _invalid("a route name: lower-case letters, digits and _, starting with a letter, at most 63 "
+                           "characters", name, hint, at=f".{name}")  # fmt: skip
+    return value
+
+
+def _inherit(route: Any, top: dict[str, Any]) -> Any:
+    """A route's mapping with the transform's shared keys filled in where the route leaves them out."""
+    if not isinstance(route, dict):
+        return route  # the route's own check says what it expected
+    merged = dict(route)
+    for key in INHERITED_KEYS:
+        if top.get(key) is None:
+            continue
+        if key == "value_schema" and merged.get("format", top.get("format", "json")) not in SCHEMA_FORMATS:
+            continue  # a route whose format takes no schema (json) does not take the shared one
+        mine = merged.get(key)
+        if key in ("value_schema", "limits") and isinstance(mine, dict) and isinstance(top[key], dict):
+            merged[key] = {**top[key], **mine}
+        elif mine is None:
+            merged[key] = top[key]
+    schema, match = merged.get("value_schema"), merged.get("match")
+    if isinstance(schema, dict) and isinstance(match, dict) and schema.get("registry") is not None:
+        # A route taking one record name reads with that record's subject, unless it names another.
+        names = match.get("record_name")
+        one = (
+            names
+            if isinstance(names, str)
+            else names[0]
+            if isinstance(names, list) and len(names) == 1
+            else None
+        )
+        strategy = schema.get("subject_strategy")
+        if one and schema.get("subject") is None and schema.get("record_name") is None and strategy in (
+                "record_name", "topic_record_name"):  # fmt: skip
+            merged["value_schema"] = {**schema, "record_name": one}
+    return merged
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=_SECTION_CONFIG)
+class TransformSection(_TransformRules):
+    """How bronze records become silver rows (section ``transform``; without it the pipeline stops at bronze).
+
+    Loads into a :class:`~include.contract.transform_spec.TransformSpec`, or, with ``routes``, one per route in a
+    :class:`~include.contract.routes.Routing`.
+    """
+
+    routes: Annotated[dict[str, RouteSection], BeforeValidator(_check_routes)] | None = Field(
+        default=None,
+        description="Mapping of route name to route: one topic into several silver tables. Each route takes the "
+        "records its match selects into a table of its own, with its own schema, key, ordering and format. With "
+        "routes, schema, schema_file, key, ordering, envelope and source belong in each route, and the other "
+        "keys of transform are the routes' defaults. Route names: lower-case letters, digits and _, starting "
+        "with a letter; they name the tables' folders, so renaming a route starts its tables afresh.",
+    )
+    unrouted: Annotated[UnroutedPolicy, _choice(UNROUTED_POLICIES)] = Field(
+        default="quarantine",
+        description="With routes: what a record no route matches does. quarantine (default): it goes to the "
+        "quarantine table <tables.quarantine_path>/unrouted, naming why. ignore: it is counted in the batch's "
+        "account and the run's summary, and kept only in bronze. fail: the transform stops before writing the "
+        "batch, naming the record's topic, partition and offset; add a route that takes it or change this "
+        "policy, and the next run goes on from there.",
+    )
+    overlap: Annotated[OverlapPolicy, _choice(OVERLAP_POLICIES)] = Field(
+        default="first",
+        description="With routes: what a record several routes match does. first (default): the first of them "
+        "in the file's order takes it. all: each of them does (a copy per route; the batch's account counts "
+        "the extra copies).",
+    )
+
+    @classmethod
+    def _check_given(cls, data: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        routes = data.get("routes")
+        if routes is None:
+            for key in ("unrouted", "overlap"):
+                if data.get(key) is not None:
+                    raise _invalid(f"no transform.{key} without transform.routes (it says what routing does)",
+                                   data[key], f"; remove transform.{key}, or declare routes", at=f".{key}")  # fmt: skip
+            return super()._check_given(data, info)
+        for key in ROUTE_KEYS:
+            if data.get(key) is not None:
+                raise _invalid(f"no transform.{key} beside transform.routes (each route states its own)",
+                               data[key], f"; move {key} into each route", at=f".{key}")  # fmt: skip
+        if isinstance(routes, dict):
+            data = {**data, "routes": {name: _inherit(route, data) for name, route in routes.items()}}
+        return data
+
+    def route_sections(self) -> dict[str, RouteSection]:
+        """The routes by name, in the file's order; empty without ``routes``."""
+        return dict(self.routes or {})

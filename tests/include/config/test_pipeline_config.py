@@ -40,6 +40,8 @@ from include.config import (
     pipeline,
     reference,
 )
+from include.config.route_match import MatchSection
+from include.config.transform import RouteSection
 from include.contract import jobs
 from include.contract.transform_spec import DEFAULT_MAX_VALUE_BYTES, FieldSpec, TransformSpec
 from spark_jobs import ingest_plan
@@ -183,13 +185,14 @@ def test_config_is_frozen(tmp_path):
 def test_every_key_is_documented_in_its_field_description():
     # The models' Field descriptions are the configuration reference (and the JSON Schema's descriptions).
     sections = (PipelineFile, KafkaConfig, TablesSection, LagConfig, ClusterConfig, KubernetesConfig,
-                TransformSection, SchemaField)  # fmt: skip
+                TransformSection, RouteSection, MatchSection, SchemaField)  # fmt: skip
     for cls in sections:
         assert (cls.__doc__ or "").strip(), f"{cls.__name__} has no docstring"
         missing = [name for name, f in cls.__pydantic_fields__.items() if not (f.description or "").strip()]
         assert missing == [], f"{cls.__name__} keys without a Field description: {missing}"
-    # What a pipeline loads into holds the file's keys, plus where it came from.
-    assert {f.name for f in dataclasses.fields(PipelineConfig)} == {*PipelineFile.__pydantic_fields__, "source_path"}
+    # What a pipeline loads into holds the file's keys, plus where it came from and a routed transform's routes.
+    loaded = {f.name for f in dataclasses.fields(PipelineConfig)}
+    assert loaded == {*PipelineFile.__pydantic_fields__, "source_path", "routing"}
     assert {f.name for f in dataclasses.fields(TablesConfig)} == set(TablesSection.__pydantic_fields__)
 
 
