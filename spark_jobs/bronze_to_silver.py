@@ -39,13 +39,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from include.contract import summaries as contract
-from include.contract.errors import TransformError, ValueSchemaError
+from include.contract.errors import TransformError
 from include.contract.jobs import TransformArgs
 from include.contract.replay import ReplaySelection
+from include.contract.routes import Routing
 from include.contract.transform_spec import TransformSpec
 from include.readers import spark_checkpoint
-from spark_jobs import quarantine_replay
-from spark_jobs.formats.schemas import ValueSchemas, read_registry_file
+from spark_jobs import quarantine_replay, routed_transform
 from spark_jobs.hadoop_files import checkpoint_files
 from spark_jobs.job_common import (
     JobStep,
@@ -53,6 +53,7 @@ from spark_jobs.job_common import (
     parse_table_properties,
     write_summary,
 )
+from spark_jobs.routed_transform import RoutedSummary
 from spark_jobs.silver_writer import SilverBatchWriter, ensure_silver
 from spark_jobs.table_properties import (
     apply_table_properties,
@@ -60,12 +61,13 @@ from spark_jobs.table_properties import (
 )
 from spark_jobs.transform_plan import (
     TransformConfig,
-    TransformPlan,
     is_delta,
     plan_transform,
     read_checkpoint,
     read_silver_stand,
     read_whole,
+    stream_bronze,
+    value_schemas,
 )
 from spark_jobs.transform_summary import TransformSummary
 
@@ -79,8 +81,14 @@ log = logging.getLogger("bronze_to_silver")
 def parse_config(argv: list[str]) -> TransformConfig:
     """Arguments → :class:`TransformConfig`; the spec comes as a JSON file written by the operator."""
     a = TransformArgs.from_args(argv)
+    routing = None
     try:
-        spec = TransformSpec.from_json(json.loads(Path(a.spec_file).read_text()))
+        data = json.loads(Path(a.spec_file).read_text())
+        if "routing" in data:
+            routing = Routing.from_json(data["routing"])
+            spec = routing.routes[0].transform
+        else:
+            spec = TransformSpec.from_json(data)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise TransformError(f"{a.spec_file}: cannot read the transform spec: {exc}") from None
     try:
@@ -95,11 +103,13 @@ def parse_config(argv: list[str]) -> TransformConfig:
             raise TransformError(f"{a.replay_file}: cannot read the replay request: {exc}") from None
     return TransformConfig(a.pipeline, a.bronze_path, a.silver_path, a.quarantine_path, a.checkpoint_root,
                            spec, a.run_id, a.summary_path, a.max_files_per_trigger, properties,
-                           a.registry_file, a.lock_epoch, replay)  # fmt: skip
+                           a.registry_file, a.lock_epoch, replay, routing)  # fmt: skip
 
 
-def run(spark: SparkSession, cfg: TransformConfig) -> TransformSummary:
+def run(spark: SparkSession, cfg: TransformConfig) -> TransformSummary | RoutedSummary:
     """One transform run on an existing session; returns (and writes) its summary."""
+    if cfg.routing is not None:
+        return routed_transform.run(spark, cfg, cfg.routing)
     started = time.monotonic()
     check_owner(spark, cfg.silver_path, cfg.pipeline, "silver")
     check_owner(spark, cfg.quarantine_path, cfg.pipeline, "quarantine")
@@ -123,7 +133,7 @@ def run(spark: SparkSession, cfg: TransformConfig) -> TransformSummary:
     phases = summary.phases_s
     phases["plan"] = time.monotonic() - started
     if is_delta(spark, cfg.bronze_path):
-        values = _value_schemas(spark, cfg)
+        values = value_schemas(spark, cfg)
         summary.value_schema = values.recorded() if values else None
         fields = ensure_silver(spark, cfg.silver_path, cfg.spec)
         phases["silver_schema"] = time.monotonic() - started - sum(phases.values())
@@ -138,7 +148,7 @@ def run(spark: SparkSession, cfg: TransformConfig) -> TransformSummary:
             state = checkpoints.get(plan.epoch)
             writer.skip_replay(state.pending_batch if state is not None else None)
         else:
-            _stream(spark, cfg, plan, checkpoint, writer)
+            stream_bronze(spark, cfg, plan, checkpoint, writer)
         if cfg.replay is not None:
             summary.replay = quarantine_replay.replay(
                 spark, pipeline=cfg.pipeline, run_id=cfg.run_id, silver_path=cfg.silver_path,
@@ -160,36 +170,9 @@ def run(spark: SparkSession, cfg: TransformConfig) -> TransformSummary:
     return summary
 
 
-def _stream(spark: SparkSession, cfg: TransformConfig, plan: TransformPlan, checkpoint: str,
-            writer: SilverBatchWriter) -> None:  # fmt: skip
-    """Bronze's versions from ``plan.start`` on, through ``writer``, micro-batch by micro-batch (``AvailableNow``)."""
-    # A DELETE or UPDATE of bronze rows (e.g. an erasure request) rewrites files; without this
-    # the stream stops for good at such a commit. Its rows were read when they first came.
-    reader = (
-        spark.readStream.format("delta")
-        .option("startingVersion", plan.start.version)
-        .option("skipChangeCommits", "true")
-    )
-    if cfg.max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", cfg.max_files_per_trigger)
-    writer.drain(reader.load(cfg.bronze_path), job="bronze_to_silver", pipeline=cfg.pipeline, checkpoint=checkpoint,
-                 error=TransformError, stage="transform")  # fmt: skip
-
-
-def _value_schemas(spark: SparkSession, cfg: TransformConfig) -> ValueSchemas | None:
-    """The run's value schemas (formats that need ``transform.value_schema``; the loader refuses one for any other
-    format); a reader schema that cannot be had stops the run."""
-    vs = cfg.spec.value_schema
-    if vs is None:
-        return None
-    try:
-        registry = read_registry_file(cfg.registry_file) if vs.registry else None
-        return ValueSchemas(spark, cfg.spec, registry=registry)
-    except ValueSchemaError as exc:
-        raise TransformError(f"pipeline {cfg.pipeline!r}: {exc}") from None
-
-
-def _describe(summary: TransformSummary) -> str:
+def _describe(summary: TransformSummary | RoutedSummary) -> str:
+    if isinstance(summary, RoutedSummary):
+        return summary.describe()
     s = summary.to_json()
     return (f"epoch={summary.epoch} read={s['read']} upserted={s['upserted']} deleted={s['deleted']} "
             f"quarantined={s['quarantined']} superseded={s['superseded']} duration={summary.duration_s:.1f}s")  # fmt: skip

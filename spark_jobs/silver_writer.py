@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from include.contract.errors import TransformError
 from include.contract.jobs import quarantine_app_id, silver_app_id
+from include.contract.routes import RoutingAccount
 from include.contract.silver_stand import (
     SCHEMA_KIND,
     TRUNCATE_KIND,
@@ -118,6 +119,11 @@ class SilverBatchWriter(BatchWriter):
         self.values = values
         #: Per topic, the LSN of the batch's last source truncate (change events; usually empty).
         self.truncates: dict[str, int] = {}
+        #: The route this writer's silver table is (a routed transform's route writer), or ``None``.
+        self.route: str | None = None
+        #: The routing account of the batch being written, which its silver commit carries (set per batch by
+        #: :class:`spark_jobs.routed_transform.RoutedBatchWriter`).
+        self.account: RoutingAccount | None = None
 
     def skip_replay(self, batch_id: int | None) -> bool:
         """Whether batch ``batch_id`` is already in silver (:func:`already_in_silver`); if so it is recorded as
@@ -168,6 +174,7 @@ class SilverBatchWriter(BatchWriter):
                 bronze_start=start, bronze_end=end, read=read, counts=counts, quarantine_fields=qfields,
                 fields_added=tuple({"name": f.name, "type": f.type} for f in new.added), fields_ignored=new.ignored,
                 fields_unknown=new.unknown, value_schema=self.values.recorded() if self.values else None,
+                route=self.route, routing=self.account.to_json() if self.account is not None else None,
             )  # fmt: skip
             if commit.accounted != read:
                 raise TransformError(

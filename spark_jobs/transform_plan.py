@@ -9,12 +9,14 @@ new epoch there.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from include.contract.errors import TransformError
+from include.contract.errors import TransformError, ValueSchemaError
 from include.contract.history import read_until
 from include.contract.replay import ReplaySelection
+from include.contract.routes import RouteSpec, Routing
 from include.contract.silver_stand import (
     BronzePosition,
     SilverCommit,
@@ -32,6 +34,8 @@ from spark_jobs.delta_commits import (
     fence_of,
     txn_versions,
 )
+from spark_jobs.formats.schemas import ValueSchemas, read_registry_file
+from spark_jobs.job_common import BatchWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -58,6 +62,14 @@ class TransformConfig:
     lock_epoch: int | None = None
     #: Quarantined records to replay after the batches (``--replay-file``; a ``replay_quarantine`` run).
     replay: ReplaySelection | None = None
+    #: A routed transform's routes (the spec file holds them); ``spec`` is then the first route's, and each
+    #: route's writer runs with its own configuration (:meth:`for_route`).
+    routing: Routing | None = None
+
+    def for_route(self, route: RouteSpec) -> TransformConfig:
+        """The configuration route ``route``'s writer runs with: its rules and its tables."""
+        return replace(self, spec=route.transform, silver_path=route.silver_path,
+                       quarantine_path=route.quarantine_path, routing=None)  # fmt: skip
 
     @property
     def fence(self) -> tuple[str, int] | None:
@@ -156,6 +168,34 @@ def plan_transform(last: SilverStand | None, checkpoints: dict[int, DeltaCheckpo
     return TransformPlan(epoch, start, reason, latest)
 
 
+def plan_routed(lasts: Mapping[str, SilverStand | None], checkpoints: dict[int, DeltaCheckpointState | None],
+                damaged: dict[int, str] | None = None) -> dict[str, TransformPlan]:  # fmt: skip
+    """Each route's plan for a routed transform's one stream (``lasts``: where each route's silver stands).
+
+    The stream resumes its checkpoint only when every route agrees with it
+    (:func:`plan_transform` per route); a route resumed mid-batch (an earlier
+    attempt committed some routes' batch and died) replays that batch, and the
+    routes that hold it skip it. Otherwise every route moves to one new epoch,
+    starting at the least of their starts: a route added later (no silver yet)
+    makes the stream read bronze from its start, a RESTORE of one route's silver
+    from where that route stood then, and the routes that stood further on
+    recognise what they re-read (``replayed``) instead of applying it twice.
+    """
+    plans = {name: plan_transform(last, checkpoints, damaged) for name, last in lasts.items()}
+    first = next(iter(plans.values()))
+    if all(p.rebuilt_reason is None and p.epoch == first.epoch for p in plans.values()):
+        return plans
+    epoch = max(p.epoch for p in plans.values())
+    start = min((p.start for p in plans.values()), key=lambda s: (s.version, s.index))
+    reasons = "; ".join(f"route {name}: {p.rebuilt_reason}" for name, p in plans.items() if p.rebuilt_reason)
+    reason = reasons or "the routes stood in different checkpoint epochs"
+    if any(p.start != start for p in plans.values()):
+        reason += (f"; every route re-reads bronze from version {start.version}, the least of where they stood, "
+                   "and recognises what it holds already")  # fmt: skip
+    latest = max(checkpoints) if checkpoints else None
+    return {name: TransformPlan(epoch, start, reason, latest) for name in plans}
+
+
 def already_in_silver(last: SilverStand | SilverCommit | None, plan: TransformPlan, batch_id: int | None) -> bool:
     """Whether batch ``batch_id`` of the epoch ``plan`` runs is in silver already (``last``: silver's newest
     commit): an earlier attempt committed it and was stopped before the checkpoint committed it."""
@@ -192,3 +232,32 @@ def read_silver_stand(spark: SparkSession, path: str, pipeline: str) -> SilverSt
         return resolve_silver_stand(state, newest_silver_commit(history), history)
     except ValueError as exc:
         raise TransformError(f"{path}: {exc}") from None
+
+
+def stream_bronze(spark: SparkSession, cfg: TransformConfig, plan: TransformPlan, checkpoint: str,
+                  writer: BatchWriter) -> None:  # fmt: skip
+    """Bronze's versions from ``plan.start`` on, through ``writer``, micro-batch by micro-batch (``AvailableNow``)."""
+    # A DELETE or UPDATE of bronze rows (e.g. an erasure request) rewrites files; without this
+    # the stream stops for good at such a commit. Its rows were read when they first came.
+    reader = (
+        spark.readStream.format("delta")
+        .option("startingVersion", plan.start.version)
+        .option("skipChangeCommits", "true")
+    )
+    if cfg.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", cfg.max_files_per_trigger)
+    writer.drain(reader.load(cfg.bronze_path), job="bronze_to_silver", pipeline=cfg.pipeline, checkpoint=checkpoint,
+                 error=TransformError, stage="transform")  # fmt: skip
+
+
+def value_schemas(spark: SparkSession, cfg: TransformConfig) -> ValueSchemas | None:
+    """The run's value schemas (formats that need ``transform.value_schema``; the loader refuses one for any other
+    format); a reader schema that cannot be had stops the run."""
+    vs = cfg.spec.value_schema
+    if vs is None:
+        return None
+    try:
+        registry = read_registry_file(cfg.registry_file) if vs.registry else None
+        return ValueSchemas(spark, cfg.spec, registry=registry)
+    except ValueSchemaError as exc:
+        raise TransformError(f"pipeline {cfg.pipeline!r}: {exc}") from None

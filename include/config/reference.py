@@ -89,7 +89,11 @@ def _entry_name(key: str) -> str:
 
 def _subclasses(cls: type) -> list[type]:
     """Every subclass of ``cls``, however deep (a route's section extends the transform's rules)."""
-    return [sub for direct in cls.__subclasses__() for sub in (direct, *_subclasses(direct))]
+    found: list[type] = []
+    direct: type
+    for direct in cls.__subclasses__():
+        found += [direct, *_subclasses(direct)]
+    return found
 
 
 def _reference_slug(heading: str) -> str:

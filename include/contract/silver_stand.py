@@ -73,6 +73,11 @@ class SilverCommit:
     version: int | None = None
     #: The registry schema the batch read values with: ``{subject, version, id}`` (absent for other formats).
     value_schema: dict[str, Any] | None = None
+    #: The route whose silver table this is (a routed transform), or ``None``.
+    route: str | None = None
+    #: Where the batch's bronze records went across the routes (:class:`~include.contract.routes.RoutingAccount`'s
+    #: JSON), the same in every route's commit of the batch; ``None`` without routes.
+    routing: dict[str, Any] | None = None
 
     @property
     def accounted(self) -> int:
@@ -96,6 +101,7 @@ class SilverCommit:
                 "fields_ignored": self.fields_ignored or {},
                 **({"fields_unknown": self.fields_unknown} if self.fields_unknown else {}),
                 **({"value_schema": self.value_schema} if self.value_schema else {}),
+                **({"route": self.route, "routing": self.routing} if self.route is not None else {}),
             },
             separators=(",", ":"),
         )
@@ -126,6 +132,8 @@ class SilverCommit:
             fields_unknown=int(data["fields_unknown"]) if data.get("fields_unknown") is not None else None,
             version=version,
             value_schema=data.get("value_schema"),
+            route=data.get("route"),
+            routing=data.get("routing"),
         )
 
 

@@ -237,6 +237,61 @@ class TransformSummary:
 
 
 @dataclass(frozen=True)
+class RoutedTransformSummary:
+    """What a routed transform did (``bronze_to_silver`` with ``transform.routes``): each route's
+    :class:`TransformSummary`, the records no route took, and each batch's routing account."""
+
+    run_id: str
+    epoch: int | None
+    routes: dict[str, TransformSummary]
+    #: ``{policy, records, quarantined}``: the records no route took, by ``transform.unrouted``.
+    unrouted: JsonDict
+    bronze_read: int | None
+    duration_s: float | None
+    accounts: tuple[JsonDict, ...] = ()
+    raw: JsonDict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, strict: bool = True) -> RoutedTransformSummary:
+        """Read a summary; raises :class:`PipelineError` naming a missing or mistyped field (a route's, by its
+        name); not ``strict``, see :meth:`IngestSummary.from_json`."""
+        job = "bronze_to_silver"
+        routes = _need(data, "routes", dict, job, strict) or {}
+        read: dict[str, TransformSummary] = {}
+        for name, summary in routes.items():
+            if not isinstance(summary, Mapping):
+                raise PipelineError(f"{job} summary: route {name!r} is {summary!r}; expected a summary object")
+            try:
+                read[str(name)] = TransformSummary.from_json(summary, strict=strict)
+            except PipelineError as exc:
+                raise PipelineError(f"{job} summary of route {name!r}: {exc}") from None
+        duration = _need(data, "duration_s", (int, float), job, strict)
+        return cls(
+            run_id=str(data.get("run_id") or ""),
+            epoch=_need(data, "epoch", int, job, strict),
+            routes=read,
+            unrouted=dict(_need(data, "unrouted", dict, job, strict) or {}),
+            bronze_read=_need(data, "bronze_read", int, job, strict),
+            duration_s=float(duration) if duration is not None else None,
+            accounts=tuple(data.get("accounts") or ()),
+            raw=dict(data),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The summary as JSON data: what the job wrote, with this record's fields over it."""
+        return {
+            **self.raw,
+            "run_id": self.run_id,
+            "epoch": self.epoch,
+            "routes": {name: s.to_json() for name, s in self.routes.items()},
+            "unrouted": self.unrouted,
+            "bronze_read": self.bronze_read,
+            "duration_s": self.duration_s,
+            "accounts": list(self.accounts),
+        }
+
+
+@dataclass(frozen=True)
 class MaintainSummary:
     """What ``maintain_tables`` did to each table: files and bytes before and after, or why it was skipped."""
 

@@ -169,6 +169,14 @@ class RegistryClient:
         self._by_version: dict[tuple[str, int], RegisteredSchema] = {}
 
     def _call(self, path: str, what: str) -> dict[str, Any]:
+        data = self._call_json(path, what)
+        if not isinstance(data, dict):
+            raise SchemaRegistryError(
+                f"schema registry {self.shown}: {what}: expected a JSON object, got {json.dumps(data)[:200]}"
+            )
+        return data
+
+    def _call_json(self, path: str, what: str) -> Any:
         url = f"{self.url}{path}"
         try:
             status, body = self._get(url, self._headers, self.timeout)
@@ -196,10 +204,6 @@ class RegistryClient:
                 + hint.get(status, ""),
                 status=status, error_code=code,
             )  # fmt: skip
-        if not isinstance(data, dict):
-            raise SchemaRegistryError(
-                f"schema registry {self.shown}: {what}: expected a JSON object, got {body[:200]!r}"
-            )
         return data
 
     def subject_version(self, subject: str, version: int | None = None) -> RegisteredSchema:
@@ -235,6 +239,16 @@ class RegistryClient:
                                  references=self._references(data, f"schema id {schema_id}"))  # fmt: skip
         self._by_id[schema_id] = found
         return found
+
+    def subjects_of(self, schema_id: int) -> tuple[str, ...]:
+        """The subjects the global ``schema_id`` is registered under (``/schemas/ids/<id>/versions``), sorted."""
+        data = self._call_json(f"/schemas/ids/{schema_id}/versions", f"the subjects of schema id {schema_id}")
+        if not isinstance(data, list) or not all(isinstance(d, dict) and "subject" in d for d in data):
+            raise SchemaRegistryError(
+                f"schema registry {self.shown}: the subjects of schema id {schema_id}: expected a list of "
+                f"{{subject, version}}, got {json.dumps(data)[:200]}"
+            )
+        return tuple(sorted({str(d["subject"]) for d in data}))
 
     def _references(self, data: dict[str, Any], what: str) -> tuple[SchemaReference, ...]:
         refs = data.get("references") or []

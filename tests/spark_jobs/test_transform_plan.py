@@ -8,7 +8,7 @@ from include.contract.errors import TransformError
 from include.contract.silver_stand import BronzePosition, SilverCommit, SilverStand
 from spark_jobs.bronze_to_silver import parse_config
 from spark_jobs.silver_writer import check_rows_written, rows_written
-from spark_jobs.transform_plan import DeltaCheckpointState, already_in_silver, plan_transform
+from spark_jobs.transform_plan import DeltaCheckpointState, already_in_silver, plan_routed, plan_transform
 
 
 def _last(epoch: int, batch: int, end: int) -> SilverStand:
@@ -90,3 +90,31 @@ def test_a_bad_argument_is_refused_naming_it_and_what_was_expected(argv, expecte
     with pytest.raises(TransformError) as err:
         parse_config(argv)
     assert expected in str(err.value) and "--help lists the arguments of bronze_to_silver" in str(err.value)
+
+
+def test_routes_that_agree_with_the_checkpoint_resume_it_each_from_where_it_stands():
+    # Route b's silver lacks batch 5, which route a committed before the driver died: the checkpoint's pending
+    # batch 5 is replayed, a skips it (already in its silver), b applies it.
+    plans = plan_routed({"a": _last(2, 5, 20), "b": _last(2, 4, 17)}, {2: DeltaCheckpointState(4, 5)})
+    assert {n: (p.epoch, p.start.version, p.rebuilt_reason) for n, p in plans.items()} == {
+        "a": (2, 20, None), "b": (2, 17, None)}  # fmt: skip
+    assert already_in_silver(_last(2, 5, 20), plans["a"], 5) and not already_in_silver(_last(2, 4, 17), plans["b"], 5)
+
+
+def test_a_route_added_later_moves_every_route_to_a_new_epoch_from_bronzes_start():
+    plans = plan_routed({"a": _last(2, 5, 20), "new": None}, {2: DeltaCheckpointState(5, None)})
+    assert {(p.epoch, p.start) for p in plans.values()} == {(3, BronzePosition(0))}
+    reason = plans["a"].rebuilt_reason or ""
+    assert reason.startswith("route new: checkpoint of epoch 2 committed batches that silver does not hold")
+    assert "every route re-reads bronze from version 0" in reason and plans["a"].previous_epoch == 2
+
+
+def test_a_lost_checkpoint_restarts_every_route_at_the_least_of_their_stands():
+    plans = plan_routed({"a": _last(2, 5, 20), "b": _last(2, 4, 17)}, {})
+    assert {(p.epoch, p.start.version) for p in plans.values()} == {(3, 17)}
+    assert "route a: no checkpoint found; route b: no checkpoint found" in (plans["b"].rebuilt_reason or "")
+
+
+def test_routes_of_a_first_run_start_at_epoch_0():
+    plans = plan_routed({"a": None, "b": None}, {})
+    assert {(p.epoch, p.start.version, p.rebuilt_reason) for p in plans.values()} == {(0, 0, None)}
