@@ -260,7 +260,9 @@ class RoutedTransformSummary:
         read: dict[str, TransformSummary] = {}
         for name, summary in routes.items():
             if not isinstance(summary, Mapping):
-                raise PipelineError(f"{job} summary: route {name!r} is {summary!r}; expected a summary object")
+                raise PipelineError(
+                    f"{job} summary: route {name!r} is {summary!r}; expected a summary object"
+                )
             try:
                 read[str(name)] = TransformSummary.from_json(summary, strict=strict)
             except PipelineError as exc:

@@ -253,7 +253,11 @@ def check_routed(
                 violations.append(f"{where} read {c.read} records but its batch's account routed "
                                   f"{account.matched.get(name)} to it")  # fmt: skip
             same = batches.setdefault((c.epoch, c.batch_id), c)
-            if (same.routing, same.bronze_start, same.bronze_end) != (c.routing, c.bronze_start, c.bronze_end):
+            if (same.routing, same.bronze_start, same.bronze_end) != (
+                c.routing,
+                c.bronze_start,
+                c.bronze_end,
+            ):
                 violations.append(f"{where} disagrees with route {same.route}'s commit of the batch: "
                                   f"{c.routing} over bronze {c.bronze_start.to_json()}..{c.bronze_end.to_json()}, "
                                   f"not {same.routing} over {same.bronze_start.to_json()}..{same.bronze_end.to_json()}")  # fmt: skip
@@ -265,7 +269,9 @@ def check_routed(
         read += account.bronze
         unrouted += account.unrouted
         if c.bronze_start.index == -1 and c.bronze_end.index == -1:
-            in_bronze = sum(bronze_rows.get(v, 0) for v in range(c.bronze_start.version, c.bronze_end.version))
+            in_bronze = sum(
+                bronze_rows.get(v, 0) for v in range(c.bronze_start.version, c.bronze_end.version)
+            )
             if in_bronze != account.bronze:
                 violations.append(f"{where} read {account.bronze} bronze records but bronze versions "
                                   f"{c.bronze_start.version}..{c.bronze_end.version - 1} hold {in_bronze}")  # fmt: skip
@@ -281,6 +287,8 @@ def check_routed(
                 violations.append(f"{where} counted {account.unrouted} unrouted records but their quarantine "
                                   f"append holds {held}")  # fmt: skip
         elif held:
-            violations.append(f"{where} appended {held} unrouted records to quarantine under policy {unrouted_policy}")
+            violations.append(
+                f"{where} appended {held} unrouted records to quarantine under policy {unrouted_policy}"
+            )
     check = TransformCheck(len(batches), read, {**counts, "unrouted": unrouted}, violations, notes)
     return check
