@@ -20,7 +20,6 @@ batch's bronze records were all routed or counted as unrouted.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from include.contract import summaries as contract
 from include.contract.errors import TransformError
 from include.contract.jobs import quarantine_app_id
-from include.contract.routes import UNROUTED, Routing, RoutingAccount
+from include.contract.routes import UNROUTED, Routing, RoutingAccount, unrouted_metadata
 from include.readers import spark_checkpoint
 from include.readers.schema_registry import RegistryClient
 from spark_jobs import routing as routes
@@ -58,9 +57,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("bronze_to_silver")
-
-#: ``userMetadata`` marker of an unrouted records' quarantine append.
-UNROUTED_KIND = "kde-unrouted"
 
 
 @dataclass
@@ -175,9 +171,7 @@ class RoutedBatchWriter(BatchWriter):
         check_fence(self.spark, path, self.cfg.fence)
         rows = routes.unrouted_rows(routed, routes.unrouted_reason(self.routing, capped), self.cfg.run_id,
                                     self.plan.epoch, batch_id)  # fmt: skip
-        meta = json.dumps({"kind": UNROUTED_KIND, "pipeline": self.cfg.pipeline, "run_id": self.cfg.run_id,
-                           "epoch": self.plan.epoch, "batch_id": batch_id, "routing": account.to_json()},
-                          separators=(",", ":"))  # fmt: skip
+        meta = unrouted_metadata(self.cfg.pipeline, self.cfg.run_id, self.plan.epoch, batch_id, account)
         (
             rows.write.format("delta").mode("append")
             .option("txnAppId", quarantine_app_id(f"{self.cfg.pipeline}.{UNROUTED}", self.plan.epoch))

@@ -33,7 +33,7 @@ from include.config.validators import _NAME, _NAME_EXPECTED, NAME_MAX_LEN
 from include.config.value_schema import _ValueSchemaProblem
 from include.config.yaml_reader import _read_yaml
 from include.contract.locations import comparable, is_uri, is_within
-from include.contract.routes import UNROUTED, RouteSpec, Routing
+from include.contract.routes import UNROUTED, RouteSpec, Routing, registry_of
 from include.contract.transform_spec import TransformSpec
 from include.contract.value_formats import REGISTRY_FORMATS, SCHEMA_FORMATS
 
@@ -161,7 +161,9 @@ def _loaded(file: PipelineFile, shown: str, stem: str) -> PipelineConfig:
     tables = _tables(file.tables or TablesSection(), name, shown)
     cluster = file.cluster or ClusterConfig()
     transform, routing = _transform(file, shown), _routing(file, tables, shown)
-    registry = _registry(transform, routing)
+    registry = registry_of(
+        [r.transform for r in routing.routes] if routing else [transform] if transform else []
+    )
     CLUSTER_PROFILES[cluster.profile].check_pipeline(
         shown,
         locations=asdict(tables),
@@ -185,12 +187,6 @@ def _loaded(file: PipelineFile, shown: str, stem: str) -> PipelineConfig:
         routing=routing,
         maintenance=_maintenance(file, shown),
     )
-
-
-def _registry(transform: TransformSpec | None, routing: Routing | None) -> str | None:
-    """The schema registry connection the transform reads values through, if it does."""
-    specs = [r.transform for r in routing.routes] if routing is not None else [transform] if transform else []
-    return next((s.value_schema.registry for s in specs if s.value_schema and s.value_schema.registry), None)
 
 
 def _transform(file: PipelineFile, shown: str) -> TransformSpec | None:

@@ -32,7 +32,8 @@ from include.config.sections import (
 from include.config.transform import TransformSection
 from include.config.validators import _check_name, _check_string, _check_tags, _choice, _integer
 from include.contract import jobs
-from include.contract.routes import Routing, SilverTarget, targets_of
+from include.contract.errors import ContractError
+from include.contract.routes import Routing, SilverTarget, registry_of, targets_of
 from include.contract.transform_spec import TransformSpec
 
 #: Prefix of the consumer group that mirrors a pipeline's offsets (``kafka-delta-elt.<name>``).
@@ -177,6 +178,18 @@ class PipelineConfig(PipelineFile):
     def has_transform(self) -> bool:
         """Whether the pipeline transforms bronze into silver: one table, or one per route."""
         return self.transform is not None or self.routing is not None
+
+    def transform_spec(self) -> TransformSpec:
+        """The transform's spec (a pipeline without routes); :class:`~include.contract.errors.ContractError`
+        naming the pipeline otherwise."""
+        if self.transform is None:
+            why = "its transform has routes" if self.routing is not None else "it has no transform section"
+            raise ContractError(f"pipeline {self.name!r} has no single transform spec: {why}")
+        return self.transform
+
+    def registry_connection(self) -> str | None:
+        """The schema registry connection the transform reads values through (every route names the same one)."""
+        return registry_of(t.spec for t in self.silver_targets())
 
     def silver_targets(self) -> tuple[SilverTarget, ...]:
         """The silver tables the transform writes, each with its quarantine and rules: one, or one per route."""

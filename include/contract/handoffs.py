@@ -195,19 +195,30 @@ class TransformBefore:
     quarantine_version: int | None = None
     #: :meth:`include.contract.transform_spec.SilverStand.to_json`, or ``None``.
     silver_stand: JsonDict | None = None
+    #: A routed transform: each route's own (its silver and quarantine), by route name; ``None`` otherwise.
+    routes: dict[str, TransformBefore] | None = None
+    #: A routed transform: the unrouted records' quarantine table's version.
+    unrouted_version: int | None = None
 
     def to_xcom(self) -> JsonDict:
-        """The three keys, as the preflight's result holds them."""
-        return {"silver_version": self.silver_version, "quarantine_version": self.quarantine_version,
-                "silver_stand": self.silver_stand}  # fmt: skip
+        """The keys, as the preflight's result holds them (a routed transform's routes and unrouted version too)."""
+        out: JsonDict = {"silver_version": self.silver_version, "quarantine_version": self.quarantine_version,
+                         "silver_stand": self.silver_stand}  # fmt: skip
+        if self.routes is not None:
+            out["routes"] = {name: r.to_xcom() for name, r in self.routes.items()}
+            out["unrouted_version"] = self.unrouted_version
+        return out
 
     @classmethod
     def from_xcom(cls, value: object) -> TransformBefore:
         """What :meth:`to_xcom` wrote."""
         data = _dict(value)
         stand = data.get("silver_stand")
+        routes = data.get("routes")
         return cls(_int(data.get("silver_version")), _int(data.get("quarantine_version")),
-                   _dict(stand) if isinstance(stand, Mapping) else None)  # fmt: skip
+                   _dict(stand) if isinstance(stand, Mapping) else None,
+                   {str(n): cls.from_xcom(r) for n, r in routes.items()} if isinstance(routes, Mapping) else None,
+                   _int(data.get("unrouted_version")))  # fmt: skip
 
 
 @dataclass(frozen=True)

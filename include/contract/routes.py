@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -40,6 +40,8 @@ ROUTE_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
 #: The folder of the unrouted records' quarantine table beside the routes' quarantine tables; no route may
 #: take the name.
 UNROUTED = "unrouted"
+#: ``userMetadata`` marker of an unrouted records' quarantine append.
+UNROUTED_KIND = "kde-unrouted"
 #: The match keys, in the order a match is described.
 MATCH_KEYS = ("topic", "header", "key", "field", "record_name", "subject")
 #: The Confluent wire format's magic byte, before a 4-byte schema id.
@@ -354,6 +356,26 @@ def account(
     )
 
 
+def unrouted_metadata(pipeline: str, run_id: str, epoch: int, batch_id: int, account: RoutingAccount) -> str:
+    """The ``userMetadata`` of batch ``batch_id``'s unrouted records' quarantine append."""
+    return json.dumps({"kind": UNROUTED_KIND, "pipeline": pipeline, "run_id": run_id, "epoch": epoch,
+                       "batch_id": batch_id, "routing": account.to_json()}, separators=(",", ":"))  # fmt: skip
+
+
+def unrouted_batch(text: str | None) -> tuple[int, int] | None:
+    """``(epoch, batch_id)`` of an unrouted records' quarantine append from its ``userMetadata``; ``None`` for
+    any other commit."""
+    if not text or not text.startswith("{"):
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("kind") != UNROUTED_KIND:
+        return None
+    return int(data["epoch"]), int(data["batch_id"])
+
+
 @dataclass(frozen=True)
 class SilverTarget:
     """One silver table a transform writes, with its quarantine and the rules for its records.
@@ -372,6 +394,12 @@ class SilverTarget:
     def label(self) -> str:
         """How messages and pages name it: ``silver`` or ``route orders``."""
         return "silver" if self.route is None else f"route {self.route}"
+
+
+def registry_of(specs: Iterable[TransformSpec]) -> str | None:
+    """The schema registry connection the first of ``specs`` that reads through one names (a pipeline's
+    routes all name the same one: the loader checks it)."""
+    return next((s.value_schema.registry for s in specs if s.value_schema and s.value_schema.registry), None)
 
 
 def targets_of(routing: Routing) -> tuple[SilverTarget, ...]:

@@ -34,6 +34,7 @@ from include.contract.jobs import (
     WAIT_FOR_LAG_TASK,
 )
 from include.contract.manual_ops import form_params
+from include.contract.transform_spec import TransformSpec
 from include.orchestration import tasks
 from include.orchestration.ingest_operator import IngestOperator
 from include.orchestration.profiles import profile_of
@@ -75,11 +76,35 @@ def bronze_asset(cfg: PipelineConfig) -> Asset:
     return Asset(name=f"kafka-delta-elt.{cfg.name}.bronze", uri=uri)
 
 
-def silver_asset(cfg: PipelineConfig) -> Asset:
-    """The Airflow Asset standing for the pipeline's silver table."""
-    path = cfg.tables.silver_path
-    uri = path if "://" in path else Path(path).resolve().as_uri()
-    return Asset(name=f"kafka-delta-elt.{cfg.name}.silver", uri=uri)
+def silver_assets(cfg: PipelineConfig) -> list[Asset]:
+    """The Airflow Assets standing for the pipeline's silver tables: one, or one per route (``silver.<route>``)."""
+    assets = []
+    for target in cfg.silver_targets():
+        path = target.silver_path
+        uri = path if "://" in path else Path(path).resolve().as_uri()
+        suffix = "" if target.route is None else f".{target.route}"
+        assets.append(Asset(name=f"kafka-delta-elt.{cfg.name}.silver{suffix}", uri=uri))
+    return assets
+
+
+def transform_doc(cfg: PipelineConfig) -> str:
+    """The DAG doc's words for the transform step: its silver table(s), key and ordering, and quarantine."""
+    def rules(spec: TransformSpec) -> str:
+        return f"by key `{', '.join(spec.key)}`, " + (
+            f"newest by `{spec.ordering}`" if spec.ordering else
+            f"{spec.envelope} change events in the source's commit order")  # fmt: skip
+
+    if cfg.routing is not None:
+        routes = "; ".join(f"route `{r.name}` ({r.match.describe()}) → silver `{r.silver_path}` {rules(r.transform)}"
+                           for r in cfg.routing.routes)  # fmt: skip
+        where = (f"bronze → {len(cfg.routing.routes)} routes: {routes}; each route's bad records → its quarantine "
+                 f"beside it; records no route takes: {cfg.routing.unrouted}")  # fmt: skip
+    else:
+        spec = cfg.transform_spec()
+        where = (f"bronze → silver `{cfg.tables.silver_path}` {rules(spec)}; bad records → quarantine "
+                 f"`{cfg.tables.quarantine_path}`")  # fmt: skip
+    return (f"**transform** ({where}; it runs in ingest's Spark application, right after it, and this task reports "
+            "it; a retry submits it alone) → ")
 
 
 def cluster_doc(cfg: PipelineConfig) -> str:
@@ -109,21 +134,13 @@ def dag_doc(cfg: PipelineConfig) -> str:
         policy=cfg.data_loss_policy,
         cluster=cluster_doc(cfg),
         group=cfg.consumer_group,
-        transform=(
-            f"**transform** (bronze → silver `{cfg.tables.silver_path}` by key `{', '.join(cfg.transform.key)}`, "
-            + (f"newest by `{cfg.transform.ordering}`" if cfg.transform.ordering else
-               f"{cfg.transform.envelope} change events in the source's commit order")  # fmt: skip
-            + f"; bad records → quarantine `{cfg.tables.quarantine_path}`; "
-            "it runs in ingest's Spark application, right after it, and this task reports it; a retry "
-            "submits it alone) → "
-            if cfg.transform
-            else ""
-        ),
+        transform=transform_doc(cfg) if cfg.has_transform else "",
         maintain=(
             f"**maintain** (when due: {maintenance_doc(cfg)}; skipped otherwise) → " if cfg.maintenance.enabled else ""
         ),
         transform_check=", every bronze record read is upserted, deleted, quarantined or superseded"
-        if cfg.transform
+        + (" in the route that took it, or counted as unrouted" if cfg.routing is not None else "")
+        if cfg.has_transform
         else "",
     )
 
@@ -131,7 +148,7 @@ def dag_doc(cfg: PipelineConfig) -> str:
 def build_dag(cfg: PipelineConfig) -> DAG:
     """The DAG of one pipeline."""
     asset = bronze_asset(cfg)
-    outlets = [asset, silver_asset(cfg)] if cfg.transform else [asset]
+    outlets = [asset, *silver_assets(cfg)]
     with DAG(**_dag_arguments(cfg)) as dag:
         # Tasks are created in the order the steps run: the DAG keeps that order.
         checks = _check_tasks(cfg)
@@ -251,7 +268,7 @@ def _job_tasks(cfg: PipelineConfig, checked: Any, cluster: tuple[Any, Any] | Non
     master = MASTER_URL_TEMPLATE if cluster else None
     job = _JobArgs(pipeline=cfg, master=master, retries=cfg.retries, execution_timeout=INGEST_TIMEOUT)
     ingest = IngestOperator(task_id=INGEST_TASK, **job)
-    jobs = [ingest, TransformOperator(task_id=TRANSFORM_TASK, **job)] if cfg.transform else [ingest]
+    jobs = [ingest, TransformOperator(task_id=TRANSFORM_TASK, **job)] if cfg.has_transform else [ingest]
     chain(*jobs)
     # Skipped when not due; nothing waits on its success (the teardown and record_run run anyway).
     maintain = MaintainOperator(task_id=MAINTAIN_TASK, **job) if cfg.maintenance.enabled else None

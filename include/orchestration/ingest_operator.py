@@ -118,7 +118,7 @@ class IngestOperator(SparkJobOperator):
         cfg = self.pipeline
         later: list[tuple[str, str, str, Callable[[Path], list[str]]]] = []
         epoch = self._plan(context).lock_epoch
-        if cfg.transform is not None:
+        if cfg.has_transform:
             later.append((self.transform_task_id, TRANSFORM_APPLICATION, TRANSFORM_ERROR_FILE,
                           lambda summary: transform_job_args(cfg, folder, context["run_id"], summary, epoch,
                                                              self._plan(context).replay)))  # fmt: skip

@@ -43,12 +43,14 @@ def transform_job_args(cfg: PipelineConfig, folder: Path, run_id: str, summary_p
     (:meth:`~include.orchestration.profiles.base.ClusterProfile.registry_file`): the run folder's owner-only
     ``secrets/``, which the submit removes, or a Kubernetes secret.
     """
-    if cfg.transform is None:
+    if not cfg.has_transform:
         raise ContractError(f"pipeline {cfg.name!r} has no transform section")
     spec_file = folder / "transform-spec.json"
-    spec_file.write_text(json.dumps(cfg.transform.to_json(), indent=2))
-    vs = cfg.transform.value_schema
-    registry = profile_of(cfg.cluster).registry_file(cfg, folder, vs.registry) if vs is not None and vs.registry else None
+    # A routed transform's file holds its routes, each with its rules and tables; the job tells them apart.
+    spec = {"routing": cfg.routing.to_json()} if cfg.routing is not None else cfg.transform_spec().to_json()
+    spec_file.write_text(json.dumps(spec, indent=2))
+    connection = cfg.registry_connection()
+    registry = profile_of(cfg.cluster).registry_file(cfg, folder, connection) if connection else None
     replay_file = None
     if replay is not None:
         replay_file = folder / "replay-request.json"

@@ -6,7 +6,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from include.contract.json_values import Json
-from include.contract.summaries import BackfillSummary, MaintainSummary, TransformSummary, ingest_step_summary
+from include.contract.summaries import (
+    BackfillSummary,
+    MaintainSummary,
+    RoutedTransformSummary,
+    TransformSummary,
+    ingest_step_summary,
+)
 
 
 def ingest_summary_text(summary: Mapping[str, Any]) -> str:
@@ -48,7 +54,9 @@ def maintain_summary_text(s: Mapping[str, Any]) -> str:
 
 
 def transform_summary_text(summary: Mapping[str, Any]) -> str:
-    """One line saying where the records a transform read went."""
+    """One line saying where the records a transform read went; a routed transform's says it per route."""
+    if "routes" in summary:
+        return routed_summary_text(summary)
     s = TransformSummary.from_json(summary)
     bad = ", ".join(f"{n} {f}" for f, n in sorted(s.quarantine_fields.items(), key=lambda i: -i[1]))
     text = (
@@ -79,3 +87,14 @@ def transform_summary_text(summary: Mapping[str, Any]) -> str:
         vs = s.value_schema
         text += f"; values read with subject {vs['subject']} version {vs['version']} (schema id {vs['id']})"
     return text
+
+
+def routed_summary_text(summary: Mapping[str, Any]) -> str:
+    """One line for a routed transform: the bronze records read, where they went per route, the unrouted."""
+    s = RoutedTransformSummary.from_json(summary)
+    unrouted = s.unrouted
+    policy = unrouted.get("policy", "quarantine")
+    kept = {"quarantine": "quarantined", "ignore": "counted and left in bronze"}.get(str(policy), str(policy))
+    routes = "; ".join(f"route {name}: {transform_summary_text(r.raw)}" for name, r in s.routes.items())
+    return (f"read {s.bronze_read} from bronze, routed in {len(s.accounts)} batch(es); {unrouted.get('records', 0)} "
+            f"unrouted ({kept}); {routes}")

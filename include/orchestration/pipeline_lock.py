@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from include.config import PipelineConfig
+from include.contract.routes import UNROUTED
 from include.orchestration import run_lock
 from include.orchestration.run_folder import run_dir
 from include.readers.object_store import TableOptions
@@ -72,10 +73,15 @@ FENCE_ATTEMPTS = 3
 
 
 def pipeline_tables(cfg: PipelineConfig) -> dict[str, str]:
-    """The pipeline's tables (name -> location): bronze, and silver and quarantine with a transform."""
-    t = cfg.tables
-    return {"bronze": t.bronze_path, **({"silver": t.silver_path, "quarantine": t.quarantine_path}
-                                       if cfg.transform is not None else {})}  # fmt: skip
+    """The pipeline's tables (name -> location): bronze, and silver and quarantine with a transform; with routes
+    ``silver.<route>`` and ``quarantine.<route>`` per route and ``quarantine.unrouted``."""
+    tables = {"bronze": cfg.tables.bronze_path}
+    for target in cfg.silver_targets():
+        suffix = "" if target.route is None else f".{target.route}"
+        tables[f"silver{suffix}"], tables[f"quarantine{suffix}"] = target.silver_path, target.quarantine_path
+    if cfg.routing is not None:
+        tables[f"quarantine.{UNROUTED}"] = cfg.routing.unrouted_path
+    return tables
 
 
 def fence_tables(pipeline: str, tables: Mapping[str, str], epoch: int, *,

@@ -17,6 +17,7 @@ from include.contract.handoffs import TransformBefore
 from include.contract.locations import local_path
 from include.contract.offsets import PositionMap
 from include.contract.preflight import LagReport
+from include.contract.routes import SilverTarget
 from include.contract.silver_stand import SilverStand
 from include.contract.transform_check import TransformCheck
 from include.orchestration.preflight_run import KAFKA_TIMEOUT_S, lag_report, read_progress
@@ -71,7 +72,7 @@ def check_continuity(cfg: PipelineConfig, client: dict[str, str], *, run_id: str
                                                                          storage_options=bronze_options),
             expected=job_summary, count_records=count,
         )  # fmt: skip
-    if cfg.transform is not None:
+    if cfg.has_transform:
         report.transform = check_transform(cfg, before=transform_before or TransformBefore(), job_summary=transform_summary,
                                            bronze=bronze, options=options)  # fmt: skip
     return report
@@ -94,14 +95,23 @@ def transform_versions(cfg: PipelineConfig, *, options: TableOptions | None = No
     ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here).
     """
     options = options or TableOptions(cfg)
-    silver_options = options("silver_path")
-    silver = delta_progress.opened(cfg.tables.silver_path, storage_options=silver_options)
-    stand = delta_progress.silver_stand(silver, cfg.name, storage_options=silver_options)
+    silver_options, quarantine_options = options("silver_path"), options("quarantine_path")
+
+    def before(silver_path: str, quarantine_path: str) -> TransformBefore:
+        silver = delta_progress.opened(silver_path, storage_options=silver_options)
+        stand = delta_progress.silver_stand(silver, cfg.name, storage_options=silver_options)
+        return TransformBefore(
+            silver_version=delta_progress.table_version(silver, storage_options=silver_options),
+            quarantine_version=delta_progress.table_version(quarantine_path, storage_options=quarantine_options),
+            silver_stand=stand.to_json() if stand is not None else None,
+        )  # fmt: skip
+
+    if cfg.routing is None:
+        return before(cfg.tables.silver_path, cfg.tables.quarantine_path)
+    # Routes' tables lie under silver_path and quarantine_path: the same store, the same options.
     return TransformBefore(
-        silver_version=delta_progress.table_version(silver, storage_options=silver_options),
-        quarantine_version=delta_progress.table_version(cfg.tables.quarantine_path,
-                                                        storage_options=options("quarantine_path")),
-        silver_stand=stand.to_json() if stand is not None else None,
+        routes={r.name: before(r.silver_path, r.quarantine_path) for r in cfg.routing.routes},
+        unrouted_version=delta_progress.table_version(cfg.routing.unrouted_path, storage_options=quarantine_options),
     )  # fmt: skip
 
 
@@ -116,21 +126,36 @@ def check_transform(cfg: PipelineConfig, *, before: TransformBefore, job_summary
     options = options or TableOptions(cfg)
     bronze = cfg.tables.bronze_path if bronze is None else bronze
     bronze_options = options("bronze_path")
-    previous, commits = delta_progress.silver_commits_since(cfg.tables.silver_path, before.silver_version,
-                                                            storage_options=options("silver_path"))  # fmt: skip
-    if commits:  # only the bronze versions the batches read: cost follows the run, not the history
-        since = min(c.bronze_start.version for c in commits)
-        bronze_version, rows = delta_progress.bronze_rows_by_version(bronze, since, storage_options=bronze_options)
+    silver_options, quarantine_options = options("silver_path"), options("quarantine_path")
+
+    def route_run(target: SilverTarget, at: TransformBefore) -> transform_check.RouteRun:
+        previous, commits = delta_progress.silver_commits_since(target.silver_path, at.silver_version,
+                                                                storage_options=silver_options)  # fmt: skip
+        quarantined = delta_progress.quarantine_rows_since(target.quarantine_path, at.quarantine_version,
+                                                           storage_options=quarantine_options)  # fmt: skip
+        stand = at.silver_stand
+        return transform_check.RouteRun(previous, tuple(commits), quarantined,
+                                        SilverStand.from_json(stand) if stand else None)  # fmt: skip
+
+    befores = before.routes or {}
+    runs = {t.route or "": route_run(t, befores.get(t.route or "", TransformBefore()) if cfg.routing else before)
+            for t in cfg.silver_targets()}  # fmt: skip
+    starts = [c.bronze_start.version for run in runs.values() for c in run.commits]
+    if starts:  # only the bronze versions the batches read: cost follows the run, not the history
+        bronze_version, rows = delta_progress.bronze_rows_by_version(bronze, min(starts), storage_options=bronze_options)
     else:
         bronze_version, rows = delta_progress.bronze_data_version(bronze, storage_options=bronze_options), {}
-    quarantined = delta_progress.quarantine_rows_since(cfg.tables.quarantine_path, before.quarantine_version,
-                                                       storage_options=options("quarantine_path"))  # fmt: skip
-    stand = before.silver_stand
-    return transform_check.check_transform(
-        previous=previous, commits=commits, bronze_rows=rows, bronze_version=bronze_version,
-        quarantine_rows=quarantined, expected=job_summary,
-        stand_before=SilverStand.from_json(stand) if stand else None,
-    )  # fmt: skip
+    if cfg.routing is None:
+        (run,) = runs.values()
+        return transform_check.check_transform(
+            previous=run.previous, commits=run.commits, bronze_rows=rows, bronze_version=bronze_version,
+            quarantine_rows=run.quarantine_rows, expected=job_summary, stand_before=run.stand_before,
+        )  # fmt: skip
+    unrouted = delta_progress.unrouted_rows_since(cfg.routing.unrouted_path, before.unrouted_version,
+                                                  storage_options=quarantine_options)  # fmt: skip
+    return transform_check.check_routed(routes=runs, bronze_rows=rows, bronze_version=bronze_version,
+                                        unrouted_rows=unrouted, unrouted_policy=cfg.routing.unrouted,
+                                        expected=job_summary)  # fmt: skip
 
 
 def mirror_offsets(cfg: PipelineConfig, client: dict[str, str], *,

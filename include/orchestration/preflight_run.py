@@ -107,10 +107,12 @@ def with_retention(report: LagReport, client: dict[str, str],
 
 
 def silver_lag(cfg: PipelineConfig, *, options: TableOptions | None = None) -> int:
-    """Records bronze holds that silver has not applied: from silver's stand and bronze's commits after it."""
+    """Records bronze holds that silver has not applied: from silver's stand and bronze's commits after it; with
+    routes, the most any route has not applied."""
     options = options or TableOptions(cfg)
-    return delta_progress.silver_lag(cfg.tables.bronze_path, cfg.tables.silver_path, cfg.name,
-                                     bronze_options=options("bronze_path"), silver_options=options("silver_path"))  # fmt: skip
+    return max((delta_progress.silver_lag(cfg.tables.bronze_path, t.silver_path, cfg.name,
+                                          bronze_options=options("bronze_path"), silver_options=options("silver_path"))
+                for t in cfg.silver_targets()), default=0)  # fmt: skip
 
 
 def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunRequest | None = None, *,

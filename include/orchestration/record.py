@@ -42,7 +42,7 @@ from include.contract.jobs import (
     TRY_NUMBER_KEY,
     WAIT_FOR_LAG_TASK,
 )
-from include.contract.summaries import TransformSummary, ingest_step_summary
+from include.contract.summaries import RoutedTransformSummary, TransformSummary, ingest_step_summary
 
 if TYPE_CHECKING:
     from include.readers.object_store import TableOptions
@@ -247,17 +247,28 @@ def _transform_columns(summary: dict[str, Any] | None, checked: dict[str, Any] |
     the silver commits when there is one, else the job's own summary)."""
     if summary is None and checked is None:
         return {}
-    job = TransformSummary.from_json(summary, strict=False) if summary is not None else None
     counts = ("read", "upserted", "deleted", "quarantined", "superseded")
-    # The continuity check's counts are the same keys, read back from silver's commits.
-    source = {k: checked.get(k) for k in counts} if checked else {k: getattr(job, k) for k in counts}
+    silver_version = None
+    if checked:  # the continuity check's counts are the same keys, read back from silver's commits
+        source = {k: checked.get(k) for k in counts}
+    elif summary is not None and "routes" in summary:
+        # A routed transform: the bronze records it read, and what the routes did with theirs, summed (the
+        # routes' own counts and silver versions stay in transform_json).
+        routed = RoutedTransformSummary.from_json(summary, strict=False)
+        source = {"read": routed.bronze_read,
+                  **{k: sum(getattr(r, k) or 0 for r in routed.routes.values()) for k in counts[1:]}}  # fmt: skip
+    else:
+        job = TransformSummary.from_json(summary, strict=False) if summary is not None else None
+        source = {k: getattr(job, k) if job is not None else None for k in counts}
+    if summary is not None and "routes" not in summary:
+        silver_version = TransformSummary.from_json(summary, strict=False).silver_version
     return {
         "silver_read": source["read"],
         "silver_upserted": source["upserted"],
         "silver_deleted": source["deleted"],
         "quarantined": source["quarantined"],
         "superseded": source["superseded"],
-        "silver_version_after": job.silver_version if job is not None else None,
+        "silver_version_after": silver_version,
         "transform_json": {"job": summary, "check": checked},
     }
 
@@ -285,7 +296,7 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict[st
         "preflight_failed": pull(context, PREFLIGHT_TASK, FAILED_REPORT_KEY),
         "start_cluster": pull(context, START_CLUSTER_TASK),
         "ingest": pull(context, INGEST_TASK),
-        "transform": pull(context, TRANSFORM_TASK) if cfg.transform else None,
+        "transform": pull(context, TRANSFORM_TASK) if cfg.has_transform else None,
         "check_continuity": pull(context, CHECK_CONTINUITY_TASK),
         "continuity_failed": pull(context, CHECK_CONTINUITY_TASK, FAILED_REPORT_KEY),
         "maintain": pull(context, MAINTAIN_TASK),
@@ -336,7 +347,7 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict[st
         f"continuity {row['continuity']}, bronze version {row['bronze_version_after']}, "
         f"ledger version {version}"
     )
-    if cfg.transform is not None and row.get("silver_read") is not None:
+    if cfg.has_transform and row.get("silver_read") is not None:
         line += (
             f"; transform read {row['silver_read']}: {row['silver_upserted']} upserted, {row['silver_deleted']} "
             f"deleted, {row['quarantined']} quarantined, {row['superseded']} superseded"
@@ -352,7 +363,7 @@ def record_run(cfg: PipelineConfig, outlets: list[Any], context: Any) -> dict[st
     extra = {k: row[k] for k in ("run_id", "run_type", "rows", "commits", "lag_before", "lag_after",
                                  "bronze_version_before", "bronze_version_after", "continuity", "epoch")}  # fmt: skip
     extra["partitions"] = json.loads(json.dumps(row["partitions_json"]))
-    if cfg.transform is not None:
+    if cfg.has_transform:
         extra.update({k: row.get(k) for k in ("silver_read", "silver_upserted", "silver_deleted", "quarantined",
                                               "superseded", "silver_version_after")})  # fmt: skip
     for asset in outlets:

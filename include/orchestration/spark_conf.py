@@ -25,9 +25,9 @@ def avro_limit_flags(cfg: PipelineConfig) -> str:
     and no record of the batch reached silver. With the bound, Avro throws instead, PERMISSIVE ``from_avro``
     gives that value a record of nulls, and it goes to quarantine alone. Empty without a transform.
     """
-    if cfg.transform is None:
+    if not cfg.has_transform:
         return ""
-    bound = cfg.transform.max_value_bytes
+    bound = max(t.spec.max_value_bytes for t in cfg.silver_targets())
     return "".join(f" -Dorg.apache.avro.limits.{kind}.maxLength={bound}" for kind in AVRO_LIMITS)
 
 

@@ -241,7 +241,7 @@ def wait_for_lag(cfg: PipelineConfig, *, plan: object) -> PokeReturnValue:
     now = preflight_run.utcnow()
     options = object_store.TableOptions(cfg)
     report, progress, _ = preflight_run.snapshot(cfg, client, options=options)
-    if cfg.transform is not None and progress is not None:
+    if cfg.has_transform and progress is not None:
         # Read here only, where it decides: silver's lag is work (the preflight and the mirror need it not).
         report = replace(report, silver_pending=preflight_run.silver_lag(cfg, options=options))
     decision = lag_decision(report, min_records=cfg.lag.min_records, max_wait_s=cfg.lag.max_wait_minutes * 60,
@@ -287,7 +287,7 @@ def preflight(cfg: PipelineConfig, *, plan: object) -> dict[str, Any]:
     for finding in verdict.findings:
         print(f"preflight {finding.severity}: {finding.message}")
     print(f"SUMMARY {verdict.summary_line()}; {lag.summary_line(now)}")
-    before: TransformBefore | None = post_run.transform_versions(cfg, options=options) if cfg.transform else None
+    before: TransformBefore | None = post_run.transform_versions(cfg, options=options) if cfg.has_transform else None
     result = PreflightResult(
         verdict.to_json(), verdict.job_file(), lag.to_json(now),
         table_version=progress.table_version if progress else None,
@@ -297,7 +297,7 @@ def preflight(cfg: PipelineConfig, *, plan: object) -> dict[str, Any]:
         raise FailTask(verdict.failure_message(cfg.name), key=FAILED_REPORT_KEY, report=result.to_xcom())
     due = preflight_run.maintenance_due(cfg, "tables", now, ledger, options=options)
     if due:
-        print(f"maintenance of bronze{', silver and quarantine' if cfg.transform else ''} is due "
+        print(f"maintenance of bronze{', silver and quarantine' if cfg.has_transform else ''} is due "
               f"({due}): the run's Spark application does it after its last step")  # fmt: skip
     return replace(result, maintenance_due=due).to_xcom()
 
@@ -408,7 +408,7 @@ class ContinuityOperator(BaseOperator):
             ti, self._check, cfg, try_number=try_number(context), run_id=context["run_id"],
             preflight_result=pull(context, PREFLIGHT_TASK),
             ingest_summary=pull(context, INGEST_TASK),
-            transform_summary=pull(context, TRANSFORM_TASK) if cfg.transform else None,
+            transform_summary=pull(context, TRANSFORM_TASK) if cfg.has_transform else None,
         )  # fmt: skip
 
     def _check(self, cfg: PipelineConfig, *, try_number: int = 1, **kwargs: Any) -> dict[str, Any]:

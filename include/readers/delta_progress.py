@@ -23,6 +23,7 @@ from include.contract.history import FIRST_READ, Verdict, read_until
 from include.contract.jobs import bronze_app_id, silver_app_id
 from include.contract.offsets import BackfillCommit, BronzeCommit, PositionMap
 from include.contract.replay import ReplaySelection
+from include.contract.routes import unrouted_batch
 from include.contract.silver_stand import (
     SilverCommit,
     SilverStand,
@@ -300,6 +301,18 @@ def quarantine_rows_since(path: TableRef, version: int | None, *,
         commit = SilverCommit.from_user_metadata(entry.get("userMetadata"), version=int(entry["version"]))
         if commit is not None:
             key = (commit.epoch, commit.batch_id)
+            found[key] = found.get(key, 0) + int((entry.get("operationMetrics") or {}).get("numOutputRows", 0))
+    return found
+
+
+def unrouted_rows_since(path: TableRef, version: int | None, *,
+                        storage_options: dict[str, str] | None = None) -> dict[tuple[int, int], int]:  # fmt: skip
+    """Rows each unrouted records' quarantine append after ``version`` holds, by ``(epoch, batch_id)`` (a routed
+    transform's), from Delta's own metrics."""
+    found: dict[tuple[int, int], int] = {}
+    for entry in _entries_after(path, version, storage_options)[1]:
+        key = unrouted_batch(entry.get("userMetadata"))
+        if key is not None:
             found[key] = found.get(key, 0) + int((entry.get("operationMetrics") or {}).get("numOutputRows", 0))
     return found
 

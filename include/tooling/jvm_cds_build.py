@@ -28,6 +28,7 @@ from include.spark import jvm_cds
 
 def training_run(work: Path) -> None:
     """What the archive learns from: a bronze commit through the project's commit path, then the transform."""
+    from include.contract.errors import TransformError
     from include.contract.jobs import TransformArgs
     from include.contract.transform_spec import FieldSpec, TransformSpec
     from include.spark.spark_submit import local_session
@@ -56,7 +57,7 @@ def training_run(work: Path) -> None:
         ).to_args())  # fmt: skip
         try:
             bronze_to_silver.run(spark, cfg)
-        except bronze_to_silver.TransformError:
+        except TransformError:
             pass  # the training rows need not be valid bronze; the classes are loaded either way
     finally:
         spark.stop()

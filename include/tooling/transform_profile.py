@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     from include.spark.spark_submit import local_session
     from spark_jobs import bronze_to_silver, kafka_to_bronze
     from spark_jobs.ingest_plan import parse_config
+    from spark_jobs.routed_transform import RoutedSummary
 
     root = Path(tempfile.mkdtemp(prefix="kde-transform-profile-"))
     os.environ[LAKEHOUSE_ROOT_ENV] = str(root / "lakehouse")
@@ -88,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
             started = time.monotonic()
             summary = bronze_to_silver.run(spark, bronze_to_silver.parse_config(
                 transform_job_args(cfg, folder, run_id, folder / "transform.json")))  # fmt: skip
+            if isinstance(summary, RoutedSummary):
+                raise SystemExit("the transform profile takes a pipeline without routes")
             seconds = time.monotonic() - started
             batches = [{"batch": b.batch_id, "seconds": round(b.duration_s, 2),
                         **{k: round(v, 2) for k, v in b.phases.items()}} for b in summary.batches]  # fmt: skip
