@@ -39,6 +39,7 @@ from include.contract.errors import (
     MaintenanceError,
 )
 from include.contract.jobs import MAINTAINED_TABLES, ContractArgumentParser, MaintainArgs
+from include.contract.routes import ROUTE_NAME, UNROUTED
 from spark_jobs.delta_commits import check_fence, delta_snapshot, fence_of
 from spark_jobs.job_common import JobStep, job_main, write_summary
 from spark_jobs.table_properties import check_owner, delta_table_sql
@@ -74,9 +75,12 @@ class MaintenanceConfig:
 
 def _pair(option: str, text: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
-    if not sep or name not in TABLES or not value:
+    kind, dot, route = name.partition(".")
+    named = not dot or kind != "bronze" and (ROUTE_NAME.fullmatch(route) is not None or route == UNROUTED)
+    if not sep or kind not in TABLES or not named or not value:
         raise MaintenanceConfigError(
-            f"argument {option}: expected <table>=<value> with <table> one of {', '.join(TABLES)}, got {text!r}"
+            f"argument {option}: expected <table>=<value> with <table> one of {', '.join(TABLES)} (silver and "
+            f"quarantine also as silver.<route>, quarantine.<route>), got {text!r}"
         )
     return name, value
 
@@ -97,7 +101,8 @@ def parse_config(argv: list[str]) -> MaintenanceConfig:
             raise MaintenanceConfigError(f"argument --zorder-by: table {name!r} is not among the --table arguments")
         zorder[name] = tuple(c for c in columns.split(",") if c)
     return MaintenanceConfig(
-        pipeline=a.pipeline, tables={t: given[t] for t in TABLES if t in given}, zorder_by=zorder,
+        pipeline=a.pipeline, tables=dict(sorted(given.items(), key=lambda i: TABLES.index(i[0].partition(".")[0]))),
+        zorder_by=zorder,
         optimize=a.optimize, vacuum=a.vacuum, checkpoint=a.checkpoint,
         run_id=a.run_id, summary_path=a.summary_path, lock_epoch=a.lock_epoch,
     )  # fmt: skip

@@ -33,7 +33,7 @@ from include.config.transform import TransformSection
 from include.config.validators import _check_name, _check_string, _check_tags, _choice, _integer
 from include.contract import jobs
 from include.contract.errors import ContractError
-from include.contract.routes import Routing, SilverTarget, registry_of, targets_of
+from include.contract.routes import UNROUTED, Routing, SilverTarget, registry_of, targets_of
 from include.contract.transform_spec import TransformSpec
 
 #: Prefix of the consumer group that mirrors a pipeline's offsets (``kafka-delta-elt.<name>``).
@@ -190,6 +190,20 @@ class PipelineConfig(PipelineFile):
     def registry_connection(self) -> str | None:
         """The schema registry connection the transform reads values through (every route names the same one)."""
         return registry_of(t.spec for t in self.silver_targets())
+
+    def table_locations(self) -> dict[str, str]:
+        """The pipeline's tables (name -> location): bronze, and silver and quarantine with a transform; with routes
+        ``silver.<route>`` and ``quarantine.<route>`` per route and ``quarantine.unrouted``."""
+        tables = {"bronze": self.tables.bronze_path}
+        for target in self.silver_targets():
+            suffix = "" if target.route is None else f".{target.route}"
+            tables[f"silver{suffix}"], tables[f"quarantine{suffix}"] = (
+                target.silver_path,
+                target.quarantine_path,
+            )
+        if self.routing is not None:
+            tables[f"quarantine.{UNROUTED}"] = self.routing.unrouted_path
+        return tables
 
     def silver_targets(self) -> tuple[SilverTarget, ...]:
         """The silver tables the transform writes, each with its quarantine and rules: one, or one per route."""

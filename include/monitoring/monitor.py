@@ -267,14 +267,12 @@ def maintenance_view(cfg: PipelineConfig, rows: list[dict[str, Any]], *,
     ``options``: the view's :func:`view_options` (``None``: made here).
     """
     options = options or view_options(cfg)
-    paths = {"bronze": cfg.tables.bronze_path, "ledger": cfg.tables.ledger_path}
-    if cfg.transform is not None:
-        paths.update(silver=cfg.tables.silver_path, quarantine=cfg.tables.quarantine_path)
+    paths = {**cfg.table_locations(), "ledger": cfg.tables.ledger_path}
     files: dict[str, int | None] = {}
     for name, path in paths.items():
         try:
-            # The table names are TablesConfig's fields without "_path".
-            files[name] = delta_progress.file_count(path, storage_options=options(f"{name}_path"))
+            # The table names are TablesConfig's fields without "_path" (a route's: silver.<route>, in silver_path).
+            files[name] = delta_progress.file_count(path, storage_options=options(f"{name.partition('.')[0]}_path"))
         except Exception:  # noqa: BLE001 - a table the page cannot open shows no count
             files[name] = None
     last: dict[str, dict[str, Any]] = {}
@@ -376,6 +374,10 @@ def pipeline_snapshot(
         "tables": {"bronze": cfg.tables.bronze_path,
                    "silver": cfg.tables.silver_path if cfg.transform is not None else None,
                    "ledger": cfg.tables.ledger_path},  # fmt: skip
+        "routes": [{"route": r.name, "match": r.match.describe(), "silver": r.silver_path,
+                    "quarantine": r.quarantine_path} for r in cfg.routing.routes] if cfg.routing else None,  # fmt: skip
+        "unrouted": {"policy": cfg.routing.unrouted, "quarantine": cfg.routing.unrouted_path}
+        if cfg.routing else None,
         "schedule": cfg.schedule,
         "paused": scheduler.paused,
         "next_run_at": _iso(scheduler.next_run_at),
@@ -415,7 +417,7 @@ def pipeline_snapshot(
     snap["gaps"], snap["manual_actions"] = _history(rows)
     snap["maintenance"] = maintenance_view(cfg, rows, options=options)
 
-    snap["silver_lag"] = _silver_lag(cfg, options) if cfg.transform is not None else None
+    snap["silver_lag"] = _silver_lag(cfg, options) if cfg.has_transform else None
     table_next = progress.next_offsets if progress else None
     _kafka_part(snap, cfg, kafka_config, kafka_error, table_next, timeout_s, now, options)
     snap["health"] = _health(snap)
@@ -425,12 +427,15 @@ def pipeline_snapshot(
 
 
 def _silver_lag(cfg: PipelineConfig, options: TableOptions) -> dict[str, Any]:
-    """Records bronze holds that silver has not applied, read from the tables alone (Kafka need not answer)."""
+    """Records bronze holds that silver has not applied, read from the tables alone (Kafka need not answer); with
+    routes, each route's and the most of them."""
     try:
-        records = delta_progress.silver_lag(cfg.tables.bronze_path, cfg.tables.silver_path, cfg.name,
-                                            bronze_options=options("bronze_path"),
-                                            silver_options=options("silver_path"))  # fmt: skip
-        return {"records": records, "error": None}
+        lags = {t.route: delta_progress.silver_lag(cfg.tables.bronze_path, t.silver_path, cfg.name,
+                                                   bronze_options=options("bronze_path"),
+                                                   silver_options=options("silver_path"))
+                for t in cfg.silver_targets()}  # fmt: skip
+        return {"records": max(lags.values(), default=0), "error": None,
+                **({"routes": lags} if cfg.routing is not None else {})}
     except Exception as exc:  # noqa: BLE001 - shown on the page; the other sources still are
         return {"records": None, "error": f"{type(exc).__name__}: {exc}"}
 

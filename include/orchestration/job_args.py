@@ -26,10 +26,9 @@ MAINTAIN_ERROR_FILE = "maintain-error.json"
 
 def maintain_job_args(cfg: PipelineConfig, run_id: str, summary_path: Path, lock_epoch: int | None = None) -> list[str]:
     """``maintain_tables``' arguments for this run: the pipeline's tables and what its ``maintenance`` asks."""
-    from include.orchestration.pipeline_lock import pipeline_tables
 
     m = cfg.maintenance
-    return MaintainArgs.for_tables(cfg.name, pipeline_tables(cfg), zorder_by=m.zorder_by, optimize=m.optimize, vacuum=m.vacuum,
+    return MaintainArgs.for_tables(cfg.name, cfg.table_locations(), zorder_by=m.zorder_by, optimize=m.optimize, vacuum=m.vacuum,
                                    checkpoint=m.checkpoint, run_id=run_id, summary_path=str(summary_path),
                                    lock_epoch=lock_epoch).to_args()  # fmt: skip
 

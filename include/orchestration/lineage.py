@@ -26,7 +26,13 @@ from urllib.parse import urlsplit
 from include.config import PipelineConfig
 from include.contract.continuity import earlier_tries
 from include.contract.errors import ContractError
-from include.contract.summaries import BackfillSummary, MaintainSummary, TransformSummary, ingest_step_summary
+from include.contract.summaries import (
+    BackfillSummary,
+    MaintainSummary,
+    RoutedTransformSummary,
+    TransformSummary,
+    ingest_step_summary,
+)
 
 if TYPE_CHECKING:  # the provider is imported only when lineage is asked for
     from typing import TypeAlias
@@ -130,39 +136,68 @@ def transform_lineage(cfg: PipelineConfig, summary: Mapping[str, Any] | None) ->
     from include.orchestration.lineage_facets import TransformOutcomeRunFacet
 
     tables = cfg.tables
+    targets = cfg.silver_targets()
+    unrouted_path = [cfg.routing.unrouted_path] if cfg.routing is not None else []
     if summary is None:
         return OperatorLineage(inputs=[_dataset(InputDataset, tables.bronze_path)],
-                               outputs=[_dataset(OutputDataset, tables.silver_path),
-                                        _dataset(OutputDataset, tables.quarantine_path)])  # fmt: skip
-    s = TransformSummary.from_json(summary, strict=False)
-    if s.quarantine_fields:
-        assertions = [
-            dq.Assertion(assertion=FIELD_RULES, success=False, column=field, actual=str(count), expected="0",
-                         description=f"{count} records quarantined for field {field!r}")
+                               outputs=[_dataset(OutputDataset, p) for t in targets
+                                        for p in (t.silver_path, t.quarantine_path)]
+                               + [_dataset(OutputDataset, p) for p in unrouted_path])  # fmt: skip
+    routed = RoutedTransformSummary.from_json(summary, strict=False) if cfg.routing is not None else None
+    parts = routed.routes if routed is not None else {"": TransformSummary.from_json(summary, strict=False)}
+    assertions: list[Any] = []
+    outputs: list[Any] = []
+    for target in targets:
+        s = parts.get(target.route or "")
+        if s is None:
+            continue
+        # With routes each field is named route.field: two routes may have fields of one name.
+        prefix = f"{target.route}." if target.route else ""
+        assertions += [
+            dq.Assertion(assertion=FIELD_RULES, success=False, column=f"{prefix}{field}", actual=str(count),
+                         expected="0", description=f"{count} records quarantined for field {prefix}{field!r}")
             for field, count in sorted(s.quarantine_fields.items())
         ]  # fmt: skip
-    else:
-        assertions = [dq.Assertion(assertion=FIELD_RULES, success=True, actual=str(s.quarantined or 0), expected="0",
+        silver_facets: dict[str, Any] = {}
+        if s.silver_columns:
+            silver_facets["schema"] = schema_dataset.SchemaDatasetFacet(fields=[
+                schema_dataset.SchemaDatasetFacetFields(name=str(c["name"]), type=str(c["type"])) for c in s.silver_columns])  # fmt: skip
+        if s.silver_version is not None:
+            silver_facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=str(s.silver_version))
+        outputs.append(_dataset(OutputDataset, target.silver_path, facets=silver_facets, outputFacets={
+            "outputStatistics": stats_out.OutputStatisticsOutputDatasetFacet(rowCount=(s.upserted or 0) + (s.deleted or 0))}))  # fmt: skip
+        outputs.append(_dataset(OutputDataset, target.quarantine_path, outputFacets={
+            "outputStatistics": stats_out.OutputStatisticsOutputDatasetFacet(rowCount=s.quarantined or 0)}))  # fmt: skip
+    quarantined = sum(s.quarantined or 0 for s in parts.values())
+    if not assertions:
+        assertions = [dq.Assertion(assertion=FIELD_RULES, success=True, actual=str(quarantined), expected="0",
                                    description="no record was quarantined")]  # fmt: skip
     bronze = _dataset(InputDataset, tables.bronze_path,
                       inputFacets={"dataQualityAssertions": dq.DataQualityAssertionsDatasetFacet(assertions=assertions)})  # fmt: skip
-    silver_facets: dict[str, Any] = {}
-    if s.silver_columns:
-        silver_facets["schema"] = schema_dataset.SchemaDatasetFacet(fields=[
-            schema_dataset.SchemaDatasetFacetFields(name=str(c["name"]), type=str(c["type"])) for c in s.silver_columns])  # fmt: skip
-    if s.silver_version is not None:
-        silver_facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=str(s.silver_version))
-    silver = _dataset(OutputDataset, tables.silver_path, facets=silver_facets, outputFacets={
-        "outputStatistics": stats_out.OutputStatisticsOutputDatasetFacet(rowCount=(s.upserted or 0) + (s.deleted or 0))})  # fmt: skip
-    quarantine = _dataset(OutputDataset, tables.quarantine_path, outputFacets={
-        "outputStatistics": stats_out.OutputStatisticsOutputDatasetFacet(rowCount=s.quarantined or 0)})  # fmt: skip
-    outcome = TransformOutcomeRunFacet(
-        read=s.read or 0, upserted=s.upserted or 0, deleted=s.deleted or 0, quarantined=s.quarantined or 0,
-        superseded=s.superseded or 0, replayed=s.replayed, skipped=s.skipped, truncatedRows=s.truncated_rows,
-        epoch=s.epoch, silverVersion=s.silver_version, quarantineFields=dict(s.quarantine_fields), replay=s.replay,
-    )  # fmt: skip
-    return OperatorLineage(inputs=[bronze], outputs=[silver, quarantine],
-                           run_facets={"kde_transformOutcome": outcome})  # fmt: skip
+    if routed is None:
+        s = parts[""]
+        outcome = TransformOutcomeRunFacet(
+            read=s.read or 0, upserted=s.upserted or 0, deleted=s.deleted or 0, quarantined=s.quarantined or 0,
+            superseded=s.superseded or 0, replayed=s.replayed, skipped=s.skipped, truncatedRows=s.truncated_rows,
+            epoch=s.epoch, silverVersion=s.silver_version, quarantineFields=dict(s.quarantine_fields), replay=s.replay,
+        )  # fmt: skip
+    else:
+        unrouted = routed.unrouted
+        outputs += [_dataset(OutputDataset, p, outputFacets={"outputStatistics": stats_out.OutputStatisticsOutputDatasetFacet(
+            rowCount=int(str(unrouted.get("quarantined") or 0)))}) for p in unrouted_path]  # fmt: skip
+        totals = {k: sum(getattr(s, k) or 0 for s in parts.values())
+                  for k in ("upserted", "deleted", "quarantined", "superseded", "replayed", "skipped", "truncated_rows")}  # fmt: skip
+        outcome = TransformOutcomeRunFacet(
+            read=routed.bronze_read or 0, upserted=totals["upserted"], deleted=totals["deleted"],
+            quarantined=totals["quarantined"], superseded=totals["superseded"], replayed=totals["replayed"],
+            skipped=totals["skipped"], truncatedRows=totals["truncated_rows"], epoch=routed.epoch,
+            routes={name: {"read": s.read or 0, "upserted": s.upserted or 0, "deleted": s.deleted or 0,
+                           "quarantined": s.quarantined or 0, "superseded": s.superseded or 0,
+                           "replayed": s.replayed, "silverVersion": s.silver_version}
+                    for name, s in parts.items()},
+            unrouted=dict(unrouted),
+        )  # fmt: skip
+    return OperatorLineage(inputs=[bronze], outputs=outputs, run_facets={"kde_transformOutcome": outcome})
 
 
 def continuity_lineage(cfg: PipelineConfig, report: Mapping[str, Any] | None) -> Lineage:
@@ -174,7 +209,7 @@ def continuity_lineage(cfg: PipelineConfig, report: Mapping[str, Any] | None) ->
 
     from include.orchestration.lineage_facets import ContinuityRunFacet
 
-    read = [cfg.tables.bronze_path] + ([cfg.tables.silver_path] if cfg.transform is not None else [])
+    read = [cfg.tables.bronze_path] + [t.silver_path for t in cfg.silver_targets()]
     if report is None:
         return OperatorLineage(inputs=[_dataset(InputDataset, path) for path in read])
     ok = bool(report.get("ok"))
@@ -207,7 +242,6 @@ def maintain_lineage(cfg: PipelineConfig, summary: Mapping[str, Any] | None) -> 
     if summary is None:
         return OperatorLineage()
     s = MaintainSummary.from_json(summary)
-    locations = {"bronze": cfg.tables.bronze_path, "silver": cfg.tables.silver_path,
-                 "quarantine": cfg.tables.quarantine_path, "ledger": cfg.tables.ledger_path}  # fmt: skip
+    locations = {**cfg.table_locations(), "ledger": cfg.tables.ledger_path}
     outputs = [_dataset(OutputDataset, locations[name]) for name in s.tables if name in locations]
     return OperatorLineage(outputs=outputs, run_facets={"kde_maintenance": MaintenanceRunFacet(tables=dict(s.tables))})

@@ -47,7 +47,8 @@ class KafkaOffsetsRunFacet(RunFacet):
 @attr.define
 class TransformOutcomeRunFacet(RunFacet):
     """Where the bronze records a transform read went: each outcome's count, the silver version it ended
-    at, and a ``replay_quarantine`` run's replay outcomes."""
+    at, and a ``replay_quarantine`` run's replay outcomes; with routes, the totals, each route's own and the
+    records no route took."""
 
     read: int
     upserted: int
@@ -61,9 +62,13 @@ class TransformOutcomeRunFacet(RunFacet):
     silverVersion: int | None = None  # noqa: N815
     quarantineFields: dict[str, int] = attr.field(factory=dict)  # noqa: N815
     replay: dict[str, Any] | None = None
+    #: A routed transform: each route's own outcome, by route name.
+    routes: dict[str, dict[str, Any]] | None = None
+    #: A routed transform: the records no route took (``{policy, records, quarantined}``).
+    unrouted: dict[str, Any] | None = None
     _additional_skip_redact: ClassVar[list[str]] = [
         "read", "upserted", "deleted", "quarantined", "superseded", "replayed", "skipped", "truncatedRows",
-        "epoch", "silverVersion", "quarantineFields", "replay",
+        "epoch", "silverVersion", "quarantineFields", "replay", "routes", "unrouted",
     ]  # fmt: skip
 
     @staticmethod

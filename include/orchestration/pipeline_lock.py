@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from include.config import PipelineConfig
-from include.contract.routes import UNROUTED
 from include.orchestration import run_lock
 from include.orchestration.run_folder import run_dir
 from include.readers.object_store import TableOptions
@@ -57,9 +56,11 @@ def take_lock(cfg: PipelineConfig, *, dag_id: str, run_id: str,
     if not dead.get("run_id"):
         return LockClaim(epoch)
     stopped = stop_leftovers(cfg, dead["run_id"])
-    tables = pipeline_tables(cfg)
-    # pipeline_tables names each table after its TablesConfig field (bronze: bronze_path).
-    fenced = fence_tables(cfg.name, tables, epoch, storage_options={name: options(f"{name}_path") for name in tables})
+    tables = cfg.table_locations()
+    # Each table is named after the TablesConfig field whose store holds it (bronze: bronze_path; a route's
+    # silver.<route>: silver_path, under which it lies).
+    fenced = fence_tables(cfg.name, tables, epoch,
+                          storage_options={name: options(f"{name.partition('.')[0]}_path") for name in tables})
     return LockClaim(epoch, None, (
         f"took the lock over from run {dead['run_id']} (epoch {dead.get('epoch')}, host {dead.get('host')}): "
         f"{stopped or 'it left no process running here'}; "
@@ -70,18 +71,6 @@ def take_lock(cfg: PipelineConfig, *, dag_id: str, run_id: str,
 
 #: Tries of one table's fence commit, each after reading the table again.
 FENCE_ATTEMPTS = 3
-
-
-def pipeline_tables(cfg: PipelineConfig) -> dict[str, str]:
-    """The pipeline's tables (name -> location): bronze, and silver and quarantine with a transform; with routes
-    ``silver.<route>`` and ``quarantine.<route>`` per route and ``quarantine.unrouted``."""
-    tables = {"bronze": cfg.tables.bronze_path}
-    for target in cfg.silver_targets():
-        suffix = "" if target.route is None else f".{target.route}"
-        tables[f"silver{suffix}"], tables[f"quarantine{suffix}"] = target.silver_path, target.quarantine_path
-    if cfg.routing is not None:
-        tables[f"quarantine.{UNROUTED}"] = cfg.routing.unrouted_path
-    return tables
 
 
 def fence_tables(pipeline: str, tables: Mapping[str, str], epoch: int, *,
