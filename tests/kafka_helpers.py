@@ -66,6 +66,23 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple[int, bytes | Non
     return n
 
 
+def produce_with_headers(bootstrap: str, topic: str,
+                         records: Iterable[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]]) -> int:  # fmt: skip
+    """Produce ``(partition, key, value, headers)`` records synchronously, each with its own headers."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    deliveries = _Deliveries(topic)
+    n = 0
+    for partition, key, value, headers in records:
+        producer.produce(topic, key=key, value=value, partition=partition, headers=headers or None,
+                         on_delivery=deliveries)  # fmt: skip
+        n += 1
+    remaining = producer.flush(30)
+    if remaining:
+        raise KafkaException(f"{remaining} records not delivered to {topic}")
+    deliveries.check()
+    return n
+
+
 def produce_at(bootstrap: str, topic: str, records: Iterable[tuple[int, bytes | None, bytes | None, int]]) -> int:
     """Produce ``(partition, key, value, timestamp_ms)`` records with those Kafka timestamps (CreateTime)."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
