@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -139,9 +139,8 @@ def produce_mix(bootstrap: str, topic: str, produced: Produced, ids: dict[str, i
 
 def silver_of(spark, path: str, key: str, column: str) -> dict[str, tuple[int, str]]:  # type: ignore[no-untyped-def]
     rows = spark.read.format("delta").load(path).where("not _deleted").collect()
-    return {r[key]: (int((r["event_time"] - T0.replace(tzinfo=None)).total_seconds() // 60)
-                     if r["event_time"].tzinfo is None else int((r["event_time"] - T0).total_seconds() // 60),
-                     str(r[column])) for r in rows}  # fmt: skip
+    return {r[key]: (int((r["event_time"].replace(tzinfo=UTC) - T0).total_seconds() // 60), str(r[column]))
+            for r in rows}  # fmt: skip
 
 
 def checked(policy: Routing, lake: Path) -> TransformCheck:
