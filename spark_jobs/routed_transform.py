@@ -140,8 +140,9 @@ class RoutedBatchWriter(BatchWriter):
             if first is not None and self.routing.unrouted == "fail":
                 topic, partition, offset = first
                 raise TransformError(
-                    f"batch {batch_id}: {account.unrouted} record(s) of the batch match no route, the first at "
-                    f"offset {offset}; {routes.unrouted_reason(self.routing, capped)} (transform.unrouted is fail: "
+                    f"batch {batch_id}: {account.unrouted} record(s) of the batch match no route, the first at topic "
+                    f"{topic} partition {partition} offset {offset}; {routes.unrouted_reason(self.routing, capped)} "
+                    "(transform.unrouted is fail: "
                     "nothing of the batch was written, and the next run reads it again)",
                     topic=topic, partition=partition, offsets=(offset,), table=self.cfg.bronze_path,
                 )  # fmt: skip
@@ -199,7 +200,9 @@ def run(spark: SparkSession, cfg: TransformConfig, routing: Routing) -> RoutedSu
     files = checkpoint_files(spark, root)
     checkpoints, damaged = spark_checkpoint.read_epochs(root, read_checkpoint, files)
     plans = plan_routed(lasts, checkpoints, damaged)
-    plan = next(iter(plans.values()))
+    # The stream starts where the route furthest behind stands: resumed mid-batch, the routes that hold the
+    # batch stand after it, and the others must still read it.
+    plan = min(plans.values(), key=lambda p: (p.start.version, p.start.index))
     if plan.rebuilt_reason:
         log.warning("starting transform checkpoint epoch %s at bronze version %s: %s", plan.epoch,
                     plan.start.version, plan.rebuilt_reason)  # fmt: skip

@@ -213,7 +213,7 @@ def test_a_driver_killed_between_two_routes_commits_applies_no_batch_twice_and_l
     # The first route (orders) commits batch 0, then the driver dies: payments and clicks hold nothing yet.
     run_killed_by_failpoint("spark_jobs/bronze_to_silver.py",
                             routed_args(lake, unique_name, policy, schema_registry.url, "run-1"),
-                            "kill-driver-after-silver-commit:0")  # fmt: skip
+                            "kill-after-silver-commit:0")  # fmt: skip
     assert [c.route for c in delta_progress.silver_commits_since(policy.routes[0].silver_path, None)[1]] == ["orders"]
     assert not delta_progress.silver_commits_since(policy.routes[1].silver_path, None)[1]
 
@@ -233,16 +233,16 @@ def test_a_driver_killed_between_two_routes_commits_applies_no_batch_twice_and_l
 def test_unrouted_fail_stops_the_batch_before_any_route_writes_and_names_the_record(
     spark, bootstrap, make_topic, unique_name, lake, schema_registry, registered
 ):  # type: ignore[no-untyped-def]
-    topic = make_topic(unique_name, partitions=1)
+    topic = make_topic(unique_name, partitions=3)
     policy = routing(lake, unrouted="fail")
     produced = Produced(policy, _writers(registered))
-    produce_mix(bootstrap, topic, produced, registered, 0, 7)  # the seventh record is of no route
+    produce_mix(bootstrap, topic, produced, registered, 0, 7)  # the seventh, offset 2 of partition 0, is of no route
     ingest(spark, bootstrap, lake, unique_name, topic)
     with pytest.raises(TransformError) as failed:
         run_routed(spark, lake, unique_name, policy, schema_registry.url)
-    cause = failed.value.__cause__ if failed.value.__cause__ is not None else failed.value
-    assert f"{topic}-0:" in str(failed.value) and "offset 6" in str(failed.value), str(failed.value)
-    assert "add a route that takes it, or set transform.unrouted" in str(cause) or "transform.unrouted" in str(failed.value)
+    assert f"the first at topic {topic} partition 0 offset 2; no route matches the record" in str(failed.value)
+    assert "add a route that takes it, or set transform.unrouted" in str(failed.value)
+    assert (failed.value.topic, failed.value.partition, failed.value.offsets) == (topic, 0, (2,))
     for r in policy.routes:
         assert not delta_progress.silver_commits_since(r.silver_path, None)[1], r.name
     # Set to quarantine, the next run writes the batch whole.
@@ -255,7 +255,7 @@ def test_unrouted_fail_stops_the_batch_before_any_route_writes_and_names_the_rec
 def test_overlap_all_gives_a_record_to_each_route_that_matches_and_counts_the_copy(
     spark, bootstrap, make_topic, unique_name, lake, schema_registry, registered
 ):  # type: ignore[no-untyped-def]
-    topic = make_topic(unique_name, partitions=2)
+    topic = make_topic(unique_name, partitions=3)
     base = routing(lake)
     # A fourth route takes every record keyed o1: the orders of that key go to both.
     audit = RouteSpec("audit", RouteMatch(key="^o1$"), base.routes[0].transform, str(lake / "silver" / "audit"),
