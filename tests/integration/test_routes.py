@@ -25,6 +25,7 @@ from include.contract.transform_check import RouteRun, TransformCheck, check_rou
 from include.contract.transform_spec import FieldSpec, TransformSpec, ValueSchema
 from include.readers import delta_progress
 from include.readers.schema_registry import frame
+from include.tooling import airflow_local
 from tests.integration.job_helpers import T0, ingest, run_killed_by_failpoint
 from tests.kafka_helpers import produce_with_headers
 
@@ -270,3 +271,50 @@ def test_overlap_all_gives_a_record_to_each_route_that_matches_and_counts_the_co
     extra = sum(a["account"]["extra"] for a in summary["accounts"])
     assert extra == copies
     assert checked(policy, lake).ok
+
+
+@pytest.mark.full
+def test_a_routed_pipeline_runs_as_a_dag_and_its_continuity_check_proves_every_batch(pipeline, bootstrap):  # type: ignore[no-untyped-def]
+    p = pipeline
+    rules = {"ordering": "event_time", "tombstones": "quarantine"}
+    p.write(retries=2, transform={
+        "unrouted": "quarantine",
+        "routes": {
+            "orders": {"match": {"header": {"kind": "order"}}, "key": "order_id", **rules,
+                       "schema": {"order_id": "string", "amount": "double", "event_time": "timestamp"}},
+            "clicks": {"match": {"header": {"kind": ["click", "tap"]}}, "key": "click_id", **rules,
+                       "schema": {"click_id": "string", "page": "string", "event_time": "timestamp"}},
+        },
+    })  # fmt: skip
+    records = []
+    for i in range(30):  # ten orders, each updated three times
+        at = (T0 + timedelta(minutes=i)).isoformat()
+        records.append((i % 3, f"o{i % 10}".encode(), json.dumps(
+            {"order_id": f"o{i % 10}", "amount": float(i), "event_time": at}).encode(), [("kind", b"order")]))
+    for i in range(20):
+        at = (T0 + timedelta(minutes=i)).isoformat()
+        records.append((i % 3, f"c{i}".encode(), json.dumps({"click_id": f"c{i}", "page": f"/{i}", "event_time": at})
+                        .encode(), [("kind", b"tap" if i % 2 else b"click")]))
+    for i in range(5):  # no route takes a view
+        records.append((i % 3, f"v{i}".encode(), b'{"view": 1}', [("kind", b"view")]))
+    produce_with_headers(bootstrap, p.topic, records)
+
+    proc, log = p.run()
+    assert proc.returncode == 0, log[-5000:]
+    (row,) = p.ledger()
+    assert (row["outcome"], row["rows"], row["continuity"]) == ("success", 55, "CONTINUOUS"), row["reason"]
+    check = row["transform_json"]["check"]
+    assert check["ok"] is True and check["unrouted"] == 5, check
+    assert (row["silver_read"], row["silver_upserted"], row["superseded"]) == (55, 30, 20)
+    from deltalake import DeltaTable
+
+    root = p.lake / p.name
+    orders = {r["order_id"]: r["amount"] for r in DeltaTable(str(root / "silver" / "orders")).to_pyarrow_table().to_pylist()}
+    assert orders == {f"o{k}": float(20 + k) for k in range(10)}  # the newest of each key
+    clicks = DeltaTable(str(root / "silver" / "clicks")).to_pyarrow_table().to_pylist()
+    assert sorted(r["click_id"] for r in clicks) == sorted(f"c{i}" for i in range(20))
+    held = DeltaTable(str(root / "quarantine" / "unrouted")).to_pyarrow_table().to_pylist()
+    assert sorted(bytes(r["key"]) for r in held) == [f"v{i}".encode() for i in range(5)]
+    lines = airflow_local.summary_lines(log)
+    assert any(line.startswith("transform: read 55 from bronze, routed in 1 batch(es); 5 unrouted (quarantined)")
+               for line in lines), lines  # fmt: skip
