@@ -39,6 +39,10 @@ RECORDED = {
          "references": []})),
     f"{URL}/schemas/ids/999": (404, json.dumps(
         {"message": "No content with id/hash 'contentId-999' was found.", "error_code": 40403})),
+    f"{URL}/schemas/ids/1/versions": (200, json.dumps(
+        [{"subject": "orders-value", "version": 1}, {"subject": "shop.Order", "version": 1}])),
+    f"{URL}/schemas/ids/999/versions": (404, json.dumps(
+        {"message": "No content with id/hash 'contentId-999' was found.", "error_code": 40403})),
     f"{URL}/subjects/shop.Order%2Fv1/versions/latest": (200, json.dumps(
         {"id": 7, "subject": "shop.Order/v1", "version": 2, "schema": ORDER})),
 }  # fmt: skip
@@ -252,3 +256,12 @@ def test_a_redirect_to_another_host_or_to_plain_http_is_refused_and_credentials_
         server.shutdown()
     assert shown_url("https://a:b@registry:8081/x") == "https://***@registry:8081/x"
     assert shown_url("https://registry/x") == "https://registry/x"
+
+
+def test_the_subjects_of_a_schema_id_are_listed_and_an_unknown_id_is_not_found():
+    client = RegistryClient(URL, transport=Recorded())
+    assert client.subjects_of(1) == ("orders-value", "shop.Order")
+    with pytest.raises(SchemaRegistryError) as err:
+        client.subjects_of(999)
+    assert is_not_found(err.value)
+    assert "cannot read the subjects of schema id 999: HTTP 404, error 40403" in str(err.value)
