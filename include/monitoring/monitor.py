@@ -430,10 +430,9 @@ def _silver_lag(cfg: PipelineConfig, options: TableOptions) -> dict[str, Any]:
     """Records bronze holds that silver has not applied, read from the tables alone (Kafka need not answer); with
     routes, each route's and the most of them."""
     try:
-        lags = {t.route: delta_progress.silver_lag(cfg.tables.bronze_path, t.silver_path, cfg.name,
-                                                   bronze_options=options("bronze_path"),
-                                                   silver_options=options("silver_path"))
-                for t in cfg.silver_targets()}  # fmt: skip
+        lags = delta_progress.silver_lags(cfg.tables.bronze_path, {t.route: t.silver_path for t in cfg.silver_targets()},
+                                          cfg.name, bronze_options=options("bronze_path"),
+                                          silver_options=options("silver_path"))  # fmt: skip
         return {"records": max(lags.values(), default=0), "error": None,
                 **({"routes": lags} if cfg.routing is not None else {})}
     except Exception as exc:  # noqa: BLE001 - shown on the page; the other sources still are

@@ -106,13 +106,13 @@ def with_retention(report: LagReport, client: dict[str, str],
     return replace(report, retention=forecasts, retention_note=note)
 
 
-def silver_lag(cfg: PipelineConfig, *, options: TableOptions | None = None) -> int:
-    """Records bronze holds that silver has not applied: from silver's stand and bronze's commits after it; with
-    routes, the most any route has not applied."""
+def silver_lags(cfg: PipelineConfig, *, options: TableOptions | None = None) -> dict[str | None, int]:
+    """Records bronze holds that each silver table has not applied (by route; ``None``: the one silver table),
+    from its stand and bronze's commits after the stand furthest behind, read once."""
     options = options or TableOptions(cfg)
-    return max((delta_progress.silver_lag(cfg.tables.bronze_path, t.silver_path, cfg.name,
-                                          bronze_options=options("bronze_path"), silver_options=options("silver_path"))
-                for t in cfg.silver_targets()), default=0)  # fmt: skip
+    return delta_progress.silver_lags(cfg.tables.bronze_path, {t.route: t.silver_path for t in cfg.silver_targets()},
+                                      cfg.name, bronze_options=options("bronze_path"),
+                                      silver_options=options("silver_path"))  # fmt: skip
 
 
 def run_preflight(cfg: PipelineConfig, client: dict[str, str], request: RunRequest | None = None, *,

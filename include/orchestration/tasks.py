@@ -243,7 +243,7 @@ def wait_for_lag(cfg: PipelineConfig, *, plan: object) -> PokeReturnValue:
     report, progress, _ = preflight_run.snapshot(cfg, client, options=options)
     if cfg.has_transform and progress is not None:
         # Read here only, where it decides: silver's lag is work (the preflight and the mirror need it not).
-        report = replace(report, silver_pending=preflight_run.silver_lag(cfg, options=options))
+        report = replace(report, silver_pending=max(preflight_run.silver_lags(cfg, options=options).values()))
     decision = lag_decision(report, min_records=cfg.lag.min_records, max_wait_s=cfg.lag.max_wait_minutes * 60,
                             now=now, retention_margin_s=cfg.retention_margin_s(now))  # fmt: skip
     print(f"SUMMARY wait_for_lag: {report.summary_line(now)}; {decision.action}: {decision.reason}")

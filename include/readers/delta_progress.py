@@ -12,10 +12,10 @@ but :func:`positions_from_rows`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from include.contract import table_stand
 from include.contract.errors import PipelineError
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 #: A table's path, or the table :func:`opened` once for several reads.
 TableRef: TypeAlias = "str | Path | DeltaTable | delta_log.LogView"
+#: The key a caller names each of several silver tables by (:func:`silver_lags`): a route, or ``None``.
+K = TypeVar("K")
 
 
 def _open(path: TableRef, storage_options: dict[str, str] | None) -> DeltaTable | None:
@@ -296,22 +298,28 @@ def silver_stand(path: TableRef, pipeline: str, *,
 def quarantine_rows_since(path: TableRef, version: int | None, *,
                           storage_options: dict[str, str] | None = None) -> dict[tuple[int, int], int]:  # fmt: skip
     """Rows each quarantine append after ``version`` holds, by ``(epoch, batch_id)``, from Delta's own metrics."""
-    found: dict[tuple[int, int], int] = {}
-    for entry in _entries_after(path, version, storage_options)[1]:
-        commit = SilverCommit.from_user_metadata(entry.get("userMetadata"), version=int(entry["version"]))
-        if commit is not None:
-            key = (commit.epoch, commit.batch_id)
-            found[key] = found.get(key, 0) + int((entry.get("operationMetrics") or {}).get("numOutputRows", 0))
-    return found
+
+    def batch_of(meta: str | None) -> tuple[int, int] | None:
+        commit = SilverCommit.from_user_metadata(meta)
+        return None if commit is None else (commit.epoch, commit.batch_id)
+
+    return _rows_by_batch(path, version, storage_options, batch_of)
 
 
 def unrouted_rows_since(path: TableRef, version: int | None, *,
                         storage_options: dict[str, str] | None = None) -> dict[tuple[int, int], int]:  # fmt: skip
     """Rows each unrouted records' quarantine append after ``version`` holds, by ``(epoch, batch_id)`` (a routed
     transform's), from Delta's own metrics."""
+    return _rows_by_batch(path, version, storage_options, unrouted_batch)
+
+
+def _rows_by_batch(path: TableRef, version: int | None, storage_options: dict[str, str] | None,
+                   batch_of: Callable[[str | None], tuple[int, int] | None]) -> dict[tuple[int, int], int]:  # fmt: skip
+    """Rows each append after ``version`` holds (Delta's ``numOutputRows``), by the ``(epoch, batch_id)`` that
+    ``batch_of`` reads from its ``userMetadata`` (commits it gives ``None`` for are left out)."""
     found: dict[tuple[int, int], int] = {}
     for entry in _entries_after(path, version, storage_options)[1]:
-        key = unrouted_batch(entry.get("userMetadata"))
+        key = batch_of(entry.get("userMetadata"))
         if key is not None:
             found[key] = found.get(key, 0) + int((entry.get("operationMetrics") or {}).get("numOutputRows", 0))
     return found
@@ -416,16 +424,27 @@ def silver_pending(bronze: TableRef, stand: SilverStand | None, *,
     A stand inside a bronze version (a batch that ended between its files) counts that version whole:
     an upper bound, never a miss.
     """
-    since = 0 if stand is None else stand.bronze_end.version
-    _, rows = bronze_rows_by_version(bronze, since, storage_options=storage_options)
+    _, rows = bronze_rows_by_version(bronze, _pending_since(stand), storage_options=storage_options)
     return sum(rows.values())
 
 
-def silver_lag(bronze: TableRef, silver: TableRef, pipeline: str, *, bronze_options: dict[str, str] | None = None,
-               silver_options: dict[str, str] | None = None) -> int:  # fmt: skip
-    """Records bronze holds that silver has not applied (:func:`silver_pending` from :func:`silver_stand`)."""
-    stand = silver_stand(silver, pipeline, storage_options=silver_options)
-    return silver_pending(bronze, stand, storage_options=bronze_options)
+def silver_lags(bronze: TableRef, silvers: Mapping[K, TableRef], pipeline: str, *,
+                bronze_options: dict[str, str] | None = None,
+                silver_options: dict[str, str] | None = None) -> dict[K, int]:  # fmt: skip
+    """Records bronze holds that each silver table (a routed transform has one per route) has not applied, as
+    :func:`silver_pending` counts them from each one's :func:`silver_stand`; bronze's commits are read once,
+    from the stand furthest behind."""
+    since = {key: _pending_since(silver_stand(path, pipeline, storage_options=silver_options))
+             for key, path in silvers.items()}  # fmt: skip
+    if not since:
+        return {}
+    _, rows = bronze_rows_by_version(bronze, min(since.values()), storage_options=bronze_options)
+    return {key: sum(n for v, n in rows.items() if v >= start) for key, start in since.items()}
+
+
+def _pending_since(stand: SilverStand | None) -> int:
+    """The first bronze version a transform standing at ``stand`` has not read whole (``None``: 0)."""
+    return 0 if stand is None else stand.bronze_end.version
 
 
 def bronze_data_version(path: TableRef, *, storage_options: dict[str, str] | None = None) -> int | None:
