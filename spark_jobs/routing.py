@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 from include.contract.errors import TransformError
 from include.contract.routes import RouteMatch, Routing, RoutingAccount, WriterSchema
 from include.readers.schema_registry import HEADER_BYTES, RegistryClient, SchemaRegistryError, is_not_found
+from spark_jobs.formats.framing import has_header, schema_id_of
+from spark_jobs.formats.schemas import chosen_ids, schema_id_counts
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -30,15 +32,6 @@ ROUTES_COLUMN = "_routes"
 MATCHED_COLUMN = "_matched"
 #: The field name an unrouted record's quarantine row names.
 UNROUTED_FIELD = "_route"
-
-
-def schema_id_column() -> Column:
-    """The schema id of a value in the Confluent wire format (magic byte 0, 4-byte id); null for any other."""
-    from pyspark.sql import functions as F
-
-    value = F.col("value")
-    framed = (F.octet_length(value) >= HEADER_BYTES) & (F.hex(F.substring(value, 1, 1)) == "00")
-    return F.when(framed, F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long"))
 
 
 class WriterNames:
@@ -59,15 +52,13 @@ class WriterNames:
     def lookup(self, bronze: DataFrame) -> dict[int, WriterSchema]:
         """The writer schemas of the ids ``bronze`` carries (within the cap), from the registry or this run's
         earlier lookups."""
-        from pyspark.sql import functions as F
-
-        ids = [int(r["id"]) for r in bronze.select(schema_id_column().alias("id")).where(F.col("id").isNotNull())
-               .groupBy("id").count().orderBy(F.desc("count"), "id").limit(self.cap + 1).collect()]  # fmt: skip
-        self.capped = len(ids) > self.cap
-        for schema_id in ids[: self.cap]:
+        counts = schema_id_counts(bronze, self.cap, set(self.known))
+        ids = chosen_ids(counts, known=set(self.known), cap=self.cap)
+        self.capped = len(counts) > len(ids)
+        for schema_id in ids:
             if schema_id not in self.known:
                 self.known[schema_id] = self._writer(schema_id)
-        return {i: self.known[i] for i in ids[: self.cap]}
+        return {i: self.known[i] for i in ids}
 
     def _writer(self, schema_id: int) -> WriterSchema:
         try:
@@ -115,15 +106,14 @@ def match_column(match: RouteMatch, columns: list[str], writers: dict[int, Write
         conditions.append(F.col("key").cast("string").rlike(match.key))
     if match.field is not None:
         value = F.col("value")
-        framed = (F.octet_length(value) > HEADER_BYTES) & (F.hex(F.substring(value, 1, 1)) == "00")
-        text = F.when(framed, F.expr(f"substring(value, {HEADER_BYTES + 1})")).otherwise(value).cast("string")
+        text = F.when(has_header(value), F.expr(f"substring(value, {HEADER_BYTES + 1})")).otherwise(value).cast("string")
         path = "$['" + match.field.name.replace("\\", "\\\\").replace("'", "\\'") + "']"
         conditions.append(F.get_json_object(text, path).isin(*match.field.values))
     if match.record_name is not None or match.subject is not None:
         ids = [i for i, w in sorted(writers.items())
                if (match.record_name is None or w.record_name in match.record_name)
                and (match.subject is None or set(w.subjects) & set(match.subject))]  # fmt: skip
-        conditions.append(schema_id_column().isin(*ids) if ids else F.lit(False))
+        conditions.append(schema_id_of(F.col("value")).isin(*ids) if ids else F.lit(False))
     combined = conditions[0]
     for c in conditions[1:]:
         combined = combined & c

@@ -18,6 +18,20 @@ if TYPE_CHECKING:
     from spark_jobs.formats.base import ValuePlan
 
 
+def has_header(value: Column) -> Column:
+    """Whether the binary column ``value`` starts with the wire format's header: magic byte 0 and room for the id."""
+    from pyspark.sql import functions as F
+
+    return (F.octet_length(value) >= HEADER_BYTES) & (F.hex(F.substring(value, 1, 1)) == "00")
+
+
+def schema_id_of(value: Column) -> Column:
+    """The 4-byte schema id after ``value``'s magic byte; null for a value without the header."""
+    from pyspark.sql import functions as F
+
+    return F.when(has_header(value), F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long"))
+
+
 def frame(df: DataFrame, plan: ValuePlan) -> tuple[DataFrame, Column]:
     """``df`` plus ``_sid`` (the 4-byte id after magic byte 0; null for plain values) and ``_payload``, and the
     value's problem so far (null for a missing value, which the record's own checks name)."""
@@ -27,8 +41,7 @@ def frame(df: DataFrame, plan: ValuePlan) -> tuple[DataFrame, Column]:
     size = F.octet_length(value)
     present = value.isNotNull() & (size > 0)
     if plan.framed:
-        magic = (size >= HEADER_BYTES) & (F.hex(F.substring(value, 1, 1)) == "00")
-        sid = F.when(magic, F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long"))
+        sid = schema_id_of(value)
         payload = F.expr(f"substring(_kafka_value, {HEADER_BYTES + 1})")
     else:
         sid, payload = F.lit(None).cast("long"), value

@@ -25,13 +25,13 @@ from include.contract.errors import ValueSchemaError
 from include.contract.transform_spec import TransformSpec
 from include.contract.value_formats import VALUE_FORMATS
 from include.readers.schema_registry import (
-    HEADER_BYTES,
     RegisteredSchema,
     RegistryClient,
     SchemaRegistryError,
     is_not_found,
 )
 from spark_jobs.formats.base import ValuePlan, Writer
+from spark_jobs.formats.framing import schema_id_of
 from spark_jobs.formats.registry import value_format
 
 if TYPE_CHECKING:
@@ -158,22 +158,25 @@ class ValueSchemas:
         return set(self.writers) | ({self.reader.id} if self.reader else set())
 
     def _ids_in(self, bronze: DataFrame, cap: int) -> dict[int, int]:
-        """Records per schema id of ``bronze``'s framed values, for at most ``cap + 1`` ids.
+        """Records per schema id of ``bronze``'s framed values (:func:`schema_id_counts`), the ids this run
+        knows and the reader's first."""
+        return schema_id_counts(bronze, cap, self._known())
 
-        At most the cap's ids reach the registry: random leading bytes in every record would otherwise cost
-        one lookup per record. Which ones: those this run knows and the reader's first, then by how many
-        records carry them, so that a producer writing a few values under made-up ids cannot push the
-        batch's real records out (taking the lowest ids let ids 0..19 do exactly that).
-        """
-        from pyspark.sql import functions as F
 
-        value = F.col("value")
-        framed = (F.octet_length(value) >= HEADER_BYTES) & (F.hex(F.substring(value, 1, 1)) == "00")
-        known = self._known()
-        per_id = (bronze.where(framed).select(F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long").alias("id"))
-                  .groupBy("id").agg(F.count("*").alias("n")))  # fmt: skip
-        if known:
-            per_id = per_id.orderBy(F.col("id").isin(*known).desc(), F.desc("n"), "id")
-        else:
-            per_id = per_id.orderBy(F.desc("n"), "id")
-        return {int(r["id"]): int(r["n"]) for r in per_id.limit(cap + 1).collect()}
+def schema_id_counts(bronze: DataFrame, cap: int, known: set[int]) -> dict[int, int]:
+    """Records per schema id of ``bronze``'s framed values, for at most ``cap + 1`` ids.
+
+    At most the cap's ids reach the registry: random leading bytes in every record would otherwise cost
+    one lookup per record. Which ones: the ``known`` ones first (those a run has looked up), then by how many
+    records carry them, so that a producer writing a few values under made-up ids cannot push the
+    batch's real records out (taking the lowest ids let ids 0..19 do exactly that).
+    """
+    from pyspark.sql import functions as F
+
+    per_id = (bronze.select(schema_id_of(F.col("value")).alias("id")).where(F.col("id").isNotNull())
+              .groupBy("id").agg(F.count("*").alias("n")))  # fmt: skip
+    if known:
+        per_id = per_id.orderBy(F.col("id").isin(*known).desc(), F.desc("n"), "id")
+    else:
+        per_id = per_id.orderBy(F.desc("n"), "id")
+    return {int(r["id"]): int(r["n"]) for r in per_id.limit(cap + 1).collect()}
