@@ -54,20 +54,15 @@ from spark_jobs.job_common import (
     write_summary,
 )
 from spark_jobs.routed_transform import RoutedSummary
-from spark_jobs.silver_writer import SilverBatchWriter, ensure_silver
-from spark_jobs.table_properties import (
-    apply_table_properties,
-    check_owner,
-)
+from spark_jobs.silver_writer import open_writer, run_summary
+from spark_jobs.table_properties import apply_to_tables, check_owner
 from spark_jobs.transform_plan import (
     TransformConfig,
+    drain_bronze,
     is_delta,
     plan_transform,
     read_checkpoint,
     read_silver_stand,
-    read_whole,
-    stream_bronze,
-    value_schemas,
 )
 from spark_jobs.transform_summary import TransformSummary
 
@@ -122,47 +117,26 @@ def run(spark: SparkSession, cfg: TransformConfig) -> TransformSummary | RoutedS
     files = checkpoint_files(spark, root)
     checkpoints, damaged = spark_checkpoint.read_epochs(root, read_checkpoint, files)
     plan = plan_transform(last, checkpoints, damaged)
-    rebuilt = None
     if plan.rebuilt_reason:
-        rebuilt = {"reason": plan.rebuilt_reason, "previous_epoch": plan.previous_epoch}
         log.warning("starting transform checkpoint epoch %s at bronze version %s: %s",
                     plan.epoch, plan.start.version, plan.rebuilt_reason)  # fmt: skip
-    summary = TransformSummary(cfg.pipeline, cfg.run_id, plan.epoch, rebuilt,
-                               last.bronze_end if last and not last.restore else plan.start,
-                               field_names_shown=cfg.spec.limits.field_names)  # fmt: skip
+    summary = run_summary(cfg, plan, last)
     phases = summary.phases_s
     phases["plan"] = time.monotonic() - started
     if is_delta(spark, cfg.bronze_path):
-        values = value_schemas(spark, cfg)
-        summary.value_schema = values.recorded() if values else None
-        fields = ensure_silver(spark, cfg.silver_path, cfg.spec)
-        phases["silver_schema"] = time.monotonic() - started - sum(phases.values())
         checkpoint = spark_checkpoint.epoch_dir(root, plan.epoch)
-        writer = SilverBatchWriter(spark, cfg, plan, checkpoint, last, fields, summary, values, files)
-        if read_whole(checkpoint_files(spark, cfg.bronze_path), cfg.bronze_path, plan.start):
-            # Silver has read every bronze version (a retried transform, or a replay run with nothing new):
-            # Delta's source would fail on the version that does not exist yet instead of reading nothing.
-            log.info("bronze holds nothing after version %s; no batch to run", plan.start.version - 1)
-            # The stream would replay the checkpoint's pending batch and skip it if silver has it; say so as it
-            # would, so the earlier attempt's commits are accounted for (include/contract/continuity.py).
-            state = checkpoints.get(plan.epoch)
-            writer.skip_replay(state.pending_batch if state is not None else None)
-        else:
-            stream_bronze(spark, cfg, plan, checkpoint, writer)
+        writer = open_writer(spark, cfg, plan, checkpoint, last, files, summary)
+        phases["silver_schema"] = time.monotonic() - started - sum(phases.values())
+        drain_bronze(spark, cfg, plan, checkpoint, checkpoints.get(plan.epoch), writer, writer.skip_replay)
         if cfg.replay is not None:
             summary.replay = quarantine_replay.replay(
                 spark, pipeline=cfg.pipeline, run_id=cfg.run_id, silver_path=cfg.silver_path,
                 quarantine_path=cfg.quarantine_path, spec=cfg.spec, fields=writer.fields, selection=cfg.replay,
-                values=values, fence=cfg.fence,
+                values=writer.values, fence=cfg.fence,
             ).to_json()  # fmt: skip
             phases["replay"] = time.monotonic() - started - sum(phases.values())
-        from spark_jobs.silver_table import silver_columns
-
-        summary.silver_columns = [{"name": n, "type": t} for n, t in silver_columns(writer.fields, cdc=cfg.spec.cdc)]
-    for path in (cfg.silver_path, cfg.quarantine_path):
-        properties_set = apply_table_properties(spark, path, cfg.table_properties, cfg.fence, owner=cfg.pipeline)
-        if properties_set:
-            log.info("%s table properties set: %s", path, ", ".join(f"{k}={v}" for k, v in properties_set.items()))
+        writer.record_columns()
+    apply_to_tables(spark, (cfg.silver_path, cfg.quarantine_path), cfg.table_properties, cfg.fence, cfg.pipeline)
     summary.duration_s = time.monotonic() - started
     phases["stream"] = summary.duration_s - sum(phases.values())
     log.info("transform phases: %s", ", ".join(f"{k} {v:.1f}s" for k, v in phases.items()))

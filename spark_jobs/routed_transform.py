@@ -36,20 +36,17 @@ from spark_jobs.delta_commits import check_fence
 from spark_jobs.formats.schemas import read_registry_file
 from spark_jobs.hadoop_files import checkpoint_files
 from spark_jobs.job_common import BatchWriter, PhaseTimer, failpoint, keep_for_batch, release, write_summary
-from spark_jobs.silver_table import silver_columns
-from spark_jobs.silver_writer import SilverBatchWriter, ensure_silver
-from spark_jobs.table_properties import apply_table_properties, check_owner
+from spark_jobs.silver_writer import SilverBatchWriter, open_writer, run_summary
+from spark_jobs.table_properties import apply_to_tables, check_owner
 from spark_jobs.transform_plan import (
     TransformConfig,
     TransformPlan,
     already_in_silver,
+    drain_bronze,
     is_delta,
     plan_routed,
     read_checkpoint,
     read_silver_stand,
-    read_whole,
-    stream_bronze,
-    value_schemas,
 )
 from spark_jobs.transform_summary import TransformSummary
 
@@ -68,7 +65,7 @@ class RoutedSummary:
     epoch: int
     routes: dict[str, TransformSummary]
     unrouted_policy: str
-    #: Per batch written (not skipped by every route): ``{batch_id, account, unrouted_version}``.
+    #: Per batch written (not skipped by every route): ``{batch_id, account, duration_s, phases}``.
     accounts: list[dict[str, Any]] = field(default_factory=list)
     duration_s: float = 0.0
     phases_s: dict[str, float] = field(default_factory=dict)
@@ -146,9 +143,8 @@ class RoutedBatchWriter(BatchWriter):
                     "nothing of the batch was written, and the next run reads it again)",
                     topic=topic, partition=partition, offsets=(offset,), table=self.cfg.bronze_path,
                 )  # fmt: skip
-            unrouted_version = None
             if account.unrouted and self.routing.unrouted == "quarantine":
-                unrouted_version = self._quarantine_unrouted(routed, account, batch_id, capped)
+                self._quarantine_unrouted(routed, account, batch_id, capped)
             timer.lap("unrouted")
             failpoint("routes", batch_id, when="before")  # routed and counted, no route written
             for name, writer in self.writers.items():
@@ -159,15 +155,14 @@ class RoutedBatchWriter(BatchWriter):
         finally:
             release(cached)
         self.summary.accounts.append({"batch_id": batch_id, "account": account.to_json(),
-                                      "unrouted_version": unrouted_version,
                                       "duration_s": round(time.monotonic() - started, 3),
                                       "phases": {k: round(v, 3) for k, v in timer.phases.items()}})  # fmt: skip
         log.info("batch %s routed: %s (%s)", batch_id, account.to_json(), timer.line())
 
     def _quarantine_unrouted(self, routed: DataFrame, account: RoutingAccount, batch_id: int,
-                             capped: bool) -> int | None:  # fmt: skip
+                             capped: bool) -> None:  # fmt: skip
         """The batch's unrouted records appended to the unrouted quarantine table, idempotently (its own app id
-        and the batch id: a replayed batch's repeat is dropped by Delta); the version written, or ``None``."""
+        and the batch id: a replayed batch's repeat is dropped by Delta)."""
         path = self.routing.unrouted_path
         check_fence(self.spark, path, self.cfg.fence)
         rows = routes.unrouted_rows(routed, routes.unrouted_reason(self.routing, capped), self.cfg.run_id,
@@ -180,12 +175,6 @@ class RoutedBatchWriter(BatchWriter):
             .option("userMetadata", meta)
             .save(path)
         )  # fmt: skip
-        if not is_delta(self.spark, path):
-            return None
-        from delta.tables import DeltaTable
-
-        newest = DeltaTable.forPath(self.spark, path).history(1).select("version", "userMetadata").collect()[0]
-        return int(newest["version"]) if newest["userMetadata"] == meta else None
 
 
 def run(spark: SparkSession, cfg: TransformConfig, routing: Routing) -> RoutedSummary:
@@ -213,36 +202,16 @@ def run(spark: SparkSession, cfg: TransformConfig, routing: Routing) -> RoutedSu
     if is_delta(spark, cfg.bronze_path):
         for r in routing.routes:
             route_cfg, route_plan, last = cfg.for_route(r), plans[r.name], lasts[r.name]
-            rebuilt = ({"reason": route_plan.rebuilt_reason, "previous_epoch": route_plan.previous_epoch}
-                       if route_plan.rebuilt_reason else None)  # fmt: skip
-            route_summary = TransformSummary(cfg.pipeline, cfg.run_id, route_plan.epoch, rebuilt,
-                                             last.bronze_end if last and not last.restore else route_plan.start,
-                                             field_names_shown=r.transform.limits.field_names)  # fmt: skip
-            values = value_schemas(spark, route_cfg)
-            route_summary.value_schema = values.recorded() if values else None
-            fields = ensure_silver(spark, r.silver_path, r.transform)
-            writer = SilverBatchWriter(spark, route_cfg, route_plan, checkpoint, last, fields, route_summary, values,
-                                       files)  # fmt: skip
-            writer.route = r.name
-            writers[r.name] = writer
-            summary.routes[r.name] = route_summary
+            summary.routes[r.name] = run_summary(route_cfg, route_plan, last)
+            writers[r.name] = open_writer(spark, route_cfg, route_plan, checkpoint, last, files, summary.routes[r.name])
+            writers[r.name].route = r.name
         summary.phases_s["silver_schema"] = time.monotonic() - started - sum(summary.phases_s.values())
-        writer_names = _writer_names(cfg, routing)
-        batches = RoutedBatchWriter(spark, cfg, routing, plan, writers, writer_names, summary)
-        if read_whole(checkpoint_files(spark, cfg.bronze_path), cfg.bronze_path, plan.start):
-            log.info("bronze holds nothing after version %s; no batch to run", plan.start.version - 1)
-            state = checkpoints.get(plan.epoch)
-            batches.skip_replay(state.pending_batch if state is not None else None)
-        else:
-            stream_bronze(spark, cfg, plan, checkpoint, batches)
-        for name, writer in writers.items():
-            summary.routes[name].silver_columns = [
-                {"name": n, "type": t} for n, t in silver_columns(writer.fields, cdc=writer.cfg.spec.cdc)
-            ]
-    for path in (*(p for r in routing.routes for p in (r.silver_path, r.quarantine_path)), routing.unrouted_path):
-        properties_set = apply_table_properties(spark, path, cfg.table_properties, cfg.fence, owner=cfg.pipeline)
-        if properties_set:
-            log.info("%s table properties set: %s", path, ", ".join(f"{k}={v}" for k, v in properties_set.items()))
+        batches = RoutedBatchWriter(spark, cfg, routing, plan, writers, _writer_names(cfg, routing), summary)
+        drain_bronze(spark, cfg, plan, checkpoint, checkpoints.get(plan.epoch), batches, batches.skip_replay)
+        for writer in writers.values():
+            writer.record_columns()
+    apply_to_tables(spark, (*(p for r in routing.routes for p in (r.silver_path, r.quarantine_path)),
+                            routing.unrouted_path), cfg.table_properties, cfg.fence, cfg.pipeline)  # fmt: skip
     summary.duration_s = time.monotonic() - started
     summary.phases_s["stream"] = summary.duration_s - sum(summary.phases_s.values())
     write_summary(cfg.summary_path, contract.RoutedTransformSummary.from_json(summary.to_json()).to_json())

@@ -53,6 +53,7 @@ from spark_jobs.transform_plan import (
     already_in_silver,
     batch_end,
     is_delta,
+    value_schemas,
 )
 from spark_jobs.transform_summary import BatchResult, TransformSummary
 
@@ -101,6 +102,25 @@ def add_fields(spark: SparkSession, path: str, added: list[FieldSpec], metadata:
     with_user_metadata(spark, meta, lambda: spark.sql(f"ALTER TABLE {delta_table_sql(path)} ADD COLUMNS ({cols})"))
 
 
+def run_summary(cfg: TransformConfig, plan: TransformPlan, last: SilverStand | None) -> TransformSummary:
+    """The run summary of one silver table, before its batches: the epoch, a rebuilt checkpoint, where it starts."""
+    rebuilt = {"reason": plan.rebuilt_reason, "previous_epoch": plan.previous_epoch} if plan.rebuilt_reason else None
+    return TransformSummary(cfg.pipeline, cfg.run_id, plan.epoch, rebuilt,
+                            last.bronze_end if last and not last.restore else plan.start,
+                            field_names_shown=cfg.spec.limits.field_names)  # fmt: skip
+
+
+def open_writer(spark: SparkSession, cfg: TransformConfig, plan: TransformPlan, checkpoint: str,
+                last: SilverStand | None, files: spark_checkpoint.Files, summary: TransformSummary) -> SilverBatchWriter:  # fmt: skip
+    """The batch writer of one silver table (``cfg``'s; a route's with :meth:`TransformConfig.for_route`) writing
+    ``summary`` (:func:`run_summary`), its value schemas read and its table made or its columns read
+    (:func:`ensure_silver`)."""
+    values = value_schemas(spark, cfg)
+    summary.value_schema = values.recorded() if values else None
+    fields = ensure_silver(spark, cfg.silver_path, cfg.spec)
+    return SilverBatchWriter(spark, cfg, plan, checkpoint, last, fields, summary, values, files)
+
+
 class SilverBatchWriter(BatchWriter):
     """``foreachBatch`` sink: quarantine append, then one silver commit per micro-batch."""
 
@@ -124,6 +144,13 @@ class SilverBatchWriter(BatchWriter):
         #: The routing account of the batch being written, which its silver commit carries (set per batch by
         #: :class:`spark_jobs.routed_transform.RoutedBatchWriter`).
         self.account: RoutingAccount | None = None
+
+    def record_columns(self) -> None:
+        """Silver's columns after the run into the summary (``{name, type}``, Spark SQL types), for lineage."""
+        from spark_jobs.silver_table import silver_columns
+
+        self.summary.silver_columns = [{"name": n, "type": t} for n, t in
+                                       silver_columns(self.fields, cdc=self.cfg.spec.cdc)]  # fmt: skip
 
     def skip_replay(self, batch_id: int | None) -> bool:
         """Whether batch ``batch_id`` is already in silver (:func:`already_in_silver`); if so it is recorded as

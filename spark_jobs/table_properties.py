@@ -7,8 +7,9 @@ properties in a commit that holds no progress (:func:`apply_table_properties`).
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from include.contract.errors import TableOwnershipError
@@ -17,6 +18,8 @@ from spark_jobs.hadoop_files import checkpoint_files
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger("table_properties")
 
 
 #: The table property that names the pipeline a table belongs to: written with the run's other table
@@ -66,6 +69,15 @@ def check_owner(spark: SparkSession, path: str, pipeline: str, what: str) -> Non
             f"empty location, since maintenance deletes what a table does not reference. Give tables.{what}_path "
             f"of pipeline {pipeline!r} an empty location, or move those files away",
             pipeline=pipeline, table=path)  # fmt: skip
+
+
+def apply_to_tables(spark: SparkSession, paths: Iterable[str], properties: dict[str, str], fence: Fence,
+                    owner: str) -> None:  # fmt: skip
+    """:func:`apply_table_properties` on each of ``paths``, logging what each one got."""
+    for path in paths:
+        properties_set = apply_table_properties(spark, path, properties, fence, owner=owner)
+        if properties_set:
+            log.info("%s table properties set: %s", path, ", ".join(f"{k}={v}" for k, v in properties_set.items()))
 
 
 def apply_table_properties(spark: SparkSession, path: str, properties: dict[str, str], fence: Fence = None, *,

@@ -9,7 +9,8 @@ new epoch there.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -35,10 +36,13 @@ from spark_jobs.delta_commits import (
     txn_versions,
 )
 from spark_jobs.formats.schemas import ValueSchemas, read_registry_file
+from spark_jobs.hadoop_files import checkpoint_files
 from spark_jobs.job_common import BatchWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger("bronze_to_silver")
 
 
 @dataclass(frozen=True)
@@ -232,6 +236,22 @@ def read_silver_stand(spark: SparkSession, path: str, pipeline: str) -> SilverSt
         return resolve_silver_stand(state, newest_silver_commit(history), history)
     except ValueError as exc:
         raise TransformError(f"{path}: {exc}") from None
+
+
+def drain_bronze(spark: SparkSession, cfg: TransformConfig, plan: TransformPlan, checkpoint: str,
+                 pending: DeltaCheckpointState | None, writer: BatchWriter,
+                 skip_replay: Callable[[int | None], object]) -> None:  # fmt: skip
+    """Bronze's versions from ``plan.start`` on through ``writer`` (:func:`stream_bronze`), or, when there are
+    none, the checkpoint's pending batch (``pending``: the state of ``plan``'s epoch) through ``skip_replay``."""
+    if read_whole(checkpoint_files(spark, cfg.bronze_path), cfg.bronze_path, plan.start):
+        # Silver has read every bronze version (a retried transform, or a replay run with nothing new):
+        # Delta's source would fail on the version that does not exist yet instead of reading nothing.
+        log.info("bronze holds nothing after version %s; no batch to run", plan.start.version - 1)
+        # The stream would replay the checkpoint's pending batch and skip it if silver has it; say so as it
+        # would, so the earlier attempt's commits are accounted for (include/contract/continuity.py).
+        skip_replay(pending.pending_batch if pending is not None else None)
+    else:
+        stream_bronze(spark, cfg, plan, checkpoint, writer)
 
 
 def stream_bronze(spark: SparkSession, cfg: TransformConfig, plan: TransformPlan, checkpoint: str,
