@@ -10,8 +10,8 @@ meets. A record no route takes follows ``transform.unrouted``.
 Pure data and rules, shared by both sides: the loader builds a
 :class:`Routing`; the Spark job (``spark_jobs/routing.py``) evaluates the same
 match as column expressions, and :meth:`RouteMatch.matches` here is its
-definition in Python (the tests' oracle, and what a reader of a record
-without Spark applies). Every route's batch commit carries the batch's
+definition in Python (:meth:`Routing.assign` and :func:`account` with it: the
+tests' oracle, which the Spark columns must agree with). Every route's batch commit carries the batch's
 :class:`RoutingAccount`, so the check after a run proves per batch that every
 bronze record went to a route or was counted as unrouted.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from include.contract.errors import ContractError
@@ -211,13 +211,6 @@ def json_field_text(value: bytes | None, name: str) -> str | None:
     return found if isinstance(found, str) else json.dumps(found, separators=(",", ":"))
 
 
-def schema_id(value: bytes | None) -> int | None:
-    """The schema id a value in the Confluent wire format carries, or ``None`` for any other value."""
-    if value is None or len(value) < 5 or value[0] != _MAGIC:
-        return None
-    return int.from_bytes(value[1:5], "big", signed=True)
-
-
 @dataclass(frozen=True)
 class RouteSpec:
     """One route: its match, its transform and its tables."""
@@ -388,12 +381,6 @@ class SilverTarget:
     spec: TransformSpec
     silver_path: str
     quarantine_path: str
-    match: RouteMatch | None = field(default=None, compare=False)
-
-    @property
-    def label(self) -> str:
-        """How messages and pages name it: ``silver`` or ``route orders``."""
-        return "silver" if self.route is None else f"route {self.route}"
 
 
 def registry_of(specs: Iterable[TransformSpec]) -> str | None:
@@ -404,6 +391,4 @@ def registry_of(specs: Iterable[TransformSpec]) -> str | None:
 
 def targets_of(routing: Routing) -> tuple[SilverTarget, ...]:
     """A routed transform's silver targets, in the routes' order."""
-    return tuple(
-        SilverTarget(r.name, r.transform, r.silver_path, r.quarantine_path, r.match) for r in routing.routes
-    )
+    return tuple(SilverTarget(r.name, r.transform, r.silver_path, r.quarantine_path) for r in routing.routes)

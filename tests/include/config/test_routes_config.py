@@ -113,7 +113,8 @@ def test_a_pipeline_without_routes_has_one_target(tmp_path: Path) -> None:
     cfg = load_pipeline(_write(tmp_path, data))
     assert cfg.routing is None and cfg.transform is not None
     (target,) = cfg.silver_targets()
-    assert (target.route, target.silver_path, target.label) == (None, cfg.tables.silver_path, "silver")
+    assert (target.route, target.silver_path, target.quarantine_path) == (
+        None, cfg.tables.silver_path, cfg.tables.quarantine_path)  # fmt: skip
 
 
 @pytest.mark.parametrize(

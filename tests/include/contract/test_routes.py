@@ -17,7 +17,6 @@ from include.contract.routes import (
     WriterSchema,
     account,
     json_field_text,
-    schema_id,
     targets_of,
 )
 from include.contract.transform_spec import FieldSpec, TransformSpec
@@ -80,14 +79,11 @@ def test_matches(match: dict[str, object], rec: RoutedRecord, expected: bool) ->
     assert RouteMatch(**match).matches(rec) is expected  # type: ignore[arg-type]
 
 
-def test_json_field_text_and_schema_id() -> None:
+def test_json_field_text() -> None:
     assert json_field_text(b'{"a": {"b": 1}}', "a") == '{"b":1}'
     assert json_field_text(b'{"a": true}', "a") == "true"
     assert json_field_text(b'{"a": null}', "a") is None
     assert json_field_text(b"not json", "a") is None
-    assert schema_id(framed(258, b"x")) == 258
-    assert schema_id(b'{"a":1}') is None
-    assert schema_id(b"\x00\x00") is None
 
 
 def test_assign_first_and_all() -> None:
@@ -132,7 +128,8 @@ def test_json_round_trips() -> None:
     assert again == routing
     acc = RoutingAccount(3, {"orders": 2, "pay": 1}, 0, 1, 0)
     assert RoutingAccount.from_json(json.loads(json.dumps(acc.to_json()))) == acc
-    assert [t.label for t in targets_of(routing)] == ["route orders", "route pay"]
+    assert [(t.route, t.silver_path) for t in targets_of(routing)] == [("orders", "/l/silver/orders"),
+                                                                        ("pay", "/l/silver/pay")]  # fmt: skip
     assert routing.route("pay").match.needs_registry and not routing.route("orders").match.needs_registry
     with pytest.raises(ContractError, match="the routes are orders, pay"):
         routing.route("clicks")
