@@ -33,7 +33,7 @@ from include.config.validators import _NAME, _NAME_EXPECTED, NAME_MAX_LEN
 from include.config.value_schema import _ValueSchemaProblem
 from include.config.yaml_reader import _read_yaml
 from include.contract.locations import comparable, is_uri, is_within
-from include.contract.routes import UNROUTED, RouteSpec, Routing, registry_of
+from include.contract.routes import UNROUTED, RouteSpec, Routing
 from include.contract.transform_spec import TransformSpec
 from include.contract.value_formats import REGISTRY_FORMATS, SCHEMA_FORMATS
 
@@ -160,18 +160,7 @@ def _loaded(file: PipelineFile, shown: str, stem: str) -> PipelineConfig:
         name = stem
     tables = _tables(file.tables or TablesSection(), name, shown)
     cluster = file.cluster or ClusterConfig()
-    transform, routing = _transform(file, shown), _routing(file, tables, shown)
-    registry = registry_of(
-        [r.transform for r in routing.routes] if routing else [transform] if transform else []
-    )
-    CLUSTER_PROFILES[cluster.profile].check_pipeline(
-        shown,
-        locations=asdict(tables),
-        kafka_options=file.kafka.options,
-        kubernetes=cluster.kubernetes,
-        registry=registry,
-    )
-    return PipelineConfig(
+    config = PipelineConfig(
         name=name,
         kafka=file.kafka,
         tables=tables,
@@ -183,10 +172,18 @@ def _loaded(file: PipelineFile, shown: str, stem: str) -> PipelineConfig:
         cluster=cluster,
         retries=file.retries,
         tags=file.tags,
-        transform=transform,
-        routing=routing,
+        transform=_transform(file, shown),
+        routing=_routing(file, tables, shown),
         maintenance=_maintenance(file, shown),
     )
+    CLUSTER_PROFILES[cluster.profile].check_pipeline(
+        shown,
+        locations=asdict(tables),
+        kafka_options=file.kafka.options,
+        kubernetes=cluster.kubernetes,
+        registry=config.registry_connection(),
+    )
+    return config
 
 
 def _transform(file: PipelineFile, shown: str) -> TransformSpec | None:

@@ -137,8 +137,8 @@ def check_transform(cfg: PipelineConfig, *, before: TransformBefore, job_summary
         return transform_check.RouteRun(previous, tuple(commits), quarantined,
                                         SilverStand.from_json(stand) if stand else None)  # fmt: skip
 
-    befores = before.routes or {}
-    runs = {t.route or "": route_run(t, befores.get(t.route or "", TransformBefore()) if cfg.routing else before)
+    # A route's table is checked from where the preflight found it (a table it did not know yet: from its start).
+    runs = {t.route or "": route_run(t, (before.routes or {}).get(t.route, TransformBefore()) if t.route else before)
             for t in cfg.silver_targets()}  # fmt: skip
     starts = [c.bronze_start.version for run in runs.values() for c in run.commits]
     if starts:  # only the bronze versions the batches read: cost follows the run, not the history
