@@ -100,6 +100,11 @@ def plan_replay(cfg: PipelineConfig, request: RunRequest, *, options: TableOptio
     (:class:`RequestError`) without a transform, or when it takes none."""
     assert request.replay is not None
     selection = request.replay
+    if cfg.routing is not None:
+        raise RequestError(
+            f"pipeline {cfg.name!r} routes its records (transform.routes), and replay_quarantine does not take a "
+            f"route yet; the routes' quarantines are {', '.join(r.quarantine_path for r in cfg.routing.routes)}"
+        )
     if cfg.transform is None:
         raise RequestError(
             f"pipeline {cfg.name!r} has no transform section, so it has no quarantine to replay"

@@ -176,3 +176,17 @@ def test_routing_policies_without_routes_are_refused(tmp_path: Path, key: str) -
     with pytest.raises(PipelineConfigError) as info:
         load_pipeline(_write(tmp_path, data))
     assert f"transform.{key}: expected no transform.{key} without transform.routes" in str(info.value)
+
+
+def test_replay_quarantine_of_a_routed_pipeline_is_refused_naming_the_routes_quarantines(tmp_path: Path) -> None:
+    from include.contract.actions import RequestError, RunRequest
+    from include.contract.replay import ReplaySelection
+    from include.orchestration.request_plan import plan_replay
+
+    cfg = load_pipeline(_write(tmp_path, ROUTED))
+    request = RunRequest(action="replay_quarantine", replay=ReplaySelection())
+    with pytest.raises(RequestError) as refused:
+        plan_replay(cfg, request)
+    assert "routes its records (transform.routes), and replay_quarantine does not take a route yet" in str(
+        refused.value)  # fmt: skip
+    assert str(Path(cfg.tables.quarantine_path, "payments")) in str(refused.value)
