@@ -302,7 +302,17 @@ def _table_box(snap: dict[str, Any]) -> dict[str, Any]:
         "ledger_problem": _problem("ledger", snap),
         **_pick(paths, "bronze", "silver", "ledger"),
         "maintenance": _d(snap.get("maintenance")),
+        "routes": _route_rows(snap),
+        "unrouted": _d(snap.get("unrouted")) if snap.get("unrouted") else None,
     }
+
+
+def _route_rows(snap: dict[str, Any]) -> list[dict[str, Any]]:
+    """A routed pipeline's routes: each one's match, tables and silver lag (records bronze holds it has not
+    applied; ``None`` when the lag could not be read)."""
+    lags = _d(_d(snap.get("silver_lag")).get("routes"))
+    return [{**_pick(r, "route", "match", "silver", "quarantine"), "lag": _count(lags.get(str(r.get("route"))))}
+            for r in _l(snap.get("routes")) if isinstance(r, dict)]  # fmt: skip
 
 
 def _partition_rows(snap: dict[str, Any], now: object) -> list[dict[str, Any]]:

@@ -688,3 +688,18 @@ def test_overview_lists_the_least_time_left_before_retention_first_and_marks_a_p
     assert "Retention left at risk · ≥ 10m soon[0]" in parse(page).visible
     assert "Least time left before Kafka&#39;s retention may delete unread records, 1 run" in page
     assert "time left before the run: 1h 30m" in page
+
+
+def test_a_routed_pipeline_lists_each_route_with_its_match_tables_and_silver_lag():
+    routes = [{"route": "orders", "match": "record_name = shop.Order", "silver": "/l/silver/orders",
+               "quarantine": "/l/quarantine/orders"},
+              {"route": "clicks", "match": "header kind = click", "silver": "/l/silver/clicks",
+               "quarantine": "/l/quarantine/clicks"}]  # fmt: skip
+    snap = snapshot(routes=routes, unrouted={"policy": "quarantine", "quarantine": "/l/quarantine/unrouted"},
+                    silver_lag={"records": 7, "error": None, "routes": {"orders": 7, "clicks": 0}})  # fmt: skip
+    text = re.sub(r"<[^>]+>", " ", render_pipeline(snap, base=BASE))
+    text = re.sub(r"\s+", " ", text)
+    assert "Routes records no route takes: quarantine to /l/quarantine/unrouted" in text
+    assert "orders record_name = shop.Order /l/silver/orders /l/quarantine/orders 7" in text
+    assert "clicks header kind = click /l/silver/clicks /l/quarantine/clicks 0" in text
+    assert "Routes" not in re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", render_pipeline(snapshot(), base=BASE)))
