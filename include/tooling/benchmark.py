@@ -52,6 +52,10 @@ Change data capture (``--parts cdc``): the same 100,000 changes as plain
 records (upsert by key) and as Debezium's PostgreSQL change events through the
 transform, records/s side by side (:mod:`include.tooling.benchmark_formats`).
 
+Routes (``--parts routes``): 100,000 records of three kinds, once through one
+routed transform into three tables and once through three single-table
+pipelines, records/s side by side (:mod:`include.tooling.benchmark_formats`).
+
 The monitoring page (``--parts monitor``, seconds, no broker or JVM): what a view
 reads of run ledgers of a few and of thousands of runs
 (:mod:`include.tooling.benchmark_monitor`).
@@ -92,13 +96,17 @@ from include.tooling.benchmark_demo import summary_line as demo_summary_line
 from include.tooling.benchmark_formats import (
     CDC_MODES,
     FORMATS,
+    ROUTE_KINDS,
+    ROUTES_MODES,
     SideBySideBenchError,
     SideBySideParams,
     SideBySideReport,
     render_cdc_markdown,
     render_formats_markdown,
+    render_routes_markdown,
     run_cdc_bench,
     run_formats_bench,
+    run_routes_bench,
 )
 from include.tooling.benchmark_maintenance import (
     MaintenanceBenchError,
@@ -134,9 +142,10 @@ from include.tooling.job_submit import submit_command
 
 #: The parts of the benchmark, as ``--parts`` names them, in the order they run.
 PARTS = ("demo", "throughput", "batches", "runs", "silver", "store", "crossover", "maintenance", "formats", "cdc",
-         "monitor")  # fmt: skip
+         "routes", "monitor")  # fmt: skip
 #: What ``make bench`` measures unless ``--parts`` says otherwise (maintenance takes about 12 minutes).
-DEFAULT_PARTS = ("demo", "throughput", "batches", "runs", "silver", "store", "crossover", "formats", "cdc", "monitor")
+DEFAULT_PARTS = ("demo", "throughput", "batches", "runs", "silver", "store", "crossover", "formats", "cdc", "routes",
+                 "monitor")  # fmt: skip
 
 JOBS: dict[str, str] = {
     "ceiling": "Kafka consumer-perf-test (ceiling)",
@@ -172,6 +181,7 @@ class BenchmarkParams:
     maintenance: MaintenanceParams = field(default_factory=MaintenanceParams)
     formats: SideBySideParams = field(default_factory=SideBySideParams)
     cdc: SideBySideParams = field(default_factory=lambda: SideBySideParams(records=100_000))
+    routes: SideBySideParams = field(default_factory=lambda: SideBySideParams(records=100_000))
     monitor: MonitorParams = field(default_factory=MonitorParams)
     #: The micro-batch part: this many batches of ``batch_records`` records each, both Spark jobs.
     batch_records: int = 2000
@@ -234,6 +244,7 @@ class BenchmarkReport:
     maintenance: MaintenanceReport | None = None
     formats: SideBySideReport | None = None
     cdc: SideBySideReport | None = None
+    routes: SideBySideReport | None = None
     monitor: MonitorReport | None = None
     #: The demo part: ``make demo`` in a fresh clone.
     demo: DemoTiming | None = None
@@ -657,6 +668,11 @@ def summary_lines(report: BenchmarkReport) -> list[str]:
         upsert, debezium = (statistics.median(report.cdc.seconds[m]) for m in CDC_MODES)
         lines.append(f"| a transform of {report.cdc.params.records:,} Debezium change events / of the same changes "
                      f"as plain upserts | {debezium:.1f} s / {upsert:.1f} s: **{debezium / upsert:.2f}x** |")  # fmt: skip
+    if report.routes is not None and all(report.routes.seconds.get(m) for m in ROUTES_MODES):
+        routed, single = (statistics.median(report.routes.seconds[m]) for m in ROUTES_MODES)
+        lines.append(f"| a routed transform of {report.routes.params.records:,} records into three tables / three "
+                     f"single-table transforms of the same records | {routed:.1f} s / {single:.1f} s: "
+                     f"**{routed / single:.2f}x** |")  # fmt: skip
     if report.crossover:
         for verdict in crossover_verdict(report.crossover, CROSSOVER_PAIRS):
             lines.append(f"| where a cluster pays off | {verdict.removeprefix('- ')} |")
@@ -767,6 +783,8 @@ def render_markdown(report: BenchmarkReport) -> str:
         text += "\n" + render_formats_markdown(report.formats)
     if report.cdc is not None:
         text += "\n" + render_cdc_markdown(report.cdc)
+    if report.routes is not None:
+        text += "\n" + render_routes_markdown(report.routes)
     if report.monitor is not None:
         text += "\n" + render_monitor_markdown(report.monitor)
     if report.demo is not None:
@@ -934,6 +952,8 @@ def run_benchmark(params: BenchmarkParams) -> BenchmarkReport:
             report.formats = _measure_formats(params, bootstrap, topic, work / "formats", created)
         if "cdc" in params.parts:
             report.cdc = _measure_cdc(params, bootstrap, topic, work / "cdc", created)
+        if "routes" in params.parts:
+            report.routes = _measure_routes(params, bootstrap, topic, work / "routes", created)
         if "monitor" in params.parts:
             _log(f"monitoring page: ledgers of {', '.join(map(str, params.monitor.sizes))} runs")
             report.monitor = run_monitor_bench(work / "monitor", params.monitor)
@@ -1069,6 +1089,18 @@ def _measure_cdc(params: BenchmarkParams, bootstrap: str, topic: str, work: Path
     return run_cdc_bench(work, bootstrap, topics, c, _log)
 
 
+def _measure_routes(params: BenchmarkParams, bootstrap: str, topic: str, work: Path,
+                    created: list[str]) -> SideBySideReport:  # fmt: skip
+    """One routed transform into three tables against three single-table pipelines (``--parts routes``)."""
+    r = params.routes
+    topics = {name: f"{topic}-routes-{name}" for name in ("routed", *ROUTE_KINDS)}
+    for name in topics.values():
+        create_topic(bootstrap, name, r.partitions)
+        created.append(name)
+    work.mkdir(parents=True, exist_ok=True)
+    return run_routes_bench(work, bootstrap, topics, r, _log)
+
+
 def _measure_throughput(report: BenchmarkReport, bootstrap: str, work: Path, log_dir: Path) -> None:
     """Produce the backlog once, then read it with each job per repetition (into ``report``)."""
     params, topic = report.params, report.topic
@@ -1193,6 +1225,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     fg = p.add_argument_group("value formats (--parts formats)")
     fg.add_argument("--format-records", type=positive(int), default=d.formats.records,
                     help="orders produced once per format (default %(default)s)")  # fmt: skip
+    rg = p.add_argument_group("routes (--parts routes)")
+    rg.add_argument("--route-records", type=positive(int), default=d.routes.records,
+                    help="records of three kinds, produced once mixed and once per kind (default %(default)s)")  # fmt: skip
     dg = p.add_argument_group("change data capture (--parts cdc)")
     dg.add_argument("--cdc-changes", type=positive(int), default=d.cdc.records,
                     help="changes produced once as plain records and once as Debezium events "
@@ -1238,6 +1273,7 @@ def main(argv: list[str] | None = None) -> int:
         maintenance=MaintenanceParams(runs=args.maintenance_runs, every_runs=args.maintenance_every),
         formats=SideBySideParams(records=args.format_records, repetitions=args.repetitions),
         cdc=SideBySideParams(records=args.cdc_changes, repetitions=args.repetitions),
+        routes=SideBySideParams(records=args.route_records, repetitions=args.repetitions),
     )
     try:
         report = run_benchmark(params)

@@ -1,5 +1,6 @@
 """Transforms side by side over the same orders, in one warm session: what Avro and Protobuf cost against JSON
-(``--parts formats``), and what reading Debezium change events costs against a plain upsert (``--parts cdc``).
+(``--parts formats``), what reading Debezium change events costs against a plain upsert (``--parts cdc``), and
+what one routed transform into three tables costs against three single-table pipelines (``--parts routes``).
 
 Each part produces one backlog of order records of the demo's shape in two
 encodings, each to a topic of its own, ingests each into its own bronze table,
@@ -17,9 +18,16 @@ first run of each, not counted, warms the session.
   its own at a growing LSN. Both are keyed by ``order_id`` into partitions, as
   Debezium keys a table's changes.
 
+- ``routes``: the orders, each of one of three kinds named by a Kafka header,
+  once in one topic read by one pipeline whose transform routes each kind to a
+  table of its own, and once as three topics, one per kind, read by three
+  single-table pipelines. The figure is the routed transform's time against the
+  three transforms' times added up.
+
 Reported per variant: the transform's records per second (median and range),
 its decode phase, and the ratio. Both variants must put the same rows in silver
-(compared row by row), or the benchmark fails.
+(compared row by row; each route against its kind's own pipeline), or the
+benchmark fails.
 """
 
 from __future__ import annotations
@@ -44,6 +52,9 @@ from include.contract.jobs import IngestArgs
 FORMATS = ("json", "avro", "protobuf")
 #: The cdc part's variants: the plain pipeline and the same changes as Debezium envelopes.
 CDC_MODES = ("upsert", "debezium")
+#: The routes part's record kinds (a header ``kind`` names each), and its two sides.
+ROUTE_KINDS = ("orders", "payments", "refunds")
+ROUTES_MODES = ("routed", "single")
 ORDER_SCHEMA = {
     "type": "record", "name": "Order", "namespace": "bench.shop",
     "fields": [
@@ -154,7 +165,9 @@ def _key_partition(key: str, partitions: int) -> int:
     return zlib.crc32(key.encode()) % partitions
 
 
-def _produce(bootstrap: str, topic: str, records: list[tuple[int, bytes, bytes]]) -> None:
+def _produce(bootstrap: str, topic: str, records: list[tuple[int, bytes, bytes]],
+             headers: list[list[tuple[str, bytes]]] | None = None) -> None:  # fmt: skip
+    """``records`` (partition, key, value) to ``topic``, in order; ``headers``: each record's, when given."""
     from confluent_kafka import Producer
 
     # Idempotence keeps each partition in the order produced, which the cdc part's changes rely on.
@@ -163,7 +176,8 @@ def _produce(bootstrap: str, topic: str, records: list[tuple[int, bytes, bytes]]
     for i, (partition, key, value) in enumerate(records):
         while True:
             try:
-                producer.produce(topic, key=key, value=value, partition=partition)
+                producer.produce(topic, key=key, value=value, partition=partition,
+                                 headers=headers[i] if headers is not None else None)  # fmt: skip
                 break
             except BufferError:  # the local queue is full: let deliveries drain it
                 producer.poll(0.5)
@@ -392,3 +406,112 @@ def render_cdc_markdown(report: SideBySideReport) -> str:
              f"rows.")  # fmt: skip
     return _section(report, "## Change data capture: Debezium change events against a plain upsert", intro,
                     "pipeline", (("debezium", "upsert", "Debezium / upsert records/s"),))  # fmt: skip
+
+
+def run_routes_bench(work: Path, bootstrap: str, topics: dict[str, str], params: SideBySideParams,
+                     log: Callable[[str], None]) -> SideBySideReport:  # fmt: skip
+    """One routed transform into three tables against three single-table pipelines over the same records;
+    ``topics`` holds ``routed`` and one per kind of :data:`ROUTE_KINDS`, each with ``params.partitions``."""
+    import yaml
+
+    from include.config import load_pipeline
+    from include.orchestration.job_args import transform_job_args
+    from include.spark.spark_submit import local_session
+    from spark_jobs import bronze_to_silver, kafka_to_bronze
+
+    p = params
+    kinds: dict[str, list[tuple[int, bytes, bytes]]] = {kind: [] for kind in ROUTE_KINDS}
+    mixed: list[tuple[int, bytes, bytes]] = []
+    headers: list[list[tuple[str, bytes]]] = []
+    for i, order in enumerate(_orders(p.records)):
+        kind = ROUTE_KINDS[i % len(ROUTE_KINDS)]
+        record = (i % p.partitions, order["order_id"].encode(), _as_json(order))
+        kinds[kind].append(record)
+        mixed.append(record)
+        headers.append([("kind", kind.encode())])
+    log(f"routes: producing {p.records:,} orders of {len(ROUTE_KINDS)} kinds to {topics['routed']} (a header "
+        f"names the kind) and each kind to a topic of its own")  # fmt: skip
+    _produce(bootstrap, topics["routed"], mixed, headers)
+    for kind in ROUTE_KINDS:
+        _produce(bootstrap, topics[kind], kinds[kind])
+    transform = _demo_transform()
+    files = {"routed": {"kafka": topics["routed"], "transform": {
+        "routes": {kind: {**transform, "match": {"header": {"kind": kind}}} for kind in ROUTE_KINDS}}}}
+    files |= {kind: {"kafka": topics[kind], "transform": transform} for kind in ROUTE_KINDS}
+    cfgs = {}
+    for name, f in files.items():
+        data = {"name": f"routes-{name}", "kafka": {"connection_id": "kafka_default", "topics": [f["kafka"]]},
+                "tables": {"lakehouse_root": str(work / "lake")}, "schedule": None, "transform": f["transform"]}
+        path = work / f"routes-{name}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        cfgs[name] = load_pipeline(path)
+    report = SideBySideReport(p, ROUTES_MODES)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    from pyspark.sql import SparkSession
+
+    own_session = SparkSession.getActiveSession() is None
+    spark = local_session("kde-benchmark-routes", warehouse=work / "warehouse")
+    try:
+        for name, cfg in cfgs.items():
+            folder = work / "runs" / name
+            folder.mkdir(parents=True)
+            kafka_to_bronze.run(spark, kafka_to_bronze.parse_config(
+                IngestArgs.for_pipeline(cfg, bootstrap_servers=bootstrap, run_id="ingest", run_type="manual",
+                                        summary_path=str(folder / "ingest.json")).to_args()))  # fmt: skip
+
+        def transform_run(name: str, rep: int) -> tuple[float, dict]:
+            cfg = cfgs[name]
+            for stale in (*(p for t in cfg.silver_targets() for p in (t.silver_path, t.quarantine_path)),
+                          cfg.tables.quarantine_path, cfg.tables.transform_checkpoint_root):  # fmt: skip
+                shutil.rmtree(stale, ignore_errors=True)
+            folder = work / "runs" / name / f"rep-{rep}"
+            folder.mkdir(parents=True)
+            args = transform_job_args(cfg, folder, f"rep-{rep}", folder / "transform.json")
+            started = time.monotonic()
+            summary = bronze_to_silver.run(spark, bronze_to_silver.parse_config(args)).to_json()
+            return time.monotonic() - started, summary
+
+        for rep in range(p.repetitions + 1):  # repetition 0 warms the session, not counted
+            for mode in ROUTES_MODES if rep % 2 == 0 else reversed(ROUTES_MODES):
+                if mode == "routed":
+                    seconds, summary = transform_run("routed", rep)
+                    if summary["bronze_read"] != p.records or summary["unrouted"]["records"]:
+                        raise SideBySideBenchError(f"routes: the routed transform read {summary['bronze_read']} of "
+                                                   f"{p.records} records, {summary['unrouted']['records']} unrouted")  # fmt: skip
+                    decode = sum(b.get("phases", {}).get("decode", 0.0) for r in summary["routes"].values()
+                                 for b in r["batches"])  # fmt: skip
+                else:
+                    runs = [transform_run(kind, rep) for kind in ROUTE_KINDS]
+                    seconds = sum(s for s, _ in runs)
+                    if sum(r["read"] for _, r in runs) != p.records:
+                        raise SideBySideBenchError("routes: the single-table transforms did not read every record")
+                    decode = sum(b.get("phases", {}).get("decode", 0.0) for _, r in runs for b in r["batches"])
+                if rep == 0:
+                    continue
+                report.seconds.setdefault(mode, []).append(seconds)
+                report.decode_s.setdefault(mode, []).append(decode)
+                log(f"routes: {mode} repetition {rep}: {seconds:.1f}s ({p.records / seconds:,.0f} records/s)")
+        routed = {t.route: t.silver_path for t in cfgs["routed"].silver_targets()}
+        for kind in ROUTE_KINDS:
+            if _silver(spark, str(routed[kind])) != _silver(spark, cfgs[kind].tables.silver_path):
+                raise SideBySideBenchError(f"routes: route {kind} and pipeline routes-{kind} gave different silver rows")
+        report.silver_rows = sum(len(_silver(spark, cfgs[kind].tables.silver_path)) for kind in ROUTE_KINDS)
+    finally:
+        if own_session:
+            spark.stop()
+    return report
+
+
+def render_routes_markdown(report: SideBySideReport) -> str:
+    """The ``## Routes`` section of the report."""
+    p = report.params
+    intro = (f"{p.records:,} order records of the demo's shape, each of one of {len(ROUTE_KINDS)} kinds "
+             f"({', '.join(ROUTE_KINDS)}) named by a Kafka header, {p.partitions} partitions: once in one topic read "
+             f"by one pipeline whose transform routes each kind to its own silver table (`transform.routes`, "
+             f"matched on the header), once as one topic per kind read by {len(ROUTE_KINDS)} single-table "
+             f"pipelines. `single` is the {len(ROUTE_KINDS)} transforms' times added up. Each repetition transforms "
+             f"the whole bronze tables into fresh silver (one warm in-process session, the two sides alternating; a "
+             f"first run of each not counted). Each route gave the rows of its kind's own pipeline: the same "
+             f"{report.silver_rows:,} silver rows in all.")  # fmt: skip
+    return _section(report, "## Routes: one topic into three tables beside three single-table pipelines", intro,
+                    "side", (("routed", "single", "Routed / single-table records/s"),))  # fmt: skip

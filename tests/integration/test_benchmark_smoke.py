@@ -137,11 +137,13 @@ def test_benchmark_micro_batches_part(bootstrap: str, tmp_path: Path) -> None:
     ("formats", "--format-records", "## Value formats", {"json", "avro", "protobuf"}, "Protobuf / Avro",
      "Every format gave"),
     ("cdc", "--cdc-changes", "## Change data capture", {"upsert", "debezium"}, "Debezium / upsert", "Both gave"),
+    ("routes", "--route-records", "## Routes", {"routed", "single"}, "Routed / single-table",
+     "its kind's own pipeline:"),
 ])  # fmt: skip
 def test_benchmark_measures_two_transforms_side_by_side(bootstrap: str, spark, tmp_path: Path, part, size,
                                                         heading, modes, ratio, same) -> None:  # fmt: skip
-    """The formats part (JSON, Avro and Protobuf) and the cdc part (plain upserts against Debezium change events) on a
-    tiny scale: both sides transformed to the same silver, nothing quarantined, the ratio reported (in the
+    """The formats part (JSON, Avro and Protobuf), the cdc part (plain upserts against Debezium change events) and the
+    routes part (one routed transform against three single-table ones) on a tiny scale: both sides transformed to the same silver, nothing quarantined, the ratio reported (in the
     session the suite shares, which it must leave running)."""
     output = tmp_path / f"{part}.md"
     code = benchmark.main([

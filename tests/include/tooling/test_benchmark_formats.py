@@ -73,7 +73,7 @@ def test_change_events_create_then_update_each_key_in_one_partition_at_growing_p
 
 
 def test_formats_and_cdc_are_default_parts_of_the_same_size():
-    assert {"formats", "cdc"} <= set(benchmark.DEFAULT_PARTS)
+    assert {"formats", "cdc", "routes"} <= set(benchmark.DEFAULT_PARTS)
     args = benchmark.build_arg_parser().parse_args(["--parts", "formats,cdc", "--format-records", "1000",
                                                    "--cdc-changes", "500"])  # fmt: skip
     assert args.parts == ("formats", "cdc") and args.format_records == 1000 and args.cdc_changes == 500
