@@ -45,7 +45,7 @@ from include.contract.replay import ReplaySelection
 from include.contract.routes import Routing
 from include.contract.transform_spec import TransformSpec
 from include.readers import spark_checkpoint
-from spark_jobs import quarantine_replay, routed_transform
+from spark_jobs import routed_transform
 from spark_jobs.hadoop_files import checkpoint_files
 from spark_jobs.job_common import (
     JobStep,
@@ -96,9 +96,21 @@ def parse_config(argv: list[str]) -> TransformConfig:
             replay = ReplaySelection.from_json(json.loads(Path(a.replay_file).read_text()))
         except (OSError, ValueError, TypeError) as exc:
             raise TransformError(f"{a.replay_file}: cannot read the replay request: {exc}") from None
+        _check_replay_route(a.replay_file, replay, routing)
     return TransformConfig(a.pipeline, a.bronze_path, a.silver_path, a.quarantine_path, a.checkpoint_root,
                            spec, a.run_id, a.summary_path, a.max_files_per_trigger, properties,
                            a.registry_file, a.lock_epoch, replay, routing)  # fmt: skip
+
+
+def _check_replay_route(path: str, replay: ReplaySelection, routing: Routing | None) -> None:
+    """The replay's route against the spec's routes. The Airflow side checked it against the pipeline file;
+    a request file written by hand may not have been."""
+    if routing is None and replay.route:
+        raise TransformError(f"{path}: route: expected none (the pipeline does not route its records), got "
+                             f"{replay.route!r}; clear quarantine_route")  # fmt: skip
+    if routing is not None and replay.route not in routing.names:
+        raise TransformError(f"{path}: route: expected one of the pipeline's routes ({', '.join(routing.names)}), "
+                             f"got {replay.route!r}; name the route whose quarantine to replay")  # fmt: skip
 
 
 def run(spark: SparkSession, cfg: TransformConfig) -> TransformSummary | RoutedSummary:
@@ -129,11 +141,7 @@ def run(spark: SparkSession, cfg: TransformConfig) -> TransformSummary | RoutedS
         phases["silver_schema"] = time.monotonic() - started - sum(phases.values())
         drain_bronze(spark, cfg, plan, checkpoint, checkpoints.get(plan.epoch), writer, writer.skip_replay)
         if cfg.replay is not None:
-            summary.replay = quarantine_replay.replay(
-                spark, pipeline=cfg.pipeline, run_id=cfg.run_id, silver_path=cfg.silver_path,
-                quarantine_path=cfg.quarantine_path, spec=cfg.spec, fields=writer.fields, selection=cfg.replay,
-                values=writer.values, fence=cfg.fence,
-            ).to_json()  # fmt: skip
+            summary.replay = writer.replay_quarantine(cfg.replay)
             phases["replay"] = time.monotonic() - started - sum(phases.values())
         writer.record_columns()
     apply_to_tables(spark, (cfg.silver_path, cfg.quarantine_path), cfg.table_properties, cfg.fence, cfg.pipeline)

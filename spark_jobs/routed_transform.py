@@ -208,6 +208,10 @@ def run(spark: SparkSession, cfg: TransformConfig, routing: Routing) -> RoutedSu
         summary.phases_s["silver_schema"] = time.monotonic() - started - sum(summary.phases_s.values())
         batches = RoutedBatchWriter(spark, cfg, routing, plan, writers, _writer_names(cfg, routing), summary)
         drain_bronze(spark, cfg, plan, checkpoint, checkpoints.get(plan.epoch), batches, batches.skip_replay)
+        if cfg.replay is not None:
+            replayed = time.monotonic()
+            summary.routes[cfg.replay.route].replay = writers[cfg.replay.route].replay_quarantine(cfg.replay)
+            summary.phases_s["replay"] = time.monotonic() - replayed
         for writer in writers.values():
             writer.record_columns()
     apply_to_tables(spark, (*(p for r in routing.routes for p in (r.silver_path, r.quarantine_path)),

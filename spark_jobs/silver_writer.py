@@ -60,6 +60,7 @@ from spark_jobs.transform_summary import BatchResult, TransformSummary
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from include.contract.replay import ReplaySelection
     from spark_jobs.new_fields import NewFields
 
 
@@ -151,6 +152,18 @@ class SilverBatchWriter(BatchWriter):
 
         self.summary.silver_columns = [{"name": n, "type": t} for n, t in
                                        silver_columns(self.fields, cdc=self.cfg.spec.cdc)]  # fmt: skip
+
+    def replay_quarantine(self, selection: ReplaySelection) -> dict[str, Any]:
+        """The quarantined records ``selection`` takes, again through this writer's rules into its silver
+        (:func:`spark_jobs.quarantine_replay.replay`); what became of them, for the summary."""
+        from spark_jobs import quarantine_replay
+
+        cfg = self.cfg
+        return quarantine_replay.replay(
+            self.spark, pipeline=cfg.pipeline, run_id=cfg.run_id, silver_path=cfg.silver_path,
+            quarantine_path=cfg.quarantine_path, spec=cfg.spec, fields=self.fields, selection=selection,
+            values=self.values, fence=cfg.fence,
+        ).to_json()  # fmt: skip
 
     def skip_replay(self, batch_id: int | None) -> bool:
         """Whether batch ``batch_id`` is already in silver (:func:`already_in_silver`); if so it is recorded as

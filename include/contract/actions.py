@@ -49,7 +49,7 @@ PreflightKind = Literal["acknowledge", "skip", "backfill", "position"]
 #: The form's params beyond ``action`` and ``reason``, grouped as a refusal names them.
 OFFSET_PARAMS = ("offset_ranges",)
 TIME_PARAMS = ("from_time", "to_time")
-QUARANTINE_PARAMS = ("quarantine_reason", "quarantine_field")
+QUARANTINE_PARAMS = ("quarantine_reason", "quarantine_field", "quarantine_route")
 PARAM_GROUPS = (OFFSET_PARAMS, TIME_PARAMS, QUARANTINE_PARAMS)
 
 

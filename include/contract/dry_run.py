@@ -118,7 +118,8 @@ class DryRunReport:
     #: The real run's refusal, word for word; ``None`` when it would run.
     refused: str | None = None
     ranges: tuple[RangeDryRun, ...] = ()
-    #: A replay's selection: ``rows`` it takes and ``reasons`` (reason -> rows).
+    #: A replay's selection: ``rows`` it takes, ``reasons`` (reason -> rows) and, on a routed pipeline, the
+    #: ``route`` whose quarantine it reads.
     replay: Mapping[str, Any] | None = None
     estimate: Estimate | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -132,7 +133,9 @@ class DryRunReport:
         if self.refused is not None:
             return f"dry run of {self.action}: the run would be refused: {self.refused}"
         if self.replay is not None:
-            text = f"dry run of {self.action}: would replay {self.replay.get('rows', 0)} quarantined records"
+            route = self.replay.get("route")
+            text = (f"dry run of {self.action}: would replay {self.replay.get('rows', 0)} quarantined records"
+                    + (f" of route {route!r}" if route else ""))  # fmt: skip
         else:
             offsets = sum(r.offsets for r in self.ranges)
             held = sum(r.held for r in self.ranges)

@@ -37,6 +37,7 @@ from include.contract.actions import (
     takers,
 )
 from include.contract.replay import ReplaySelection
+from include.contract.routes import ROUTE_NAME
 
 REASON_MAX = 500
 #: The most ranges one ``backfill_offsets`` run takes: each is checked against Kafka and the table.
@@ -50,6 +51,7 @@ FORM_KEYS = (
     "to_time",
     "quarantine_reason",
     "quarantine_field",
+    "quarantine_route",
     "dry_run",
 )
 
@@ -141,6 +143,15 @@ def form_params() -> dict[str, Any]:
             section="Replay quarantine",
             description="For replay_quarantine: replay only quarantined records with a problem in this field "
             "(value for the value as a whole).",
+        ),
+        "quarantine_route": Param(
+            "",
+            type="string",
+            pattern=f"^({ROUTE_NAME.pattern})?$",
+            title="Route",
+            section="Replay quarantine",
+            description="For replay_quarantine on a pipeline that routes its records: the route whose quarantine "
+            "to replay, with that route's rules into its silver table. Required there; empty elsewhere.",
         ),
         "dry_run": Param(
             False,
@@ -252,6 +263,15 @@ def _dry_run(value: Any) -> bool:
     return value
 
 
+def _route(value: Any) -> str:
+    """``quarantine_route``: empty, or a name a route can have (which routes the pipeline has, the plan checks)."""
+    route = str(value or "").strip()
+    if route and not ROUTE_NAME.fullmatch(route):
+        raise RequestError(f"quarantine_route: expected a route's name ({ROUTE_NAME.pattern}), got {route!r}; "
+                           "name a route of the pipeline file's transform.routes")  # fmt: skip
+    return route
+
+
 def _texts(params: Mapping[str, Any]) -> tuple[str, str, str]:
     """The request's reason and the replay's two filters, each one line of text."""
     reason = str(params.get("reason") or "").strip()
@@ -334,6 +354,7 @@ def parse_request(
     """
     _refuse_unknown_keys(params)
     reason, replay_reason, replay_field = _texts(params)
+    route = _route(params.get("quarantine_route"))
     ranges = _offset_ranges(params.get("offset_ranges"))
     from_time = _timestamp(params.get("from_time"), "from_time")
     to_time = _timestamp(params.get("to_time"), "to_time")
@@ -342,7 +363,8 @@ def parse_request(
     if run_type == "backfill":
         return _airflow_backfill(request, data_interval)
     given = {name for name, value in (("offset_ranges", ranges), ("from_time", from_time), ("to_time", to_time),
-                                      ("quarantine_reason", replay_reason), ("quarantine_field", replay_field)) if value}  # fmt: skip
-    if replay_reason or replay_field:
-        request = replace(request, replay=ReplaySelection(replay_reason, replay_field))
+                                      ("quarantine_reason", replay_reason), ("quarantine_field", replay_field),
+                                      ("quarantine_route", route)) if value}  # fmt: skip
+    if replay_reason or replay_field or route:
+        request = replace(request, replay=ReplaySelection(replay_reason, replay_field, route=route))
     return _check_action(request, given)

@@ -41,12 +41,15 @@ class ReplaySelection:
         field: A field named among the record's problems (``fields``; ``value`` for the value as a whole).
         from_time: First Kafka timestamp taken (inclusive).
         to_time: Kafka timestamps before this one are taken (exclusive).
+        route: The route whose quarantine is replayed, on a pipeline that routes its records (each route
+            has a quarantine of its own, replayed with that route's rules into its silver table).
     """
 
     reason_contains: str = ""
     field: str = ""
     from_time: datetime | None = None
     to_time: datetime | None = None
+    route: str = ""
 
     def describe(self) -> str:
         """The selection in words, for task logs and refusals."""
@@ -59,7 +62,10 @@ class ReplaySelection:
             start = self.from_time.isoformat() if self.from_time else "the first"
             end = self.to_time.isoformat() if self.to_time else "the last"
             parts.append(f"Kafka timestamps in [{start}, {end})")
-        return "quarantined records not replayed yet" + (f" with {' and '.join(parts)}" if parts else "")
+        where = f" of route {self.route!r}" if self.route else ""
+        return f"quarantined records{where} not replayed yet" + (
+            f" with {' and '.join(parts)}" if parts else ""
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +73,7 @@ class ReplaySelection:
             "field": self.field,
             "from_time": self.from_time.isoformat() if self.from_time else None,
             "to_time": self.to_time.isoformat() if self.to_time else None,
+            "route": self.route,
         }
 
     @classmethod
@@ -75,7 +82,7 @@ class ReplaySelection:
             return datetime.fromisoformat(value) if value else None
 
         return cls(str(data.get("reason_contains") or ""), str(data.get("field") or ""),
-                   when(data.get("from_time")), when(data.get("to_time")))  # fmt: skip
+                   when(data.get("from_time")), when(data.get("to_time")), str(data.get("route") or ""))  # fmt: skip
 
     def sql(self) -> str:
         """The selection as a Spark SQL condition over the quarantine table."""

@@ -40,11 +40,12 @@ def dry_run_report(cfg: PipelineConfig, client: dict[str, str], request: RunRequ
     if plan.replay is not None:
         assert request.replay is not None
         reasons: dict[str, int] = {}
-        delta_progress.quarantine_selected(cfg.tables.quarantine_path, request.replay, reasons=reasons,
-                                           storage_options=options("quarantine_path"))  # fmt: skip
+        delta_progress.quarantine_selected(request_plan.replay_quarantine_path(cfg, request.replay), request.replay,
+                                           reasons=reasons, storage_options=options("quarantine_path"))  # fmt: skip
         rows = int(str(plan.replay["rows"]))
         # A replay runs inside a normal run, on the cluster the normal run's backlog chooses.
-        return DryRunReport(request.action, replay={"rows": rows, "reasons": reasons},
+        route = {"route": request.replay.route} if request.replay.route else {}
+        return DryRunReport(request.action, replay={"rows": rows, "reasons": reasons, **route},
                             estimate=Estimate(*estimate(runs, rows)), notes=plan.notes)  # fmt: skip
     # Kafka's offsets as the preflight just read them; only a topic the table read that no longer matches
     # the pipeline's topics (planned by name) is asked for again.

@@ -196,6 +196,8 @@ def transform_lineage(cfg: PipelineConfig, summary: Mapping[str, Any] | None) ->
                            "replayed": s.replayed, "silverVersion": s.silver_version}
                     for name, s in parts.items()},
             unrouted=dict(unrouted),
+            # A replay runs on one route; its selection names it.
+            replay=next((s.replay for s in parts.values() if s.replay is not None), None),
         )  # fmt: skip
     return OperatorLineage(inputs=[bronze], outputs=outputs, run_facets={"kde_transformOutcome": outcome})
 

@@ -17,6 +17,8 @@ from include.contract import backfill_plan
 from include.contract.actions import RequestError, RunRequest
 from include.contract.handoffs import PreflightResult, RequestPlan
 from include.contract.offsets import PositionMap, TopicState
+from include.contract.replay import ReplaySelection
+from include.contract.routes import UNROUTED
 from include.orchestration.preflight_run import KAFKA_TIMEOUT_S, read_progress, recorded_topic_ids
 from include.readers import delta_progress, kafka_state
 from include.readers.object_store import TableOptions
@@ -95,21 +97,42 @@ def _refuse_recreated(planned: backfill_plan.BackfillPlan, recorded: Mapping[str
             )
 
 
+def replay_quarantine_path(cfg: PipelineConfig, selection: ReplaySelection) -> str:
+    """The quarantine table a ``replay_quarantine`` request reads: the pipeline's, or on a routed pipeline
+    the named route's; refused (:class:`RequestError`) without a transform or without the route it needs."""
+    if not cfg.has_transform:
+        raise RequestError(
+            f"pipeline {cfg.name!r} has no transform section, so it has no quarantine to replay"
+        )
+    if cfg.routing is None:
+        if selection.route:
+            raise RequestError(
+                f"quarantine_route: pipeline {cfg.name!r} does not route its records (no transform.routes), so "
+                f"it has one quarantine, {cfg.tables.quarantine_path}; clear quarantine_route"
+            )
+        return cfg.tables.quarantine_path
+    names = ", ".join(cfg.routing.names)
+    if selection.route == UNROUTED:
+        raise RequestError(
+            f"quarantine_route: records no route took ({cfg.routing.unrouted_path}) are not replayed; add a "
+            f"route that matches them to transform.routes: a new route reads all of bronze from its start"
+        )
+    route = next((r for r in cfg.routing.routes if r.name == selection.route), None)
+    if route is None:
+        got = f"got {selection.route!r}" if selection.route else "got none"
+        raise RequestError(
+            f"quarantine_route: pipeline {cfg.name!r} routes its records, and each route has its own quarantine; "
+            f"name one of its routes ({names}), {got}"
+        )
+    return route.quarantine_path
+
+
 def plan_replay(cfg: PipelineConfig, request: RunRequest, *, options: TableOptions | None = None) -> dict[str, Any]:
     """A ``replay_quarantine`` request's selection and how many quarantined records it takes; refused
     (:class:`RequestError`) without a transform, or when it takes none."""
     assert request.replay is not None
     selection = request.replay
-    if cfg.routing is not None:
-        raise RequestError(
-            f"pipeline {cfg.name!r} routes its records (transform.routes), and replay_quarantine does not take a "
-            f"route yet; the routes' quarantines are {', '.join(r.quarantine_path for r in cfg.routing.routes)}"
-        )
-    if cfg.transform is None:
-        raise RequestError(
-            f"pipeline {cfg.name!r} has no transform section, so it has no quarantine to replay"
-        )
-    path = cfg.tables.quarantine_path
+    path = replay_quarantine_path(cfg, selection)
     options = options or TableOptions(cfg)
     selected, total = delta_progress.quarantine_selected(path, selection, storage_options=options("quarantine_path"))
     if not selected:

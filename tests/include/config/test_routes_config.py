@@ -178,15 +178,27 @@ def test_routing_policies_without_routes_are_refused(tmp_path: Path, key: str) -
     assert f"transform.{key}: expected no transform.{key} without transform.routes" in str(info.value)
 
 
-def test_replay_quarantine_of_a_routed_pipeline_is_refused_naming_the_routes_quarantines(tmp_path: Path) -> None:
-    from include.contract.actions import RequestError, RunRequest
+def test_replay_quarantine_of_a_routed_pipeline_reads_the_named_routes_quarantine(tmp_path: Path) -> None:
+    from include.contract.actions import RequestError
     from include.contract.replay import ReplaySelection
-    from include.orchestration.request_plan import plan_replay
+    from include.orchestration.request_plan import replay_quarantine_path
 
     cfg = load_pipeline(_write(tmp_path, ROUTED))
-    request = RunRequest(action="replay_quarantine", replay=ReplaySelection())
-    with pytest.raises(RequestError) as refused:
-        plan_replay(cfg, request)
-    assert "routes its records (transform.routes), and replay_quarantine does not take a route yet" in str(
-        refused.value)  # fmt: skip
-    assert str(Path(cfg.tables.quarantine_path, "payments")) in str(refused.value)
+    assert replay_quarantine_path(cfg, ReplaySelection(route="payments")) == str(
+        Path(cfg.tables.quarantine_path, "payments"))  # fmt: skip
+    with pytest.raises(RequestError) as unnamed:
+        replay_quarantine_path(cfg, ReplaySelection())
+    assert str(unnamed.value) == (
+        f"quarantine_route: pipeline {cfg.name!r} routes its records, and each route has its own quarantine; name one "
+        f"of its routes ({', '.join(cfg.routing.names)}), got none"
+    )  # fmt: skip
+    with pytest.raises(RequestError, match=r"got 'refunds'$"):
+        replay_quarantine_path(cfg, ReplaySelection(route="refunds"))
+    with pytest.raises(RequestError, match=r"^quarantine_route: records no route took .* are not replayed; add a route "
+                                           r"that matches them"):  # fmt: skip
+        replay_quarantine_path(cfg, ReplaySelection(route="unrouted"))
+    single = load_pipeline(_write(tmp_path, {**ROUTED, "name": "single", "transform": {
+        "schema": ORDER, "key": "order_id", "ordering": "ts"}}))  # fmt: skip
+    assert replay_quarantine_path(single, ReplaySelection()) == single.tables.quarantine_path
+    with pytest.raises(RequestError, match=r"does not route its records .*; clear quarantine_route$"):
+        replay_quarantine_path(single, ReplaySelection(route="payments"))

@@ -62,6 +62,8 @@ def test_the_summary_of_a_backfill_a_replay_and_a_refusal():
                                 "(too few runs)")  # fmt: skip
     assert replay.lines() == ["5 quarantined with reason: currency: bad", "2 quarantined with reason: amount: bad"]
     assert replay.to_json()["would_insert"] is None
+    routed = DryRunReport("replay_quarantine", replay={"rows": 3, "reasons": {}, "route": "payments"})
+    assert routed.summary() == "dry run of replay_quarantine: would replay 3 quarantined records of route 'payments'"
 
     refused = DryRunReport("backfill_offsets", refused="backfill by offsets refused:\n  - offset_ranges[0]: ...")
     assert refused.summary() == ("dry run of backfill_offsets: the run would be refused: backfill by offsets "

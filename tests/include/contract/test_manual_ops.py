@@ -258,7 +258,7 @@ def test_airflow_backfill_needs_a_data_interval(interval):
     [
         ({"actoin": "backfill_offsets"}, r"^'actoin': not a param of this DAG's trigger form \(did you mean 'action'\?\); "
                                          r"the form takes action, reason, offset_ranges, from_time, to_time, quarantine_reason, "
-                                         r"quarantine_field, dry_run$"),
+                                         r"quarantine_field, quarantine_route, dry_run$"),
         ({"action": "normal", "zzz": 1}, r"^'zzz': not a param of this DAG's trigger form; the form takes"),
         ({"from": 1, "reasn": "x"}, r"^'from': .*\(also unknown: 'reasn'\)$"),
     ],
@@ -312,11 +312,11 @@ def test_an_airflow_backfill_run_has_no_dry_run():
 def test_form_params_accept_their_defaults():
     params = form_params()
     assert set(params) == {"action", "reason", "offset_ranges", "from_time", "to_time", "quarantine_reason",
-                           "quarantine_field", "dry_run"} == set(FORM_KEYS)  # fmt: skip
+                           "quarantine_field", "quarantine_route", "dry_run"} == set(FORM_KEYS)  # fmt: skip
     assert all(isinstance(p, Param) for p in params.values())
     assert {name: p.resolve() for name, p in params.items()} == {
         "action": NORMAL, "reason": "", "offset_ranges": [], "from_time": None, "to_time": None,
-        "quarantine_reason": "", "quarantine_field": "", "dry_run": False,
+        "quarantine_reason": "", "quarantine_field": "", "quarantine_route": "", "dry_run": False,
     }  # fmt: skip
     assert params["action"].schema["enum"] == list(ACTIONS)
     assert AIRFLOW_BACKFILL not in params["action"].schema["enum"]  # only `airflow backfill create` makes those
@@ -551,11 +551,25 @@ def test_replay_quarantine_takes_a_selection_and_refuses_its_params_elsewhere():
     assert everything.replay == ReplaySelection()
     with pytest.raises(RequestError, match=r"^reason: required for action 'replay_quarantine'"):
         parse_request({"action": "replay_quarantine"}, run_type="manual")
-    with pytest.raises(RequestError, match=r"quarantine_reason/quarantine_field are set but action is 'normal'"):
+    with pytest.raises(RequestError, match=r"quarantine_reason/quarantine_field/quarantine_route are set but action is 'normal'"):
         parse_request({"quarantine_field": "currency"}, run_type="manual")
     with pytest.raises(RequestError, match=r"is not before to_time"):
         parse_request({"action": "replay_quarantine", "reason": "x", "from_time": T1.isoformat(),
                        "to_time": T0.isoformat()}, run_type="manual")  # fmt: skip
+
+
+def test_replay_quarantine_takes_a_route_by_name_and_only_for_a_replay():
+    request = parse_request({"action": "replay_quarantine", "reason": "fixed", "quarantine_route": " payments "},
+                            run_type="manual")  # fmt: skip
+    assert request.replay == ReplaySelection(route="payments")
+    assert request.describe() == "replay_quarantine of quarantined records of route 'payments' not replayed yet: fixed"
+    assert ReplaySelection.from_json(request.replay.to_json()) == request.replay
+    with pytest.raises(RequestError, match=r"^quarantine_route: expected a route's name \(\[a-z\]"):
+        parse_request({"action": "replay_quarantine", "reason": "x", "quarantine_route": "Pay/../x"}, run_type="manual")
+    with pytest.raises(RequestError, match=r"quarantine_reason/quarantine_field/quarantine_route are set but action "
+                                           r"is 'backfill_time'"):  # fmt: skip
+        parse_request({"action": BACKFILL_TIME, "reason": "x", "from_time": T0.isoformat(), "to_time": T1.isoformat(),
+                       "quarantine_route": "orders"}, run_type="manual")  # fmt: skip
 
 
 
