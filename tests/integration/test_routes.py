@@ -277,15 +277,19 @@ def test_overlap_all_gives_a_record_to_each_route_that_matches_and_counts_the_co
 def test_a_routed_pipeline_runs_as_a_dag_and_its_continuity_check_proves_every_batch(pipeline, bootstrap):  # type: ignore[no-untyped-def]
     p = pipeline
     rules = {"ordering": "event_time", "tombstones": "quarantine"}
-    p.write(retries=2, transform={
-        "unrouted": "quarantine",
-        "routes": {
-            "orders": {"match": {"header": {"kind": "order"}}, "key": "order_id", **rules,
-                       "schema": {"order_id": "string", "amount": "double", "event_time": "timestamp"}},
-            "clicks": {"match": {"header": {"kind": ["click", "tap"]}}, "key": "click_id", **rules,
-                       "schema": {"click_id": "string", "page": "string", "event_time": "timestamp"}},
-        },
-    })  # fmt: skip
+
+    def transform(most: int) -> dict:
+        return {
+            "unrouted": "quarantine",
+            "routes": {
+                "orders": {"match": {"header": {"kind": "order"}}, "key": "order_id", **rules, "schema": {
+                    "order_id": "string", "amount": {"type": "double", "maximum": most}, "event_time": "timestamp"}},
+                "clicks": {"match": {"header": {"kind": ["click", "tap"]}}, "key": "click_id", **rules,
+                           "schema": {"click_id": "string", "page": "string", "event_time": "timestamp"}},
+            },
+        }  # fmt: skip
+
+    p.write(retries=2, transform=transform(500))
     records = []
     for i in range(30):  # ten orders, each updated three times
         at = (T0 + timedelta(minutes=i)).isoformat()
@@ -297,73 +301,48 @@ def test_a_routed_pipeline_runs_as_a_dag_and_its_continuity_check_proves_every_b
                         .encode(), [("kind", b"tap" if i % 2 else b"click")]))
     for i in range(5):  # no route takes a view
         records.append((i % 3, f"v{i}".encode(), b'{"view": 1}', [("kind", b"view")]))
+    # Above the orders route's maximum: quarantined by that route until the file allows it.
+    records.append((0, b"big", json.dumps({"order_id": "big", "amount": 1000.0, "event_time": T0.isoformat()}).encode(),
+                    [("kind", b"order")]))  # fmt: skip
     produce_with_headers(bootstrap, p.topic, records)
 
     proc, log = p.run()
     assert proc.returncode == 0, log[-5000:]
     (row,) = p.ledger()
-    assert (row["outcome"], row["rows"], row["continuity"]) == ("success", 55, "CONTINUOUS"), row["reason"]
+    assert (row["outcome"], row["rows"], row["continuity"]) == ("success", 56, "CONTINUOUS"), row["reason"]
     check = row["transform_json"]["check"]
     assert check["ok"] is True and check["unrouted"] == 5, check
-    assert (row["silver_read"], row["silver_upserted"], row["superseded"]) == (55, 30, 20)
+    assert (row["silver_read"], row["silver_upserted"], row["superseded"]) == (56, 30, 20)
     from deltalake import DeltaTable
 
     root = p.lake / p.name
-    orders = {r["order_id"]: r["amount"] for r in DeltaTable(str(root / "silver" / "orders")).to_pyarrow_table().to_pylist()}
-    assert orders == {f"o{k}": float(20 + k) for k in range(10)}  # the newest of each key
+
+    def orders() -> dict[str, float]:
+        rows = DeltaTable(str(root / "silver" / "orders")).to_pyarrow_table().to_pylist()
+        return {r["order_id"]: r["amount"] for r in rows}
+
+    assert orders() == {f"o{k}": float(20 + k) for k in range(10)}  # the newest of each key
     clicks = DeltaTable(str(root / "silver" / "clicks")).to_pyarrow_table().to_pylist()
     assert sorted(r["click_id"] for r in clicks) == sorted(f"c{i}" for i in range(20))
     held = DeltaTable(str(root / "quarantine" / "unrouted")).to_pyarrow_table().to_pylist()
     assert sorted(bytes(r["key"]) for r in held) == [f"v{i}".encode() for i in range(5)]
     lines = airflow_local.summary_lines(log)
-    assert any(line.startswith("transform: read 55 from bronze, routed in 1 batch(es); 5 unrouted (quarantined)")
+    assert any(line.startswith("transform: read 56 from bronze, routed in 1 batch(es); 5 unrouted (quarantined)")
                for line in lines), lines  # fmt: skip
 
-
-def test_replay_quarantine_of_one_route_applies_its_fixed_records_to_its_silver_and_leaves_the_others(
-    spark, bootstrap, make_topic, unique_name, lake, schema_registry, registered
-):  # type: ignore[no-untyped-def]
-    from include.contract.replay import ReplaySelection
-    from spark_jobs import bronze_to_silver
-
-    topic = make_topic(unique_name, partitions=3)
-    fixed = routing(lake)
-    clicks = fixed.routes[2]
-    # Before the fix the clicks route requires a page: the clicks produced without one are quarantined.
-    strict = replace(fixed, routes=(*fixed.routes[:2], replace(clicks, transform=replace(clicks.transform, fields=tuple(
-        replace(f, required=True) if f.name == "page" else f for f in clicks.transform.fields)))))  # fmt: skip
-    produced = Produced(fixed, _writers(registered))
-    produce_mix(bootstrap, topic, produced, registered, 0, 70)
-    pageless = [(i % 3, f"n{i}".encode(), json.dumps({"click_id": f"n{i}", "event_time": T0.isoformat()}).encode(),
-                 [("kind", b"click")]) for i in range(4)]  # fmt: skip
-    produce_with_headers(bootstrap, topic, pageless)
-    ingest(spark, bootstrap, lake, unique_name, topic)
-    first = run_routed(spark, lake, unique_name, strict, schema_registry.url)
-    assert first["routes"]["clicks"]["quarantined"] == 4
-    before = {r.name: len(delta_progress.silver_commits_since(r.silver_path, None)[1]) for r in fixed.routes}
-
-    request = lake / "replay.json"
-    request.write_text(json.dumps(ReplaySelection(field="page", route="clicks").to_json()))
-    args = [*routed_args(lake, unique_name, fixed, schema_registry.url, "run-2"), "--replay-file", str(request)]
-    second = bronze_to_silver.run(spark, bronze_to_silver.parse_config(args)).to_json()
-
-    replayed = second["routes"]["clicks"]["replay"]
-    assert (replayed["selected"], replayed["outcomes"]) == (4, {"applied": 4}), replayed
-    assert all(second["routes"][name].get("replay") is None for name in ("orders", "payments"))
-    held = silver_of(spark, clicks.silver_path, "click_id", "page")
-    assert {k for k in held if k.startswith("n")} == {f"n{i}" for i in range(4)}
-    outcomes = {r["replay_outcome"] for r in spark.read.format("delta").load(clicks.quarantine_path).collect()}
-    assert outcomes == {"applied"}
-    for r in fixed.routes[:2]:  # the other routes' tables are not touched by the replay
-        assert "replay_outcome" not in spark.read.format("delta").load(r.quarantine_path).columns, r.name
-    after = {r.name: len(delta_progress.silver_commits_since(r.silver_path, None)[1]) for r in fixed.routes}
-    assert after == before  # a replay's commit is not a batch commit
-    verdict = checked(fixed, lake)
-    assert verdict.ok, verdict.violations
-
-    # A request file naming a route the pipeline does not have is refused before anything runs.
-    request.write_text(json.dumps(ReplaySelection(route="refunds").to_json()))
-    with pytest.raises(TransformError, match=r"route: expected one of the pipeline's routes \(orders, payments, "
-                                             r"clicks\), got 'refunds'"):  # fmt: skip
-        bronze_to_silver.parse_config([*routed_args(lake, unique_name, fixed, schema_registry.url, "run-3"),
-                                       "--replay-file", str(request)])  # fmt: skip
+    # The file now allows the amount: the orders route's quarantine is replayed through the form, dry run first.
+    p.write(retries=2, transform=transform(5000))
+    conf = {"action": "replay_quarantine", "reason": "large orders are allowed now", "quarantine_route": "orders"}
+    proc, log = p.run({**conf, "dry_run": True})
+    assert proc.returncode == 0, log[-5000:]
+    dry = p.ledger()[0]
+    assert dry["outcome"] == "dry_run" and dry["request_json"]["dry_run"]["replay"]["rows"] == 1, dry
+    assert dry["reason"].startswith("dry run of replay_quarantine: would replay 1 quarantined records of route "
+                                    "'orders'"), dry["reason"]  # fmt: skip
+    proc, log = p.run(conf)
+    assert proc.returncode == 0, log[-5000:]
+    row = p.ledger()[0]
+    assert (row["outcome"], row["action"], row["continuity"]) == ("success", "replay_quarantine", "CONTINUOUS"), row
+    lines = airflow_local.summary_lines(log)
+    assert any("route orders: " in line and "quarantine replay: 1 selected: 1 applied" in line for line in lines), lines
+    assert orders() == {**{f"o{k}": float(20 + k) for k in range(10)}, "big": 1000.0}
