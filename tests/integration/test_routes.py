@@ -231,6 +231,7 @@ def test_a_driver_killed_between_two_routes_commits_applies_no_batch_twice_and_l
         assert batches == [(0, 0)], (r.name, batches)
 
 
+@pytest.mark.full  # a policy of the routed run; the fast tier keeps exactly-once and the kill
 def test_unrouted_fail_stops_the_batch_before_any_route_writes_and_names_the_record(
     spark, bootstrap, make_topic, unique_name, lake, schema_registry, registered
 ):  # type: ignore[no-untyped-def]
@@ -253,6 +254,7 @@ def test_unrouted_fail_stops_the_batch_before_any_route_writes_and_names_the_rec
     assert checked(quarantined, lake).ok
 
 
+@pytest.mark.full  # a policy of the routed run; the fast tier keeps exactly-once and the kill
 def test_overlap_all_gives_a_record_to_each_route_that_matches_and_counts_the_copy(
     spark, bootstrap, make_topic, unique_name, lake, schema_registry, registered
 ):  # type: ignore[no-untyped-def]
@@ -271,6 +273,56 @@ def test_overlap_all_gives_a_record_to_each_route_that_matches_and_counts_the_co
     extra = sum(a["account"]["extra"] for a in summary["accounts"])
     assert extra == copies
     assert checked(policy, lake).ok
+
+
+@pytest.mark.full  # the routed DAG test replays a route through the form; this one checks the tables in detail
+def test_replay_quarantine_of_one_route_applies_its_fixed_records_to_its_silver_and_leaves_the_others(
+    spark, bootstrap, make_topic, unique_name, lake, schema_registry, registered
+):  # type: ignore[no-untyped-def]
+    from include.contract.replay import ReplaySelection
+    from spark_jobs import bronze_to_silver
+
+    topic = make_topic(unique_name, partitions=3)
+    fixed = routing(lake)
+    clicks = fixed.routes[2]
+    # Before the fix the clicks route requires a page: the clicks produced without one are quarantined.
+    strict = replace(fixed, routes=(*fixed.routes[:2], replace(clicks, transform=replace(clicks.transform, fields=tuple(
+        replace(f, required=True) if f.name == "page" else f for f in clicks.transform.fields)))))  # fmt: skip
+    produced = Produced(fixed, _writers(registered))
+    produce_mix(bootstrap, topic, produced, registered, 0, 70)
+    pageless = [(i % 3, f"n{i}".encode(), json.dumps({"click_id": f"n{i}", "event_time": T0.isoformat()}).encode(),
+                 [("kind", b"click")]) for i in range(4)]  # fmt: skip
+    produce_with_headers(bootstrap, topic, pageless)
+    ingest(spark, bootstrap, lake, unique_name, topic)
+    first = run_routed(spark, lake, unique_name, strict, schema_registry.url)
+    assert first["routes"]["clicks"]["quarantined"] == 4
+    before = {r.name: len(delta_progress.silver_commits_since(r.silver_path, None)[1]) for r in fixed.routes}
+
+    request = lake / "replay.json"
+    request.write_text(json.dumps(ReplaySelection(field="page", route="clicks").to_json()))
+    args = [*routed_args(lake, unique_name, fixed, schema_registry.url, "run-2"), "--replay-file", str(request)]
+    second = bronze_to_silver.run(spark, bronze_to_silver.parse_config(args)).to_json()
+
+    replayed = second["routes"]["clicks"]["replay"]
+    assert (replayed["selected"], replayed["outcomes"]) == (4, {"applied": 4}), replayed
+    assert all(second["routes"][name].get("replay") is None for name in ("orders", "payments"))
+    held = silver_of(spark, clicks.silver_path, "click_id", "page")
+    assert {k for k in held if k.startswith("n")} == {f"n{i}" for i in range(4)}
+    outcomes = {r["replay_outcome"] for r in spark.read.format("delta").load(clicks.quarantine_path).collect()}
+    assert outcomes == {"applied"}
+    for r in fixed.routes[:2]:  # the other routes' quarantines are not touched by the replay (none was written)
+        assert not Path(r.quarantine_path).exists(), r.name
+    after = {r.name: len(delta_progress.silver_commits_since(r.silver_path, None)[1]) for r in fixed.routes}
+    assert after == before  # a replay's commit is not a batch commit
+    verdict = checked(fixed, lake)
+    assert verdict.ok, verdict.violations
+
+    # A request file naming a route the pipeline does not have is refused before anything runs.
+    request.write_text(json.dumps(ReplaySelection(route="refunds").to_json()))
+    with pytest.raises(TransformError, match=r"route: expected one of the pipeline's routes \(orders, payments, "
+                                             r"clicks\), got 'refunds'"):  # fmt: skip
+        bronze_to_silver.parse_config([*routed_args(lake, unique_name, fixed, schema_registry.url, "run-3"),
+                                       "--replay-file", str(request)])  # fmt: skip
 
 
 @pytest.mark.full
