@@ -28,8 +28,9 @@ def dry_run_report(cfg: PipelineConfig, client: dict[str, str], request: RunRequ
     ``check_request``'s plan or the preflight would refuse it, else per range or per reason what it would
     insert or replay, and the time and cluster it would take."""
     options = TableOptions(cfg)
+    reasons: dict[str, int] = {}  # a replay's selected rows per reason, from the plan's one pass over quarantine
     try:
-        plan = request_plan.plan_request(cfg, client, request, options=options)
+        plan = request_plan.plan_request(cfg, client, request, options=options, reasons=reasons)
     except RequestError as exc:
         return DryRunReport(request.action, refused=str(exc))
     # One read of the ledger for the preflight's witness and for the estimate.
@@ -39,9 +40,6 @@ def dry_run_report(cfg: PipelineConfig, client: dict[str, str], request: RunRequ
         return DryRunReport(request.action, refused=verdict.failure_message(cfg.name), notes=plan.notes)
     if plan.replay is not None:
         assert request.replay is not None
-        reasons: dict[str, int] = {}
-        delta_progress.quarantine_selected(request_plan.replay_quarantine_path(cfg, request.replay), request.replay,
-                                           reasons=reasons, storage_options=options("quarantine_path"))  # fmt: skip
         rows = int(str(plan.replay["rows"]))
         # A replay runs inside a normal run, on the cluster the normal run's backlog chooses.
         route = {"route": request.replay.route} if request.replay.route else {}

@@ -33,16 +33,17 @@ def run_backlog(plan: RequestPlan, preflight: PreflightResult | None) -> int | N
 
 
 def plan_request(cfg: PipelineConfig, client: dict[str, str], request: RunRequest, *,
-                 options: TableOptions | None = None) -> RequestPlan:  # fmt: skip
+                 options: TableOptions | None = None, reasons: dict[str, int] | None = None) -> RequestPlan:  # fmt: skip
     """What the run will do (XCom of ``check_request``), planned as its action's spec says: a backfill's
     offset ranges, checked against the pipeline, Kafka and the table; raises :class:`RequestError`.
 
-    ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here, if bronze is read).
+    ``options``: the caller's :class:`TableOptions` of the pipeline (``None``: made here, if bronze is read);
+    ``reasons``, when given, gets a replay's selected rows per reason, from the same pass that counts them.
     """
     plan = RequestPlan(request.action, request.reason, request.requested_by, request.describe())
     kind = request.spec.plan
     if kind == "replay":
-        return replace(plan, replay=plan_replay(cfg, request, options=options))
+        return replace(plan, replay=plan_replay(cfg, request, options=options, reasons=reasons))
     if kind == "skip":
         # Checked against Kafka and the table by the preflight, which reads both anyway.
         return replace(plan, skip=request.offset_ranges)
@@ -127,14 +128,16 @@ def replay_quarantine_path(cfg: PipelineConfig, selection: ReplaySelection) -> s
     return route.quarantine_path
 
 
-def plan_replay(cfg: PipelineConfig, request: RunRequest, *, options: TableOptions | None = None) -> dict[str, Any]:
-    """A ``replay_quarantine`` request's selection and how many quarantined records it takes; refused
-    (:class:`RequestError`) without a transform, or when it takes none."""
+def plan_replay(cfg: PipelineConfig, request: RunRequest, *, options: TableOptions | None = None,
+                reasons: dict[str, int] | None = None) -> dict[str, Any]:  # fmt: skip
+    """A ``replay_quarantine`` request's selection and how many quarantined records it takes (``reasons``, when
+    given, gets them per reason); refused (:class:`RequestError`) without a transform, or when it takes none."""
     assert request.replay is not None
     selection = request.replay
     path = replay_quarantine_path(cfg, selection)
     options = options or TableOptions(cfg)
-    selected, total = delta_progress.quarantine_selected(path, selection, storage_options=options("quarantine_path"))
+    selected, total = delta_progress.quarantine_selected(path, selection, storage_options=options("quarantine_path"),
+                                                         reasons=reasons)  # fmt: skip
     if not selected:
         raise RequestError(
             f"quarantine {path} holds {total} records and none is among the {selection.describe()}; "
